@@ -1,0 +1,98 @@
+#include "framework/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "framework/core/half.h"
+
+namespace mg {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+Tensor::Tensor(std::shared_ptr<Buffer> buffer, DType dtype, Shape shape, size_t offset)
+    : buffer_(std::move(buffer)), dtype_(dtype), shape_(std::move(shape)), offset_(offset) {
+  MG_ASSERT(buffer_ == nullptr || offset_ + nbytes() <= buffer_->size(),
+            "view {} at offset {} exceeds buffer of {} bytes", shape_str(shape_), offset_,
+            buffer_->size());
+}
+
+Tensor Tensor::empty_cpu(DType dtype, Shape shape) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const size_t padded = (bytes + 63) / 64 * 64 + 64;
+  void* p = std::aligned_alloc(64, padded);
+  MG_ASSERT(p != nullptr, "out of host memory allocating {} bytes", padded);
+  std::memset(p, 0, padded);
+  std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
+  auto buffer = std::make_shared<Buffer>(p, bytes, Device::cpu(), std::move(owner));
+  return Tensor(std::move(buffer), dtype, std::move(shape));
+}
+
+Tensor Tensor::wrap(void* data, DType dtype, Shape shape, Device device) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  auto buffer = std::make_shared<Buffer>(data, bytes, device, nullptr);
+  return Tensor(std::move(buffer), dtype, std::move(shape));
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  MG_ASSERT(shape_numel(shape) == numel(), "reshape {} -> {} changes the element count",
+            shape_str(shape_), shape_str(shape));
+  return Tensor(buffer_, dtype_, std::move(shape), offset_);
+}
+
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+  MG_ASSERT(rank() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
+            "slice [{}, {}) of {}", begin, end, str());
+  Shape s = shape_;
+  s[0] = end - begin;
+  const size_t row_bytes = shape_[0] == 0 ? 0 : nbytes() / static_cast<size_t>(shape_[0]);
+  return Tensor(buffer_, dtype_, std::move(s), offset_ + static_cast<size_t>(begin) * row_bytes);
+}
+
+std::string Tensor::str() const { return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_)); }
+
+Tensor to_f32_cpu(const Tensor& src) {
+  MG_ASSERT(src.device().is_cpu(), "to_f32_cpu on {}", src.device().str());
+  Tensor out = Tensor::empty_cpu(DType::kF32, src.shape());
+  float* dst = out.data<float>();
+  const int64_t n = src.numel();
+  switch (src.dtype()) {
+    case DType::kF32:
+      std::memcpy(dst, src.raw(), src.nbytes());
+      break;
+    case DType::kBF16: {
+      const auto* s = static_cast<const uint16_t*>(src.raw());
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+      break;
+    }
+    case DType::kF16: {
+      const auto* s = static_cast<const uint16_t*>(src.raw());
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
+      break;
+    }
+    case DType::kF64: {
+      const auto* s = static_cast<const double*>(src.raw());
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      break;
+    }
+    case DType::kI64:
+    case DType::kI32:
+    case DType::kI16:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      MG_FAIL("cannot convert {} to F32 (expected a F32, F16, BF16 or F64 tensor)",
+              dtype_name(src.dtype()));
+  }
+  return out;
+}
+
+}  // namespace mg

@@ -1,0 +1,49 @@
+// A fixed pool of worker threads for CPU kernels.
+//
+// parallel_for splits [0, n) into contiguous chunks of at least `grain` items; the calling thread
+// takes part, so a pool of size 1 runs everything inline. Calls do not allocate.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "framework/core/function_ref.h"
+
+namespace mg {
+
+class ThreadPool {
+ public:
+  // `num_threads` counts the caller; 0 means std::thread::hardware_concurrency().
+  explicit ThreadPool(int num_threads = 1);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint chunks covering [0, n); returns when all are done.
+  // Must not be called from inside another parallel_for of the same pool.
+  void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain = 1);
+
+ private:
+  void worker_loop(int worker_index);
+  void run_chunks(int64_t n, int64_t chunk, FunctionRef<void(int64_t, int64_t)>* fn);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+  // Current job (valid while pending_ > 0).
+  FunctionRef<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int64_t job_chunk_ = 0;
+  int64_t next_chunk_ = 0;
+  int pending_workers_ = 0;
+};
+
+}  // namespace mg

@@ -1,0 +1,36 @@
+// Device memory allocation and copies.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "framework/core/tensor.h"
+#include "framework/device/stream.h"
+
+namespace mg {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual Device device() const = 0;
+  // A buffer of at least `bytes`, usable by work queued on `stream` (CUDA allocators are
+  // stream-ordered; the CPU ignores the stream). Memory is returned when the Buffer dies.
+  virtual std::shared_ptr<Buffer> allocate(size_t bytes, Stream* stream = nullptr) = 0;
+};
+
+// The process-wide allocator of `device` (the caching allocator for CUDA devices).
+Allocator& allocator_for(Device device);
+
+// Allocates a tensor on `device` (contents undefined on CUDA, zeroed on the CPU).
+Tensor empty_tensor(Device device, DType dtype, Shape shape, Stream* stream = nullptr);
+
+// Copies src into dst (same dtype and element count), across devices as needed. Host <-> device
+// copies through `stream`; pass nullptr to block until done.
+void copy_tensor(const Tensor& dst, const Tensor& src, Stream* stream = nullptr);
+
+// Number of CUDA devices visible; 0 in a CPU-only build or on a machine without a GPU.
+int cuda_device_count();
+// True when this binary was built with CUDA support.
+bool built_with_cuda();
+
+}  // namespace mg

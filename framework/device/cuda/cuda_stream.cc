@@ -1,0 +1,51 @@
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_device.h"
+
+namespace mg::cuda {
+
+namespace {
+// Sets the current device for the lifetime of the guard.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    MG_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) MG_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+}  // namespace
+
+CudaStream::CudaStream(int device) : device_(device) {
+  DeviceGuard guard(device);
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+CudaStream::~CudaStream() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaStream::synchronize() { MG_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+CudaEvent::CudaEvent(int device) : device_(device) {
+  DeviceGuard guard(device);
+  MG_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_) cudaEventDestroy(event_);
+}
+
+void CudaEvent::record(Stream& stream) {
+  MG_CUDA_CHECK(cudaEventRecord(event_, native(&stream)));
+}
+
+void CudaEvent::wait_on(Stream& stream) {
+  MG_CUDA_CHECK(cudaStreamWaitEvent(native(&stream), event_, 0));
+}
+
+void CudaEvent::synchronize() { MG_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+}  // namespace mg::cuda

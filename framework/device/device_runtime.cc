@@ -1,0 +1,92 @@
+// Dispatches streams, events, allocation and copies to the CPU or CUDA implementation.
+#include <cstring>
+
+#include "framework/device/allocator.h"
+#include "framework/device/cpu/cpu_device.h"
+#ifdef MG_WITH_CUDA
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_device.h"
+#endif
+
+namespace mg {
+
+namespace {
+[[noreturn]] void no_cuda(Device device) {
+  MG_FAIL("device {} requested, but this moegraph was built without CUDA (MG_CUDA=OFF)",
+          device.str());
+}
+}  // namespace
+
+bool built_with_cuda() {
+#ifdef MG_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count() {
+#ifdef MG_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<Stream> make_stream(Device device) {
+  if (device.is_cpu()) return make_cpu_stream();
+#ifdef MG_WITH_CUDA
+  return std::make_unique<cuda::CudaStream>(device.index);
+#else
+  no_cuda(device);
+#endif
+}
+
+std::unique_ptr<Event> make_event(Device device) {
+  if (device.is_cpu()) return make_cpu_event();
+#ifdef MG_WITH_CUDA
+  return std::make_unique<cuda::CudaEvent>(device.index);
+#else
+  no_cuda(device);
+#endif
+}
+
+Allocator& allocator_for(Device device) {
+  if (device.is_cpu()) return cpu_allocator();
+#ifdef MG_WITH_CUDA
+  return cuda::caching_allocator(device.index);
+#else
+  no_cuda(device);
+#endif
+}
+
+Tensor empty_tensor(Device device, DType dtype, Shape shape, Stream* stream) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  return Tensor(allocator_for(device).allocate(bytes, stream), dtype, std::move(shape));
+}
+
+void copy_tensor(const Tensor& dst, const Tensor& src, Stream* stream) {
+  MG_ASSERT(dst.dtype() == src.dtype() && dst.numel() == src.numel(), "copy {} <- {}", dst.str(),
+            src.str());
+  const size_t n = src.nbytes();
+  if (n == 0) return;
+  if (dst.device().is_cpu() && src.device().is_cpu()) {
+    std::memcpy(dst.raw(), src.raw(), n);
+    return;
+  }
+#ifdef MG_WITH_CUDA
+  cudaStream_t s = cuda::native(stream);
+  MG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), n, cudaMemcpyDefault, s));
+  if (stream == nullptr || dst.device().is_cpu()) MG_CUDA_CHECK(cudaStreamSynchronize(s));
+#else
+  (void)stream;
+  no_cuda(dst.device().is_cpu() ? src.device() : dst.device());
+#endif
+}
+
+}  // namespace mg

@@ -1,0 +1,65 @@
+// What a compiled node runs: an OpKernel built once per node at compile time, called per forward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "framework/core/tensor.h"
+#include "framework/core/thread_pool.h"
+#include "framework/device/stream.h"
+
+namespace mg {
+
+class Communicator;
+
+// Per-session mutable state of one node, e.g. the KV cache of an attention node. Kernels are
+// shared by every session of a plan; anything that changes between calls lives here.
+class OpState {
+ public:
+  virtual ~OpState() = default;
+};
+
+struct StateOptions {
+  Device device;
+  // Longest sequence (prompt + generated) the state must hold.
+  int64_t max_seq_len = 0;
+};
+
+// Everything a kernel may use while it runs. No member is owned.
+struct ExecContext {
+  Device device;
+  Stream* stream = nullptr;       // main stream of the session
+  ThreadPool* pool = nullptr;     // CPU worker threads
+  OpState* state = nullptr;       // this node's state, or null if it has none
+  void* workspace = nullptr;      // scratch of at least workspace_bytes(max_tokens) bytes
+  size_t workspace_bytes = 0;
+  Communicator* comm = nullptr;   // null for a single rank
+};
+
+class OpKernel {
+ public:
+  virtual ~OpKernel() = default;
+
+  // inputs: one tensor per node input, in order. Activations are views [T, ...] for this call;
+  // weights are as the place-weights pass stored them; absent optional inputs are undefined.
+  // outputs: preallocated views [T, ...] to write.
+  virtual void run(const ExecContext& ctx, std::span<const Tensor> inputs,
+                   std::span<const Tensor> outputs) = 0;
+
+  // Scratch bytes needed for a call with up to `max_tokens` tokens (planned at compile time).
+  virtual size_t workspace_bytes(int64_t max_tokens) const { return 0; }
+
+  // The per-session state this node needs, or null.
+  virtual std::unique_ptr<OpState> create_state(const StateOptions& options) const {
+    return nullptr;
+  }
+
+  // Short description of the chosen implementation for `moegraph inspect --plan`
+  // (e.g. "cpu_eigen"); may span several lines (MoE nodes list rejected backends).
+  virtual std::string describe() const { return {}; }
+};
+
+}  // namespace mg

@@ -1,0 +1,42 @@
+#include "ops/registry.h"
+
+#include <algorithm>
+
+#include "ops/all_ops.h"
+
+namespace mg {
+
+std::string value_type_str(const ValueType& type) {
+  std::vector<std::string> dims;
+  for (int64_t d : type.shape) dims.push_back(d == kTokens ? "T" : std::to_string(d));
+  return fmt::format("{}[{}]", dtype_name(type.dtype), fmt::join(dims, ", "));
+}
+
+const OpRegistry& OpRegistry::global() {
+  static const OpRegistry* registry = [] {
+    auto* r = new OpRegistry();
+    register_all_ops(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void OpRegistry::add(std::unique_ptr<OpDef> def) {
+  std::string name(def->name());
+  MG_ASSERT(!defs_.contains(name), "op '{}' registered twice", name);
+  defs_.emplace(std::move(name), std::move(def));
+}
+
+const OpDef* OpRegistry::find(std::string_view op) const {
+  auto it = defs_.find(std::string(op));
+  return it == defs_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> OpRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, def] : defs_) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace mg

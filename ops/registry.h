@@ -1,0 +1,94 @@
+// The op registry: op name -> OpDef (parameter checks, shape inference, kernel creation).
+//
+// Every op lives in its own folder under ops/ and registers itself from ops/registry.cc, so the
+// full list of ops is readable in one place (static-initialiser registration would be dropped
+// by the linker from a static library).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "framework/core/dtype.h"
+#include "framework/core/tensor.h"
+#include "ops/compile_options.h"
+#include "ops/op_kernel.h"
+#include "proto/model.pb.h"
+
+namespace mg {
+
+// Type of a value at compile time. In shapes, kTokens (-1) stands for the token count T.
+inline constexpr int64_t kTokens = -1;
+struct ValueType {
+  DType dtype = DType::kF32;
+  Shape shape;
+  bool operator==(const ValueType&) const = default;
+};
+// "F32[T, 64]"
+std::string value_type_str(const ValueType& type);
+
+enum class InputKind {
+  kActivation,  // produced by a node or a graph input
+  kWeight,      // a tensor from the model's weight files
+};
+
+// How the place-weights pass stores a weight input.
+enum class WeightPlacement {
+  kCompute,  // converted to the compute dtype (F32 on the CPU) on the node's device
+  kRaw,      // left as loaded (host, original dtype); the kernel converts it at build time
+};
+
+struct InputSpec {
+  std::string_view name;
+  InputKind kind = InputKind::kActivation;
+  bool optional = false;
+  WeightPlacement placement = WeightPlacement::kCompute;
+};
+
+// Handed to OpDef::create_kernel.
+struct KernelContext {
+  const proto::Node& node;
+  const CompileOptions& options;
+  // Types of the node's inputs (nullopt for absent optional inputs).
+  std::span<const std::optional<ValueType>> input_types;
+  // Per input: the placed weight tensor, or undefined for activations / absent inputs.
+  std::span<const Tensor> weights;
+};
+
+class OpDef {
+ public:
+  virtual ~OpDef() = default;
+  virtual std::string_view name() const = 0;
+  // Which `params` field of the Node this op expects.
+  virtual proto::Node::ParamsCase params_case() const = 0;
+  virtual std::span<const InputSpec> inputs() const = 0;
+  virtual int num_outputs() const = 0;
+
+  // Checks the parameters and the input types and returns the output types. Throws mg::Error
+  // saying what is wrong; the caller prefixes the file and node name.
+  virtual std::vector<ValueType> infer(const proto::Node& node,
+                                       std::span<const std::optional<ValueType>> inputs) const = 0;
+
+  // Builds the kernel for options.device. Throws mg::Error if the op has no kernel there.
+  virtual std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const = 0;
+};
+
+class OpRegistry {
+ public:
+  // The registry with every built-in op.
+  static const OpRegistry& global();
+
+  void add(std::unique_ptr<OpDef> def);
+  // Null if no op has this name.
+  const OpDef* find(std::string_view op) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::unordered_map<std::string, std::unique_ptr<OpDef>> defs_;
+};
+
+}  // namespace mg
