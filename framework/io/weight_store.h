@@ -1,0 +1,41 @@
+// WeightStore: resolves the graph file's weight references (proto::TensorInfo) to Tensors.
+//
+// Each safetensors file is opened (mapped and validated) once, keyed by its canonical path, and
+// every Tensor handed out is a zero-copy view that keeps its file mapped. Not thread-safe.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "framework/core/tensor.h"
+#include "framework/io/safetensors.h"
+#include "proto/model.pb.h"
+
+namespace mg {
+
+class WeightStore {
+ public:
+  // Weight file paths are resolved relative to the directory of `graph_file`, which also names
+  // the graph in error messages.
+  explicit WeightStore(std::filesystem::path graph_file);
+
+  // The tensor `info` describes: file `info.file()`, entry `info.key()` (or `info.name()` when the
+  // key is empty). Throws mg::Error naming the graph file, the tensor and what was expected vs
+  // found when the file is missing or invalid, the key is absent, or dtype or shape differ.
+  Tensor load(const proto::TensorInfo& info);
+
+  const std::filesystem::path& graph_file() const { return graph_file_; }
+  const std::filesystem::path& base_dir() const { return base_dir_; }
+  // Number of distinct weight files opened so far.
+  size_t num_open_files() const { return files_.size(); }
+
+ private:
+  const SafetensorsFile& open_file(const std::string& relative, const std::string& context);
+
+  std::filesystem::path graph_file_;
+  std::filesystem::path base_dir_;
+  std::map<std::filesystem::path, std::shared_ptr<SafetensorsFile>> files_;  // canonical path →
+};
+
+}  // namespace mg
