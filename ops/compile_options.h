@@ -5,6 +5,7 @@
 #include <string>
 
 #include "framework/device/device.h"
+#include "framework/parallel/parallel_config.h"
 
 namespace mg {
 
@@ -17,6 +18,9 @@ struct CompileOptions {
   // Expert backend forced for every MoE node ("" lets the oracle choose). A forced backend that
   // does not fit a node is an error naming the failed check.
   std::string moe_backend;
+  // Where this rank sits among the tensor/data/expert-parallel ranks (single rank by default);
+  // MoE nodes shard their experts and pick their token dispatch from it.
+  ParallelConfig parallel;
 };
 
 }  // namespace mg
