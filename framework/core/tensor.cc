@@ -46,6 +46,13 @@ Tensor Tensor::reshape(Shape shape) const {
   return Tensor(buffer_, dtype_, std::move(shape), offset_);
 }
 
+void Tensor::set_rows(int64_t rows) {
+  MG_ASSERT(rank() >= 1 && rows >= 0, "set_rows({}) on {}", rows, str());
+  shape_[0] = rows;
+  MG_ASSERT(offset_ + nbytes() <= buffer_->size(), "{} rows do not fit the buffer of {}", rows,
+            str());
+}
+
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   MG_ASSERT(rank() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
             "slice [{}, {}) of {}", begin, end, str());

@@ -71,6 +71,9 @@ class Tensor {
 
   // Same data, new shape with the same element count.
   Tensor reshape(Shape shape) const;
+  // Sets the leading dimension in place (no allocation); the view must still fit its buffer.
+  // Used by the runtime to resize activation views to this call's token count.
+  void set_rows(int64_t rows);
   // Rows [begin, end) of the leading dimension.
   Tensor slice_rows(int64_t begin, int64_t end) const;
   // "F32[4, 16]"

@@ -1,1 +1,53 @@
-int main() { return 0; }
+// moegraph: one binary, subcommands. Exit codes: 0 success, 2 bad input (flags, files, models),
+// 1 internal failure.
+#include <cstdio>
+#include <iostream>
+
+#include "framework/core/error.h"
+#include "framework/core/logging.h"
+#include "tools/moegraph/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moegraph: a graph-based Mixture-of-Experts inference engine", "moegraph"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "moegraph 0.1.0");
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+
+  std::vector<std::pair<CLI::App*, mg::cli::Command>> commands;
+  for (auto add : {mg::cli::add_run_command, mg::cli::add_inspect_command,
+                   mg::cli::add_make_model_command}) {
+    const size_t before = app.get_subcommands([](CLI::App*) { return true; }).size();
+    mg::cli::Command run = add(app);
+    auto subs = app.get_subcommands([](CLI::App*) { return true; });
+    if (subs.size() > before) commands.emplace_back(subs.back(), std::move(run));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "moegraph: error: " << e.what() << "\n(run 'moegraph --help' for usage)\n";
+    return 2;
+  }
+
+  try {
+    mg::log::set_level(mg::log::parse_level(log_level));
+    for (auto& [sub, run] : commands) {
+      if (sub->parsed()) return run();
+    }
+    return 2;
+  } catch (const mg::Error& e) {
+    std::cerr << "moegraph: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "moegraph: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,38 @@
+#include "framework/compile/compiler.h"
+
+#include <chrono>
+
+#include "framework/compile/pass.h"
+#include "framework/core/logging.h"
+#include "framework/io/graph_loader.h"
+
+namespace mg {
+
+std::unique_ptr<ExecutionPlan> compile_model(proto::Model model,
+                                             const std::filesystem::path& source_file,
+                                             const CompileOptions& options) {
+  MG_CHECK(options.max_tokens > 0, "max_tokens must be positive, got {}", options.max_tokens);
+  CompileState state{Graph(std::move(model), source_file), options,
+                     std::make_unique<WeightStore>(source_file), nullptr};
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(make_verify_pass());
+  passes.push_back(make_infer_shapes_pass());
+  passes.push_back(make_place_weights_pass());
+  passes.push_back(make_select_kernels_pass());
+  passes.push_back(make_plan_memory_pass());
+  for (const auto& pass : passes) {
+    const auto start = std::chrono::steady_clock::now();
+    pass->run(state);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    MG_LOG_INFO("compile", "{}: {} took {:.1f} ms", state.graph.file_label(), pass->name(), ms);
+  }
+  return std::move(state.plan);
+}
+
+std::unique_ptr<ExecutionPlan> compile_graph_file(const std::filesystem::path& graph_file,
+                                                  const CompileOptions& options) {
+  return compile_model(load_graph(graph_file), graph_file, options);
+}
+
+}  // namespace mg

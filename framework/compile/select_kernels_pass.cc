@@ -1,0 +1,61 @@
+// Pass 4: builds every node's kernel for the compile device. This is where MoE nodes run the
+// oracle, convert their expert weights and build their runner (inside OpDef::create_kernel).
+#include "framework/compile/pass.h"
+#include "framework/core/logging.h"
+
+namespace mg {
+
+namespace {
+
+class SelectKernelsPass final : public Pass {
+ public:
+  std::string_view name() const override { return "select-kernels"; }
+
+  void run(CompileState& state) const override {
+    const Graph& graph = state.graph;
+    ExecutionPlan& plan = *state.plan;
+    for (int i : graph.order()) {
+      const proto::Node& n = graph.node(i);
+      const OpDef* def = OpRegistry::global().find(n.op());
+      const auto specs = def->inputs();
+
+      PlanNode node;
+      node.graph_node = i;
+      node.name = n.name();
+      node.op = n.op();
+      std::vector<std::optional<ValueType>> types(specs.size());
+      std::vector<Tensor> weights(specs.size());
+      node.inputs.assign(specs.size(), -1);
+      for (int k = 0; k < n.inputs_size(); ++k) {
+        if (n.inputs(k).empty()) continue;
+        const int v = plan.find_value(n.inputs(k));
+        node.inputs[k] = v;
+        types[k] = plan.values[v].type;
+        if (plan.values[v].source == ValueSource::kWeight) {
+          weights[k] = specs[k].placement == WeightPlacement::kRaw ? plan.values[v].raw_weight
+                                                                   : plan.values[v].weight;
+        }
+      }
+      for (const std::string& out : n.outputs()) node.outputs.push_back(plan.find_value(out));
+
+      KernelContext ctx{n, state.options, types, weights};
+      try {
+        node.kernel = def->create_kernel(ctx);
+      } catch (const Error& e) {
+        throw Error(fmt::format("{}: {}", graph.node_label(i), e.what()));
+      }
+      node.workspace_bytes = node.kernel->workspace_bytes(plan.max_tokens);
+      plan.workspace_bytes = std::max(plan.workspace_bytes, node.workspace_bytes);
+      MG_LOG_DEBUG("compile", "{}: {}", graph.node_label(i), node.kernel->describe());
+      plan.nodes.push_back(std::move(node));
+    }
+    // Kernels hold what they need; drop the plan's references to the loaded (mmapped) tensors.
+    for (PlanValue& v : plan.values) v.raw_weight = Tensor();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_select_kernels_pass() { return std::make_unique<SelectKernelsPass>(); }
+
+}  // namespace mg

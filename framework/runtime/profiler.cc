@@ -1,0 +1,70 @@
+#include "framework/runtime/profiler.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+
+namespace mg {
+
+double Profiler::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_)
+      .count();
+}
+
+void Profiler::record(std::string name, std::string category, double start_us,
+                      double duration_us) {
+  events_.push_back({std::move(name), std::move(category), start_us, duration_us, rank_});
+}
+
+std::string Profiler::summary() const {
+  struct Total {
+    double us = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::string, Total> by_op;
+  double all = 0;
+  for (const Event& e : events_) {
+    if (e.category == "session") continue;
+    by_op[e.category].us += e.duration_us;
+    by_op[e.category].calls += 1;
+    all += e.duration_us;
+  }
+  std::vector<std::pair<std::string, Total>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  std::ostringstream os;
+  os << fmt::format("{:<14} {:>10} {:>12} {:>10} {:>7}\n", "op", "calls", "total ms", "avg us",
+                    "share");
+  for (const auto& [op, t] : rows) {
+    os << fmt::format("{:<14} {:>10} {:>12.3f} {:>10.1f} {:>6.1f}%\n", op, t.calls, t.us / 1e3,
+                      t.us / static_cast<double>(t.calls), all > 0 ? 100.0 * t.us / all : 0.0);
+  }
+  os << fmt::format("{:<14} {:>10} {:>12.3f}\n", "all nodes", "", all / 1e3);
+  return os.str();
+}
+
+void Profiler::write_trace(const std::filesystem::path& file) const { write_trace(file, events_); }
+
+void Profiler::write_trace(const std::filesystem::path& file, const std::vector<Event>& events) {
+  nlohmann::json trace = nlohmann::json::array();
+  for (const Event& e : events) {
+    trace.push_back({{"name", e.name},
+                     {"cat", e.category},
+                     {"ph", "X"},
+                     {"ts", e.start_us},
+                     {"dur", e.duration_us},
+                     {"pid", 0},
+                     {"tid", e.rank}});
+  }
+  std::ofstream out(file);
+  MG_CHECK(out.good(), "cannot write trace file '{}'", file.string());
+  out << nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+  MG_CHECK(out.good(), "error writing trace file '{}'", file.string());
+}
+
+}  // namespace mg

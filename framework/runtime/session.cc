@@ -1,0 +1,180 @@
+#include "framework/runtime/session.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "framework/compile/compiler.h"
+#include "framework/core/logging.h"
+#include "framework/device/allocator.h"
+
+namespace mg {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions options,
+                 Communicator* comm)
+    : plan_(std::move(plan)), options_(options), comm_(comm) {
+  const ExecutionPlan& p = *plan_;
+  MG_CHECK(p.token_ids >= 0 && p.positions >= 0 && p.logits >= 0,
+           "model '{}' is not a decoder graph: it needs inputs 'token_ids', 'positions' and an "
+           "output 'logits'",
+           p.model_name);
+  MG_CHECK(options_.threads >= 1, "threads must be >= 1, got {}", options_.threads);
+  pool_ = std::make_unique<ThreadPool>(options_.threads);
+  stream_ = make_stream(p.device);
+  profiler_.set_enabled(options_.profile);
+
+  arena_ = empty_tensor(p.device, DType::kU8, {static_cast<int64_t>(std::max<size_t>(p.arena_bytes, 1))},
+                        stream_.get());
+  workspace_ = empty_tensor(p.device, DType::kU8,
+                            {static_cast<int64_t>(std::max<size_t>(p.workspace_bytes, 1))},
+                            stream_.get());
+  host_ids_ = Tensor::empty_cpu(DType::kI32, {p.max_tokens});
+  host_positions_ = Tensor::empty_cpu(DType::kI32, {p.max_tokens});
+
+  // Argument views: activations point into the arena (rows set per call), weights are the
+  // placed tensors.
+  auto view_of = [&](int v) -> Tensor {
+    if (v < 0) return Tensor();
+    const PlanValue& pv = p.values[v];
+    if (pv.source == ValueSource::kWeight) return pv.weight;
+    Shape shape = pv.type.shape;
+    for (int64_t& d : shape) {
+      if (d == kTokens) d = p.max_tokens;
+    }
+    return Tensor(arena_.buffer(), pv.type.dtype, std::move(shape), pv.arena_offset);
+  };
+  StateOptions state_options{p.device, p.max_seq_len};
+  for (const PlanNode& node : p.nodes) {
+    std::vector<Tensor> ins, outs;
+    for (int v : node.inputs) ins.push_back(view_of(v));
+    for (int v : node.outputs) outs.push_back(view_of(v));
+    node_inputs_.push_back(std::move(ins));
+    node_outputs_.push_back(std::move(outs));
+    states_.push_back(node.kernel->create_state(state_options));
+  }
+}
+
+Session::~Session() = default;
+
+std::unique_ptr<Session> Session::open(const std::filesystem::path& graph_file,
+                                       const CompileOptions& compile, SessionOptions options) {
+  std::shared_ptr<const ExecutionPlan> plan = compile_graph_file(graph_file, compile);
+  return std::make_unique<Session>(std::move(plan), options);
+}
+
+void Session::run_chunk(const int32_t* token_ids, const int32_t* positions, int64_t tokens,
+                        float* logits_out) {
+  const ExecutionPlan& p = *plan_;
+  std::memcpy(host_ids_.raw(), token_ids, tokens * sizeof(int32_t));
+  std::memcpy(host_positions_.raw(), positions, tokens * sizeof(int32_t));
+  Tensor ids_src = host_ids_.slice_rows(0, tokens);
+  Tensor pos_src = host_positions_.slice_rows(0, tokens);
+  Tensor ids_dst(arena_.buffer(), DType::kI32, {tokens}, p.values[p.token_ids].arena_offset);
+  Tensor pos_dst(arena_.buffer(), DType::kI32, {tokens}, p.values[p.positions].arena_offset);
+  copy_tensor(ids_dst, ids_src, stream_.get());
+  copy_tensor(pos_dst, pos_src, stream_.get());
+
+  ExecContext ctx;
+  ctx.device = p.device;
+  ctx.stream = stream_.get();
+  ctx.pool = pool_.get();
+  ctx.workspace = workspace_.raw();
+  ctx.workspace_bytes = p.workspace_bytes;
+  ctx.comm = comm_;
+  for (size_t s = 0; s < p.nodes.size(); ++s) {
+    const PlanNode& node = p.nodes[s];
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const int v = node.inputs[k];
+      if (v >= 0 && p.values[v].source != ValueSource::kWeight) node_inputs_[s][k].set_rows(tokens);
+    }
+    for (Tensor& t : node_outputs_[s]) t.set_rows(tokens);
+    ctx.state = states_[s].get();
+    const double start = profiler_.enabled() ? profiler_.now_us() : 0.0;
+    node.kernel->run(ctx, node_inputs_[s], node_outputs_[s]);
+    if (profiler_.enabled()) {
+      stream_->synchronize();
+      profiler_.record(node.name, node.op, start, profiler_.now_us() - start);
+    }
+  }
+  const PlanValue& lv = p.values[p.logits];
+  const int64_t vocab = lv.type.shape.back();
+  Tensor logits_src(arena_.buffer(), DType::kF32, {tokens, vocab}, lv.arena_offset);
+  Tensor logits_dst = Tensor::wrap(logits_out, DType::kF32, {tokens, vocab});
+  copy_tensor(logits_dst, logits_src, stream_.get());
+}
+
+const Tensor& Session::forward(std::span<const int32_t> token_ids,
+                               std::span<const int32_t> positions) {
+  const ExecutionPlan& p = *plan_;
+  MG_CHECK(token_ids.size() == positions.size(), "{} token ids but {} positions", token_ids.size(),
+           positions.size());
+  MG_CHECK(!token_ids.empty(), "forward needs at least one token");
+  for (int32_t pos : positions) {
+    MG_CHECK(pos >= 0 && pos < p.max_seq_len,
+             "position {} is outside the KV cache of {} positions (max sequence length)", pos,
+             p.max_seq_len);
+  }
+  const int64_t total = static_cast<int64_t>(token_ids.size());
+  const int64_t vocab = p.values[p.logits].type.shape.back();
+  if (!logits_.defined() || logits_.buffer()->size() < static_cast<size_t>(total * vocab) * 4) {
+    logits_ = Tensor::empty_cpu(DType::kF32, {total, vocab});
+  }
+  logits_.set_rows(total);
+  const double start = profiler_.enabled() ? profiler_.now_us() : 0.0;
+  for (int64_t begin = 0; begin < total; begin += p.max_tokens) {
+    const int64_t n = std::min(p.max_tokens, total - begin);
+    run_chunk(token_ids.data() + begin, positions.data() + begin, n,
+              logits_.data<float>() + begin * vocab);
+  }
+  if (profiler_.enabled()) {
+    profiler_.record(fmt::format("forward T={}", total), "session", start,
+                     profiler_.now_us() - start);
+  }
+  return logits_;
+}
+
+GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& options) {
+  const ExecutionPlan& p = *plan_;
+  MG_CHECK(!prompt.empty(), "the prompt is empty");
+  MG_CHECK(options.max_new_tokens >= 0, "max-new-tokens must be >= 0, got {}",
+           options.max_new_tokens);
+  MG_CHECK(static_cast<int64_t>(prompt.size()) + options.max_new_tokens <= p.max_seq_len,
+           "prompt of {} tokens + {} new tokens exceeds the maximum sequence length {}",
+           prompt.size(), options.max_new_tokens, p.max_seq_len);
+  Sampler sampler(options.sampling, options.seed);
+  GenerateResult result;
+  result.prompt_tokens = prompt.size();
+  if (options.max_new_tokens == 0) return result;
+  result.tokens.reserve(options.max_new_tokens);
+
+  std::vector<int32_t> positions(prompt.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  const int64_t vocab = p.values[p.logits].type.shape.back();
+  auto t0 = std::chrono::steady_clock::now();
+  const Tensor& logits = forward(prompt, positions);
+  int32_t next = sampler.sample(std::span<const float>(
+      logits.data<float>() + (static_cast<int64_t>(prompt.size()) - 1) * vocab, vocab));
+  result.prefill_seconds = seconds_since(t0);
+
+  const int64_t eos = p.info.eos_token_id();
+  auto t1 = std::chrono::steady_clock::now();
+  int32_t pos = static_cast<int32_t>(prompt.size());
+  for (;;) {
+    result.tokens.push_back(next);
+    if (options.on_token) options.on_token(next);
+    if (static_cast<int>(result.tokens.size()) >= options.max_new_tokens) break;
+    if (options.stop_at_eos && eos >= 0 && next == eos) break;
+    const Tensor& step = forward(std::span<const int32_t>(&next, 1), std::span<const int32_t>(&pos, 1));
+    next = sampler.sample(std::span<const float>(step.data<float>(), vocab));
+    ++pos;
+  }
+  result.decode_seconds = seconds_since(t1);
+  return result;
+}
+
+}  // namespace mg

@@ -1,0 +1,87 @@
+// Session: runs a compiled plan. Owns the per-session state (activation arena, workspace, the KV
+// caches of attention nodes) so several sessions may share one plan.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "framework/compile/execution_plan.h"
+#include "framework/runtime/profiler.h"
+#include "framework/runtime/sampler.h"
+#include "ops/compile_options.h"
+
+namespace mg {
+
+struct SessionOptions {
+  // CPU worker threads for kernels (the calling thread included).
+  int threads = 1;
+  // Record per-node timings (see Profiler).
+  bool profile = false;
+};
+
+struct GenerateOptions {
+  int max_new_tokens = 16;
+  SamplingOptions sampling;
+  uint64_t seed = 0;
+  // Stop when the model's eos token (ModelInfo.eos_token_id, if >= 0) is produced.
+  bool stop_at_eos = true;
+  // Called with each generated token as soon as it exists (may be empty).
+  std::function<void(int32_t)> on_token;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids, prompt excluded
+  size_t prompt_tokens = 0;
+  double prefill_seconds = 0;   // the prompt's forward and the first sample
+  double decode_seconds = 0;    // every later step
+};
+
+class Session {
+ public:
+  // `comm` connects this session to its peers in a multi-rank run (null for one rank).
+  Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions options,
+          Communicator* comm = nullptr);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Loads and compiles `graph_file`, then opens a session on it.
+  static std::unique_ptr<Session> open(const std::filesystem::path& graph_file,
+                                       const CompileOptions& compile, SessionOptions options);
+
+  // Runs the decoder on `token_ids` at `positions` (same length; KV caches are written at those
+  // positions). Prompts longer than the plan's max_tokens run in chunks. Returns F32 logits
+  // [T, vocab] on the host; the tensor is reused by the next call.
+  const Tensor& forward(std::span<const int32_t> token_ids, std::span<const int32_t> positions);
+
+  // Prefills `prompt` at positions 0.. and generates up to max_new_tokens tokens.
+  GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& options);
+
+  const ExecutionPlan& plan() const { return *plan_; }
+  Profiler& profiler() { return profiler_; }
+
+ private:
+  void run_chunk(const int32_t* token_ids, const int32_t* positions, int64_t tokens,
+                 float* logits_out);
+
+  std::shared_ptr<const ExecutionPlan> plan_;
+  SessionOptions options_;
+  Communicator* comm_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Stream> stream_;
+  Tensor arena_;
+  Tensor workspace_;
+  std::vector<std::unique_ptr<OpState>> states_;  // per plan node
+  // Per plan node, argument views built once; activation views get their row count per call.
+  std::vector<std::vector<Tensor>> node_inputs_;
+  std::vector<std::vector<Tensor>> node_outputs_;
+  Tensor host_ids_;                        // I32 [max_tokens] staging for token ids / positions
+  Tensor host_positions_;
+  Tensor logits_;                          // F32 [T, vocab] on the host, returned by forward()
+  Profiler profiler_;
+};
+
+}  // namespace mg

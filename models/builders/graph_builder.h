@@ -1,0 +1,49 @@
+// Builds a model (graph + weights) in memory and writes it as model.pbtxt + model.safetensors.
+// Used by `moegraph make-model` and by tests. Weights are deterministic: each tensor's values
+// depend only on the seed and the tensor's name, never on the order tensors are created in.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/core/tensor.h"
+#include "proto/model.pb.h"
+
+namespace mg {
+
+class GraphBuilder {
+ public:
+  GraphBuilder(std::string model_name, uint64_t seed, DType weight_dtype);
+
+  proto::Model& model() { return model_; }
+  DType weight_dtype() const { return weight_dtype_; }
+
+  // A weight with values uniform in [center - spread, center + spread], stored as weight_dtype
+  // (or `dtype` when given). Returns its name.
+  std::string weight(const std::string& name, Shape shape, float spread, float center = 0.0f);
+  std::string weight_as(const std::string& name, Shape shape, float spread, float center,
+                        DType dtype);
+
+  void input(const std::string& name, proto::DType dtype, Shape shape);
+  void output(const std::string& name, proto::DType dtype, Shape shape);
+  // Adds a node; the caller sets its params through the returned reference.
+  proto::Node& node(const std::string& name, const std::string& op,
+                    std::vector<std::string> inputs, std::vector<std::string> outputs);
+
+  // Writes dir/model.pbtxt and dir/model.safetensors (creating dir).
+  void write(const std::filesystem::path& dir) const;
+
+  static constexpr const char* kWeightFile = "model.safetensors";
+  static constexpr const char* kGraphFile = "model.pbtxt";
+
+ private:
+  proto::Model model_;
+  uint64_t seed_;
+  DType weight_dtype_;
+  std::vector<std::pair<std::string, Tensor>> tensors_;
+};
+
+}  // namespace mg

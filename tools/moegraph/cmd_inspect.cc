@@ -1,0 +1,99 @@
+// `moegraph inspect MODEL [--plan]`: print the graph, and with --plan the compiled plan
+// (kernel choices, MoE oracle decisions with reasons, arena layout).
+#include <iostream>
+#include <map>
+
+#include "framework/compile/compiler.h"
+#include "framework/graph/graph.h"
+#include "framework/graph/shape_inference.h"
+#include "framework/graph/verifier.h"
+#include "framework/io/graph_loader.h"
+#include "tools/moegraph/commands.h"
+
+namespace mg::cli {
+
+namespace {
+
+struct InspectArgs {
+  std::string model;
+  bool plan = false;
+  std::string device = "cpu";
+  std::string moe_backend;
+  int64_t max_tokens = 512;
+};
+
+void print_graph(const Graph& g) {
+  const proto::Model& m = g.model();
+  std::cout << fmt::format("model '{}' (format version {}, family {}, vocab {}, max_seq_len {})\n",
+                           m.name(), m.format_version(), m.info().family(), m.info().vocab_size(),
+                           m.info().max_seq_len());
+  for (const auto& in : m.inputs()) {
+    std::cout << "  input  " << in.name() << " " << value_type_str(*g.value(in.name()).type) << "\n";
+  }
+  for (const auto& out : m.outputs()) {
+    std::cout << "  output " << out.name() << " " << value_type_str(*g.value(out.name()).type)
+              << "\n";
+  }
+  size_t bytes = 0;
+  std::map<std::string, int> dtypes;
+  for (const auto& t : m.tensors()) {
+    const ValueType& type = *g.value(t.name()).type;
+    bytes += static_cast<size_t>(shape_numel(type.shape)) * dtype_size(type.dtype);
+    ++dtypes[std::string(dtype_name(type.dtype))];
+  }
+  std::vector<std::string> dtype_counts;
+  for (const auto& [d, n] : dtypes) dtype_counts.push_back(fmt::format("{} {}", n, d));
+  std::cout << fmt::format("  {} weight tensors, {:.2f} MiB ({})\n", m.tensors_size(),
+                           bytes / 1048576.0, fmt::join(dtype_counts, ", "));
+  std::map<std::string, int> ops;
+  for (const auto& n : m.nodes()) ++ops[n.op()];
+  std::vector<std::string> op_counts;
+  for (const auto& [op, n] : ops) op_counts.push_back(fmt::format("{} {}", n, op));
+  std::cout << fmt::format("  {} nodes ({})\n", m.nodes_size(), fmt::join(op_counts, ", "));
+  for (int i : g.order()) {
+    const proto::Node& n = g.node(i);
+    std::vector<std::string> ins, outs;
+    for (const auto& in : n.inputs()) ins.push_back(in.empty() ? "-" : in);
+    for (const auto& out : n.outputs()) {
+      outs.push_back(fmt::format("{} {}", out, value_type_str(*g.value(out).type)));
+    }
+    std::cout << fmt::format("  {:<28} {:<10} ({}) -> {}\n", n.name(), n.op(), fmt::join(ins, ", "),
+                             fmt::join(outs, ", "));
+  }
+}
+
+int inspect(const InspectArgs& a) {
+  const std::filesystem::path path = resolve_model(a.model);
+  Graph graph(load_graph(path), path);
+  verify_graph(graph);
+  infer_shapes(graph);
+  print_graph(graph);
+  if (a.plan) {
+    CompileOptions options;
+    options.device = Device::parse(a.device);
+    options.moe_backend = a.moe_backend;
+    options.max_tokens = a.max_tokens;
+    auto plan = compile_graph_file(path, options);
+    std::cout << "\n" << plan->describe();
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_inspect_command(CLI::App& app) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Print a model's graph and, with --plan, its plan");
+  cmd->add_option("MODEL", args->model, "Graph file or directory; default: the bundled model");
+  cmd->add_flag("--plan", args->plan,
+                "Compile and print the plan: kernels, MoE backend choices with reasons, memory");
+  cmd->add_option("--device", args->device, "Device to compile for (with --plan)")
+      ->capture_default_str();
+  cmd->add_option("--moe-backend", args->moe_backend, "Force an expert backend (with --plan)");
+  cmd->add_option("--max-tokens", args->max_tokens, "Largest forward chunk (with --plan)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  return [args] { return inspect(*args); };
+}
+
+}  // namespace mg::cli

@@ -1,0 +1,25 @@
+// Subcommands of the `moegraph` command. Each adds its options to the app and returns the
+// function that runs it; the function returns the process exit code.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace mg::cli {
+
+using Command = std::function<int()>;
+
+Command add_run_command(CLI::App& app);
+Command add_inspect_command(CLI::App& app);
+Command add_make_model_command(CLI::App& app);
+
+// Resolves a MODEL argument: a graph file, or a directory holding model.pbtxt or model.pb.
+// Empty means the bundled default model. Throws mg::Error naming what was looked for.
+std::filesystem::path resolve_model(const std::string& model);
+
+// Parses "1,2,3" (spaces allowed). Throws mg::Error naming the bad element.
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+
+}  // namespace mg::cli

@@ -1,0 +1,66 @@
+#include <charconv>
+#include <cstdlib>
+
+#include "framework/core/error.h"
+#include "tools/moegraph/commands.h"
+
+namespace mg::cli {
+
+namespace {
+
+// Where the bundled model may be: $MOEGRAPH_BUNDLED_MODEL, next to the binary (install or build
+// tree), or the source tree this binary was built from.
+std::filesystem::path bundled_model() {
+  if (const char* env = std::getenv("MOEGRAPH_BUNDLED_MODEL")) return env;
+  std::vector<std::filesystem::path> candidates;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "models" / MG_BUNDLED_MODEL_NAME);
+    candidates.push_back(exe.parent_path().parent_path() / "models" / MG_BUNDLED_MODEL_NAME);
+  }
+  candidates.push_back(std::filesystem::path(MG_SOURCE_DIR) / "models" / MG_BUNDLED_MODEL_NAME);
+  for (const auto& c : candidates) {
+    if (std::filesystem::exists(c / "model.pbtxt")) return c / "model.pbtxt";
+  }
+  MG_FAIL("the bundled model '{}' was not found (looked next to the binary and in {}); pass a "
+          "MODEL path or set MOEGRAPH_BUNDLED_MODEL",
+          MG_BUNDLED_MODEL_NAME, candidates.back().string());
+}
+
+}  // namespace
+
+std::filesystem::path resolve_model(const std::string& model) {
+  if (model.empty()) return bundled_model();
+  std::filesystem::path p(model);
+  MG_CHECK(std::filesystem::exists(p), "model '{}' does not exist", model);
+  if (std::filesystem::is_directory(p)) {
+    for (const char* name : {"model.pbtxt", "model.pb"}) {
+      if (std::filesystem::exists(p / name)) return p / name;
+    }
+    MG_FAIL("directory '{}' holds no model.pbtxt or model.pb", model);
+  }
+  return p;
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    const size_t b = item.find_first_not_of(' ');
+    const size_t e = item.find_last_not_of(' ');
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    int32_t v = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    MG_CHECK(!item.empty() && ec == std::errc() && ptr == item.data() + item.size() && v >= 0,
+             "{}: '{}' is not a non-negative integer token id (expected e.g. 1,2,3)", flag, item);
+    ids.push_back(v);
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+}  // namespace mg::cli
