@@ -5,7 +5,6 @@
 namespace mg {
 void register_embedding(OpRegistry&) {}
 void register_rms_norm(OpRegistry&) {}
-void register_linear(OpRegistry&) {}
 void register_rope(OpRegistry&) {}
 void register_attention(OpRegistry&) {}
 void register_gated_mlp(OpRegistry&) {}
