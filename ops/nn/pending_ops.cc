@@ -3,7 +3,6 @@
 #include "ops/registry.h"
 
 namespace mg {
-void register_rope(OpRegistry&) {}
 void register_attention(OpRegistry&) {}
 void register_gated_mlp(OpRegistry&) {}
 }  // namespace mg
