@@ -3,6 +3,5 @@
 #include "ops/registry.h"
 
 namespace mg {
-void register_attention(OpRegistry&) {}
 void register_gated_mlp(OpRegistry&) {}
 }  // namespace mg
