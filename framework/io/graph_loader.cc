@@ -87,6 +87,81 @@ void collect_unknown_fields(const google::protobuf::Message& message, const std:
   }
 }
 
+// RFC 3629 UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF (what protobuf's binary
+// parser demands of proto3 strings).
+bool is_valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    size_t n = 0;
+    uint8_t lo = 0x80, hi = 0xbf;  // allowed range of the first continuation byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      n = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2;
+      if (c == 0xe0) lo = 0xa0;  // overlong
+      if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3;
+      if (c == 0xf0) lo = 0x90;  // overlong
+      if (c == 0xf4) hi = 0x8f;  // past U+10FFFF
+    } else {
+      return false;
+    }
+    if (s.size() - i <= n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<uint8_t>(s[i + k]);
+      if (k == 1 ? (cc < lo || cc > hi) : (cc < 0x80 || cc > 0xbf)) return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+// Text format accepts any bytes in a string ("\xff"); the binary format and every consumer of
+// names expect UTF-8. Throws for the first string that is not, naming its field path and, where
+// the parser recorded it, its line and column.
+void check_strings_are_utf8(const google::protobuf::Message& message,
+                            const google::protobuf::TextFormat::ParseInfoTree* tree,
+                            const std::string& prefix, std::string_view name) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    const bool repeated = field->is_repeated();
+    const int n = repeated ? reflection->FieldSize(message, field) : 1;
+    for (int j = 0; j < n; ++j) {
+      const int index = repeated ? j : -1;
+      const std::string path = repeated ? fmt::format("{}{}[{}]", prefix, field->name(), j)
+                                        : fmt::format("{}{}", prefix, field->name());
+      if (field->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
+        std::string scratch;
+        const std::string& value =
+            repeated ? reflection->GetRepeatedStringReference(message, field, j, &scratch)
+                     : reflection->GetStringReference(message, field, &scratch);
+        if (is_valid_utf8(value)) continue;
+        const google::protobuf::TextFormat::ParseLocation at =
+            tree != nullptr ? tree->GetLocation(field, index)
+                            : google::protobuf::TextFormat::ParseLocation();
+        MG_CHECK(at.line < 0, "{}:{}:{}: {} is not valid UTF-8 (graph strings must be UTF-8)", name,
+                 at.line + 1, at.column + 1, path);
+        MG_FAIL("{}: {} is not valid UTF-8 (graph strings must be UTF-8)", name, path);
+      }
+      if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+        const google::protobuf::Message& child =
+            repeated ? reflection->GetRepeatedMessage(message, field, j)
+                     : reflection->GetMessage(message, field);
+        check_strings_are_utf8(child,
+                               tree != nullptr ? tree->GetTreeForNested(field, index) : nullptr,
+                               path + ".", name);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 proto::Model parse_graph_text(std::string_view data, std::string_view name) {
@@ -95,10 +170,13 @@ proto::Model parse_graph_text(std::string_view data, std::string_view name) {
            "{}: graph file of {} bytes is too large (at most 2 GiB)", name, data.size());
   google::protobuf::io::ArrayInputStream input(data.data(), static_cast<int>(data.size()));
   FirstErrorCollector errors;
+  google::protobuf::TextFormat::ParseInfoTree locations;
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&locations);
   proto::Model model;
   if (!parser.Parse(&input, &model)) MG_FAIL("{}", errors.describe(name));
+  check_strings_are_utf8(model, &locations, "", name);
   check_version(model, name);
   return model;
 }

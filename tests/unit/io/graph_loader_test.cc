@@ -116,6 +116,19 @@ TEST_F(GraphLoaderTest, BadTokensNameLineAndColumn) {
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pbtxt"); }, {"model.pbtxt:1:"}));
 }
 
+TEST_F(GraphLoaderTest, TextStringsMustBeUtf8) {
+  // Text escapes can spell any bytes; the binary format (and every name printer) needs UTF-8.
+  write_bytes(dir_ / "model.pbtxt", "format_version: 1\nname: \"ok\\xff\"\n");
+  EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pbtxt"); },
+                                {"model.pbtxt:2:1: name is not valid UTF-8"}));
+  write_bytes(dir_ / "model.pbtxt",
+              "format_version: 1\nnodes {\n  inputs: \"a\"\n  inputs: \"\\355\\240\\200\"\n}\n");
+  EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pbtxt"); },
+                                {"model.pbtxt:4:3: nodes[0].inputs[1] is not valid UTF-8"}));
+  write_bytes(dir_ / "model.pbtxt", "format_version: 1\nname: \"caf\\303\\251\"\n");
+  EXPECT_EQ(load_graph(dir_ / "model.pbtxt").name(), "caf\u00e9");
+}
+
 TEST_F(GraphLoaderTest, TruncatedBinary) {
   const std::string bytes = sample_model().SerializeAsString();
   // The first field is the name "tiny": cutting inside it leaves a length past the end.
