@@ -40,7 +40,7 @@ class PlanMemoryPass final : public Pass {
       const PlanNode& node = plan.nodes[step];
       for (int v : node.outputs) {
         plan.values[v].first_step = step;
-        plan.values[v].last_step = std::max(plan.values[v].last_step, step);
+        plan.values[v].last_step = step;
       }
       for (int v : node.inputs) {
         if (v >= 0) plan.values[v].last_step = std::max(plan.values[v].last_step, step);

@@ -1,0 +1,221 @@
+// The moegraph command end to end: the bundled model runs, --dump-logits matches the library,
+// and every kind of bad input ends in one clear line on stderr and exit code 2.
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "framework/io/npy.h"
+#include "framework/io/graph_loader.h"
+#include "framework/runtime/session.h"
+#include "tests/testing/command.h"
+#include "tests/testing/model_fixture.h"
+#include "tests/testing/test_util.h"
+
+namespace mg {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using testing::CommandResult;
+using testing::run_moegraph;
+
+int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+// A bad-input run: exit code 2, one line on stderr that starts with the program's prefix and
+// contains every fragment.
+void expect_clean_error(const CommandResult& r, std::initializer_list<std::string> fragments) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, StartsWith("moegraph: error: "));
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  for (const std::string& f : fragments) EXPECT_THAT(r.err, HasSubstr(f));
+}
+
+TEST(Cli, RunsTheBundledModel) {
+  const CommandResult r = run_moegraph({"run", "--max-new-tokens", "5", "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("generated ids: "));
+  EXPECT_THAT(r.out, HasSubstr("tokens/s"));
+}
+
+TEST(Cli, HelpAndVersionExitZero) {
+  EXPECT_EQ(run_moegraph({"--help"}).exit_code, 0);
+  EXPECT_EQ(run_moegraph({"run", "--help"}).exit_code, 0);
+  EXPECT_EQ(run_moegraph({"make-model", "--help"}).exit_code, 0);
+  const CommandResult v = run_moegraph({"--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_THAT(v.out, HasSubstr("moegraph"));
+}
+
+TEST(Cli, DumpLogitsMatchesTheLibrary) {
+  const auto dir = testing::temp_dir("model");
+  const auto graph = testing::write_model(dir, testing::small_spec());
+  const auto npy = dir / "logits.npy";
+  const CommandResult r = run_moegraph({"run", graph.string(), "--prompt-ids", "4,8,15,16,23,42",
+                                        "--max-new-tokens", "2", "--dump-logits", npy.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Tensor dumped = read_npy(npy);
+  ASSERT_EQ(dumped.shape(), (Shape{6, 96}));
+  auto session = Session::open(graph, {}, {});
+  const std::vector<int32_t> ids = {4, 8, 15, 16, 23, 42}, pos = {0, 1, 2, 3, 4, 5};
+  EXPECT_LT(testing::normalized_error(testing::span_of(dumped),
+                                      testing::span_of(session->forward(ids, pos))),
+            1e-6);
+}
+
+TEST(Cli, InspectPrintsGraphAndPlan) {
+  const CommandResult r = run_moegraph({"inspect", "--plan"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("nodes ("));
+  EXPECT_THAT(r.out, HasSubstr("plan for"));
+  EXPECT_THAT(r.out, HasSubstr("kernel: "));
+}
+
+TEST(Cli, MakeModelReproducesTheBundledModelByteForByte) {
+  // models/README.md records the command; the committed files must be what it writes.
+  const auto dir = testing::temp_dir("remade");
+  const CommandResult r = run_moegraph({"make-model", "--family", "llama", "--seed", "1", "--out",
+                                        dir.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::filesystem::path bundled = std::filesystem::path(MG_SOURCE_DIR) / "models/tiny-llama";
+  for (const char* f : {"model.pbtxt", "model.safetensors"}) {
+    std::ifstream a(dir / f, std::ios::binary), b(bundled / f, std::ios::binary);
+    const std::string sa((std::istreambuf_iterator<char>(a)), {});
+    const std::string sb((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_FALSE(sa.empty());
+    EXPECT_TRUE(sa == sb) << f << " differs from the bundled copy";
+  }
+}
+
+class CliBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::temp_dir("model");
+    graph_ = testing::write_model(dir_, testing::small_spec());
+  }
+  CommandResult run_edited(const std::function<void(proto::Model&)>& edit) {
+    return run_moegraph({"run", testing::edit_graph(graph_, edit).string(), "--max-new-tokens", "1"});
+  }
+  void write_file(const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+  }
+  std::string read_file(const std::string& name) {
+    std::ifstream in(dir_ / name, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  std::filesystem::path dir_;
+  std::filesystem::path graph_;
+};
+
+TEST_F(CliBadInput, UnknownOp) {
+  expect_clean_error(
+      run_edited([](proto::Model& m) { testing::find_node(m, "layers.0.mlp").set_op("mystery"); }),
+      {"edited.pbtxt", "layers.0.mlp", "unknown op 'mystery'"});
+}
+
+TEST_F(CliBadInput, MissingTensor) {
+  expect_clean_error(run_edited([](proto::Model& m) {
+                       testing::find_node(m, "layers.1.mlp").set_inputs(1, "layers.1.mlp.w1");
+                     }),
+                     {"layers.1.mlp", "'layers.1.mlp.w1'"});
+}
+
+TEST_F(CliBadInput, WrongShape) {
+  expect_clean_error(run_edited([](proto::Model& m) {
+                       for (auto& t : *m.mutable_tensors()) {
+                         if (t.name() == "layers.0.mlp.down_proj.weight") t.set_shape(1, 47);
+                       }
+                     }),
+                     {"layers.0.mlp", "47"});
+}
+
+TEST_F(CliBadInput, WrongDtype) {
+  expect_clean_error(run_edited([](proto::Model& m) { m.mutable_inputs(1)->set_dtype(proto::F32); }),
+                     {"positions"});
+}
+
+TEST_F(CliBadInput, Cycle) {
+  expect_clean_error(run_edited([](proto::Model& m) {
+                       testing::find_node(m, "layers.0.input_norm")
+                           .set_inputs(0, "layers.1.ffn_residual.out");
+                     }),
+                     {"cycle"});
+}
+
+TEST_F(CliBadInput, DuplicateNames) {
+  expect_clean_error(run_edited([](proto::Model& m) {
+                       testing::find_node(m, "layers.1.attn").set_name("layers.0.attn");
+                     }),
+                     {"'layers.0.attn' is used twice"});
+}
+
+TEST_F(CliBadInput, TruncatedBinaryGraph) {
+  const auto pb = testing::edit_graph(graph_, [](proto::Model&) {}, "model.pb");
+  const std::string bytes = read_file("model.pb");
+  write_file("truncated.pb", bytes.substr(0, bytes.size() / 2));
+  expect_clean_error(run_moegraph({"run", (dir_ / "truncated.pb").string()}), {"truncated.pb"});
+}
+
+TEST_F(CliBadInput, GarbledTextGraph) {
+  std::string text = read_file("model.pbtxt");
+  text.insert(text.find("nodes {"), "nodes { colour: \"blue\" }\n");
+  write_file("garbled.pbtxt", text);
+  expect_clean_error(run_moegraph({"run", (dir_ / "garbled.pbtxt").string()}),
+                     {"garbled.pbtxt:", "colour"});
+}
+
+TEST_F(CliBadInput, TruncatedTextGraph) {
+  const std::string text = read_file("model.pbtxt");
+  write_file("cut.pbtxt", text.substr(0, text.size() * 2 / 3));
+  expect_clean_error(run_moegraph({"run", (dir_ / "cut.pbtxt").string()}), {"cut.pbtxt"});
+}
+
+TEST_F(CliBadInput, SafetensorsBadHeader) {
+  std::string bytes = read_file("model.safetensors");
+  bytes[10] = '#';
+  write_file("model.safetensors", bytes);
+  expect_clean_error(run_moegraph({"run", graph_.string()}), {"model.safetensors"});
+}
+
+TEST_F(CliBadInput, SafetensorsOffsetsPastTheEnd) {
+  const std::string bytes = read_file("model.safetensors");
+  write_file("model.safetensors", bytes.substr(0, bytes.size() - 100));
+  expect_clean_error(run_moegraph({"run", graph_.string()}), {"model.safetensors"});
+}
+
+TEST_F(CliBadInput, SafetensorsUnknownDtype) {
+  std::string bytes = read_file("model.safetensors");
+  const size_t at = bytes.find("\"BF16\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 6, "\"BF17\"");
+  write_file("model.safetensors", bytes);
+  expect_clean_error(run_moegraph({"run", graph_.string()}), {"model.safetensors", "BF17"});
+}
+
+TEST_F(CliBadInput, MissingWeightFile) {
+  std::filesystem::remove(dir_ / "model.safetensors");
+  expect_clean_error(run_moegraph({"run", graph_.string()}), {"model.safetensors", "not found"});
+}
+
+TEST_F(CliBadInput, MissingModel) {
+  expect_clean_error(run_moegraph({"run", (dir_ / "nope.pbtxt").string()}), {"nope.pbtxt"});
+}
+
+TEST_F(CliBadInput, BadFlags) {
+  expect_clean_error(run_moegraph({"run", graph_.string(), "--prompt-ids", "1,x,3"}),
+                     {"--prompt-ids", "'x'"});
+  expect_clean_error(run_moegraph({"run", graph_.string(), "--prompt-ids", "1,500"}),
+                     {"500", "vocabulary"});
+  expect_clean_error(run_moegraph({"run", graph_.string(), "--device", "tpu"}), {"tpu"});
+  expect_clean_error(run_moegraph({"run", graph_.string(), "--top-p", "2"}), {"top-p"});
+  expect_clean_error(run_moegraph({"run", graph_.string(), "--max-new-tokens", "1000"}),
+                     {"maximum sequence length"});
+  const CommandResult r = run_moegraph({"run", "--no-such-flag"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--no-such-flag"));
+  expect_clean_error(run_moegraph({"make-model", "--family", "gpt5", "--out", dir_.string()}),
+                     {"unknown model family 'gpt5'"});
+}
+
+}  // namespace
+}  // namespace mg

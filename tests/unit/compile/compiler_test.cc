@@ -1,0 +1,121 @@
+// Compilation: the arena plan never lets live values share bytes, and bad weight files are
+// reported with the graph file, the tensor and what was expected.
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "framework/compile/compiler.h"
+#include "framework/io/safetensors.h"
+#include "tests/testing/model_fixture.h"
+#include "tests/testing/test_util.h"
+
+namespace mg {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string compile_error(const std::filesystem::path& graph, CompileOptions options = {}) {
+  try {
+    compile_graph_file(graph, options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Compiler, ArenaNeverOverlapsLiveValuesAndReusesMemory) {
+  const auto dir = testing::temp_dir("model");
+  auto spec = testing::small_spec();
+  spec.layers = 3;
+  const auto plan = compile_graph_file(testing::write_model(dir, spec), CompileOptions{});
+  size_t sum = 0;
+  for (size_t a = 0; a < plan->values.size(); ++a) {
+    const PlanValue& va = plan->values[a];
+    if (va.source == ValueSource::kWeight) continue;
+    sum += va.arena_bytes;
+    EXPECT_LE(va.arena_offset + va.arena_bytes, plan->arena_bytes);
+    EXPECT_EQ(va.arena_offset % 64, 0u);
+    for (size_t b = a + 1; b < plan->values.size(); ++b) {
+      const PlanValue& vb = plan->values[b];
+      if (vb.source == ValueSource::kWeight) continue;
+      const bool live_together = va.first_step <= vb.last_step && vb.first_step <= va.last_step;
+      const bool share_bytes = va.arena_offset < vb.arena_offset + vb.arena_bytes &&
+                               vb.arena_offset < va.arena_offset + va.arena_bytes;
+      EXPECT_FALSE(live_together && share_bytes) << va.name << " and " << vb.name;
+    }
+  }
+  // Liveness lets a 3-layer model reuse most of its activation memory.
+  EXPECT_LT(plan->arena_bytes * 3, sum);
+}
+
+TEST(Compiler, EveryNodeHasAKernelAndWeightsAreF32) {
+  const auto dir = testing::temp_dir("model");
+  const auto plan = compile_graph_file(testing::write_model(dir, testing::small_spec()), {});
+  EXPECT_EQ(plan->nodes.size(), 27u);
+  for (const PlanNode& n : plan->nodes) EXPECT_NE(n.kernel, nullptr);
+  for (const PlanValue& v : plan->values) {
+    if (v.source == ValueSource::kWeight && v.weight.defined()) {
+      EXPECT_EQ(v.weight.dtype(), DType::kF32) << v.name;
+    }
+  }
+  EXPECT_THAT(plan->describe(), HasSubstr("layers.1.mlp"));
+}
+
+TEST(Compiler, MissingWeightFile) {
+  const auto dir = testing::temp_dir("model");
+  const auto graph = testing::write_model(dir, testing::small_spec());
+  std::filesystem::remove(dir / "model.safetensors");
+  const std::string err = compile_error(graph);
+  EXPECT_THAT(err, HasSubstr("model.pbtxt"));
+  EXPECT_THAT(err, HasSubstr("model.safetensors"));
+  EXPECT_THAT(err, HasSubstr("not found"));
+}
+
+TEST(Compiler, TensorMissingFromWeightFile) {
+  const auto dir = testing::temp_dir("model");
+  const auto graph = testing::write_model(dir, testing::small_spec());
+  const auto edited = testing::edit_graph(graph, [](proto::Model& m) {
+    for (auto& t : *m.mutable_tensors()) {
+      if (t.name() == "layers.1.mlp.down_proj.weight") t.set_key("layers.1.mlp.w2");
+    }
+  });
+  const std::string err = compile_error(edited);
+  EXPECT_THAT(err, HasSubstr("layers.1.mlp.w2"));
+}
+
+TEST(Compiler, DeclaredDtypeDisagreesWithFile) {
+  const auto dir = testing::temp_dir("model");
+  const auto graph = testing::write_model(dir, testing::small_spec());
+  const auto edited = testing::edit_graph(graph, [](proto::Model& m) {
+    for (auto& t : *m.mutable_tensors()) {
+      if (t.name() == "final_norm.weight") t.set_dtype(proto::F16);
+    }
+  });
+  const std::string err = compile_error(edited);
+  EXPECT_THAT(err, HasSubstr("final_norm.weight"));
+  EXPECT_THAT(err, HasSubstr("BF16"));
+}
+
+TEST(Compiler, CorruptSafetensorsHeader) {
+  const auto dir = testing::temp_dir("model");
+  const auto graph = testing::write_model(dir, testing::small_spec());
+  {
+    std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.write("!!!!", 4);
+  }
+  const std::string err = compile_error(graph);
+  EXPECT_THAT(err, HasSubstr("model.safetensors"));
+}
+
+TEST(Compiler, RejectsNonPositiveMaxTokens) {
+  const auto dir = testing::temp_dir("model");
+  CompileOptions options;
+  options.max_tokens = 0;
+  EXPECT_THAT(compile_error(testing::write_model(dir, testing::small_spec()), options),
+              HasSubstr("max_tokens must be positive"));
+}
+
+}  // namespace
+}  // namespace mg
