@@ -1,8 +1,8 @@
 #include "ops/moe/router/router.h"
 
 #include "framework/core/thread_pool.h"
-#include "ops/moe/cpu_gemm.h"
 #include "ops/moe/router/routing.h"
+#include "ops/nn/linear/linear_gemm.h"
 
 namespace mg {
 
@@ -38,7 +38,7 @@ const float* Router::score_correction_bias() const {
 
 void Router::gate(const float* x, int64_t num_tokens, float* logits, ThreadPool* pool) const {
   const int64_t E = config_.num_experts;
-  moe_gemm_xwt(x, num_tokens, hidden_size_, weight_.data<float>(), E, logits, pool);
+  cpu_gemm_xwt(x, num_tokens, hidden_size_, weight_.data<float>(), E, logits, pool);
   if (!config_.has_router_bias) return;
   const float* b = router_bias_.data<float>();
   for (int64_t t = 0; t < num_tokens; ++t) {

@@ -93,8 +93,7 @@ TEST(RouterHandComputed, SigmoidTopKWithScoreCorrectionBias) {
                  {0, 0, 0, 0,               // s = .5 each; c = .5 .6 .4 .8
                   ln(3), -ln(3), ln(4), 0,  // s = .75 .25 .8 .5; c = .75 .35 .7 .8
                   kNaN, kNaN, kNaN, kNaN},  // s = 0; c = bias: 0 .1 -.1 .3
-                 {0.0f, 0.1f, -0.1f, 0.3f}, {3, 1, 3, 0, 3, 1},
-                 {0.5f, 0.5f, 0.4f, 0.6f, 0, 0});
+                 {0.0f, 0.1f, -0.1f, 0.3f}, {3, 1, 3, 0, 3, 1}, {0.5f, 0.5f, 0.4f, 0.6f, 0, 0});
 }
 
 TEST(RouterHandComputed, TopKSoftmaxGptOss) {

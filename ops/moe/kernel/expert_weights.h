@@ -1,0 +1,22 @@
+// Expert weights of one rank in the canonical unquantized layout: what the unquantized oracle
+// module produces from a node's raw inputs (any float dtype, transposed or interleaved, all
+// experts, full width) and what each backend then converts to its own layout.
+#pragma once
+
+#include "framework/core/tensor.h"
+
+namespace mg {
+
+struct CanonicalExpertWeights {
+  // [E_local, N1, H] F32, N1 = 2 I_local (gate rows, then up rows) or I_local (not gated).
+  Tensor w13;
+  // [E_local, N1] F32 or undefined.
+  Tensor w13_bias;
+  // [E_local, H, I_local] F32.
+  Tensor w2;
+  // [E_local, H] F32 or undefined. Only the moe_tp_rank 0 shard carries it, so that summing the
+  // TP shards adds it once.
+  Tensor w2_bias;
+};
+
+}  // namespace mg

@@ -1,0 +1,86 @@
+// The experts half of a FusedMoEKernel: the part that runs the expert MLPs.
+//
+//   modular     DispatchedTokens (top-k ids and weights already chosen) -> expert_output:
+//               permute rows by expert -> GEMM1 (w13) -> activation -> GEMM2 (w2) ->
+//               weighted un-permute and sum over k (standard format; batched experts leave
+//               the weighting to finalize)
+//   monolithic  DispatchedLogits (router logits) -> expert_output: routing and the experts in
+//               one call (the decode fast path on GPUs)
+//
+// Each experts class comes with an ExpertsBackend: its name, form and activation format, the
+// support checks the oracle runs before building it, and the factory that converts the
+// canonical weights into the class's own layout.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "framework/device/device.h"
+#include "ops/moe/config.h"
+#include "ops/moe/kernel/expert_weights.h"
+#include "ops/moe/kernel/moe_types.h"
+#include "ops/moe/kernel/workspace.h"
+
+namespace mg {
+
+class Experts {
+ public:
+  virtual ~Experts() = default;
+  virtual std::string_view name() const = 0;
+  virtual bool is_monolithic() const = 0;
+  virtual ActivationFormat activation_format() const = 0;
+  // Scratch for an apply() with at most `max_rows` input rows (standard: tokens; batched:
+  // max_tokens_per_expert).
+  virtual size_t workspace_bytes(int64_t max_rows) const = 0;
+};
+
+class ExpertsModular : public Experts {
+ public:
+  bool is_monolithic() const final { return false; }
+  // Writes tokens.expert_output (see DispatchedTokens); scratch from `ws`.
+  virtual void apply(const DispatchedTokens& tokens, Workspace& ws, const MoEExecContext& ctx) = 0;
+};
+
+class ExpertsMonolithic : public Experts {
+ public:
+  bool is_monolithic() const final { return true; }
+  ActivationFormat activation_format() const final { return ActivationFormat::kStandard; }
+  // expert_output [M, H] = sum_j w_j Expert_{id_j}(x) with ids/weights routed from the logits
+  // (local experts only).
+  virtual void apply(const DispatchedLogits& tokens, Workspace& ws, const MoEExecContext& ctx) = 0;
+};
+
+// Everything a backend needs to build its experts for one node on one rank.
+struct ExpertsBuild {
+  const MoEConfig& config;
+  const ExpertsShape& shape;
+  // This rank's canonical weights; the backend converts (or adopts) them. They are the node's
+  // own copy, so the experts own what they keep.
+  CanonicalExpertWeights weights;
+  // [E] F32 when config.routing().has_score_correction_bias (monolithic routing needs it).
+  Tensor score_correction_bias;
+};
+
+// What the oracle knows about one experts class. Every check returns "" when the class
+// supports the case, else a short reason ("runs on the CPU only, not cuda:0").
+class ExpertsBackend {
+ public:
+  virtual ~ExpertsBackend() = default;
+  virtual std::string_view name() const = 0;
+  virtual bool is_monolithic() const = 0;
+  virtual ActivationFormat activation_format() const = 0;
+
+  virtual std::string check_device(Device device) const = 0;
+  virtual std::string check_quant(const MoEQuantConfig& quant) const = 0;
+  virtual std::string check_activation(const ActivationConfig& activation) const = 0;
+  // Monolithic classes route themselves and say which methods they implement.
+  virtual std::string check_routing(const RoutingConfig& routing) const { return {}; }
+  virtual std::string check_parallel(const ParallelConfig& parallel) const = 0;
+  virtual std::string check_shape(const ExpertsShape& shape) const = 0;
+
+  virtual std::unique_ptr<Experts> create(ExpertsBuild build) const = 0;
+};
+
+}  // namespace mg
