@@ -1,0 +1,135 @@
+#include "ops/moe/oracle/oracle.h"
+
+#include "framework/core/logging.h"
+#include "ops/moe/kernel/prepare_finalize.h"
+#include "ops/moe/oracle/unquantized.h"
+
+namespace mg {
+
+namespace {
+
+bool is_auto(std::string_view requested) {
+  return requested.empty() || requested == "auto";
+}
+
+std::string names_of(std::span<const ExpertsBackend* const> priority) {
+  std::string names;
+  for (const ExpertsBackend* b : priority) {
+    if (!names.empty()) names += ", ";
+    names += b->name();
+  }
+  return names.empty() ? "none" : names;
+}
+
+std::string verdict_list(const std::vector<BackendVerdict>& verdicts) {
+  std::string s;
+  for (const BackendVerdict& v : verdicts) s += fmt::format("\n  {}: {}", v.name, v.reason);
+  return s;
+}
+
+}  // namespace
+
+std::string check_backend(const ExpertsBackend& b, const OracleQuery& q) {
+  auto failed = [](std::string_view check, std::string reason) {
+    return reason.empty() ? reason : fmt::format("{}: {}", check, reason);
+  };
+  std::string r;
+  if (!(r = failed("device", b.check_device(q.device))).empty()) return r;
+  if (!(r = failed("quant", b.check_quant(q.quant))).empty()) return r;
+  if (!(r = failed("activation", b.check_activation(q.config.activation()))).empty()) return r;
+  if (b.is_monolithic()) {
+    if (!(r = failed("routing", b.check_routing(q.config.routing()))).empty()) return r;
+  }
+  if (!(r = failed("parallel", b.check_parallel(q.parallel))).empty()) return r;
+  if (!(r = failed("shape", b.check_shape(q.shape))).empty()) return r;
+  const ActivationFormat format = prepare_finalize_format(q.parallel);
+  if (b.activation_format() != format) {
+    return fmt::format("activation format: takes {} tokens, but prepare/finalize {} ({}) gives {}",
+                       activation_format_name(b.activation_format()),
+                       prepare_finalize_name(q.parallel), q.parallel.str(),
+                       activation_format_name(format));
+  }
+  return {};
+}
+
+OracleChoice select_backend(std::span<const ExpertsBackend* const> priority, const OracleQuery& q) {
+  OracleChoice choice;
+  choice.prepare_finalize = std::string(prepare_finalize_name(q.parallel));
+  for (const ExpertsBackend* b : priority) {
+    choice.verdicts.push_back({std::string(b->name()), check_backend(*b, q)});
+  }
+  if (!is_auto(q.requested)) {
+    for (size_t i = 0; i < priority.size(); ++i) {
+      if (priority[i]->name() != q.requested) continue;
+      MG_CHECK(choice.verdicts[i].reason.empty(),
+               "MoE backend '{}' was requested but cannot run "
+               "this node: {}",
+               q.requested, choice.verdicts[i].reason);
+      choice.backend = priority[i];
+      choice.requested = true;
+      return choice;
+    }
+    MG_FAIL("unknown MoE backend '{}' for {}; known backends: {}", q.requested, q.device.str(),
+            names_of(priority));
+  }
+  for (size_t i = 0; i < priority.size(); ++i) {
+    if (!choice.verdicts[i].reason.empty()) {
+      MG_LOG_DEBUG("oracle", "MoE backend {} rejected: {}", priority[i]->name(),
+                   choice.verdicts[i].reason);
+      continue;
+    }
+    choice.backend = priority[i];
+    return choice;
+  }
+  MG_FAIL("no MoE backend can run this node on {} ({}; quant {}; {}):{}", q.device.str(),
+          q.config.str(), q.quant.str(), q.parallel.str(),
+          priority.empty() ? std::string(" no backend is built for this device")
+                           : verdict_list(choice.verdicts));
+}
+
+std::string OracleChoice::describe() const {
+  std::string s = fmt::format("{} ({}, prepare/finalize {})", backend ? backend->name() : "none",
+                              requested ? "requested" : "auto", prepare_finalize);
+  for (const BackendVerdict& v : verdicts) {
+    if (backend && v.name == backend->name()) continue;
+    s += fmt::format(
+        "\n  {}: {}", v.name,
+        v.reason.empty() ? std::string("fits, lower priority") : "rejected, " + v.reason);
+  }
+  return s;
+}
+
+void check_quant_scheme_supported(QuantScheme scheme) {
+  switch (scheme) {
+    case QuantScheme::kUnquantized:
+      return;
+    case QuantScheme::kFp8PerTensor:
+    case QuantScheme::kFp8Block:
+    case QuantScheme::kInt8WeightOnly:
+    case QuantScheme::kInt4WeightOnly:
+    case QuantScheme::kMxfp4:
+    case QuantScheme::kNvfp4:
+      MG_FAIL("MoE quant scheme {} is not supported yet (only unquantized experts run today)",
+              quant_scheme_name(scheme));
+  }
+}
+
+MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& parallel,
+                                Device device, std::string_view requested,
+                                const RawExpertWeights& raw, const Tensor& score_correction_bias) {
+  check_quant_scheme_supported(config.quant_scheme());
+  const ExpertsShape shape = local_experts_shape(config, parallel);
+  const MoEQuantConfig quant = MoEQuantConfig::unquantized(DType::kF32);
+  const std::vector<const ExpertsBackend*> priority = unquantized_priority(device);
+  const OracleQuery query{device, config, quant, parallel, shape, requested};
+  MoEKernelBuild out;
+  out.choice = select_backend(priority, query);
+  ExpertsBuild build{config, shape, convert_unquantized_weights(config, parallel, shape, raw),
+                     score_correction_bias};
+  std::unique_ptr<Experts> experts = out.choice.backend->create(std::move(build));
+  out.kernel =
+      std::make_unique<FusedMoEKernel>(make_prepare_finalize(parallel, shape), std::move(experts));
+  return out;
+}
+
+}  // namespace mg

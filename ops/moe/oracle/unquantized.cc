@@ -1,0 +1,144 @@
+#include "ops/moe/oracle/unquantized.h"
+
+#include "framework/core/half.h"
+#include "ops/moe/experts/cpu_batched_experts.h"
+#include "ops/moe/experts/cpu_eigen_experts.h"
+#include "ops/moe/experts/cpu_monolithic_experts.h"
+
+namespace mg {
+
+namespace {
+
+// Reads element i of a host float tensor of any float dtype as fp32; `fn(read)` is called once
+// with a reader specialised for the tensor's dtype.
+template <typename Fn>
+void with_reader(const Tensor& t, Fn&& fn) {
+  MG_CHECK(t.device().is_cpu(), "expert weight {} must be in host memory", t.str());
+  switch (t.dtype()) {
+    case DType::kF32: {
+      const float* p = static_cast<const float*>(t.raw());
+      fn([p](int64_t i) { return p[i]; });
+      return;
+    }
+    case DType::kF64: {
+      const double* p = static_cast<const double*>(t.raw());
+      fn([p](int64_t i) { return static_cast<float>(p[i]); });
+      return;
+    }
+    case DType::kBF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(t.raw());
+      fn([p](int64_t i) { return bf16_to_float(p[i]); });
+      return;
+    }
+    case DType::kF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(t.raw());
+      fn([p](int64_t i) { return fp16_to_float(p[i]); });
+      return;
+    }
+    case DType::kI64:
+    case DType::kI32:
+    case DType::kI16:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      break;
+  }
+  MG_FAIL("unquantized expert weights must be F32, F16, BF16 or F64, got {}", t.str());
+}
+
+// Source row (of the full N1 rows) of row r of this rank's w13 shard.
+struct RowMap {
+  int64_t I;        // full intermediate size
+  int64_t I_local;  // this shard's
+  int64_t first;    // first intermediate index of this shard
+  bool gated;
+  bool interleaved;
+
+  int64_t operator()(int64_t r) const {
+    if (!gated) return first + r;
+    const bool up = r >= I_local;
+    const int64_t i = first + (up ? r - I_local : r);
+    if (interleaved) return 2 * i + (up ? 1 : 0);
+    return up ? I + i : i;
+  }
+};
+
+}  // namespace
+
+std::vector<const ExpertsBackend*> unquantized_priority(Device device) {
+  switch (device.type) {
+    case DeviceType::kCPU:
+      return {&cpu_eigen_backend(), &cpu_batched_backend(), &cpu_monolithic_backend()};
+    case DeviceType::kCUDA:
+      return {};
+  }
+  return {};
+}
+
+CanonicalExpertWeights convert_unquantized_weights(const MoEConfig& config,
+                                                   const ParallelConfig& parallel,
+                                                   const ExpertsShape& shape,
+                                                   const RawExpertWeights& raw) {
+  const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
+  const int64_t I = config.intermediate_size(), I_local = shape.intermediate_size;
+  const int64_t N1 = config.w13_rows(), N1_local = shape.w13_rows();
+  const bool transposed = config.layout() == ExpertLayout::kTransposed;
+  const RowMap row_of{I, I_local, parallel.moe_tp_rank() * I_local,
+                      is_gated(config.activation().kind), config.gate_up_interleaved()};
+  const std::vector<int32_t>& global = shape.expert_map.local_to_global;
+
+  CanonicalExpertWeights out;
+  out.w13 = Tensor::empty_cpu(DType::kF32, {E, N1_local, H});
+  with_reader(raw.w13, [&](auto read) {
+    float* dst = out.w13.data<float>();
+    for (int64_t l = 0; l < E; ++l) {
+      const int64_t g = global[l];
+      for (int64_t r = 0; r < N1_local; ++r) {
+        const int64_t src = row_of(r);
+        for (int64_t h = 0; h < H; ++h) {
+          dst[(l * N1_local + r) * H + h] =
+              read(transposed ? (g * H + h) * N1 + src : (g * N1 + src) * H + h);
+        }
+      }
+    }
+  });
+  out.w2 = Tensor::empty_cpu(DType::kF32, {E, H, I_local});
+  with_reader(raw.w2, [&](auto read) {
+    float* dst = out.w2.data<float>();
+    const int64_t first = row_of.first;
+    for (int64_t l = 0; l < E; ++l) {
+      const int64_t g = global[l];
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t i = 0; i < I_local; ++i) {
+          const int64_t col = first + i;
+          dst[(l * H + h) * I_local + i] =
+              read(transposed ? (g * I + col) * H + h : (g * H + h) * I + col);
+        }
+      }
+    }
+  });
+  if (raw.w13_bias.defined()) {
+    out.w13_bias = Tensor::empty_cpu(DType::kF32, {E, N1_local});
+    with_reader(raw.w13_bias, [&](auto read) {
+      float* dst = out.w13_bias.data<float>();
+      for (int64_t l = 0; l < E; ++l) {
+        for (int64_t r = 0; r < N1_local; ++r)
+          dst[l * N1_local + r] = read(global[l] * N1 + row_of(r));
+      }
+    });
+  }
+  if (raw.w2_bias.defined() && parallel.moe_tp_rank() == 0) {
+    out.w2_bias = Tensor::empty_cpu(DType::kF32, {E, H});
+    with_reader(raw.w2_bias, [&](auto read) {
+      float* dst = out.w2_bias.data<float>();
+      for (int64_t l = 0; l < E; ++l) {
+        for (int64_t h = 0; h < H; ++h) dst[l * H + h] = read(global[l] * H + h);
+      }
+    });
+  }
+  return out;
+}
+
+}  // namespace mg
