@@ -128,6 +128,10 @@ class HeaderParser {
     const size_t end = text_.find(quote, pos_ + 1);
     if (end == std::string_view::npos) fail("unterminated string");
     std::string s(text_.substr(pos_ + 1, end - pos_ - 1));
+    for (char c : s) {
+      // Every string a supported header holds is printable ASCII; keeps error messages clean.
+      if (c < 0x20 || c > 0x7e) fail("unexpected byte in a string (expected printable ASCII)");
+    }
     pos_ = end + 1;
     return s;
   }

@@ -57,6 +57,7 @@ Json parse_header(std::string_view text, const std::string& file, size_t header_
           entry = value.get<std::string>();
           MG_CHECK(top_keys.insert(entry).second, "{}: header lists {} twice", file, where());
           entry_keys.clear();
+          field.clear();
         } else if (depth == 2) {
           field = value.get<std::string>();
           MG_CHECK(entry_keys.insert(field).second, "{}: {}: key '{}' appears twice", file, where(),
@@ -68,9 +69,9 @@ Json parse_header(std::string_view text, const std::string& file, size_t header_
         MG_CHECK(depth < 3 || !entry.empty(),
                  "{}: header nests arrays or objects deeper than a safetensors header does", file);
         MG_CHECK(depth < 3,
-                 "{}: {}: '{}' holds a nested array or object (expected a string or an array of "
+                 "{}: {}: {}holds a nested array or object (expected a string or an array of "
                  "integers)",
-                 file, where(), field);
+                 file, where(), field.empty() ? "" : fmt::format("'{}' ", field));
         break;
       case Json::parse_event_t::object_end:
       case Json::parse_event_t::array_end:
