@@ -52,6 +52,16 @@ std::vector<int> ParallelConfig::tp_group() const {
   return ranks;
 }
 
+ExpertLocation locate_expert(int64_t num_experts, int ep_size, int64_t id) {
+  MG_ASSERT(ep_size >= 1 && num_experts >= ep_size && id >= 0 && id < num_experts,
+            "locate_expert({}, {}, {})", num_experts, ep_size, id);
+  // The first `rem` ranks hold base + 1 experts, the others base.
+  const int64_t base = num_experts / ep_size, rem = num_experts % ep_size;
+  const int64_t big = (base + 1) * rem;
+  if (id < big) return {static_cast<int>(id / (base + 1)), static_cast<int32_t>(id % (base + 1))};
+  return {static_cast<int>(rem + (id - big) / base), static_cast<int32_t>((id - big) % base)};
+}
+
 ExpertMap ParallelConfig::expert_map(int64_t num_experts) const {
   const int64_t ep = ep_size();
   MG_CHECK(num_experts >= ep,

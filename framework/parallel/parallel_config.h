@@ -43,6 +43,14 @@ struct ExpertMap {
   bool operator==(const ExpertMap&) const = default;
 };
 
+// Where global expert `id` lives under the linear placement of `num_experts` experts over
+// `ep_size` ranks: the rank and the local id there.
+struct ExpertLocation {
+  int rank;
+  int32_t local;
+};
+ExpertLocation locate_expert(int64_t num_experts, int ep_size, int64_t id);
+
 class ParallelConfig {
  public:
   // A single rank.

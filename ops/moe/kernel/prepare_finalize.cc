@@ -1,6 +1,8 @@
 #include "ops/moe/kernel/prepare_finalize.h"
 
 #include "framework/core/thread_pool.h"
+#include "ops/moe/kernel/prepare_finalize_all_gather.h"
+#include "ops/moe/kernel/prepare_finalize_all_to_all.h"
 #include "ops/moe/kernel/prepare_finalize_none.h"
 
 namespace mg {
@@ -44,8 +46,14 @@ ActivationFormat prepare_finalize_format(const ParallelConfig& parallel) {
 
 std::unique_ptr<PrepareFinalize> make_prepare_finalize(const ParallelConfig& parallel,
                                                        const ExpertsShape& shape) {
-  MG_ASSERT(parallel.dispatch() != MoEDispatch::kAllToAll && parallel.dp_size() == 1,
-            "prepare/finalize {} is not built yet", prepare_finalize_name(parallel));
+  if (parallel.dispatch() == MoEDispatch::kAllToAll) {
+    return std::make_unique<PrepareFinalizeAllToAll>(shape, parallel.ep_size());
+  }
+  if (parallel.dp_size() > 1) {
+    // The reduce-scatter sums the DP group; the TP ranks' shards remain when tp > 1.
+    return std::make_unique<PrepareFinalizeAllGather>(shape, parallel.dp_size(),
+                                                      parallel.tp_size() == 1);
+  }
   return std::make_unique<PrepareFinalizeNone>(shape, !parallel.is_single_rank());
 }
 

@@ -50,6 +50,11 @@ TEST(MoEParallelConfig, LinearExpertPlacementGivesTheRemainderToTheFirstRanks) {
       const auto it = std::find(local.begin(), local.end(), e);
       const int32_t want = it == local.end() ? -1 : static_cast<int32_t>(it - local.begin());
       EXPECT_EQ(map.global_to_local[static_cast<size_t>(e)], want);
+      if (want >= 0) {
+        const ExpertLocation loc = locate_expert(10, 4, e);
+        EXPECT_EQ(loc.rank, r);
+        EXPECT_EQ(loc.local, want);
+      }
     }
   }
 }

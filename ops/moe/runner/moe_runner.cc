@@ -1,0 +1,127 @@
+#include "ops/moe/runner/moe_runner.h"
+
+#include "framework/device/stream.h"
+#include "framework/parallel/communicator.h"
+
+namespace mg {
+
+// Per-step arrays of the runner; the kernel's scratch follows in the same workspace.
+struct MoERunner::Buffers {
+  float* logits;   // [n, E]
+  int32_t* ids;    // [n, k]
+  float* weights;  // [n, k]
+  float* route;    // routing scratch
+  float* shared;   // [n, H]
+
+  Buffers(Workspace& ws, const MoERunner& r, int64_t n) {
+    const int64_t E = r.config_.num_experts(), k = r.config_.top_k();
+    logits = ws.take<float>(n * E);
+    ids = ws.take<int32_t>(n * k);
+    weights = ws.take<float>(n * k);
+    route = ws.take<float>(r.router_.route_scratch_floats(n));
+    shared = ws.take<float>(r.shared_ ? n * r.config_.hidden_size() : 0);
+  }
+};
+
+MoERunner::MoERunner(MoEConfig config, ParallelConfig parallel, Router router,
+                     std::unique_ptr<FusedMoEKernel> kernel, std::optional<SharedExperts> shared)
+    : config_(std::move(config)),
+      parallel_(parallel),
+      router_(std::move(router)),
+      kernel_(std::move(kernel)),
+      shared_(std::move(shared)) {}
+
+size_t MoERunner::step_bytes(int64_t step) const {
+  Workspace ws = Workspace::sizing();
+  Buffers(ws, *this, step);
+  size_t bytes = ws.bytes() + kernel_->workspace_bytes(step);
+  if (shared_) bytes += shared_->workspace_bytes(step);
+  return bytes;
+}
+
+size_t MoERunner::workspace_bytes(int64_t max_tokens) const {
+  const int64_t chunk = config_.dp_chunk_size();
+  return step_bytes(chunk > 0 ? std::min(chunk, max_tokens) : max_tokens);
+}
+
+void MoERunner::forward(const float* x, int64_t M, float* out, void* workspace,
+                        size_t workspace_bytes, const MoERunContext& ctx) {
+  const ParallelConfig& p = parallel_;
+  Communicator* dp_comm = nullptr;
+  Communicator* tp_comm = nullptr;
+  if (!p.is_single_rank()) {
+    MG_CHECK(ctx.comm != nullptr && ctx.comm->size() == p.world_size() &&
+                 ctx.comm->rank() == p.world_rank(),
+             "MoE node compiled for {} (rank {} of {}) runs with {}", p.str(), p.world_rank(),
+             p.world_size(),
+             ctx.comm ? fmt::format("rank {} of {}", ctx.comm->rank(), ctx.comm->size())
+                      : std::string("no communicator"));
+    // Both subgroup calls on every rank, in the same order (they partition the ranks).
+    dp_comm = &ctx.comm->subgroup(p.dp_group());
+    tp_comm = &ctx.comm->subgroup(p.tp_group());
+  }
+  const int64_t H = config_.hidden_size();
+
+  // The step count must be the same on every DP rank.
+  int64_t max_dp = M;
+  if (p.dp_size() > 1) dp_comm->all_reduce(&max_dp, 1, DType::kI64, ReduceOp::kMax, ctx.stream);
+  const int64_t chunk = config_.dp_chunk_size();
+  const int64_t step = chunk > 0 ? std::min(chunk, max_dp) : max_dp;
+  if (step == 0) return;
+  MG_CHECK(step_bytes(step) <= workspace_bytes,
+           "MoE node: a step of {} tokens needs {} bytes of workspace, the plan gave {} (was it "
+           "planned for fewer tokens than a DP rank now has?)",
+           step, step_bytes(step), workspace_bytes);
+  const int64_t steps = (max_dp + step - 1) / step;
+  const bool side = ctx.side_stream != nullptr && shared_.has_value();
+  const MoEExecContext kctx{ctx.pool, ctx.stream, dp_comm};
+
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t begin = std::min(s * step, M);
+    const int64_t n = std::min(begin + step, M) - begin;
+    const float* xs = x + begin * H;
+    float* os = out + begin * H;
+    Workspace ws(workspace, workspace_bytes);
+    Buffers b(ws, *this, n);
+
+    if (side) {
+      ctx.fork->record(*ctx.stream);
+      ctx.fork->wait_on(*ctx.side_stream);
+    }
+    router_.gate(xs, n, b.logits, ctx.pool);
+    // On a GPU this is queued on the side stream and overlaps the routed experts; CPU streams
+    // run it right here.
+    if (shared_) shared_->forward(xs, n, b.shared, ws, ctx.pool);
+
+    PrepareArgs args;
+    args.hidden = xs;
+    args.num_tokens = n;
+    args.out = os;
+    if (kernel_->is_monolithic()) {
+      args.router_logits = b.logits;
+      kernel_->apply_monolithic(args, ws, kctx);
+    } else {
+      router_.route(b.logits, n, b.ids, b.weights, b.route, ctx.pool);
+      args.topk_ids = b.ids;
+      args.topk_weights = b.weights;
+      kernel_->apply(args, ws, kctx);
+    }
+    if (side) {
+      ctx.join->record(*ctx.side_stream);
+      ctx.join->wait_on(*ctx.stream);
+    }
+
+    const bool reduce_tp = p.tp_size() > 1;
+    if (shared_ && reduce_tp && kernel_->output_is_reduced()) {
+      tp_comm->all_reduce(b.shared, n * H, DType::kF32, ReduceOp::kSum, ctx.stream);
+    }
+    if (shared_) {
+      for (int64_t i = 0; i < n * H; ++i) os[i] += b.shared[i];
+    }
+    if (reduce_tp && !kernel_->output_is_reduced()) {
+      tp_comm->all_reduce(os, n * H, DType::kF32, ReduceOp::kSum, ctx.stream);
+    }
+  }
+}
+
+}  // namespace mg

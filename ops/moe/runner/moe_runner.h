@@ -1,0 +1,71 @@
+// MoERunner: one MoE node's forward on one rank: gate -> route -> kernel, shared experts on a
+// side stream, the DP chunk loop and the output reduction.
+//
+//   x [M, H] (this rank's tokens) -> out [M, H]
+//   max_dp = max of M over the DP group (all-reduce); step = min(dp_chunk_size, max_dp)
+//   (dp_chunk_size 0: step = max_dp); every rank runs ceil(max_dp / step) steps, a rank out of
+//   tokens with an empty chunk, so the collectives inside the kernel stay in lockstep.
+//   per step, rows [begin, begin + n):
+//     fork: the side stream waits for the main stream
+//     logits [n, E]   = router.gate(x)                      main stream
+//     shared [n, H]   = shared_experts(x)                   side stream (gated by sigmoid)
+//     ids, w [n, k]   = router.route(logits)                modular kernels only
+//     out    [n, H]   = kernel(x, ids, w | logits)          prepare -> experts -> finalize
+//     join: the main stream waits for the side stream
+//     out += shared; all-reduce over the TP group when tp > 1 and the kernel left partial sums
+//     (if the kernel already reduced, only the shared partials are all-reduced first)
+// routed_scaling_factor is already in the weights (the routing applies it after renormalising,
+// as HF does), so the runner does not scale again.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "framework/parallel/parallel_config.h"
+#include "ops/moe/kernel/fused_moe_kernel.h"
+#include "ops/moe/router/router.h"
+#include "ops/moe/runner/shared_experts.h"
+
+namespace mg {
+
+class Communicator;
+class Event;
+class Stream;
+
+struct MoERunContext {
+  ThreadPool* pool = nullptr;
+  Stream* stream = nullptr;       // main stream
+  Stream* side_stream = nullptr;  // shared experts; null: run them on the main stream
+  Event* fork = nullptr;          // with side_stream
+  Event* join = nullptr;
+  // The tp x dp ranks of ParallelConfig (world rank order); null for a single rank.
+  Communicator* comm = nullptr;
+};
+
+class MoERunner {
+ public:
+  MoERunner(MoEConfig config, ParallelConfig parallel, Router router,
+            std::unique_ptr<FusedMoEKernel> kernel, std::optional<SharedExperts> shared);
+
+  const FusedMoEKernel& kernel() const { return *kernel_; }
+  const ParallelConfig& parallel() const { return parallel_; }
+
+  // Scratch for calls whose DP group has at most `max_tokens` tokens per rank.
+  size_t workspace_bytes(int64_t max_tokens) const;
+
+  // out [M, H] for x [M, H]. Collective over ctx.comm: every rank of the tp x dp grid calls it.
+  void forward(const float* x, int64_t num_tokens, float* out, void* workspace,
+               size_t workspace_bytes, const MoERunContext& ctx);
+
+ private:
+  struct Buffers;
+  size_t step_bytes(int64_t step) const;
+
+  MoEConfig config_;
+  ParallelConfig parallel_;
+  Router router_;
+  std::unique_ptr<FusedMoEKernel> kernel_;
+  std::optional<SharedExperts> shared_;
+};
+
+}  // namespace mg

@@ -1,0 +1,78 @@
+#include "ops/moe/runner/shared_experts.h"
+
+#include <algorithm>
+
+#include "ops/moe/experts/cpu_expert_mlp.h"
+#include "ops/nn/activation.h"
+#include "ops/nn/linear/linear_gemm.h"
+
+namespace mg {
+
+struct SharedExperts::Scratch {
+  float* h;     // [M, N1s]
+  float* a;     // [M, Is]
+  float* gate;  // [M]
+
+  Scratch(Workspace& ws, const SharedExperts& s, int64_t M) {
+    const int64_t N1 =
+        is_gated(s.activation_.kind) ? 2 * s.intermediate_size_ : s.intermediate_size_;
+    h = ws.take<float>(M * N1);
+    a = ws.take<float>(M * s.intermediate_size_);
+    gate = ws.take<float>(s.expert_gate_.defined() ? M : 0);
+  }
+};
+
+SharedExperts::SharedExperts(const SharedExpertsConfig& config, int64_t hidden_size, int tp_size,
+                             int tp_rank, const Tensor& gate, const Tensor& up, const Tensor& down,
+                             const Tensor& expert_gate)
+    : activation_(config.activation), hidden_size_(hidden_size) {
+  const int64_t Is = config.intermediate_size, H = hidden_size;
+  MG_CHECK(Is % tp_size == 0,
+           "shared experts: intermediate size {} cannot be split evenly over {} tensor-parallel "
+           "ranks",
+           Is, tp_size);
+  intermediate_size_ = Is / tp_size;
+  const int64_t Il = intermediate_size_, first = tp_rank * Il;
+  const bool gated = is_gated(activation_.kind);
+  // [gate slice; up slice] rows, so one GEMM gives each row as [gate | up].
+  w13_ = Tensor::empty_cpu(DType::kF32, {gated ? 2 * Il : Il, H});
+  float* w13 = w13_.data<float>();
+  if (gated) std::copy_n(gate.data<float>() + first * H, Il * H, w13);
+  std::copy_n(up.data<float>() + first * H, Il * H, w13 + (gated ? Il * H : 0));
+  w2_ = Tensor::empty_cpu(DType::kF32, {H, Il});
+  for (int64_t h = 0; h < H; ++h) {
+    std::copy_n(down.data<float>() + h * Is + first, Il, w2_.data<float>() + h * Il);
+  }
+  if (config.has_gate) {
+    expert_gate_ = Tensor::empty_cpu(DType::kF32, {H});
+    std::copy_n(expert_gate.data<float>(), H, expert_gate_.data<float>());
+  }
+}
+
+size_t SharedExperts::workspace_bytes(int64_t max_tokens) const {
+  Workspace ws = Workspace::sizing();
+  Scratch(ws, *this, max_tokens);
+  return ws.bytes();
+}
+
+void SharedExperts::forward(const float* x, int64_t M, float* out, Workspace& ws,
+                            ThreadPool* pool) const {
+  Scratch sc(ws, *this, M);
+  if (M == 0) return;
+  const int64_t H = hidden_size_, Il = intermediate_size_;
+  cpu_gemm_xwt(x, M, H, w13_.data<float>(), w13_.dim(0), sc.h, pool);
+  cpu_parallel_for(pool, M, std::max<int64_t>(1, 4096 / Il), [&](int64_t begin, int64_t end) {
+    apply_expert_activation(activation_, sc.h + begin * w13_.dim(0), end - begin, Il,
+                            sc.a + begin * Il);
+  });
+  cpu_gemm_xwt(sc.a, M, Il, w2_.data<float>(), H, out, pool);
+  if (!expert_gate_.defined()) return;
+  // Qwen2-MoE: out[t] *= sigmoid(x[t] . w_sg).
+  cpu_gemm_xwt(x, M, H, expert_gate_.data<float>(), 1, sc.gate, pool);
+  for (int64_t t = 0; t < M; ++t) {
+    const float s = sigmoid(sc.gate[t]);
+    for (int64_t h = 0; h < H; ++h) out[t * H + h] *= s;
+  }
+}
+
+}  // namespace mg
