@@ -12,6 +12,7 @@ void register_rope(OpRegistry& registry);
 void register_attention(OpRegistry& registry);
 void register_gated_mlp(OpRegistry& registry);
 void register_add(OpRegistry& registry);
+void register_moe(OpRegistry& registry);
 
 inline void register_all_ops(OpRegistry& registry) {
   register_embedding(registry);
@@ -21,6 +22,7 @@ inline void register_all_ops(OpRegistry& registry) {
   register_attention(registry);
   register_gated_mlp(registry);
   register_add(registry);
+  register_moe(registry);
 }
 
 }  // namespace mg

@@ -1,0 +1,119 @@
+// op "moe": parses the node, compiles it (oracle -> FusedMoEKernel -> MoERunner) and runs it.
+#include <memory>
+
+#include "framework/device/stream.h"
+#include "ops/moe/moe_params.h"
+#include "ops/moe/oracle/oracle.h"
+#include "ops/moe/runner/moe_runner.h"
+#include "ops/registry.h"
+
+namespace mg {
+
+namespace {
+
+// Per session: the side stream the shared experts run on and the events that fork and join it.
+class MoEState final : public OpState {
+ public:
+  explicit MoEState(Device device)
+      : side_stream(make_stream(device)), fork(make_event(device)), join(make_event(device)) {}
+  std::unique_ptr<Stream> side_stream;
+  std::unique_ptr<Event> fork;
+  std::unique_ptr<Event> join;
+};
+
+class MoEKernel final : public OpKernel {
+ public:
+  MoEKernel(std::unique_ptr<MoERunner> runner, int64_t hidden_size, bool has_shared,
+            std::string description)
+      : runner_(std::move(runner)),
+        hidden_size_(hidden_size),
+        has_shared_(has_shared),
+        description_(std::move(description)) {}
+
+  void run(const ExecContext& ctx, std::span<const Tensor> inputs,
+           std::span<const Tensor> outputs) override {
+    const Tensor& x = inputs[moe_input::kX];
+    MG_CHECK(x.dtype() == DType::kF32 && x.rank() == 2 && x.dim(1) == hidden_size_,
+             "op moe: input x must be F32[T, {}] on the CPU, got {}", hidden_size_, x.str());
+    MoERunContext rc;
+    rc.pool = ctx.pool;
+    rc.stream = ctx.stream;
+    rc.comm = ctx.comm;
+    if (auto* state = dynamic_cast<MoEState*>(ctx.state)) {
+      rc.side_stream = state->side_stream.get();
+      rc.fork = state->fork.get();
+      rc.join = state->join.get();
+    }
+    runner_->forward(x.data<float>(), x.dim(0), outputs[0].data<float>(), ctx.workspace,
+                     ctx.workspace_bytes, rc);
+  }
+
+  size_t workspace_bytes(int64_t max_tokens) const override {
+    return runner_->workspace_bytes(max_tokens);
+  }
+
+  std::unique_ptr<OpState> create_state(const StateOptions& options) const override {
+    if (!has_shared_) return nullptr;
+    return std::make_unique<MoEState>(options.device);
+  }
+
+  std::string describe() const override { return description_; }
+
+ private:
+  std::unique_ptr<MoERunner> runner_;
+  int64_t hidden_size_;
+  bool has_shared_;
+  std::string description_;
+};
+
+class MoEOp final : public OpDef {
+ public:
+  std::string_view name() const override { return "moe"; }
+  proto::Node::ParamsCase params_case() const override { return proto::Node::kMoe; }
+  std::span<const InputSpec> inputs() const override { return moe_input_specs(); }
+  int num_outputs() const override { return 1; }
+
+  std::vector<ValueType> infer(const proto::Node& node,
+                               std::span<const std::optional<ValueType>> inputs) const override {
+    const MoEConfig config = moe_config_from_params(node.moe());
+    check_quant_scheme_supported(config.quant_scheme());
+    check_moe_inputs(config, inputs);
+    return {ValueType{DType::kF32, {kTokens, config.hidden_size()}}};
+  }
+
+  std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
+    const MoEConfig config = moe_config_from_params(ctx.node.moe());
+    check_moe_inputs(config, ctx.input_types);
+    const ParallelConfig& parallel = ctx.options.parallel;
+    auto weight = [&](size_t i) { return i < ctx.weights.size() ? ctx.weights[i] : Tensor(); };
+    // CompileOptions::moe_backend (moegraph --moe-backend) wins over the node's own choice.
+    const std::string& requested =
+        ctx.options.moe_backend.empty() ? config.backend() : ctx.options.moe_backend;
+    const RawExpertWeights raw{weight(moe_input::kW13), weight(moe_input::kW13Bias),
+                               weight(moe_input::kW2), weight(moe_input::kW2Bias)};
+    MoEKernelBuild build = build_moe_kernel(config, parallel, ctx.options.device, requested, raw,
+                                            weight(moe_input::kScoreCorrectionBias));
+    Router router(config.routing(), config.hidden_size(), weight(moe_input::kRouterWeight),
+                  weight(moe_input::kRouterBias), weight(moe_input::kScoreCorrectionBias));
+    std::optional<SharedExperts> shared;
+    if (config.shared().present()) {
+      shared.emplace(config.shared(), config.hidden_size(), parallel.tp_size(), parallel.tp_rank(),
+                     weight(moe_input::kSharedGate), weight(moe_input::kSharedUp),
+                     weight(moe_input::kSharedDown), weight(moe_input::kSharedExpertGate));
+    }
+    std::string description = build.choice.describe();
+    if (!parallel.is_single_rank()) description += "\n  parallel: " + parallel.str();
+    auto runner = std::make_unique<MoERunner>(config, parallel, std::move(router),
+                                              std::move(build.kernel), std::move(shared));
+    return std::make_unique<MoEKernel>(std::move(runner), config.hidden_size(),
+                                       config.shared().present(), std::move(description));
+  }
+};
+
+}  // namespace
+
+void register_moe(OpRegistry& registry) {
+  registry.add(std::make_unique<MoEOp>());
+}
+
+}  // namespace mg
