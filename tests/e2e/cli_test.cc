@@ -71,20 +71,26 @@ TEST(Cli, InspectPrintsGraphAndPlan) {
   EXPECT_THAT(r.out, HasSubstr("kernel: "));
 }
 
-TEST(Cli, MakeModelReproducesTheBundledModelByteForByte) {
-  // models/README.md records the command; the committed files must be what it writes.
-  const auto dir = testing::temp_dir("remade");
-  const CommandResult r = run_moegraph({"make-model", "--family", "llama", "--seed", "1", "--out",
-                                        dir.string()});
+// models/README.md records the commands; the committed files must be what they write.
+void expect_reproduces(const std::string& bundled_name, const std::vector<std::string>& args) {
+  const auto dir = testing::temp_dir("remade-" + bundled_name);
+  std::vector<std::string> cmd = {"make-model", "--out", dir.string()};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  const CommandResult r = run_moegraph(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::filesystem::path bundled = std::filesystem::path(MG_SOURCE_DIR) / "models/tiny-llama";
+  const std::filesystem::path bundled = std::filesystem::path(MG_SOURCE_DIR) / "models" / bundled_name;
   for (const char* f : {"model.pbtxt", "model.safetensors"}) {
     std::ifstream a(dir / f, std::ios::binary), b(bundled / f, std::ios::binary);
     const std::string sa((std::istreambuf_iterator<char>(a)), {});
     const std::string sb((std::istreambuf_iterator<char>(b)), {});
     EXPECT_FALSE(sa.empty());
-    EXPECT_TRUE(sa == sb) << f << " differs from the bundled copy";
+    EXPECT_TRUE(sa == sb) << bundled_name << "/" << f << " differs from what make-model writes";
   }
+}
+
+TEST(Cli, MakeModelReproducesTheBundledModelsByteForByte) {
+  expect_reproduces("tiny-llama", {"--family", "llama", "--seed", "1"});
+  expect_reproduces("tiny-moe", {"--family", "deepseek_v3", "--seed", "1", "--layers", "3"});
 }
 
 class CliBadInput : public ::testing::Test {

@@ -5,6 +5,7 @@
 
 #include "framework/core/error.h"
 #include "framework/io/npy.h"
+#include "framework/runtime/local_ranks.h"
 #include "framework/runtime/session.h"
 #include "tools/moegraph/commands.h"
 
@@ -17,6 +18,7 @@ struct RunArgs {
   std::string prompt_ids = "1,2,3,4,5,6,7,8";
   int max_new_tokens = 16;
   std::string device = "cpu";
+  std::string dtype;
   int threads = 0;
   std::string dump_logits;
   float temperature = 0.0f;
@@ -28,13 +30,105 @@ struct RunArgs {
   int64_t max_tokens = 512;
   int64_t max_seq_len = 0;
   std::string moe_backend;
+  int tp = 1;
+  int dp = 1;
+  bool ep = false;
+  std::string moe_dispatch = "allgather";
 };
+
+std::vector<int32_t> positions_for(size_t n) {
+  std::vector<int32_t> positions(n);
+  for (size_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i);
+  return positions;
+}
+
+void print_result(const std::string& who, std::span<const int32_t> prompt,
+                  const GenerateResult& r) {
+  std::cout << who << "prompt ids: " << fmt::format("{}", fmt::join(prompt, " ")) << "\n";
+  std::cout << who << "generated ids: " << fmt::format("{}", fmt::join(r.tokens, " ")) << "\n";
+  const size_t decoded = r.tokens.empty() ? 0 : r.tokens.size() - 1;
+  std::cout << who
+            << fmt::format("prefill: {} tokens in {:.2f} ms ({:.1f} tokens/s)\n", r.prompt_tokens,
+                           r.prefill_seconds * 1e3, r.prompt_tokens / r.prefill_seconds);
+  if (decoded > 0) {
+    std::cout << who
+              << fmt::format("decode: {} tokens in {:.2f} ms ({:.1f} tokens/s)\n", decoded,
+                             r.decode_seconds * 1e3, decoded / r.decode_seconds);
+  }
+}
+
+// --tp/--dp/--ep: one thread per rank (framework/runtime/local_ranks.h). DP rank d drops the
+// last d prompt tokens, so DP ranks carry uneven token counts; world rank 0 runs the whole
+// prompt, and its logits are the ones --dump-logits writes. Every rank makes the same calls
+// (one prefill, then max-new-tokens - 1 decode steps, no early stop at eos) so the MoE
+// collectives stay in lockstep.
+int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
+                 const std::vector<int32_t>& prompt, CompileOptions compile,
+                 SessionOptions options) {
+  LocalRanksOptions ranks{a.tp, a.dp, a.ep, MoEDispatch::kAllGatherReduceScatter};
+  if (a.moe_dispatch == "alltoall") {
+    ranks.dispatch = MoEDispatch::kAllToAll;
+  } else {
+    MG_CHECK(a.moe_dispatch == "allgather",
+             "--moe-dispatch: unknown value '{}' (expected allgather or alltoall)", a.moe_dispatch);
+  }
+  const int world = a.tp * a.dp;
+  MG_CHECK(world > 1 || !a.ep, "--ep needs more than one rank (--tp or --dp > 1)");
+  compile.max_tokens = std::max<int64_t>(compile.max_tokens, static_cast<int64_t>(prompt.size()));
+  options.threads = std::max(1, options.threads / world);
+  struct RankResult {
+    ParallelConfig config;
+    std::vector<int32_t> prompt;
+    GenerateResult result;
+  };
+  std::vector<RankResult> results(world);
+  std::string model_name;
+  run_local_ranks(graph, compile, options, ranks, [&](const ParallelConfig& pc, Session& s) {
+    const size_t drop = std::min<size_t>(prompt.size() - 1, static_cast<size_t>(pc.dp_rank()));
+    std::vector<int32_t> own(prompt.begin(), prompt.end() - static_cast<std::ptrdiff_t>(drop));
+    for (int32_t id : own) {
+      MG_CHECK(id < s.plan().info.vocab_size(),
+               "--prompt-ids: token id {} is outside the vocabulary of {} tokens", id,
+               s.plan().info.vocab_size());
+    }
+    if (!a.dump_logits.empty()) {
+      const Tensor& logits = s.forward(own, positions_for(own.size()));
+      if (pc.world_rank() == 0) write_npy(a.dump_logits, logits);
+    }
+    GenerateOptions gen;
+    gen.max_new_tokens = a.max_new_tokens;
+    gen.sampling = {a.temperature, a.top_k, a.top_p};
+    gen.seed = a.seed;
+    gen.stop_at_eos = false;
+    RankResult& r = results[pc.world_rank()];
+    r.config = pc;
+    r.prompt = own;
+    r.result = s.generate(own, gen);
+    if (pc.world_rank() == 0) model_name = s.plan().model_name;
+  });
+  std::cout << "model: " << model_name << " (" << graph.string() << ") on " << world
+            << " cpu ranks, " << options.threads << " threads each\n";
+  for (const RankResult& r : results) {
+    if (r.config.tp_rank() != 0) continue;  // TP ranks of a DP group produce the same tokens
+    print_result(fmt::format("[{}] ", r.config.str()), r.prompt, r.result);
+  }
+  return 0;
+}
+
+// --dtype: "bf16", "f16" or "f32" (the names make-model takes too).
+DType parse_activation_dtype(const std::string& text) {
+  if (text == "bf16") return DType::kBF16;
+  if (text == "f16") return DType::kF16;
+  if (text == "f32") return DType::kF32;
+  MG_FAIL("--dtype: unknown dtype '{}' (expected bf16, f16 or f32)", text);
+}
 
 int run(const RunArgs& a) {
   const std::filesystem::path graph = resolve_model(a.model);
   const std::vector<int32_t> prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
   CompileOptions compile;
   compile.device = Device::parse(a.device);
+  if (!a.dtype.empty()) compile.activation_dtype = parse_activation_dtype(a.dtype);
   compile.max_tokens = a.max_tokens;
   compile.max_seq_len = a.max_seq_len;
   compile.moe_backend = a.moe_backend;
@@ -42,6 +136,10 @@ int run(const RunArgs& a) {
   options.threads =
       a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.profile = a.profile || !a.trace.empty();
+  if (a.tp > 1 || a.dp > 1 || a.ep) {
+    MG_CHECK(compile.device.is_cpu(), "--tp/--dp/--ep run on the CPU for now (ranks as threads)");
+    return run_parallel(a, graph, prompt, compile, options);
+  }
   auto session = Session::open(graph, compile, options);
   const ExecutionPlan& plan = session->plan();
   for (int32_t id : prompt) {
@@ -50,9 +148,7 @@ int run(const RunArgs& a) {
   }
 
   if (!a.dump_logits.empty()) {
-    std::vector<int32_t> positions(prompt.size());
-    for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
-    write_npy(a.dump_logits, session->forward(prompt, positions));
+    write_npy(a.dump_logits, session->forward(prompt, positions_for(prompt.size())));
   }
 
   GenerateOptions gen;
@@ -62,16 +158,9 @@ int run(const RunArgs& a) {
   const GenerateResult r = session->generate(prompt, gen);
 
   std::cout << "model: " << plan.model_name << " (" << graph.string() << ") on "
-            << plan.device.str() << ", " << options.threads << " threads\n";
-  std::cout << "prompt ids: " << fmt::format("{}", fmt::join(prompt, " ")) << "\n";
-  std::cout << "generated ids: " << fmt::format("{}", fmt::join(r.tokens, " ")) << "\n";
-  const size_t decoded = r.tokens.empty() ? 0 : r.tokens.size() - 1;
-  std::cout << fmt::format("prefill: {} tokens in {:.2f} ms ({:.1f} tokens/s)\n", r.prompt_tokens,
-                           r.prefill_seconds * 1e3, r.prompt_tokens / r.prefill_seconds);
-  if (decoded > 0) {
-    std::cout << fmt::format("decode: {} tokens in {:.2f} ms ({:.1f} tokens/s)\n", decoded,
-                             r.decode_seconds * 1e3, decoded / r.decode_seconds);
-  }
+            << plan.device.str() << " (" << dtype_name(activation_dtype_of(compile)) << "), "
+            << options.threads << " threads\n";
+  print_result("", prompt, r);
   if (a.profile) std::cout << session->profiler().summary();
   if (!a.trace.empty()) {
     session->profiler().write_trace(a.trace);
@@ -93,6 +182,9 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype,
+                  "Activation dtype: bf16, f16 or f32 (default: f32 on cpu, bf16 on cuda; the "
+                  "CPU runs f32 only)");
   cmd->add_option("--threads", args->threads, "CPU threads (default: all cores)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dump-logits", args->dump_logits,
@@ -114,6 +206,19 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--moe-backend", args->moe_backend,
                   "Force this expert backend on every MoE node (error if it does not fit)");
+  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (CPU: threads; MoE experts are split)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--dp", args->dp,
+                  "Data-parallel ranks (CPU: threads; each runs its own prompt, MoE tokens are "
+                  "exchanged)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--ep", args->ep, "Expert parallelism over the tp x dp ranks (whole experts per rank)");
+  cmd->add_option("--moe-dispatch", args->moe_dispatch,
+                  "How DP ranks exchange MoE tokens: allgather (all-gather + reduce-scatter) or "
+                  "alltoall (needs --ep, --tp 1)")
+      ->capture_default_str();
   return [args] { return run(*args); };
 }
 
