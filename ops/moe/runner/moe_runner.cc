@@ -27,6 +27,8 @@ MoERunner::MoERunner(MoEConfig config, ParallelConfig parallel, Router router,
                      std::unique_ptr<FusedMoEKernel> kernel, std::optional<SharedExperts> shared)
     : config_(std::move(config)),
       parallel_(parallel),
+      dp_ranks_(parallel.dp_group()),
+      tp_ranks_(parallel.tp_group()),
       router_(std::move(router)),
       kernel_(std::move(kernel)),
       shared_(std::move(shared)) {}
@@ -57,8 +59,8 @@ void MoERunner::forward(const float* x, int64_t M, float* out, void* workspace,
              ctx.comm ? fmt::format("rank {} of {}", ctx.comm->rank(), ctx.comm->size())
                       : std::string("no communicator"));
     // Both subgroup calls on every rank, in the same order (they partition the ranks).
-    dp_comm = &ctx.comm->subgroup(p.dp_group());
-    tp_comm = &ctx.comm->subgroup(p.tp_group());
+    dp_comm = &ctx.comm->subgroup(dp_ranks_);
+    tp_comm = &ctx.comm->subgroup(tp_ranks_);
   }
   const int64_t H = config_.hidden_size();
 

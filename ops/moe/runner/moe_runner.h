@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "framework/parallel/parallel_config.h"
 #include "ops/moe/kernel/fused_moe_kernel.h"
@@ -63,6 +64,9 @@ class MoERunner {
 
   MoEConfig config_;
   ParallelConfig parallel_;
+  // World ranks of this rank's DP and TP groups (computed once: no allocation per forward).
+  std::vector<int> dp_ranks_;
+  std::vector<int> tp_ranks_;
   Router router_;
   std::unique_ptr<FusedMoEKernel> kernel_;
   std::optional<SharedExperts> shared_;

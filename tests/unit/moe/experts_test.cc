@@ -5,6 +5,7 @@
 
 #include "ops/moe/experts/cpu_eigen_experts.h"
 #include "ops/moe/experts/cpu_monolithic_experts.h"
+#include "ops/moe/kernel/prepare_finalize_all_to_all.h"
 #include "tests/unit/moe/experts_test_util.h"
 
 namespace mg {
@@ -124,6 +125,35 @@ TEST(FusedMoEKernel, RejectsBatchedExpertsWithAStandardPrepareFinalize) {
                                  cpu_batched_backend().create(std::move(build))),
                   "experts 'cpu_batched' take the batched activation format, but "
                   "prepare/finalize 'none' produces the standard format");
+}
+
+TEST(FusedMoEKernel, RejectsMonolithicExpertsWithAModularOnlyPrepareFinalize) {
+  const Problem p =
+      make_problem(4, 2, 8, 4, 1, MoEActivation::kSiluGated, IdPattern::kRandom, false, 1);
+  ExpertsBuild build{p.config, p.shape, moe_test::clone(p.weights), Tensor()};
+  EXPECT_MG_ERROR(FusedMoEKernel(std::make_unique<PrepareFinalizeAllToAll>(p.shape, 1),
+                                 cpu_monolithic_backend().create(std::move(build))),
+                  "experts 'cpu_monolithic' are monolithic (router logits in), but "
+                  "prepare/finalize 'all_to_all' only moves routed tokens (modular)");
+}
+
+TEST(FusedMoEKernel, AllToAllOnOneRankWithBatchedExperts) {
+  // A group of one (null communicator): dispatch and combine are copies, the experts see
+  // slabs; the result must equal the standard path's.
+  ThreadPool pool(2);
+  for (IdPattern pattern : {IdPattern::kRandom, IdPattern::kAllToOne}) {
+    for (int64_t M : {0, 1, 19}) {
+      const Problem p =
+          make_problem(6, 3, 20, 12, M, MoEActivation::kGeluGated, pattern, true, 40 + M);
+      const ParallelConfig one(1, 0, 1, 0, true, MoEDispatch::kAllToAll);
+      ExpertsBuild build{p.config, p.shape, moe_test::clone(p.weights), Tensor()};
+      FusedMoEKernel kernel(make_prepare_finalize(one, p.shape),
+                            cpu_batched_backend().create(std::move(build)));
+      EXPECT_EQ(kernel.str(), "cpu_batched + all_to_all");
+      expect_close(moe_test::run_kernel(kernel, 20, p.x, M, p.ids, p.topk_weights, {}, &pool),
+                   reference_out(p), fmt::format("M={} pattern={}", M, static_cast<int>(pattern)));
+    }
+  }
 }
 
 TEST(FusedMoEKernel, DescribesItsParts) {

@@ -2,6 +2,7 @@
 // tests.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,21 @@ inline MoENode make_moe_node(const std::string& family, uint32_t seed, int64_t E
 
 inline const char* const kFamilies[] = {"mixtral", "qwen2_moe", "deepseek_v2",    "deepseek_v3",
                                         "gpt_oss", "llama4",    "granite_shared", "relu2_sigmoid"};
+
+// The node's input types as the compiler sees them (x with a token dimension T).
+inline std::vector<std::optional<ValueType>> input_types(const std::vector<Tensor>& inputs) {
+  std::vector<std::optional<ValueType>> types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) {
+      types.emplace_back();
+      continue;
+    }
+    ValueType t{inputs[i].dtype(), inputs[i].shape()};
+    if (i == moe_input::kX) t.shape[0] = kTokens;
+    types.push_back(t);
+  }
+  return types;
+}
 
 // inputs with x replaced.
 inline std::vector<Tensor> with_x(const MoENode& n, const Tensor& x) {

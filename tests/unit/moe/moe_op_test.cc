@@ -89,17 +89,7 @@ TEST(MoEOp, BackendRequestsFromTheNodeAndFromCompileOptions) {
 }
 
 std::vector<std::optional<ValueType>> types_of(const MoENode& n) {
-  std::vector<std::optional<ValueType>> types;
-  for (size_t i = 0; i < n.inputs.size(); ++i) {
-    if (!n.inputs[i].defined()) {
-      types.emplace_back();
-      continue;
-    }
-    ValueType t{n.inputs[i].dtype(), n.inputs[i].shape()};
-    if (i == moe_input::kX) t.shape[0] = kTokens;
-    types.push_back(t);
-  }
-  return types;
+  return moe_test::input_types(n.inputs);
 }
 
 TEST(MoEOp, BadNodesGiveClearErrors) {

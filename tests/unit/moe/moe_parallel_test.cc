@@ -46,18 +46,11 @@ std::vector<float> run_rank(const MoENode& n, const Tensor& x, const CompileOpti
                             Communicator* comm) {
   const OpDef& def = *OpRegistry::global().find("moe");
   const std::vector<Tensor> in = with_x(n, x);
-  std::vector<std::optional<ValueType>> types;
+  const std::vector<std::optional<ValueType>> types = moe_test::input_types(in);
   std::vector<Tensor> placed(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    if (!in[i].defined()) {
-      types.emplace_back();
-      continue;
-    }
-    ValueType t{in[i].dtype(), in[i].shape()};
-    if (i == moe_input::kX) t.shape[0] = kTokens;
-    types.push_back(t);
     const InputSpec& spec = def.inputs()[i];
-    if (spec.kind == InputKind::kWeight) {
+    if (in[i].defined() && spec.kind == InputKind::kWeight) {
       placed[i] = spec.placement == WeightPlacement::kRaw ? in[i] : to_f32_cpu(in[i]);
     }
   }
@@ -175,12 +168,7 @@ TEST(MoEParallel, AllToAllPicksBatchedExpertsAndRefusesMonolithic) {
   CompileOptions options;
   options.parallel = ParallelConfig(1, 0, 2, 0, true, MoEDispatch::kAllToAll);
   const OpDef& def = *OpRegistry::global().find("moe");
-  std::vector<std::optional<ValueType>> types;
-  for (const Tensor& t : n.inputs) {
-    types.push_back(t.defined() ? std::optional<ValueType>(ValueType{t.dtype(), t.shape()})
-                                : std::nullopt);
-  }
-  types[moe_input::kX]->shape[0] = kTokens;
+  const std::vector<std::optional<ValueType>> types = moe_test::input_types(n.inputs);
   std::vector<Tensor> placed = n.inputs;
   placed[moe_input::kX] = Tensor();
   placed[moe_input::kRouterWeight] = to_f32_cpu(n.inputs[moe_input::kRouterWeight]);

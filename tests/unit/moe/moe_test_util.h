@@ -1,11 +1,22 @@
 // Helpers shared by the MoE test suites (unit and slow).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
+#include "ops/moe/config.h"
+#include "ops/moe/kernel/expert_weights.h"
+#include "ops/moe/kernel/fused_moe_kernel.h"
+#include "ops/moe/kernel/moe_types.h"
+#include "tests/testing/test_util.h"
 
 // Expects `stmt` to throw mg::Error whose message contains `substr`.
 #define EXPECT_MG_ERROR(stmt, substr)                                          \
@@ -18,16 +29,6 @@
           << "message: " << e.what() << "\nexpected to contain: " << (substr); \
     }                                                                          \
   } while (false)
-
-#include <cstring>
-#include <random>
-#include <vector>
-
-#include "framework/core/thread_pool.h"
-#include "ops/moe/config.h"
-#include "ops/moe/kernel/expert_weights.h"
-#include "ops/moe/kernel/moe_types.h"
-#include "tests/testing/test_util.h"
 
 namespace mg::moe_test {
 
@@ -101,12 +102,6 @@ inline CanonicalExpertWeights clone(const CanonicalExpertWeights& w) {
   };
   return {copy(w.w13), copy(w.w13_bias), copy(w.w2), copy(w.w2_bias)};
 }
-
-}  // namespace mg::moe_test
-
-#include "ops/moe/kernel/fused_moe_kernel.h"
-
-namespace mg::moe_test {
 
 // Runs `kernel` once (modular from ids/weights, monolithic from logits) with guard bytes after
 // the output and the workspace, and checks that they are untouched.

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "framework/core/half.h"
 #include "ops/moe/oracle/unquantized.h"
 #include "ops/moe/reference/moe_reference.h"
+#include "tests/unit/moe/moe_node_util.h"
 #include "tests/unit/moe/moe_test_util.h"
 
 namespace mg {
@@ -156,13 +156,6 @@ TEST(Oracle, QuantSchemesOtherThanUnquantizedAreNotSupportedYet) {
 
 // ---- Weight conversion -------------------------------------------------------------------------
 
-Tensor to_bf16(const Tensor& t) {
-  Tensor out = Tensor::empty_cpu(DType::kBF16, t.shape());
-  auto* dst = static_cast<uint16_t*>(out.raw());
-  for (int64_t i = 0; i < t.numel(); ++i) dst[i] = float_to_bf16(t.data<float>()[i]);
-  return out;
-}
-
 // GPT-OSS layout: transposed [E, H, 2I] / [E, I, H], gate and up interleaved, biases, BF16.
 TEST(Oracle, ConvertsTransposedInterleavedBf16WeightsOncePerNode) {
   MoEConfig::Fields f =
@@ -170,10 +163,11 @@ TEST(Oracle, ConvertsTransposedInterleavedBf16WeightsOncePerNode) {
   f.layout = ExpertLayout::kTransposed;
   f.gate_up_interleaved = true;
   const MoEConfig config(f);
-  RawExpertWeights raw{to_bf16(testing::random_tensor({6, 12, 10}, 1, -0.5f, 0.5f)),
-                       to_bf16(testing::random_tensor({6, 10}, 2)),
-                       to_bf16(testing::random_tensor({6, 5, 12}, 3, -0.5f, 0.5f)),
-                       to_bf16(testing::random_tensor({6, 12}, 4))};
+  RawExpertWeights raw{
+      moe_test::to_bf16_tensor(testing::random_tensor({6, 12, 10}, 1, -0.5f, 0.5f)),
+      moe_test::to_bf16_tensor(testing::random_tensor({6, 10}, 2)),
+      moe_test::to_bf16_tensor(testing::random_tensor({6, 5, 12}, 3, -0.5f, 0.5f)),
+      moe_test::to_bf16_tensor(testing::random_tensor({6, 12}, 4))};
   for (const char* backend : {"cpu_eigen", "cpu_monolithic"}) {
     MoEKernelBuild build =
         build_moe_kernel(config, ParallelConfig(), Device::cpu(), backend, raw, Tensor());
