@@ -1,9 +1,12 @@
 #include "framework/io/weight_store.h"
 
 #include <algorithm>
+#include <cstring>
 #include <system_error>
+#include <vector>
 
 #include "framework/core/error.h"
+#include "framework/io/checked_size.h"
 #include "framework/io/proto_dtype.h"
 
 namespace mg {
@@ -72,6 +75,8 @@ Tensor WeightStore::load(const proto::TensorInfo& info) {
   const std::string expected =
       fmt::format("{}{}", dtype_name(expected_dtype), shape_str(expected_shape));
 
+  if (info.parts_size() > 0) return load_parts(info, context, expected_dtype, expected_shape);
+
   const SafetensorsFile& file = open_file(info.file(), context);
   const std::string& key = info.key().empty() ? info.name() : info.key();
   const SafetensorsEntry* entry = file.find(key);
@@ -86,6 +91,71 @@ Tensor WeightStore::load(const proto::TensorInfo& info) {
            "{}: shape mismatch: the graph expects {} but '{}' holds '{}' as {}", context, expected,
            info.file(), key, found);
   return file.tensor(*entry);
+}
+
+Tensor WeightStore::load_parts(const proto::TensorInfo& info, const std::string& context,
+                               DType dtype, const Shape& shape) {
+  MG_CHECK(info.key().empty(),
+           "{}: field 'key' ('{}') must be empty when the tensor is assembled from {} parts",
+           context, info.key(), info.parts_size());
+  const std::optional<size_t> expected_bytes = checked_nbytes(shape, dtype);
+  MG_CHECK(expected_bytes.has_value(), "{}: the declared shape {} is too large", context,
+           shape_str(shape));
+
+  // Resolve and check every part before copying anything.
+  struct Resolved {
+    const SafetensorsFile* file;
+    const SafetensorsEntry* entry;
+    size_t offset;  // first byte inside the entry (row ranges)
+    size_t nbytes;
+  };
+  std::vector<Resolved> parts;
+  parts.reserve(static_cast<size_t>(info.parts_size()));
+  size_t total = 0;
+  for (int i = 0; i < info.parts_size(); ++i) {
+    const proto::TensorPart& part = info.parts(i);
+    const std::string& file_name = part.file().empty() ? info.file() : part.file();
+    const std::string part_context = fmt::format("{}: part {} ('{}')", context, i, part.key());
+    MG_CHECK(!part.key().empty(), "{}: part {} names no key", context, i);
+    const SafetensorsFile& file = open_file(file_name, part_context);
+    const SafetensorsEntry* entry = file.find(part.key());
+    MG_CHECK(entry != nullptr, "{}: key '{}' not found in weight file '{}' (it holds: {})",
+             part_context, part.key(), file_name, some_names(file));
+    MG_CHECK(entry->dtype == dtype,
+             "{}: dtype mismatch: the graph expects every part as {} but '{}' holds '{}' as {}{}",
+             part_context, dtype_name(dtype), file_name, part.key(), dtype_name(entry->dtype),
+             shape_str(entry->shape));
+    size_t offset = 0;
+    size_t nbytes = entry->nbytes();
+    if (part.row_begin() != 0 || part.row_end() != 0) {
+      const int64_t rows = entry->shape.empty() ? 0 : entry->shape[0];
+      MG_CHECK(0 <= part.row_begin() && part.row_begin() < part.row_end() && part.row_end() <= rows,
+               "{}: rows [{}, {}) are not a range inside '{}' {}{} (0 <= begin < end <= {})",
+               part_context, part.row_begin(), part.row_end(), part.key(), dtype_name(entry->dtype),
+               shape_str(entry->shape), rows);
+      const size_t row_bytes = entry->nbytes() / static_cast<size_t>(rows);
+      offset = static_cast<size_t>(part.row_begin()) * row_bytes;
+      nbytes = static_cast<size_t>(part.row_end() - part.row_begin()) * row_bytes;
+    }
+    MG_CHECK(nbytes <= *expected_bytes - total,
+             "{}: the parts hold more than the {} bytes of {}{} (part {} ends at byte {})", context,
+             *expected_bytes, dtype_name(dtype), shape_str(shape), i, total + nbytes);
+    total += nbytes;
+    parts.push_back({&file, entry, offset, nbytes});
+  }
+  MG_CHECK(total == *expected_bytes, "{}: the {} parts hold {} bytes but {}{} needs {} bytes",
+           context, info.parts_size(), total, dtype_name(dtype), shape_str(shape), *expected_bytes);
+
+  Tensor out = Tensor::empty_cpu(dtype, shape);
+  auto* dst = static_cast<uint8_t*>(out.raw());
+  for (const Resolved& part : parts) {
+    const Tensor src = part.file->tensor(*part.entry);
+    if (part.nbytes > 0) {
+      std::memcpy(dst, static_cast<const uint8_t*>(src.raw()) + part.offset, part.nbytes);
+    }
+    dst += part.nbytes;
+  }
+  return out;
 }
 
 }  // namespace mg

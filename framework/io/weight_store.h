@@ -23,6 +23,11 @@ class WeightStore {
   // The tensor `info` describes: file `info.file()`, entry `info.key()` (or `info.name()` when the
   // key is empty). Throws mg::Error naming the graph file, the tensor and what was expected vs
   // found when the file is missing or invalid, the key is absent, or dtype or shape differ.
+  //
+  // A tensor with `parts` is assembled: the parts' bytes (a whole entry, or a range of its rows)
+  // are copied, in order, into one new host buffer viewed as the declared dtype and shape (the
+  // only case that copies). Each part must hold the declared dtype and the part sizes must add
+  // up to the declared size; errors name the graph tensor and the part (index, file and key).
   Tensor load(const proto::TensorInfo& info);
 
   const std::filesystem::path& graph_file() const { return graph_file_; }
@@ -32,6 +37,8 @@ class WeightStore {
 
  private:
   const SafetensorsFile& open_file(const std::string& relative, const std::string& context);
+  Tensor load_parts(const proto::TensorInfo& info, const std::string& context, DType dtype,
+                    const Shape& shape);
 
   std::filesystem::path graph_file_;
   std::filesystem::path base_dir_;
