@@ -13,6 +13,9 @@ void register_attention(OpRegistry& registry);
 void register_gated_mlp(OpRegistry& registry);
 void register_add(OpRegistry& registry);
 void register_moe(OpRegistry& registry);
+void register_concat_heads(OpRegistry& registry);
+void register_clamp(OpRegistry& registry);
+void register_attn_temperature(OpRegistry& registry);
 
 inline void register_all_ops(OpRegistry& registry) {
   register_embedding(registry);
@@ -23,6 +26,9 @@ inline void register_all_ops(OpRegistry& registry) {
   register_gated_mlp(registry);
   register_add(registry);
   register_moe(registry);
+  register_concat_heads(registry);
+  register_clamp(registry);
+  register_attn_temperature(registry);
 }
 
 }  // namespace mg
