@@ -7,6 +7,10 @@
 #include "framework/core/logging.h"
 #include "tools/moegraph/commands.h"
 
+namespace mg::cli {
+Command add_import_hf_command(CLI::App& app);  // cmd_import_hf.cc
+}  // namespace mg::cli
+
 int main(int argc, char** argv) {
   CLI::App app{"moegraph: a graph-based Mixture-of-Experts inference engine", "moegraph"};
   app.require_subcommand(1);
@@ -17,7 +21,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::pair<CLI::App*, mg::cli::Command>> commands;
   for (auto add : {mg::cli::add_run_command, mg::cli::add_inspect_command,
-                   mg::cli::add_make_model_command}) {
+                   mg::cli::add_make_model_command, mg::cli::add_import_hf_command}) {
     const size_t before = app.get_subcommands([](CLI::App*) { return true; }).size();
     mg::cli::Command run = add(app);
     auto subs = app.get_subcommands([](CLI::App*) { return true; });

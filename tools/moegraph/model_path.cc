@@ -1,7 +1,10 @@
 #include <charconv>
 #include <cstdlib>
 
+#include <stdlib.h>
+
 #include "framework/core/error.h"
+#include "framework/import/hf_importer.h"
 #include "tools/moegraph/commands.h"
 
 namespace mg::cli {
@@ -28,6 +31,28 @@ std::filesystem::path bundled_model() {
           MG_BUNDLED_MODEL_NAME, candidates.back().string());
 }
 
+// Graphs imported on the fly from Hugging Face folders live in temporary directories that are
+// removed when the program exits.
+class ImportedGraphs {
+ public:
+  ~ImportedGraphs() {
+    std::error_code ec;
+    for (const auto& dir : dirs_) std::filesystem::remove_all(dir, ec);
+  }
+
+  std::filesystem::path import(const std::filesystem::path& hf_dir) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "moegraph-hf-XXXXXX").string();
+    MG_CHECK(mkdtemp(pattern.data()) != nullptr,
+             "cannot create a temporary directory for the graph imported from '{}'",
+             hf_dir.string());
+    dirs_.emplace_back(pattern);
+    return import_hf_to_dir(hf_dir, dirs_.back());
+  }
+
+ private:
+  std::vector<std::filesystem::path> dirs_;
+};
+
 }  // namespace
 
 std::filesystem::path resolve_model(const std::string& model) {
@@ -38,7 +63,12 @@ std::filesystem::path resolve_model(const std::string& model) {
     for (const char* name : {"model.pbtxt", "model.pb"}) {
       if (std::filesystem::exists(p / name)) return p / name;
     }
-    MG_FAIL("directory '{}' holds no model.pbtxt or model.pb", model);
+    // A Hugging Face checkpoint folder: import it (weights stay where they are).
+    if (is_hf_checkpoint_dir(p)) {
+      static ImportedGraphs imported;
+      return imported.import(p);
+    }
+    MG_FAIL("directory '{}' holds no model.pbtxt, model.pb or Hugging Face config.json", model);
   }
   return p;
 }

@@ -1,0 +1,75 @@
+// The graph an import writes: a proto::Model whose weight tensors point into the checkpoint's
+// own safetensors files (paths relative to the directory the graph file will live in), plus
+// helpers that add the nodes a decoder is made of.
+//
+// Every weight is checked when it is declared: it must exist in the checkpoint, have the shape
+// the config implies and a floating dtype; errors name the checkpoint folder and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/core/tensor.h"
+#include "framework/import/hf_checkpoint.h"
+#include "proto/model.pb.h"
+
+namespace mg {
+
+// One checkpoint tensor (or a range of its rows) that is part of an assembled graph tensor.
+struct PartRef {
+  std::string key;
+  Shape shape;            // the shape the checkpoint entry must have
+  int64_t row_begin = 0;  // rows [row_begin, row_end) of it; both 0: all of it
+  int64_t row_end = 0;
+};
+
+class ImportGraph {
+ public:
+  // `graph_dir` is where the graph file will be written; weight paths are made relative to it.
+  ImportGraph(const HfCheckpoint& checkpoint, std::filesystem::path graph_dir);
+
+  proto::Model& model() { return model_; }
+  const HfCheckpoint& checkpoint() const { return checkpoint_; }
+
+  // True when the checkpoint holds `key`.
+  bool has(const std::string& key) const;
+
+  // Declares checkpoint tensor `key` (once) after checking that it exists with `shape` and a
+  // floating dtype; returns its graph name (the key itself).
+  std::string weight(const std::string& key, const Shape& shape);
+
+  // Declares graph tensor `name` [shape] assembled from `parts` in order (TensorInfo.parts);
+  // every part is checked like weight() and all must share one dtype.
+  std::string assembled(const std::string& name, const Shape& shape,
+                        const std::vector<PartRef>& parts);
+
+  // Nodes. Each returns the name of its output, "<name>.out".
+  proto::Node& node(const std::string& name, const std::string& op,
+                    std::vector<std::string> inputs);
+  std::string linear(const std::string& name, const std::string& x, const std::string& weight,
+                     const std::string& bias = "", std::optional<float> scale = std::nullopt);
+  // `weight` empty: weightless norm. group 0: the whole row.
+  std::string rms_norm(const std::string& name, const std::string& x, const std::string& weight,
+                       float eps, int64_t group = 0);
+  std::string add(const std::string& name, const std::string& a, const std::string& b,
+                  std::optional<float> scale = std::nullopt);
+
+  // Checkpoint tensor names that no graph tensor uses (sorted).
+  std::vector<std::string> unused_keys() const;
+
+ private:
+  // The checkpoint entry of `key` after checking shape and dtype.
+  const HfCheckpoint::Entry& require(const std::string& key, const Shape& shape) const;
+  std::string relative_file(const std::filesystem::path& file) const;
+
+  const HfCheckpoint& checkpoint_;
+  std::filesystem::path graph_dir_;
+  proto::Model model_;
+  std::vector<std::string> declared_;  // graph tensor names, in order
+  std::vector<std::string> used_keys_;
+};
+
+}  // namespace mg
