@@ -1,0 +1,270 @@
+// Bad Hugging Face checkpoints through the command line: every problem ends in exit code 2 and
+// one line on stderr naming the file, key or tensor - never a crash. Each case copies a good
+// fixture (tests/fixtures/hf/mixtral) to a temp folder and breaks one thing. Also: a sharded
+// checkpoint (model.safetensors.index.json) imports, and its broken variants fail cleanly.
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "framework/io/json.h"
+#include "framework/io/safetensors.h"
+#include "tests/testing/command.h"
+#include "tests/testing/test_util.h"
+
+namespace mg {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::filesystem::path kFixture =
+    std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf/mixtral";
+
+// A writable copy of the fixture's config.json and model.safetensors.
+std::filesystem::path copy_fixture(const std::string& name) {
+  const auto dir = testing::temp_dir(name);
+  for (const char* f : {"config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(kFixture / f, dir / f,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  return dir;
+}
+
+nlohmann::json read_config(const std::filesystem::path& dir) {
+  return load_json_file(dir / "config.json");
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+void write_config(const std::filesystem::path& dir, const nlohmann::json& config) {
+  write_text(dir / "config.json", config.dump(2));
+}
+
+// Rewrites model.safetensors with `edit` applied to its (name, tensor) list.
+void edit_weights(const std::filesystem::path& dir,
+                  const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  {
+    auto file = SafetensorsFile::open(dir / "model.safetensors");
+    for (const SafetensorsEntry& e : file->entries()) {
+      const Tensor src = file->tensor(e);
+      Tensor copy = Tensor::empty_cpu(src.dtype(), src.shape());
+      std::memcpy(copy.raw(), src.raw(), src.nbytes());
+      tensors.emplace_back(e.name, copy);
+    }
+  }
+  edit(tensors);
+  write_safetensors(dir / "model.safetensors", tensors);
+}
+
+// Splits model.safetensors into two shards plus model.safetensors.index.json.
+void shard_weights(const std::filesystem::path& dir) {
+  std::vector<std::pair<std::string, Tensor>> first, second;
+  nlohmann::json map = nlohmann::json::object();
+  {
+    auto file = SafetensorsFile::open(dir / "model.safetensors");
+    const auto& entries = file->entries();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Tensor src = file->tensor(entries[i]);
+      Tensor copy = Tensor::empty_cpu(src.dtype(), src.shape());
+      std::memcpy(copy.raw(), src.raw(), src.nbytes());
+      const bool in_first = i < entries.size() / 2;
+      (in_first ? first : second).emplace_back(entries[i].name, copy);
+      map[entries[i].name] =
+          in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    }
+  }
+  write_safetensors(dir / "model-00001-of-00002.safetensors", first);
+  write_safetensors(dir / "model-00002-of-00002.safetensors", second);
+  std::filesystem::remove(dir / "model.safetensors");
+  write_text(dir / "model.safetensors.index.json",
+             nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump(2));
+}
+
+testing::CommandResult import(const std::filesystem::path& dir) {
+  return testing::run_moegraph({"import-hf", dir.string(), "-o", (dir / "out").string()});
+}
+
+int count_lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+void expect_clean_error(const testing::CommandResult& r,
+                        std::initializer_list<std::string> fragments) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, StartsWith("moegraph: error: "));
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  for (const std::string& f : fragments) EXPECT_THAT(r.err, HasSubstr(f));
+}
+
+TEST(HfBadCheckpoint, GoodCopyImports) {
+  const auto dir = copy_fixture("good");
+  const auto r = import(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/model.pbtxt"));
+}
+
+TEST(HfBadCheckpoint, RenamedTensor) {
+  const auto dir = copy_fixture("renamed");
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "model.layers.1.self_attn.k_proj.weight")
+        name = "model.layers.1.self_attn.key.weight";
+    }
+  });
+  expect_clean_error(import(dir), {"tensor 'model.layers.1.self_attn.k_proj.weight' is missing",
+                                   "model.layers.1.self_attn.key.weight"});
+}
+
+TEST(HfBadCheckpoint, MissingExpertTensor) {
+  const auto dir = copy_fixture("missing");
+  edit_weights(dir, [](auto& tensors) {
+    std::erase_if(tensors, [](const auto& nt) {
+      return nt.first == "model.layers.0.block_sparse_moe.experts.3.w3.weight";
+    });
+  });
+  expect_clean_error(import(dir),
+                     {"tensor 'model.layers.0.block_sparse_moe.experts.3.w3.weight' is missing"});
+}
+
+TEST(HfBadCheckpoint, MisShapedTensor) {
+  const auto dir = copy_fixture("misshaped");
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "model.layers.1.block_sparse_moe.experts.0.w2.weight") t = t.reshape({48, 32});
+    }
+  });
+  expect_clean_error(import(dir), {"tensor 'model.layers.1.block_sparse_moe.experts.0.w2.weight'",
+                                   "has shape [48, 32], but config.json implies [32, 48]"});
+}
+
+TEST(HfBadCheckpoint, QuantizedTensorDtype) {
+  const auto dir = copy_fixture("int8");
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "model.norm.weight") t = Tensor::empty_cpu(DType::kI8, t.shape());
+    }
+  });
+  expect_clean_error(import(dir),
+                     {"tensor 'model.norm.weight'", "is I8, expected F32, BF16 or F16"});
+}
+
+TEST(HfBadCheckpoint, TruncatedWeightFile) {
+  const auto dir = copy_fixture("truncated");
+  const auto size = std::filesystem::file_size(dir / "model.safetensors");
+  std::filesystem::resize_file(dir / "model.safetensors", size - 1000);
+  expect_clean_error(import(dir), {"model.safetensors"});
+}
+
+TEST(HfBadCheckpoint, UnsupportedModelType) {
+  const auto dir = copy_fixture("model-type");
+  nlohmann::json config = read_config(dir);
+  config["model_type"] = "jamba";
+  write_config(dir, config);
+  expect_clean_error(import(dir), {"config.json: model_type 'jamba' is not supported", "mixtral",
+                                   "deepseek_v3", "granitemoeshared"});
+}
+
+TEST(HfBadCheckpoint, MissingConfigKey) {
+  const auto dir = copy_fixture("missing-key");
+  nlohmann::json config = read_config(dir);
+  config.erase("num_local_experts");
+  write_config(dir, config);
+  expect_clean_error(import(dir), {"config.json: missing key 'num_local_experts'"});
+}
+
+TEST(HfBadCheckpoint, WrongTypedConfigKey) {
+  const auto dir = copy_fixture("typed-key");
+  nlohmann::json config = read_config(dir);
+  config["hidden_size"] = "32";
+  write_config(dir, config);
+  expect_clean_error(import(dir), {"config.json: key 'hidden_size': expected an integer"});
+}
+
+TEST(HfBadCheckpoint, InconsistentConfigValue) {
+  const auto dir = copy_fixture("top-k");
+  nlohmann::json config = read_config(dir);
+  config["num_experts_per_tok"] = 9;
+  write_config(dir, config);
+  expect_clean_error(import(dir), {"key 'num_experts_per_tok': 9 experts per token"});
+}
+
+TEST(HfBadCheckpoint, BadJson) {
+  const auto dir = copy_fixture("bad-json");
+  write_text(dir / "config.json", "{\"model_type\": \"mixtral\",");
+  expect_clean_error(import(dir), {"config.json:"});
+}
+
+TEST(HfBadCheckpoint, NoConfigOrNoWeights) {
+  const auto dir = copy_fixture("no-weights");
+  std::filesystem::remove(dir / "model.safetensors");
+  expect_clean_error(import(dir), {"no weights: expected model.safetensors or "
+                                   "model.safetensors.index.json"});
+  std::filesystem::remove(dir / "config.json");
+  expect_clean_error(import(dir), {"no config.json in this folder"});
+  expect_clean_error(
+      testing::run_moegraph({"import-hf", (dir / "absent").string(), "-o", (dir / "out").string()}),
+      {"is not a directory"});
+}
+
+TEST(HfBadCheckpoint, QuantizedCheckpoint) {
+  const auto dir = copy_fixture("mxfp4");
+  nlohmann::json config = read_config(dir);
+  config["quantization_config"] = {{"quant_method", "mxfp4"}};
+  write_config(dir, config);
+  expect_clean_error(import(dir),
+                     {"quantized checkpoints are not supported yet", "quant_method = 'mxfp4'"});
+}
+
+TEST(HfBadCheckpoint, ShardedCheckpointImports) {
+  const auto dir = copy_fixture("sharded");
+  shard_weights(dir);
+  const auto r = import(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream graph(dir / "out/model.pbtxt");
+  const std::string text((std::istreambuf_iterator<char>(graph)), {});
+  EXPECT_THAT(text, HasSubstr("../model-00001-of-00002.safetensors"));
+  EXPECT_THAT(text, HasSubstr("../model-00002-of-00002.safetensors"));
+}
+
+TEST(HfBadCheckpoint, TruncatedShard) {
+  const auto dir = copy_fixture("sharded-truncated");
+  shard_weights(dir);
+  const auto shard = dir / "model-00002-of-00002.safetensors";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
+  expect_clean_error(import(dir), {"model-00002-of-00002.safetensors"});
+}
+
+TEST(HfBadCheckpoint, IndexNamesMissingShardOrTensor) {
+  const auto dir = copy_fixture("sharded-index");
+  shard_weights(dir);
+  std::filesystem::remove(dir / "model-00001-of-00002.safetensors");
+  expect_clean_error(import(dir), {"weight file 'model-00001-of-00002.safetensors' is missing"});
+
+  const auto dir2 = copy_fixture("sharded-index2");
+  shard_weights(dir2);
+  nlohmann::json index = load_json_file(dir2 / "model.safetensors.index.json");
+  index["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors";
+  write_text(dir2 / "model.safetensors.index.json", index.dump());
+  expect_clean_error(import(dir2), {"weight_map says tensor 'model.norm.weight' is in "
+                                    "'model-00001-of-00002.safetensors', but that shard does not "
+                                    "hold it"});
+}
+
+TEST(HfBadCheckpoint, RunOnABadFolderFailsTheSameWay) {
+  const auto dir = copy_fixture("run-bad");
+  nlohmann::json config = read_config(dir);
+  config.erase("num_attention_heads");
+  write_config(dir, config);
+  expect_clean_error(testing::run_moegraph({"run", dir.string(), "--max-new-tokens", "1"}),
+                     {"config.json: missing key 'num_attention_heads'"});
+}
+
+}  // namespace
+}  // namespace mg
