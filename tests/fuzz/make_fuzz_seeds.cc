@@ -1,0 +1,132 @@
+// Writes small valid seed files for the fuzz corpora:
+//   make_fuzz_seeds DIR  ->  DIR/safetensors/*, DIR/graph/*, DIR/npy/*
+// Seeds are generated, not committed: the build folder holds them (docs/formats.md, "Fuzzing").
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "framework/core/tensor.h"
+#include "framework/io/graph_loader.h"
+#include "framework/io/npy.h"
+#include "framework/io/safetensors.h"
+
+namespace {
+
+mg::Tensor filled(mg::DType dtype, mg::Shape shape) {
+  mg::Tensor t = mg::Tensor::empty_cpu(dtype, std::move(shape));
+  auto* p = static_cast<uint8_t*>(t.raw());
+  for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(17 + 31 * i);
+  return t;
+}
+
+void write_safetensors_seeds(const std::filesystem::path& dir) {
+  using mg::DType;
+  mg::write_safetensors(dir / "one.safetensors", {{"w", filled(DType::kF32, {2, 3})}});
+  mg::write_safetensors(dir / "mixed.safetensors",
+                        {{"layers.0.attn.q.weight", filled(DType::kBF16, {4, 4})},
+                         {"layers.0.norm", filled(DType::kF16, {4})},
+                         {"ids", filled(DType::kI64, {3})},
+                         {"scale", filled(DType::kF64, {})},
+                         {"empty", filled(DType::kI32, {0, 5})},
+                         {"fp8", filled(DType::kF8E4M3, {2, 2})},
+                         {"mask", filled(DType::kBool, {3})}},
+                        {{"format", "pt"}});
+  mg::write_safetensors(dir / "odd.safetensors",
+                        {{"u8", filled(DType::kU8, {3})}, {"f32", filled(DType::kF32, {2})}});
+  mg::write_safetensors(dir / "no_tensors.safetensors", {}, {{"k", "v"}});
+}
+
+mg::proto::Model sample_model() {
+  mg::proto::Model m;
+  m.set_name("seed");
+  m.set_format_version(mg::kGraphFormatVersion);
+  auto* in = m.add_inputs();
+  in->set_name("token_ids");
+  in->set_dtype(mg::proto::I32);
+  in->add_shape(-1);
+  auto* out = m.add_outputs();
+  out->set_name("logits");
+  out->set_dtype(mg::proto::F32);
+  out->add_shape(-1);
+  out->add_shape(16);
+  auto* w = m.add_tensors();
+  w->set_name("embed");
+  w->set_dtype(mg::proto::BF16);
+  w->add_shape(16);
+  w->add_shape(8);
+  w->set_file("weights.safetensors");
+  w->set_key("model.embed_tokens.weight");
+  auto* embed = m.add_nodes();
+  embed->set_name("embed");
+  embed->set_op("embedding");
+  embed->add_inputs("token_ids");
+  embed->add_inputs("embed");
+  embed->add_outputs("h0");
+  embed->mutable_embedding()->set_scale(1.5f);
+  auto* norm = m.add_nodes();
+  norm->set_name("norm");
+  norm->set_op("rms_norm");
+  norm->add_inputs("h0");
+  norm->add_inputs("");
+  norm->add_outputs("h1");
+  norm->mutable_rms_norm()->set_eps(1e-6f);
+  auto* rope = m.add_nodes();
+  rope->set_name("rope");
+  rope->set_op("rope");
+  rope->mutable_rope()->set_num_heads(2);
+  rope->mutable_rope()->set_pairing(mg::proto::HALF_SPLIT);
+  rope->mutable_rope()->set_theta(10000.0);
+  rope->mutable_rope()->mutable_scaling()->set_type(mg::proto::RopeScaling::YARN);
+  rope->mutable_rope()->mutable_scaling()->set_beta_fast(32.0);
+  auto* attn = m.add_nodes();
+  attn->set_name("attn");
+  attn->set_op("attention");
+  attn->mutable_attention()->set_num_heads(2);
+  attn->mutable_attention()->set_scale(0.125f);
+  auto* mlp = m.add_nodes();
+  mlp->set_name("mlp");
+  mlp->set_op("gated_mlp");
+  mlp->mutable_gated_mlp()->set_activation(mg::proto::SILU_GATED);
+  m.mutable_info()->set_family("llama");
+  m.mutable_info()->set_vocab_size(16);
+  m.mutable_info()->set_eos_token_id(-1);
+  return m;
+}
+
+void write_graph_seeds(const std::filesystem::path& dir) {
+  const mg::proto::Model model = sample_model();
+  mg::save_graph(dir / "model.pbtxt", model);
+  mg::save_graph(dir / "model.pb", model);
+  mg::proto::Model minimal;
+  minimal.set_format_version(mg::kGraphFormatVersion);
+  mg::save_graph(dir / "minimal.pbtxt", minimal);
+  mg::save_graph(dir / "minimal.pb", minimal);
+}
+
+void write_npy_seeds(const std::filesystem::path& dir) {
+  using mg::DType;
+  mg::write_npy(dir / "f32.npy", filled(DType::kF32, {2, 3}));
+  mg::write_npy(dir / "i64.npy", filled(DType::kI64, {4}));
+  mg::write_npy(dir / "u8.npy", filled(DType::kU8, {}));
+  mg::write_npy(dir / "empty.npy", filled(DType::kF64, {0, 2}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path root = argv[1];
+  for (const char* sub : {"safetensors", "graph", "npy"}) {
+    std::filesystem::create_directories(root / sub);
+  }
+  write_safetensors_seeds(root / "safetensors");
+  write_graph_seeds(root / "graph");
+  write_npy_seeds(root / "npy");
+  std::printf("seeds written under %s\n", root.c_str());
+  return 0;
+}
