@@ -1,7 +1,10 @@
-// Bad Hugging Face checkpoints through the command line: every problem ends in exit code 2 and
-// one line on stderr naming the file, key or tensor - never a crash. Each case copies a good
-// fixture (tests/fixtures/hf/mixtral) to a temp folder and breaks one thing. Also: a sharded
-// checkpoint (model.safetensors.index.json) imports, and its broken variants fail cleanly.
+// Hugging Face checkpoint folders in their variants and their failures. Each case copies a
+// fixture of tests/fixtures/hf to a temp folder and changes one thing:
+//  - variants that must give the fixture's golden logits: sharded weights with an index, bf16
+//    weights, the multimodal Llama-4 wrapper (text_config, language_model. prefix), legacy RoPE
+//    keys (rope_theta + rope_scaling), transformers 5.17's in-memory Granite names;
+//  - bad checkpoints through the command line: exit code 2 and one line on stderr naming the
+//    file, key or tensor - never a crash.
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -10,8 +13,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "framework/compile/compiler.h"
+#include "framework/core/half.h"
+#include "framework/import/hf_importer.h"
 #include "framework/io/json.h"
+#include "framework/io/npy.h"
 #include "framework/io/safetensors.h"
+#include "framework/runtime/session.h"
 #include "tests/testing/command.h"
 #include "tests/testing/test_util.h"
 
@@ -21,14 +29,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const std::filesystem::path kFixture =
-    std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf/mixtral";
+const std::filesystem::path kFixtures = std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf";
 
-// A writable copy of the fixture's config.json and model.safetensors.
-std::filesystem::path copy_fixture(const std::string& name) {
+// A writable copy of a fixture's config.json, model.safetensors and logits.npy.
+std::filesystem::path copy_fixture(const std::string& name, const std::string& family = "mixtral") {
   const auto dir = testing::temp_dir(name);
-  for (const char* f : {"config.json", "model.safetensors"}) {
-    std::filesystem::copy_file(kFixture / f, dir / f,
+  for (const char* f : {"config.json", "model.safetensors", "logits.npy"}) {
+    std::filesystem::copy_file(kFixtures / family / f, dir / f,
                                std::filesystem::copy_options::overwrite_existing);
   }
   return dir;
@@ -101,6 +108,92 @@ void expect_clean_error(const testing::CommandResult& r,
   EXPECT_THAT(r.err, StartsWith("moegraph: error: "));
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   for (const std::string& f : fragments) EXPECT_THAT(r.err, HasSubstr(f));
+}
+
+// The fixture's prompt (see tools/hf/make_fixtures.py).
+const std::vector<int32_t> kPrompt = {1, 17, 42, 5, 99, 23, 64, 8, 77, 3, 120, 56};
+
+// Normalised error of the logits of the imported folder against the fixture's golden logits.
+double error_against_golden(const std::filesystem::path& dir) {
+  HfImportResult imported = import_hf_checkpoint(dir);
+  CompileOptions options;
+  options.max_tokens = 64;
+  auto session = std::make_unique<Session>(
+      compile_model(std::move(imported.model), dir / "model.pbtxt", options), SessionOptions{});
+  std::vector<int32_t> positions(kPrompt.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  const Tensor& logits = session->forward(kPrompt, positions);
+  const Tensor golden = read_npy(dir / "logits.npy");
+  return testing::normalized_error(testing::span_of(logits), testing::span_of(golden));
+}
+
+TEST(HfCheckpointVariant, ShardedWeightsGiveTheGoldenLogits) {
+  const auto dir = copy_fixture("variant-sharded", "deepseek_v3");
+  shard_weights(dir);
+  EXPECT_LE(error_against_golden(dir), 1e-4);
+}
+
+TEST(HfCheckpointVariant, Bf16WeightsAreConvertedWhenCompiled) {
+  // Every tensor rounded to bf16: the import declares BF16 tensors (stacked experts included)
+  // and the result stays within bf16 rounding of the fp32 golden.
+  const auto dir = copy_fixture("variant-bf16", "qwen3_moe");
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      Tensor bf16 = Tensor::empty_cpu(DType::kBF16, t.shape());
+      const float* src = t.template data<float>();
+      auto* dst = static_cast<uint16_t*>(bf16.raw());
+      for (int64_t i = 0; i < t.numel(); ++i) dst[i] = float_to_bf16(src[i]);
+      t = bf16;
+    }
+  });
+  const HfImportResult imported = import_hf_checkpoint(dir);
+  for (const proto::TensorInfo& t : imported.model.tensors()) {
+    EXPECT_EQ(t.dtype(), proto::BF16) << t.name();
+  }
+  const double err = error_against_golden(dir);
+  EXPECT_LE(err, 3e-2);
+  EXPECT_GT(err, 1e-5);  // the weights did change
+}
+
+TEST(HfCheckpointVariant, MultimodalLlama4WrapperUsesTheTextModel) {
+  const auto dir = copy_fixture("variant-llama4", "llama4");
+  const nlohmann::json text = read_config(dir);
+  write_config(dir, {{"model_type", "llama4"}, {"text_config", text}});
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) name = "language_model." + name;
+  });
+  EXPECT_LE(error_against_golden(dir), 1e-4);
+}
+
+TEST(HfCheckpointVariant, LegacyRopeKeys) {
+  // transformers < 5 wrote rope_theta + rope_scaling {"type": ...} instead of rope_parameters.
+  const auto dir = copy_fixture("variant-rope", "deepseek_v3");
+  nlohmann::json config = read_config(dir);
+  nlohmann::json rope = config["rope_parameters"];
+  config.erase("rope_parameters");
+  config["rope_theta"] = rope["rope_theta"];
+  rope.erase("rope_theta");
+  rope.erase("rope_type");
+  rope["type"] = "yarn";
+  config["rope_scaling"] = rope;
+  write_config(dir, config);
+  EXPECT_LE(error_against_golden(dir), 1e-4);
+}
+
+TEST(HfCheckpointVariant, GraniteInMemoryNames) {
+  const auto dir = copy_fixture("variant-granite", "granitemoe");
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      for (auto [from, to] :
+           {std::pair<std::string, std::string>{"router.layer.weight", "router.weight"},
+            {"input_linear.weight", "experts.gate_up_proj"},
+            {"output_linear.weight", "experts.down_proj"}}) {
+        const size_t at = name.find(from);
+        if (at != std::string::npos) name.replace(at, from.size(), to);
+      }
+    }
+  });
+  EXPECT_LE(error_against_golden(dir), 1e-4);
 }
 
 TEST(HfBadCheckpoint, GoodCopyImports) {
