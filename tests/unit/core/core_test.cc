@@ -36,7 +36,9 @@ TEST(Half, Fp16RoundsToNearestEven) {
 TEST(Half, Bf16RoundTripsAndRounds) {
   for (uint32_t h = 0; h < 0x10000; h += 7) {
     const float f = bf16_to_float(static_cast<uint16_t>(h));
-    if (!std::isnan(f)) EXPECT_EQ(float_to_bf16(f), h);
+    if (!std::isnan(f)) {
+      EXPECT_EQ(float_to_bf16(f), h);
+    }
   }
   EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 1.0f / 256)), 1.0f);  // halfway → even
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(NAN))));
