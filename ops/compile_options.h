@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "framework/core/dtype.h"
+#include "framework/core/error.h"
 #include "framework/device/device.h"
 #include "framework/parallel/parallel_config.h"
 
@@ -21,6 +24,33 @@ struct CompileOptions {
   // Where this rank sits among the tensor/data/expert-parallel ranks (single rank by default);
   // MoE nodes shard their experts and pick their token dispatch from it.
   ParallelConfig parallel;
+  // Element type of every float activation and of every compute-placed weight; unset picks the
+  // device's default. See activation_dtype_of().
+  std::optional<DType> activation_dtype;
 };
+
+// The activation (compute) dtype the options select: F32 on the CPU (the only one its kernels
+// run), BF16 on CUDA unless F16 or F32 is asked for. Throws mg::Error for a dtype the device
+// cannot run.
+inline DType activation_dtype_of(const CompileOptions& options) {
+  switch (options.device.type) {
+    case DeviceType::kCPU: {
+      const DType dtype = options.activation_dtype.value_or(DType::kF32);
+      MG_CHECK(dtype == DType::kF32,
+               "activation dtype {} is not supported on cpu: the CPU kernels compute in F32 "
+               "(BF16 and F16 run on --device cuda)",
+               dtype_name(dtype));
+      return dtype;
+    }
+    case DeviceType::kCUDA: {
+      const DType dtype = options.activation_dtype.value_or(DType::kBF16);
+      MG_CHECK(dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32,
+               "activation dtype {} is not supported on {}: expected BF16, F16 or F32",
+               dtype_name(dtype), options.device.str());
+      return dtype;
+    }
+  }
+  MG_ASSERT(false, "unknown device type {}", static_cast<int>(options.device.type));
+}
 
 }  // namespace mg

@@ -1,10 +1,12 @@
 // Pass 3: creates the plan's value table and places every weight a node reads: loaded from its
 // safetensors file (zero-copy mmap), then, for consumers that want compute placement, converted
-// to F32 and moved to the compile device once. Raw consumers (MoE experts) get the loaded tensor
-// and convert it themselves in the next pass.
+// to the activation dtype (F32 on the CPU, BF16/F16/F32 on CUDA: activation_dtype_of) and moved
+// to the compile device once. Raw consumers (MoE experts) get the loaded tensor and convert it
+// themselves in the next pass.
 #include "framework/compile/pass.h"
 #include "framework/core/logging.h"
 #include "framework/device/allocator.h"
+#include "framework/device/convert.h"
 
 namespace mg {
 
@@ -35,6 +37,7 @@ class PlaceWeightsPass final : public Pass {
 
   void run(CompileState& state) const override {
     const Graph& graph = state.graph;
+    const DType compute_dtype = activation_dtype_of(state.options);
     auto plan = std::make_unique<ExecutionPlan>();
     plan->model_name = graph.model().name();
     plan->info = graph.model().info();
@@ -60,14 +63,14 @@ class PlaceWeightsPass final : public Pass {
           v.raw_weight = state.weights->load(graph.model().tensors(gv.tensor_index));
         }
         if (specs[k].placement == WeightPlacement::kCompute && !v.weight.defined()) {
-          v.weight = to_device(to_f32_cpu(v.raw_weight), state.options.device);
+          v.weight = to_device(cast_cpu(v.raw_weight, compute_dtype), state.options.device);
           placed_bytes += v.weight.nbytes();
         }
       }
       for (const std::string& out : n.outputs()) add_value(*plan, graph, out);
     }
-    MG_LOG_INFO("compile", "{}: placed {:.1f} MiB of weights on {}", graph.file_label(),
-                placed_bytes / 1048576.0, state.options.device.str());
+    MG_LOG_INFO("compile", "{}: placed {:.1f} MiB of {} weights on {}", graph.file_label(),
+                placed_bytes / 1048576.0, dtype_name(compute_dtype), state.options.device.str());
     state.plan = std::move(plan);
   }
 };

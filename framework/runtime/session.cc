@@ -6,6 +6,7 @@
 #include "framework/compile/compiler.h"
 #include "framework/core/logging.h"
 #include "framework/device/allocator.h"
+#include "framework/device/convert.h"
 
 namespace mg {
 
@@ -33,6 +34,11 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
   workspace_ = empty_tensor(p.device, DType::kU8,
                             {static_cast<int64_t>(std::max<size_t>(p.workspace_bytes, 1))},
                             stream_.get());
+  const PlanValue& logits = p.values[p.logits];
+  if (logits.type.dtype != DType::kF32) {
+    logits_f32_device_ = empty_tensor(p.device, DType::kF32,
+                                      {p.max_tokens, logits.type.shape.back()}, stream_.get());
+  }
   host_ids_ = Tensor::empty_cpu(DType::kI32, {p.max_tokens});
   host_positions_ = Tensor::empty_cpu(DType::kI32, {p.max_tokens});
 
@@ -103,7 +109,12 @@ void Session::run_chunk(const int32_t* token_ids, const int32_t* positions, int6
   }
   const PlanValue& lv = p.values[p.logits];
   const int64_t vocab = lv.type.shape.back();
-  Tensor logits_src(arena_.buffer(), DType::kF32, {tokens, vocab}, lv.arena_offset);
+  Tensor logits_src(arena_.buffer(), lv.type.dtype, {tokens, vocab}, lv.arena_offset);
+  if (lv.type.dtype != DType::kF32) {
+    Tensor converted = logits_f32_device_.slice_rows(0, tokens);
+    convert_tensor(converted, logits_src, stream_.get());
+    logits_src = converted;
+  }
   Tensor logits_dst = Tensor::wrap(logits_out, DType::kF32, {tokens, vocab});
   copy_tensor(logits_dst, logits_src, stream_.get());
 }
@@ -118,6 +129,14 @@ const Tensor& Session::forward(std::span<const int32_t> token_ids,
     MG_CHECK(pos >= 0 && pos < p.max_seq_len,
              "position {} is outside the KV cache of {} positions (max sequence length)", pos,
              p.max_seq_len);
+  }
+  if (!p.device.is_cpu() && p.info.vocab_size() > 0) {
+    // GPU kernels read the ids on the device and cannot report a bad one without a host sync;
+    // the CPU's embedding kernel checks them itself.
+    for (int32_t id : token_ids) {
+      MG_CHECK(id >= 0 && id < p.info.vocab_size(),
+               "token id {} is outside the vocabulary of {} tokens", id, p.info.vocab_size());
+    }
   }
   const int64_t total = static_cast<int64_t>(token_ids.size());
   const int64_t vocab = p.values[p.logits].type.shape.back();

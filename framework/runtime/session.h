@@ -81,6 +81,9 @@ class Session {
   Tensor host_ids_;                        // I32 [max_tokens] staging for token ids / positions
   Tensor host_positions_;
   Tensor logits_;                          // F32 [T, vocab] on the host, returned by forward()
+  // F32 [max_tokens, vocab] on the device, when the logits are kept in another activation dtype
+  // (GPUs): converted here before the copy to the host.
+  Tensor logits_f32_device_;
   Profiler profiler_;
 };
 

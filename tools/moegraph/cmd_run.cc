@@ -18,6 +18,7 @@ struct RunArgs {
   std::string prompt_ids = "1,2,3,4,5,6,7,8";
   int max_new_tokens = 16;
   std::string device = "cpu";
+  std::string dtype;
   int threads = 0;
   std::string dump_logits;
   float temperature = 0.0f;
@@ -114,11 +115,20 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
   return 0;
 }
 
+// --dtype: "bf16", "f16" or "f32" (the names make-model takes too).
+DType parse_activation_dtype(const std::string& text) {
+  if (text == "bf16") return DType::kBF16;
+  if (text == "f16") return DType::kF16;
+  if (text == "f32") return DType::kF32;
+  MG_FAIL("--dtype: unknown dtype '{}' (expected bf16, f16 or f32)", text);
+}
+
 int run(const RunArgs& a) {
   const std::filesystem::path graph = resolve_model(a.model);
   const std::vector<int32_t> prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
   CompileOptions compile;
   compile.device = Device::parse(a.device);
+  if (!a.dtype.empty()) compile.activation_dtype = parse_activation_dtype(a.dtype);
   compile.max_tokens = a.max_tokens;
   compile.max_seq_len = a.max_seq_len;
   compile.moe_backend = a.moe_backend;
@@ -148,7 +158,8 @@ int run(const RunArgs& a) {
   const GenerateResult r = session->generate(prompt, gen);
 
   std::cout << "model: " << plan.model_name << " (" << graph.string() << ") on "
-            << plan.device.str() << ", " << options.threads << " threads\n";
+            << plan.device.str() << " (" << dtype_name(activation_dtype_of(compile)) << "), "
+            << options.threads << " threads\n";
   print_result("", prompt, r);
   if (a.profile) std::cout << session->profiler().summary();
   if (!a.trace.empty()) {
@@ -171,6 +182,9 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype,
+                  "Activation dtype: bf16, f16 or f32 (default: f32 on cpu, bf16 on cuda; the "
+                  "CPU runs f32 only)");
   cmd->add_option("--threads", args->threads, "CPU threads (default: all cores)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dump-logits", args->dump_logits,
