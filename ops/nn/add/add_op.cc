@@ -1,6 +1,9 @@
 #include "ops/nn/add/add.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -50,6 +53,9 @@ class AddOp final : public OpDef {
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     const auto& p = ctx.node.add();
     const float scale = p.has_scale() ? p.scale() : 1.0f;
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) return make_add_cuda_kernel(ctx, scale);
+#endif
     MG_CHECK(ctx.options.device.is_cpu(), "op add has no kernel for {}", ctx.options.device.str());
     return std::make_unique<AddCpuKernel>(scale);
   }

@@ -12,6 +12,9 @@
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -132,7 +135,6 @@ class AttentionOp final : public OpDef {
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0, 1, 2};
-    expect_cpu_kernel(ctx, "attention", kFloatActivations);
     const proto::AttentionParams& p = ctx.node.attention();
     AttentionDims dims;
     dims.heads = p.num_heads();
@@ -144,6 +146,10 @@ class AttentionOp final : public OpDef {
                      : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim())));
     dims.sliding_window = p.sliding_window();
     dims.chunk_size = p.chunk_size();
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) return make_attention_cuda_kernel(ctx, dims);
+#endif
+    expect_cpu_kernel(ctx, "attention", kFloatActivations);
     return std::make_unique<AttentionCpuKernel>(dims);
   }
 

@@ -6,6 +6,9 @@
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -83,8 +86,13 @@ class EmbeddingOp final : public OpDef {
   }
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
-    expect_cpu_kernel(ctx, "embedding", {});
     const proto::EmbeddingParams& p = ctx.node.embedding();
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) {
+      return make_embedding_cuda_kernel(ctx, p.has_scale() ? p.scale() : 1.0f);
+    }
+#endif
+    expect_cpu_kernel(ctx, "embedding", {});
     return std::make_unique<EmbeddingCpuKernel>(p.has_scale() ? p.scale() : 1.0f);
   }
 

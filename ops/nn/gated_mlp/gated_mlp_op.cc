@@ -10,6 +10,9 @@
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -123,6 +126,15 @@ class GatedMlpOp final : public OpDef {
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0};
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) {
+      check_gated_mlp_activation(ctx.node.gated_mlp().activation());
+      MG_ASSERT(ctx.input_types.size() > 1 && ctx.input_types[1].has_value(),
+                "gated_mlp: kernel built without the gate type");
+      return make_gated_mlp_cuda_kernel(ctx, ctx.node.gated_mlp().activation(),
+                                        ctx.input_types[1]->shape[0]);
+    }
+#endif
     expect_cpu_kernel(ctx, "gated_mlp", kFloatActivations);
     MG_ASSERT(ctx.input_types.size() > 1 && ctx.input_types[1].has_value(),
               "gated_mlp: kernel built without the gate type");

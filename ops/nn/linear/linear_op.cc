@@ -6,6 +6,9 @@
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -89,8 +92,13 @@ class LinearOp final : public OpDef {
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0};
-    expect_cpu_kernel(ctx, "linear", kFloatActivations);
     const proto::LinearParams& p = ctx.node.linear();
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) {
+      return make_linear_cuda_kernel(ctx, p.has_bias(), p.has_scale() ? p.scale() : 1.0f);
+    }
+#endif
+    expect_cpu_kernel(ctx, "linear", kFloatActivations);
     return std::make_unique<LinearCpuKernel>(p.has_bias(), p.has_scale() ? p.scale() : 1.0f);
   }
 

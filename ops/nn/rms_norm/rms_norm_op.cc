@@ -6,6 +6,9 @@
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -102,8 +105,13 @@ class RmsNormOp final : public OpDef {
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0};
-    expect_cpu_kernel(ctx, "rms_norm", kFloatActivations);
     const proto::RmsNormParams& p = ctx.node.rms_norm();
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) {
+      return make_rms_norm_cuda_kernel(ctx, p.group_size(), p.eps());
+    }
+#endif
+    expect_cpu_kernel(ctx, "rms_norm", kFloatActivations);
     return std::make_unique<RmsNormCpuKernel>(p.group_size(), p.eps());
   }
 

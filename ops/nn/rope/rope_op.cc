@@ -9,6 +9,9 @@
 #include "ops/nn/op_helpers.h"
 #include "ops/nn/rope/rope.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -104,6 +107,9 @@ class RopeOp final : public OpDef {
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0};
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) return make_rope_cuda_kernel(ctx, ctx.node.rope());
+#endif
     expect_cpu_kernel(ctx, "rope", kFloatActivations);
     return std::make_unique<RopeCpuKernel>(ctx.node.rope());
   }

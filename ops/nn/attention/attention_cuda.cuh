@@ -1,0 +1,170 @@
+// CUDA attention kernels (included by the per-dtype attention_cuda_<dtype>.cu files).
+//
+// attention_kernel: one block of kWarps warps per (head h, query t). The visible keys
+// [first, p] are dealt round-robin to the warps; each warp streams its keys one at a time:
+// score s = scale · q·k (lanes split the head dim, a shuffle reduction sums), then the online
+// softmax update of its running max m, denominator l and output accumulator (lanes split v's dim,
+// kChunks elements per lane kept in registers). At the end the warps merge (m, l, acc) through
+// shared memory; a sink adds exp(sink - M) to the denominator and nothing to the output.
+// A straightforward first version: K/V rows are re-read by every head of a KV group (the L2
+// catches most of it) and a decode step runs only `heads` blocks.
+#pragma once
+
+#include <cmath>
+
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_utils.cuh"
+#include "ops/nn/attention/attention_cuda.h"
+
+namespace mg::cuda {
+
+constexpr int kAttentionWarps = 4;
+
+template <typename T>
+__global__ void kv_cache_write_kernel(const T* k, const T* v, const int32_t* positions, T* k_cache,
+                                      T* v_cache, int64_t k_row, int64_t v_row,
+                                      int64_t max_seq_len) {
+  const int64_t t = blockIdx.x;
+  const int64_t p = positions[t];
+  if (p < 0 || p >= max_seq_len) return;
+  for (int64_t i = threadIdx.x; i < k_row; i += blockDim.x)
+    k_cache[p * k_row + i] = k[t * k_row + i];
+  for (int64_t i = threadIdx.x; i < v_row; i += blockDim.x)
+    v_cache[p * v_row + i] = v[t * v_row + i];
+}
+
+template <typename T>
+void launch_kv_cache_write(const AttentionDims& dims, const KvCacheWriteArgs& a,
+                           cudaStream_t stream) {
+  if (a.tokens <= 0) return;
+  kv_cache_write_kernel<T><<<static_cast<unsigned>(a.tokens), 128, 0, stream>>>(
+      static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.positions,
+      static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), dims.kv_heads * dims.head_dim,
+      dims.kv_heads * dims.v_head_dim, a.max_seq_len);
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kAttentionWarps * 32)
+    attention_kernel(AttentionDims dims, const T* q, const int32_t* positions, const T* k_cache,
+                     const T* v_cache, const T* sinks, T* out, int64_t max_seq_len) {
+  __shared__ float warp_max_s[kAttentionWarps];
+  __shared__ float warp_denom_s[kAttentionWarps];
+  __shared__ float warp_acc_s[kAttentionWarps][kChunks * 32];
+
+  const int64_t h = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t d = dims.head_dim;
+  const int64_t dv = dims.v_head_dim;
+  const int64_t g = h / (dims.heads / dims.kv_heads);
+  T* o = out + (t * dims.heads + h) * dv;
+  const int64_t p = positions[t];
+  if (p < 0 || p >= max_seq_len) {
+    const T nan = from_float<T>(__int_as_float(0x7fc00000));
+    for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) o[i] = nan;
+    return;
+  }
+  int64_t first = 0;
+  if (dims.sliding_window > 0 && p - dims.sliding_window + 1 > first) {
+    first = p - dims.sliding_window + 1;
+  }
+  if (dims.chunk_size > 0 && p - p % dims.chunk_size > first) first = p - p % dims.chunk_size;
+
+  const T* q_row = q + (t * dims.heads + h) * d;
+  float q_reg[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int64_t i = lane + 32 * c;
+    q_reg[c] = i < d ? to_float(q_row[i]) : 0.0f;
+  }
+
+  constexpr float kNegInf = -INFINITY;
+  float m = kNegInf;  // running max of this warp's scores
+  float l = 0.0f;     // running Σ exp(s - m)
+  float acc[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) acc[c] = 0.0f;
+
+  const int64_t k_stride = dims.kv_heads * d;
+  const int64_t v_stride = dims.kv_heads * dv;
+  const T* k_head = k_cache + g * d;
+  const T* v_head = v_cache + g * dv;
+  for (int64_t j = first + warp; j <= p; j += kAttentionWarps) {
+    const T* k_j = k_head + j * k_stride;
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t i = lane + 32 * c;
+      if (i < d) s += q_reg[c] * to_float(k_j[i]);
+    }
+    s = warp_sum(s) * dims.scale;
+    const float m_new = fmaxf(m, s);
+    const float rescale = expf(m - m_new);  // 0 on the first key (m = -inf)
+    const float weight = expf(s - m_new);
+    l = l * rescale + weight;
+    const T* v_j = v_head + j * v_stride;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t i = lane + 32 * c;
+      const float v_i = i < dv ? to_float(v_j[i]) : 0.0f;
+      acc[c] = acc[c] * rescale + weight * v_i;
+    }
+    m = m_new;
+  }
+
+  if (lane == 0) {
+    warp_max_s[warp] = m;
+    warp_denom_s[warp] = l;
+  }
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) warp_acc_s[warp][lane + 32 * c] = acc[c];
+  __syncthreads();
+
+  // Key p is always visible, so at least one warp has a finite max and M is finite.
+  const float sink = sinks != nullptr ? to_float(sinks[h]) : kNegInf;
+  float row_max = sink;
+#pragma unroll
+  for (int w = 0; w < kAttentionWarps; ++w) row_max = fmaxf(row_max, warp_max_s[w]);
+  float denom = sinks != nullptr ? expf(sink - row_max) : 0.0f;
+  float warp_scale[kAttentionWarps];
+#pragma unroll
+  for (int w = 0; w < kAttentionWarps; ++w) {
+    warp_scale[w] = warp_max_s[w] == kNegInf ? 0.0f : expf(warp_max_s[w] - row_max);
+    denom += warp_denom_s[w] * warp_scale[w];
+  }
+  const float inv_denom = 1.0f / denom;
+  for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kAttentionWarps; ++w) v += warp_acc_s[w][i] * warp_scale[w];
+    o[i] = from_float<T>(v * inv_denom);
+  }
+}
+
+template <typename T, int kChunks>
+void launch_attention_chunks(const AttentionDims& dims, const AttentionArgs& a,
+                             cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(dims.heads), static_cast<unsigned>(a.tokens));
+  attention_kernel<T, kChunks><<<grid, kAttentionWarps * 32, 0, stream>>>(
+      dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
+      static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks), static_cast<T*>(a.out),
+      a.max_seq_len);
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_attention(const AttentionDims& dims, const AttentionArgs& a, cudaStream_t stream) {
+  if (a.tokens <= 0) return;
+  const int64_t widest = dims.head_dim > dims.v_head_dim ? dims.head_dim : dims.v_head_dim;
+  MG_ASSERT(widest <= kAttentionMaxHeadDim, "attention: head dim {} > {}", widest,
+            kAttentionMaxHeadDim);
+  if (widest <= 32) return launch_attention_chunks<T, 1>(dims, a, stream);
+  if (widest <= 64) return launch_attention_chunks<T, 2>(dims, a, stream);
+  if (widest <= 128) return launch_attention_chunks<T, 4>(dims, a, stream);
+  if (widest <= 256) return launch_attention_chunks<T, 8>(dims, a, stream);
+  return launch_attention_chunks<T, 16>(dims, a, stream);
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,105 @@
+// The CUDA attention kernel: the per-session KV cache in device memory (activation dtype,
+// zero-filled like the CPU's) and the adapter to launch_kv_cache_write + launch_attention.
+#include "framework/device/allocator.h"
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_device.h"
+#include "framework/device/cuda/dtype_dispatch.h"
+#include "ops/nn/attention/attention_cuda.h"
+#include "ops/nn/cuda_kernels.h"
+
+namespace mg {
+
+namespace {
+
+class AttentionCudaState final : public OpState {
+ public:
+  AttentionCudaState(Device device, DType dtype, int64_t max_seq_len, const AttentionDims& dims)
+      : max_seq_len(max_seq_len),
+        k(empty_tensor(device, dtype, {max_seq_len, dims.kv_heads, dims.head_dim})),
+        v(empty_tensor(device, dtype, {max_seq_len, dims.kv_heads, dims.v_head_dim})) {
+    // Built once per session, outside the hot path: zeroed so that a query never reads
+    // uninitialised rows (positions skipped by a caller read as zeros, as on the CPU).
+    // The session's stream is non-blocking, so wait here rather than rely on stream order.
+    MG_CUDA_CHECK(cudaMemsetAsync(k.raw(), 0, k.nbytes(), nullptr));
+    MG_CUDA_CHECK(cudaMemsetAsync(v.raw(), 0, v.nbytes(), nullptr));
+    MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  }
+
+  const int64_t max_seq_len;
+  Tensor k;  // [max_seq_len, KV, D]
+  Tensor v;  // [max_seq_len, KV, Dv]
+};
+
+class AttentionCudaKernel final : public OpKernel {
+ public:
+  AttentionCudaKernel(DType dtype, const AttentionDims& dims) : dtype_(dtype), dims_(dims) {}
+
+  // inputs: q [T, H*D], k [T, KV*D], v [T, KV*Dv], positions [T] I32, sinks [H] (optional).
+  // outputs: out [T, H*Dv].
+  void run(const ExecContext& ctx, std::span<const Tensor> inputs,
+           std::span<const Tensor> outputs) override {
+    auto* state = dynamic_cast<AttentionCudaState*>(ctx.state);
+    MG_ASSERT(state != nullptr, "attention: run without the KV-cache state of create_state()");
+    const bool has_sinks = inputs.size() > 4 && inputs[4].defined();
+    MG_ASSERT(inputs[0].dtype() == dtype_ && inputs[1].dtype() == dtype_ &&
+                  inputs[2].dtype() == dtype_ && outputs[0].dtype() == dtype_ &&
+                  (!has_sinks || inputs[4].dtype() == dtype_),
+              "attention: q {} k {} v {} out {}, kernel built for {}", inputs[0].str(),
+              inputs[1].str(), inputs[2].str(), outputs[0].str(), dtype_name(dtype_));
+    const int64_t tokens = inputs[0].dim(0);
+    const auto* positions = static_cast<const int32_t*>(inputs[3].raw());
+    cudaStream_t stream = cuda::native(ctx.stream);
+
+    cuda::KvCacheWriteArgs write;
+    write.k = inputs[1].raw();
+    write.v = inputs[2].raw();
+    write.positions = positions;
+    write.k_cache = state->k.raw();
+    write.v_cache = state->v.raw();
+    write.tokens = tokens;
+    write.max_seq_len = state->max_seq_len;
+
+    cuda::AttentionArgs attend;
+    attend.q = inputs[0].raw();
+    attend.positions = positions;
+    attend.k_cache = state->k.raw();
+    attend.v_cache = state->v.raw();
+    attend.sinks = has_sinks ? inputs[4].raw() : nullptr;
+    attend.out = outputs[0].raw();
+    attend.tokens = tokens;
+    attend.max_seq_len = state->max_seq_len;
+
+    cuda::dispatch_float_dtype(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_kv_cache_write<T>(dims_, write, stream);
+      cuda::launch_attention<T>(dims_, attend, stream);
+    });
+  }
+
+  std::unique_ptr<OpState> create_state(const StateOptions& options) const override {
+    MG_CHECK(options.device.is_cuda(), "attention: the CUDA kernel cannot keep its KV cache on {}",
+             options.device.str());
+    MG_CHECK(options.max_seq_len > 0, "attention: max_seq_len must be positive, got {}",
+             options.max_seq_len);
+    return std::make_unique<AttentionCudaState>(options.device, dtype_, options.max_seq_len, dims_);
+  }
+
+  std::string describe() const override { return fmt::format("cuda {}", dtype_name(dtype_)); }
+
+ private:
+  DType dtype_;
+  AttentionDims dims_;
+};
+
+}  // namespace
+
+std::unique_ptr<OpKernel> make_attention_cuda_kernel(const KernelContext& ctx,
+                                                     const AttentionDims& dims) {
+  MG_CHECK(
+      dims.head_dim <= cuda::kAttentionMaxHeadDim && dims.v_head_dim <= cuda::kAttentionMaxHeadDim,
+      "attention: the CUDA kernel supports head_dim and v_head_dim up to {}, got {} and {}",
+      cuda::kAttentionMaxHeadDim, dims.head_dim, dims.v_head_dim);
+  return std::make_unique<AttentionCudaKernel>(activation_dtype_of(ctx.options), dims);
+}
+
+}  // namespace mg

@@ -1,0 +1,34 @@
+// The CUDA kernels of the dense nn ops, built by each op's create_kernel when the compile device
+// is a GPU (only in builds with MG_WITH_CUDA). Each factory lives in
+// ops/nn/<op>/<op>_cuda_kernel.cc, the thin adapter over that op's launcher (<op>_cuda.h); the
+// op has already checked its parameters and input types.
+//
+// Every kernel computes in the activation dtype of the compile options (activation_dtype_of:
+// BF16 by default, F16 or F32), reads its compute-placed weights in that dtype, accumulates in
+// fp32, queues its work on the session's stream and never synchronises with the host.
+#pragma once
+
+#include <memory>
+
+#include "ops/nn/attention/attention_cpu.h"
+#include "ops/registry.h"
+
+namespace mg {
+
+std::unique_ptr<OpKernel> make_embedding_cuda_kernel(const KernelContext& ctx, float scale);
+// group_size 0: the whole row.
+std::unique_ptr<OpKernel> make_rms_norm_cuda_kernel(const KernelContext& ctx, int64_t group_size,
+                                                    float eps);
+std::unique_ptr<OpKernel> make_linear_cuda_kernel(const KernelContext& ctx, bool has_bias,
+                                                  float scale);
+std::unique_ptr<OpKernel> make_rope_cuda_kernel(const KernelContext& ctx,
+                                                const proto::RopeParams& params);
+std::unique_ptr<OpKernel> make_attention_cuda_kernel(const KernelContext& ctx,
+                                                     const AttentionDims& dims);
+// `activation` already checked by check_gated_mlp_activation.
+std::unique_ptr<OpKernel> make_gated_mlp_cuda_kernel(const KernelContext& ctx,
+                                                     proto::Activation activation,
+                                                     int64_t intermediate);
+std::unique_ptr<OpKernel> make_add_cuda_kernel(const KernelContext& ctx, float scale);
+
+}  // namespace mg

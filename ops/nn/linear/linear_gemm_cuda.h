@@ -1,0 +1,66 @@
+// The CUDA GEMM behind linear and gated_mlp (the GPU twin of linear_gemm.h):
+//   y [tokens, out] = alpha · x [tokens, in] · w [out, in]ᵀ (+ bias [out])
+// through cuBLASLt, with fp32 accumulation (pure fp32 for F32 data: no TF32) and the bias added in
+// the GEMM epilogue. x, w, y and bias share one dtype: F32, F16 or BF16.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "framework/core/dtype.h"
+
+namespace mg::cuda {
+
+class GemmXwt {
+ public:
+  // Workspace cuBLASLt may use per call (NVIDIA's recommendation for Hopper); callers reserve it
+  // through OpKernel::workspace_bytes so no call allocates.
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  // `bias` [out] (device, may be null) stays fixed for the GEMM's life: linear's bias is a weight.
+  GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int device);
+  ~GemmXwt();
+  GemmXwt(const GemmXwt&) = delete;
+  GemmXwt& operator=(const GemmXwt&) = delete;
+
+  // Queues the GEMM on `stream`. Pointers are device pointers aligned to 16 bytes; `workspace`
+  // holds at least kWorkspaceBytes. Thread-safe (sessions may share a kernel).
+  void run(const void* x, int64_t tokens, const void* w, void* y, float alpha, void* workspace,
+           size_t workspace_bytes, cudaStream_t stream) const;
+
+  // "cublasLt BF16" for `inspect --plan`.
+  std::string describe() const;
+
+ private:
+  // Per token count: the layouts of x and y and the algorithm cuBLASLt's heuristic chose
+  // (has_algo false: no algorithm fits, the cublasGemmEx path runs instead).
+  struct TokensPlan {
+    cublasLtMatrixLayout_t x = nullptr;
+    cublasLtMatrixLayout_t y = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool has_algo = false;
+    size_t workspace = 0;
+  };
+  const TokensPlan& plan_for(int64_t tokens) const;
+  void run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y, float alpha,
+                   cudaStream_t stream) const;
+
+  DType dtype_;
+  int64_t in_;
+  int64_t out_;
+  const void* bias_;
+  int device_;
+  cudaDataType_t data_type_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t w_layout_ = nullptr;
+  mutable std::mutex mutex_;
+  mutable std::map<int64_t, TokensPlan> plans_;  // a map: references stay valid as it grows
+};
+
+}  // namespace mg::cuda
