@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "framework/device/allocator.h"
+#include "framework/device/convert.h"
+#include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/test_util.h"
 #ifdef MG_WITH_CUDA
 #include "framework/device/cuda/cuda_check.h"
@@ -14,12 +16,6 @@
 
 namespace mg {
 namespace {
-
-#define MG_REQUIRE_GPU()                                                       \
-  do {                                                                         \
-    if (!built_with_cuda()) GTEST_SKIP() << "built without CUDA (MG_CUDA=OFF)"; \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine"; \
-  } while (false)
 
 TEST(CudaDevice, CopiesRoundTripThroughTheDevice) {
   MG_REQUIRE_GPU();
@@ -75,7 +71,8 @@ TEST(CudaDevice, CublasGemmMatchesTheCpu) {
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
       double s = 0;
-      for (int p = 0; p < k; ++p) s += double(x.data<float>()[i * k + p]) * w.data<float>()[j * k + p];
+      for (int p = 0; p < k; ++p)
+        s += double(x.data<float>()[i * k + p]) * w.data<float>()[j * k + p];
       ref[i * n + j] = static_cast<float>(s);
     }
   }
@@ -95,6 +92,26 @@ TEST(CudaDevice, CublasGemmMatchesTheCpu) {
   Tensor y = Tensor::empty_cpu(DType::kF32, {m, n});
   copy_tensor(y, dy, stream.get());
   EXPECT_LT(testing::normalized_error(testing::span_of(y), ref), 1e-5);
+}
+
+TEST(CudaDevice, ConvertsBetweenActivationDtypesOnTheDevice) {
+  MG_REQUIRE_GPU();
+  auto stream = make_stream(Device::cuda(0));
+  const Tensor host = testing::random_tensor({3000}, 11, -100.0f, 100.0f);
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // F32 -> dtype on the device rounds as the host's cast_cpu does, and dtype -> F32 is exact.
+    Tensor f32 = empty_tensor(Device::cuda(0), DType::kF32, host.shape(), stream.get());
+    copy_tensor(f32, host, stream.get());
+    Tensor low = empty_tensor(Device::cuda(0), dtype, host.shape(), stream.get());
+    convert_tensor(low, f32, stream.get());
+    Tensor back = empty_tensor(Device::cuda(0), DType::kF32, host.shape(), stream.get());
+    convert_tensor(back, low, stream.get());
+    Tensor got = Tensor::empty_cpu(DType::kF32, host.shape());
+    copy_tensor(got, back, stream.get());
+    const Tensor want = to_f32_cpu(cast_cpu(host, dtype));
+    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0);
+  }
 }
 #endif
 

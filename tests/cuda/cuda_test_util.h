@@ -1,0 +1,196 @@
+// Helpers of the CUDA test suite (header-only: the suite compiles tests/cuda/*_test.cc).
+//
+// DeviceOp compiles one node for a GPU the way the plan would (weights cast to the activation
+// dtype and uploaded, kernel from OpDef::create_kernel, state from create_state) and runs it on
+// host F32/I32 inputs, returning host F32 outputs. Outputs are poisoned with NaN before every run
+// and surrounded by guard bytes that must survive it, so an unwritten element or a write past the
+// end fails the test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/device/allocator.h"
+#include "framework/device/convert.h"
+#include "ops/registry.h"
+#include "tests/testing/test_util.h"
+#ifdef MG_WITH_CUDA
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_device.h"
+#endif
+
+// Skips the test, saying why, where no GPU can run it.
+#define MG_REQUIRE_GPU()                                                                  \
+  do {                                                                                    \
+    if (!::mg::built_with_cuda()) GTEST_SKIP() << "built without CUDA (MG_CUDA=OFF)";     \
+    if (::mg::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine"; \
+  } while (false)
+
+namespace mg::testing {
+
+// An activation dtype with the normalised error its results must stay under.
+struct DtypeTolerance {
+  DType dtype;
+  double tolerance;
+};
+
+// The dtypes every CUDA op test runs: bf16 ~1e-2 (8-bit mantissa), fp16 (11-bit), fp32.
+// MG_TEST_DTYPES=bf16,f32 (names as `moegraph run --dtype`) runs a subset, e.g. under
+// compute-sanitizer where every launch is much slower.
+inline const std::vector<DtypeTolerance>& cuda_dtypes() {
+  static const std::vector<DtypeTolerance> dtypes = [] {
+    const std::vector<std::pair<std::string, DtypeTolerance>> all = {
+        {"bf16", {DType::kBF16, 1e-2}}, {"f16", {DType::kF16, 2e-3}}, {"f32", {DType::kF32, 1e-5}}};
+    const char* only = std::getenv("MG_TEST_DTYPES");
+    std::vector<DtypeTolerance> chosen;
+    for (const auto& [name, d] : all) {
+      if (only == nullptr || std::string(only).find(name) != std::string::npos) chosen.push_back(d);
+    }
+    return chosen;
+  }();
+  return dtypes;
+}
+
+// `t` (host F32) rounded through `dtype` and back: the exact values a kernel of that dtype sees.
+inline Tensor round_through(const Tensor& t, DType dtype) {
+  if (!t.defined() || t.dtype() != DType::kF32) return t;
+  return to_f32_cpu(cast_cpu(t, dtype));
+}
+
+#ifdef MG_WITH_CUDA
+
+// A host tensor on the GPU: floats cast to `dtype`, anything else (I32 ids) as it is.
+inline Tensor upload(const Tensor& host, DType dtype, Stream* stream) {
+  if (!host.defined()) return host;
+  const Tensor src = host.dtype() == DType::kF32 ? cast_cpu(host, dtype) : host;
+  Tensor dev = empty_tensor(Device::cuda(0), src.dtype(), src.shape(), stream);
+  copy_tensor(dev, src, stream);
+  return dev;
+}
+
+// A device tensor back on the host as F32 (or I32 as it is); waits for `stream`.
+inline Tensor download_f32(const Tensor& dev, Stream* stream) {
+  Tensor host = Tensor::empty_cpu(dev.dtype(), dev.shape());
+  copy_tensor(host, dev, stream);
+  return host.dtype() == DType::kI32 ? host : to_f32_cpu(host);
+}
+
+class DeviceOp {
+ public:
+  static constexpr size_t kGuard = 256;  // bytes before and after every output
+
+  DeviceOp(const proto::Node& node, const std::vector<Tensor>& inputs, DType dtype,
+           int64_t max_seq_len = 256)
+      : node_(node), def_(OpRegistry::global().find(node.op())), dtype_(dtype) {
+    MG_CHECK(def_ != nullptr, "unknown op '{}'", node.op());
+    options_.device = Device::cuda(0);
+    options_.activation_dtype = dtype;
+    options_.max_seq_len = max_seq_len;
+    stream_ = make_stream(options_.device);
+    const auto types = types_of(inputs);
+    def_->infer(node_, types);
+    placed_.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size() && i < def_->inputs().size(); ++i) {
+      if (def_->inputs()[i].kind != InputKind::kWeight || !inputs[i].defined()) continue;
+      placed_[i] = upload(inputs[i], dtype, nullptr);
+    }
+    KernelContext ctx{node_, options_, types, placed_};
+    kernel_ = def_->create_kernel(ctx);
+    state_ = kernel_->create_state(StateOptions{options_.device, max_seq_len});
+  }
+
+  // Runs on fresh activation inputs (host F32 or I32); the state persists across calls.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) {
+    const auto types = types_of(inputs);
+    const std::vector<ValueType> out_types = def_->infer(node_, types);
+    int64_t tokens = 0;
+    std::vector<Tensor> args(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (placed_[i].defined()) {
+        args[i] = placed_[i];
+        continue;
+      }
+      args[i] = upload(inputs[i], dtype_, stream_.get());
+      if (inputs[i].defined() && inputs[i].rank() > 0) tokens = inputs[i].dim(0);
+    }
+    std::vector<Tensor> outputs;
+    for (const ValueType& t : out_types) {
+      Shape s = t.shape;
+      if (!s.empty() && s[0] == kTokens) s[0] = tokens;
+      const DType dtype = t.dtype == DType::kF32 ? dtype_ : t.dtype;
+      const size_t bytes = static_cast<size_t>(shape_numel(s)) * dtype_size(dtype);
+      auto buffer = allocator_for(options_.device).allocate(bytes + 2 * kGuard, stream_.get());
+      MG_CUDA_CHECK(
+          cudaMemsetAsync(buffer->data(), 0xff, bytes + 2 * kGuard, cuda::native(stream_.get())));
+      outputs.emplace_back(buffer, dtype, s, kGuard);
+    }
+    const size_t ws_bytes = kernel_->workspace_bytes(tokens);
+    Tensor workspace =
+        empty_tensor(options_.device, DType::kU8,
+                     {static_cast<int64_t>(std::max<size_t>(ws_bytes, 1))}, stream_.get());
+    ExecContext ctx;
+    ctx.device = options_.device;
+    ctx.stream = stream_.get();
+    ctx.state = state_.get();
+    ctx.workspace = ws_bytes ? workspace.raw() : nullptr;
+    ctx.workspace_bytes = ws_bytes;
+    kernel_->run(ctx, args, outputs);
+    MG_CUDA_CHECK(cudaStreamSynchronize(cuda::native(stream_.get())));
+    std::vector<Tensor> host;
+    for (const Tensor& out : outputs) {
+      expect_guards_intact(out);
+      host.push_back(download_f32(out, stream_.get()));
+    }
+    return host;
+  }
+
+  OpKernel& kernel() { return *kernel_; }
+
+ private:
+  std::vector<std::optional<ValueType>> types_of(const std::vector<Tensor>& inputs) const {
+    std::vector<std::optional<ValueType>> types;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].defined()) {
+        types.emplace_back(std::nullopt);
+        continue;
+      }
+      ValueType t{inputs[i].dtype(), inputs[i].shape()};
+      const bool weight = i < def_->inputs().size() && def_->inputs()[i].kind == InputKind::kWeight;
+      if (!weight && !t.shape.empty()) t.shape[0] = kTokens;
+      types.emplace_back(std::move(t));
+    }
+    return types;
+  }
+
+  void expect_guards_intact(const Tensor& out) const {
+    std::vector<unsigned char> before(kGuard), after(kGuard);
+    const char* base = static_cast<const char*>(out.buffer()->data());
+    MG_CUDA_CHECK(cudaMemcpy(before.data(), base, kGuard, cudaMemcpyDeviceToHost));
+    MG_CUDA_CHECK(
+        cudaMemcpy(after.data(), base + kGuard + out.nbytes(), kGuard, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(before[i], 0xff) << node_.op() << ": guard byte " << i << " before the output";
+      ASSERT_EQ(after[i], 0xff) << node_.op() << ": guard byte " << i << " after the output";
+    }
+  }
+
+  proto::Node node_;
+  const OpDef* def_;
+  DType dtype_;
+  CompileOptions options_;
+  std::unique_ptr<Stream> stream_;
+  std::vector<Tensor> placed_;
+  std::unique_ptr<OpKernel> kernel_;
+  std::unique_ptr<OpState> state_;
+};
+
+#endif  // MG_WITH_CUDA
+
+}  // namespace mg::testing

@@ -1,0 +1,199 @@
+// Whole models on the GPU against the CPU: the small test decoder and the bundled tiny-llama give
+// the CPU's logits within the activation dtype's tolerance, decode step by step equals prefill on
+// the device, greedy generation agrees with the CPU, and `moegraph run --device cuda` runs end to
+// end.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "framework/runtime/session.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/testing/command.h"
+#include "tests/testing/model_fixture.h"
+#include "tests/unit/ops/nn_test_util.h"
+
+namespace mg {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::filesystem::path bundled_model() {
+  return std::filesystem::path(MG_SOURCE_DIR) / "models" / "tiny-llama" / "model.pbtxt";
+}
+
+std::unique_ptr<Session> open_session(const std::filesystem::path& graph, Device device,
+                                      std::optional<DType> dtype, int64_t max_tokens = 64) {
+  CompileOptions c;
+  c.device = device;
+  c.activation_dtype = dtype;
+  c.max_tokens = max_tokens;
+  SessionOptions s;
+  s.threads = 2;
+  return Session::open(graph, c, s);
+}
+
+std::vector<float> prompt_logits(Session& s, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  const Tensor& t = s.forward(ids, pos);
+  return {t.data<float>(), t.data<float>() + t.numel()};
+}
+
+// Whole-model tolerances: every layer adds its rounding, so looser than one op's.
+struct ModelDtype {
+  DType dtype;
+  double tolerance;
+};
+const std::vector<ModelDtype> kModelDtypes = {
+    {DType::kBF16, 3e-2}, {DType::kF16, 5e-3}, {DType::kF32, 1e-4}};
+
+const std::vector<int32_t> kPrompt = {5, 17, 3, 90, 42, 8, 64, 1, 33, 2, 71};
+
+class CudaModel : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::filesystem::path graph() {
+    if (GetParam() == "tiny-llama") return bundled_model();
+    return testing::write_model(testing::temp_dir("model"), testing::small_spec());
+  }
+};
+
+TEST_P(CudaModel, PromptLogitsMatchTheCpu) {
+  MG_REQUIRE_GPU();
+  const auto g = graph();
+  auto cpu = open_session(g, Device::cpu(), std::nullopt);
+  const std::vector<float> ref = prompt_logits(*cpu, kPrompt);
+  for (const ModelDtype& d : kModelDtypes) {
+    SCOPED_TRACE(dtype_name(d.dtype));
+    auto gpu = open_session(g, Device::cuda(0), d.dtype);
+    const std::vector<float> got = prompt_logits(*gpu, kPrompt);
+    const double err = testing::normalized_error(got, ref);
+    EXPECT_LT(err, d.tolerance);
+    // Printed for tools/gpu_check.sh's summary (and docs/gpu.md).
+    std::cout << fmt::format("[metric] {} {} logits vs cpu: normalised error {:.3g}\n", GetParam(),
+                             dtype_name(d.dtype), err);
+  }
+}
+
+TEST_P(CudaModel, DecodeStepByStepEqualsPrefillOnTheDevice) {
+  MG_REQUIRE_GPU();
+  const auto g = graph();
+  for (const ModelDtype& d : kModelDtypes) {
+    SCOPED_TRACE(dtype_name(d.dtype));
+    auto full = open_session(g, Device::cuda(0), d.dtype);
+    const std::vector<float> ref = prompt_logits(*full, kPrompt);
+    const size_t vocab = ref.size() / kPrompt.size();
+    auto steps = open_session(g, Device::cuda(0), d.dtype);
+    for (size_t t = 0; t < kPrompt.size(); ++t) {
+      const int32_t id = kPrompt[t];
+      const int32_t pos = static_cast<int32_t>(t);
+      const Tensor& step = steps->forward(std::span(&id, 1), std::span(&pos, 1));
+      std::span<const float> want(ref.data() + t * vocab, vocab);
+      // Same kernels on a different token count: GEMM algorithms may differ, so one rounding
+      // step of the dtype is allowed.
+      EXPECT_LT(testing::normalized_error(testing::span_of(step), want), d.tolerance / 2)
+          << "position " << t;
+    }
+  }
+}
+
+TEST_P(CudaModel, ChunkedPrefillEqualsFullPrefill) {
+  MG_REQUIRE_GPU();
+  const auto g = graph();
+  auto full = open_session(g, Device::cuda(0), DType::kF32);
+  auto chunked = open_session(g, Device::cuda(0), DType::kF32, /*max_tokens=*/3);
+  EXPECT_LT(
+      testing::normalized_error(prompt_logits(*chunked, kPrompt), prompt_logits(*full, kPrompt)),
+      1e-5);
+}
+
+TEST_P(CudaModel, GreedyGenerationAgreesWithTheCpu) {
+  MG_REQUIRE_GPU();
+  const auto g = graph();
+  GenerateOptions gen;
+  gen.max_new_tokens = 8;
+  gen.stop_at_eos = false;
+  auto cpu = open_session(g, Device::cpu(), std::nullopt);
+  const std::vector<int32_t> cpu_ids = cpu->generate(kPrompt, gen).tokens;
+  // F32 on the GPU: the same tokens.
+  auto gpu32 = open_session(g, Device::cuda(0), DType::kF32);
+  EXPECT_EQ(gpu32->generate(kPrompt, gen).tokens, cpu_ids);
+  // BF16: a different rounding may flip near-ties, so check each GPU token against the CPU's
+  // logits on the GPU's own sequence: its logit is within 2% of the row's range of the maximum.
+  auto gpu16 = open_session(g, Device::cuda(0), DType::kBF16);
+  const std::vector<int32_t> bf16_ids = gpu16->generate(kPrompt, gen).tokens;
+  ASSERT_EQ(bf16_ids.size(), 8u);
+  std::vector<int32_t> seq = kPrompt;
+  seq.insert(seq.end(), bf16_ids.begin(), bf16_ids.end() - 1);
+  auto check = open_session(g, Device::cpu(), std::nullopt);
+  const std::vector<float> l = prompt_logits(*check, seq);
+  const size_t vocab = l.size() / seq.size();
+  int exact = 0;
+  for (size_t i = 0; i < bf16_ids.size(); ++i) {
+    const float* row = l.data() + (kPrompt.size() - 1 + i) * vocab;
+    const float hi = *std::max_element(row, row + vocab);
+    const float lo = *std::min_element(row, row + vocab);
+    EXPECT_GE(row[bf16_ids[i]], hi - 0.02f * (hi - lo)) << "generated token " << i;
+    exact += row[bf16_ids[i]] == hi;
+  }
+  std::cout << fmt::format("[metric] {} BF16 greedy: {} of 8 tokens are the CPU's argmax\n",
+                           GetParam(), exact);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModel, ::testing::Values("small-llama", "tiny-llama"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(CudaSession, TokenIdOutsideTheVocabularyIsAnError) {
+  MG_REQUIRE_GPU();
+  auto s = open_session(bundled_model(), Device::cuda(0), std::nullopt);
+  testing::expect_error(
+      [&] {
+        prompt_logits(*s, {1, 2, 256});
+      },
+      {"token id 256 is outside the vocabulary of 256 tokens"});
+}
+
+TEST(CudaCli, RunsTheBundledDenseModelOnTheGpu) {
+  MG_REQUIRE_GPU();
+  // The dense bundled model (the default MODEL may be a MoE model, which has no CUDA backend yet).
+  const std::string model = bundled_model().string();
+  const testing::CommandResult bf16 =
+      testing::run_moegraph({"run", model, "--device", "cuda", "--max-new-tokens", "6"});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_THAT(bf16.out, HasSubstr("on cuda:0 (BF16)"));
+  EXPECT_THAT(bf16.out, HasSubstr("generated ids: "));
+  EXPECT_THAT(bf16.out, HasSubstr("tokens/s"));
+
+  // In F32 the GPU generates the CPU's tokens.
+  auto generated = [](const std::string& out) {
+    const size_t at = out.find("generated ids: ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  const testing::CommandResult f32 = testing::run_moegraph(
+      {"run", model, "--device", "cuda", "--dtype", "f32", "--max-new-tokens", "6", "--profile"});
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  EXPECT_THAT(f32.out, HasSubstr("attention"));  // the per-op profile
+  const testing::CommandResult cpu = testing::run_moegraph({"run", model, "--max-new-tokens", "6"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_EQ(generated(f32.out), generated(cpu.out));
+  EXPECT_FALSE(generated(cpu.out).empty());
+}
+
+// These need no GPU: the flag's checks run before any device work.
+TEST(CudaCli, DtypeTheDeviceCannotRunIsAClearError) {
+  const testing::CommandResult r = testing::run_moegraph({"run", "--dtype", "bf16"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("activation dtype BF16 is not supported on cpu"));
+  const testing::CommandResult bad = testing::run_moegraph({"run", "--dtype", "f8"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("--dtype: unknown dtype 'f8' (expected bf16, f16 or f32)"));
+  EXPECT_EQ(testing::run_moegraph({"run", "--dtype", "f32", "--max-new-tokens", "2"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace mg
