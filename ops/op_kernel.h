@@ -31,12 +31,12 @@ struct StateOptions {
 // Everything a kernel may use while it runs. No member is owned.
 struct ExecContext {
   Device device;
-  Stream* stream = nullptr;       // main stream of the session
-  ThreadPool* pool = nullptr;     // CPU worker threads
-  OpState* state = nullptr;       // this node's state, or null if it has none
-  void* workspace = nullptr;      // scratch of at least workspace_bytes(max_tokens) bytes
+  Stream* stream = nullptr;    // main stream of the session
+  ThreadPool* pool = nullptr;  // CPU worker threads
+  OpState* state = nullptr;    // this node's state, or null if it has none
+  void* workspace = nullptr;   // scratch of at least workspace_bytes(max_tokens) bytes
   size_t workspace_bytes = 0;
-  Communicator* comm = nullptr;   // null for a single rank
+  Communicator* comm = nullptr;  // null for a single rank
 };
 
 class OpKernel {

@@ -17,9 +17,9 @@ std::string ExecutionPlan::describe() const {
   for (const PlanValue& v : values) weight_bytes += v.weight.defined() ? v.weight.nbytes() : 0;
   os << fmt::format("plan for '{}' on {}: {} nodes, max_tokens {}, max_seq_len {}\n", model_name,
                     device.str(), nodes.size(), max_tokens, max_seq_len);
-  os << fmt::format("activation arena {:.2f} MiB, workspace {:.2f} MiB, placed weights {:.2f} MiB\n",
-                    arena_bytes / 1048576.0, workspace_bytes / 1048576.0,
-                    weight_bytes / 1048576.0);
+  os << fmt::format(
+      "activation arena {:.2f} MiB, workspace {:.2f} MiB, placed weights {:.2f} MiB\n",
+      arena_bytes / 1048576.0, workspace_bytes / 1048576.0, weight_bytes / 1048576.0);
   for (size_t s = 0; s < nodes.size(); ++s) {
     const PlanNode& n = nodes[s];
     std::vector<std::string> outs;

@@ -48,8 +48,8 @@ class ExecutionPlan {
   std::vector<PlanValue> values;
   std::vector<PlanNode> nodes;  // in execution order
   size_t arena_bytes = 0;
-  size_t workspace_bytes = 0;   // the largest any node asks for
-  int token_ids = -1;           // PlanValue indices of the decoder's graph inputs and output
+  size_t workspace_bytes = 0;  // the largest any node asks for
+  int token_ids = -1;          // PlanValue indices of the decoder's graph inputs and output
   int positions = -1;
   int logits = -1;
 

@@ -1,4 +1,5 @@
-// Pass 2: per-op parameter checks and shape/dtype inference (see framework/graph/shape_inference.h).
+// Pass 2: per-op parameter checks and shape/dtype inference (see
+// framework/graph/shape_inference.h).
 #include "framework/compile/pass.h"
 #include "framework/graph/shape_inference.h"
 
@@ -12,6 +13,8 @@ class InferShapesPass final : public Pass {
 };
 }  // namespace
 
-std::unique_ptr<Pass> make_infer_shapes_pass() { return std::make_unique<InferShapesPass>(); }
+std::unique_ptr<Pass> make_infer_shapes_pass() {
+  return std::make_unique<InferShapesPass>();
+}
 
 }  // namespace mg

@@ -43,8 +43,8 @@ class PlaceWeightsPass final : public Pass {
     plan->info = graph.model().info();
     plan->device = state.options.device;
     plan->max_tokens = state.options.max_tokens;
-    plan->max_seq_len =
-        state.options.max_seq_len > 0 ? state.options.max_seq_len : graph.model().info().max_seq_len();
+    plan->max_seq_len = state.options.max_seq_len > 0 ? state.options.max_seq_len
+                                                      : graph.model().info().max_seq_len();
     MG_CHECK(plan->max_seq_len > 0,
              "{}: the model declares no info.max_seq_len; pass a maximum sequence length",
              graph.file_label());
@@ -77,6 +77,8 @@ class PlaceWeightsPass final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_place_weights_pass() { return std::make_unique<PlaceWeightsPass>(); }
+std::unique_ptr<Pass> make_place_weights_pass() {
+  return std::make_unique<PlaceWeightsPass>();
+}
 
 }  // namespace mg

@@ -94,6 +94,8 @@ class PlanMemoryPass final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_plan_memory_pass() { return std::make_unique<PlanMemoryPass>(); }
+std::unique_ptr<Pass> make_plan_memory_pass() {
+  return std::make_unique<PlanMemoryPass>();
+}
 
 }  // namespace mg

@@ -56,6 +56,8 @@ class SelectKernelsPass final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_select_kernels_pass() { return std::make_unique<SelectKernelsPass>(); }
+std::unique_ptr<Pass> make_select_kernels_pass() {
+  return std::make_unique<SelectKernelsPass>();
+}
 
 }  // namespace mg

@@ -12,6 +12,8 @@ class VerifyPass final : public Pass {
 };
 }  // namespace
 
-std::unique_ptr<Pass> make_verify_pass() { return std::make_unique<VerifyPass>(); }
+std::unique_ptr<Pass> make_verify_pass() {
+  return std::make_unique<VerifyPass>();
+}
 
 }  // namespace mg

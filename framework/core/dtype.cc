@@ -28,12 +28,20 @@ constexpr std::array<DTypeInfo, 12> kDTypes = {{
     {DType::kF8E5M2, "F8_E5M2", 1, true},
 }};
 
-const DTypeInfo& info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
+const DTypeInfo& info(DType dtype) {
+  return kDTypes[static_cast<size_t>(dtype)];
+}
 }  // namespace
 
-size_t dtype_size(DType dtype) { return info(dtype).size; }
-std::string_view dtype_name(DType dtype) { return info(dtype).name; }
-bool is_floating(DType dtype) { return info(dtype).floating; }
+size_t dtype_size(DType dtype) {
+  return info(dtype).size;
+}
+std::string_view dtype_name(DType dtype) {
+  return info(dtype).name;
+}
+bool is_floating(DType dtype) {
+  return info(dtype).floating;
+}
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const DTypeInfo& i : kDTypes) {

@@ -36,16 +36,28 @@ bool is_floating(DType dtype);
 template <typename T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::kF32; }
+constexpr DType dtype_of<float>() {
+  return DType::kF32;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::kF64; }
+constexpr DType dtype_of<double>() {
+  return DType::kF64;
+}
 template <>
-constexpr DType dtype_of<int32_t>() { return DType::kI32; }
+constexpr DType dtype_of<int32_t>() {
+  return DType::kI32;
+}
 template <>
-constexpr DType dtype_of<int64_t>() { return DType::kI64; }
+constexpr DType dtype_of<int64_t>() {
+  return DType::kI64;
+}
 template <>
-constexpr DType dtype_of<uint8_t>() { return DType::kU8; }
+constexpr DType dtype_of<uint8_t>() {
+  return DType::kU8;
+}
 template <>
-constexpr DType dtype_of<int8_t>() { return DType::kI8; }
+constexpr DType dtype_of<int8_t>() {
+  return DType::kI8;
+}
 
 }  // namespace mg

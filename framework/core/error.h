@@ -31,20 +31,20 @@ namespace detail {
 }  // namespace mg
 
 // Throws mg::Error(fmt::format(...)) when `cond` is false.
-#define MG_CHECK(cond, ...)                                       \
-  do {                                                            \
-    if (!(cond)) [[unlikely]] {                                   \
-      throw ::mg::Error(::fmt::format(__VA_ARGS__));              \
-    }                                                             \
+#define MG_CHECK(cond, ...)                          \
+  do {                                               \
+    if (!(cond)) [[unlikely]] {                      \
+      throw ::mg::Error(::fmt::format(__VA_ARGS__)); \
+    }                                                \
   } while (false)
 
 // Throws mg::Error unconditionally.
 #define MG_FAIL(...) throw ::mg::Error(::fmt::format(__VA_ARGS__))
 
 // Throws mg::InternalError naming the file and line when `cond` is false.
-#define MG_ASSERT(cond, ...)                                                            \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]] {                                                         \
+#define MG_ASSERT(cond, ...)                                                               \
+  do {                                                                                     \
+    if (!(cond)) [[unlikely]] {                                                            \
       ::mg::detail::throw_internal(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
-    }                                                                                   \
+    }                                                                                      \
   } while (false)

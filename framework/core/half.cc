@@ -36,8 +36,8 @@ uint16_t float_to_fp16(float f) {
   const uint32_t abs = bits & 0x7fffffffu;
   if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow -> inf (incl. rounding up)
-  if (abs < 0x38800000u) {                         // subnormal or zero in fp16
-    if (abs < 0x33000000u) return sign;            // rounds to zero
+  if (abs < 0x38800000u) {                        // subnormal or zero in fp16
+    if (abs < 0x33000000u) return sign;           // rounds to zero
     const uint32_t e = abs >> 23;
     const uint32_t m = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14 - (e - 127) + 13 - 1 ... produce 10-bit mantissa

@@ -15,12 +15,18 @@ std::atomic<Level> g_level{Level::kWarn};
 
 spdlog::level::level_enum to_spdlog(Level level) {
   switch (level) {
-    case Level::kTrace: return spdlog::level::trace;
-    case Level::kDebug: return spdlog::level::debug;
-    case Level::kInfo: return spdlog::level::info;
-    case Level::kWarn: return spdlog::level::warn;
-    case Level::kError: return spdlog::level::err;
-    case Level::kOff: return spdlog::level::off;
+    case Level::kTrace:
+      return spdlog::level::trace;
+    case Level::kDebug:
+      return spdlog::level::debug;
+    case Level::kInfo:
+      return spdlog::level::info;
+    case Level::kWarn:
+      return spdlog::level::warn;
+    case Level::kError:
+      return spdlog::level::err;
+    case Level::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }
@@ -38,9 +44,13 @@ std::shared_ptr<spdlog::logger> get(std::string_view name) {
 }
 }  // namespace
 
-void set_level(Level level) { g_level = level; }
+void set_level(Level level) {
+  g_level = level;
+}
 
-bool enabled(Level level) { return level >= g_level.load(std::memory_order_relaxed); }
+bool enabled(Level level) {
+  return level >= g_level.load(std::memory_order_relaxed);
+}
 
 Level parse_level(std::string_view text) {
   if (text == "trace") return Level::kTrace;

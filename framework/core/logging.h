@@ -27,19 +27,19 @@ inline constexpr bool kDebugCompiled = false;
 
 }  // namespace mg::log
 
-#define MG_LOG_AT(level, logger, ...)                                   \
-  do {                                                                  \
-    if (::mg::log::enabled(level)) {                                    \
-      ::mg::log::write(level, logger, ::fmt::format(__VA_ARGS__));      \
-    }                                                                   \
+#define MG_LOG_AT(level, logger, ...)                              \
+  do {                                                             \
+    if (::mg::log::enabled(level)) {                               \
+      ::mg::log::write(level, logger, ::fmt::format(__VA_ARGS__)); \
+    }                                                              \
   } while (false)
 
 #define MG_LOG_INFO(logger, ...) MG_LOG_AT(::mg::log::Level::kInfo, logger, __VA_ARGS__)
 #define MG_LOG_WARN(logger, ...) MG_LOG_AT(::mg::log::Level::kWarn, logger, __VA_ARGS__)
 #define MG_LOG_ERROR(logger, ...) MG_LOG_AT(::mg::log::Level::kError, logger, __VA_ARGS__)
-#define MG_LOG_DEBUG(logger, ...)                                                   \
-  do {                                                                              \
-    if constexpr (::mg::log::kDebugCompiled) {                                      \
-      MG_LOG_AT(::mg::log::Level::kDebug, logger, __VA_ARGS__);                     \
-    }                                                                               \
+#define MG_LOG_DEBUG(logger, ...)                               \
+  do {                                                          \
+    if constexpr (::mg::log::kDebugCompiled) {                  \
+      MG_LOG_AT(::mg::log::Level::kDebug, logger, __VA_ARGS__); \
+    }                                                           \
   } while (false)

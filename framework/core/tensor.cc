@@ -14,7 +14,9 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_str(const Shape& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 Tensor::Tensor(std::shared_ptr<Buffer> buffer, DType dtype, Shape shape, size_t offset)
     : buffer_(std::move(buffer)), dtype_(dtype), shape_(std::move(shape)), offset_(offset) {
@@ -54,15 +56,17 @@ void Tensor::set_rows(int64_t rows) {
 }
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
-  MG_ASSERT(rank() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
-            "slice [{}, {}) of {}", begin, end, str());
+  MG_ASSERT(rank() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "slice [{}, {}) of {}",
+            begin, end, str());
   Shape s = shape_;
   s[0] = end - begin;
   const size_t row_bytes = shape_[0] == 0 ? 0 : nbytes() / static_cast<size_t>(shape_[0]);
   return Tensor(buffer_, dtype_, std::move(s), offset_ + static_cast<size_t>(begin) * row_bytes);
 }
 
-std::string Tensor::str() const { return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_)); }
+std::string Tensor::str() const {
+  return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_));
+}
 
 Tensor to_f32_cpu(const Tensor& src) {
   MG_ASSERT(src.device().is_cpu(), "to_f32_cpu on {}", src.device().str());

@@ -38,8 +38,10 @@ void add_declared_values(Graph& graph, std::unordered_map<std::string, GraphValu
   for (int i = 0; i < m.tensors_size(); ++i) {
     const proto::TensorInfo& t = m.tensors(i);
     MG_CHECK(!t.name().empty(), "{}: tensor #{} has no name", file, i);
-    MG_CHECK(!values.contains(t.name()), "{}: tensor '{}' is declared twice (or clashes with a "
-             "graph input)", file, t.name());
+    MG_CHECK(!values.contains(t.name()),
+             "{}: tensor '{}' is declared twice (or clashes with a "
+             "graph input)",
+             file, t.name());
     for (int64_t d : t.shape()) {
       MG_CHECK(d >= 0, "{}: tensor '{}' has a negative dimension in its shape", file, t.name());
     }
@@ -79,9 +81,10 @@ void check_node(Graph& graph, int i, std::unordered_map<std::string, GraphValue>
     MG_CHECK(!out.empty(), "{}: an output has no name", label);
     auto it = values.find(out);
     if (it != values.end()) {
-      const std::string other = it->second.producer >= 0
-                                    ? fmt::format("node '{}'", graph.node(it->second.producer).name())
-                                    : std::string("a graph input or weight");
+      const std::string other =
+          it->second.producer >= 0
+              ? fmt::format("node '{}'", graph.node(it->second.producer).name())
+              : std::string("a graph input or weight");
       MG_FAIL("{}: output '{}' is already produced by {}", label, out, other);
     }
     GraphValue v;

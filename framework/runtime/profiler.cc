@@ -16,8 +16,7 @@ double Profiler::now_us() const {
       .count();
 }
 
-void Profiler::record(std::string name, std::string category, double start_us,
-                      double duration_us) {
+void Profiler::record(std::string name, std::string category, double start_us, double duration_us) {
   events_.push_back({std::move(name), std::move(category), start_us, duration_us, rank_});
 }
 
@@ -48,7 +47,9 @@ std::string Profiler::summary() const {
   return os.str();
 }
 
-void Profiler::write_trace(const std::filesystem::path& file) const { write_trace(file, events_); }
+void Profiler::write_trace(const std::filesystem::path& file) const {
+  write_trace(file, events_);
+}
 
 void Profiler::write_trace(const std::filesystem::path& file, const std::vector<Event>& events) {
   nlohmann::json trace = nlohmann::json::array();

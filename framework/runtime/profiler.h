@@ -13,7 +13,7 @@ namespace mg {
 class Profiler {
  public:
   struct Event {
-    std::string name;  // node name, or "forward"
+    std::string name;      // node name, or "forward"
     std::string category;  // op name
     double start_us;
     double duration_us;

@@ -29,11 +29,11 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
   stream_ = make_stream(p.device);
   profiler_.set_enabled(options_.profile);
 
-  arena_ = empty_tensor(p.device, DType::kU8, {static_cast<int64_t>(std::max<size_t>(p.arena_bytes, 1))},
-                        stream_.get());
-  workspace_ = empty_tensor(p.device, DType::kU8,
-                            {static_cast<int64_t>(std::max<size_t>(p.workspace_bytes, 1))},
-                            stream_.get());
+  arena_ = empty_tensor(p.device, DType::kU8,
+                        {static_cast<int64_t>(std::max<size_t>(p.arena_bytes, 1))}, stream_.get());
+  workspace_ =
+      empty_tensor(p.device, DType::kU8,
+                   {static_cast<int64_t>(std::max<size_t>(p.workspace_bytes, 1))}, stream_.get());
   const PlanValue& logits = p.values[p.logits];
   if (logits.type.dtype != DType::kF32) {
     logits_f32_device_ = empty_tensor(p.device, DType::kF32,
@@ -188,7 +188,8 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
     if (options.on_token) options.on_token(next);
     if (static_cast<int>(result.tokens.size()) >= options.max_new_tokens) break;
     if (options.stop_at_eos && eos >= 0 && next == eos) break;
-    const Tensor& step = forward(std::span<const int32_t>(&next, 1), std::span<const int32_t>(&pos, 1));
+    const Tensor& step =
+        forward(std::span<const int32_t>(&next, 1), std::span<const int32_t>(&pos, 1));
     next = sampler.sample(std::span<const float>(step.data<float>(), vocab));
     ++pos;
   }

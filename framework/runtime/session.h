@@ -35,8 +35,8 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids, prompt excluded
   size_t prompt_tokens = 0;
-  double prefill_seconds = 0;   // the prompt's forward and the first sample
-  double decode_seconds = 0;    // every later step
+  double prefill_seconds = 0;  // the prompt's forward and the first sample
+  double decode_seconds = 0;   // every later step
 };
 
 class Session {
@@ -78,9 +78,9 @@ class Session {
   // Per plan node, argument views built once; activation views get their row count per call.
   std::vector<std::vector<Tensor>> node_inputs_;
   std::vector<std::vector<Tensor>> node_outputs_;
-  Tensor host_ids_;                        // I32 [max_tokens] staging for token ids / positions
+  Tensor host_ids_;  // I32 [max_tokens] staging for token ids / positions
   Tensor host_positions_;
-  Tensor logits_;                          // F32 [T, vocab] on the host, returned by forward()
+  Tensor logits_;  // F32 [T, vocab] on the host, returned by forward()
   // F32 [max_tokens, vocab] on the device, when the logits are kept in another activation dtype
   // (GPUs): converted here before the copy to the host.
   Tensor logits_f32_device_;

@@ -10,7 +10,9 @@ std::string layer_name(int layer, const std::string& what) {
   return fmt::format("layers.{}.{}", layer, what);
 }
 
-float init_spread(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
+float init_spread(int64_t fan_in) {
+  return 1.0f / std::sqrt(static_cast<float>(fan_in));
+}
 
 std::string linear(GraphBuilder& b, const std::string& name, const std::string& x, int64_t in,
                    int64_t out, bool bias) {
@@ -47,8 +49,10 @@ std::string attention_block(GraphBuilder& b, const DecoderSpec& spec, int layer,
   const int64_t q_dim = spec.heads * spec.head_dim;
   const int64_t kv_dim = spec.kv_heads * spec.head_dim;
   std::string q = linear(b, layer_name(layer, "attn.q_proj"), x, spec.hidden, q_dim, spec.qkv_bias);
-  std::string k = linear(b, layer_name(layer, "attn.k_proj"), x, spec.hidden, kv_dim, spec.qkv_bias);
-  std::string v = linear(b, layer_name(layer, "attn.v_proj"), x, spec.hidden, kv_dim, spec.qkv_bias);
+  std::string k =
+      linear(b, layer_name(layer, "attn.k_proj"), x, spec.hidden, kv_dim, spec.qkv_bias);
+  std::string v =
+      linear(b, layer_name(layer, "attn.v_proj"), x, spec.hidden, kv_dim, spec.qkv_bias);
   if (spec.qk_norm) {
     q = rms_norm(b, layer_name(layer, "attn.q_norm"), q, q_dim, spec.head_dim, spec.rms_eps);
     k = rms_norm(b, layer_name(layer, "attn.k_norm"), k, kv_dim, spec.head_dim, spec.rms_eps);
@@ -81,10 +85,10 @@ void dense_configure(DecoderSpec&) {}
 
 std::string dense_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const std::string& x) {
   const std::string name = layer_name(layer, "mlp");
-  const std::string gate =
-      b.weight(name + ".gate_proj.weight", {spec.intermediate, spec.hidden}, init_spread(spec.hidden));
-  const std::string up =
-      b.weight(name + ".up_proj.weight", {spec.intermediate, spec.hidden}, init_spread(spec.hidden));
+  const std::string gate = b.weight(name + ".gate_proj.weight", {spec.intermediate, spec.hidden},
+                                    init_spread(spec.hidden));
+  const std::string up = b.weight(name + ".up_proj.weight", {spec.intermediate, spec.hidden},
+                                  init_spread(spec.hidden));
   const std::string down = b.weight(name + ".down_proj.weight", {spec.hidden, spec.intermediate},
                                     init_spread(spec.intermediate));
   proto::Node& n = b.node(name, "gated_mlp", {x, gate, up, down}, {name + ".out"});
@@ -141,16 +145,15 @@ GraphBuilder build_decoder(const DecoderSpec& spec) {
     h = add(b, layer_name(layer, "attn_residual"), h, attention_block(b, spec, layer, normed));
     const std::string normed2 =
         rms_norm(b, layer_name(layer, "post_attn_norm"), h, spec.hidden, 0, spec.rms_eps);
-    const std::string ffn = layer < spec.first_dense_layers
-                                ? dense_ffn(b, spec, layer, normed2)
-                                : family.ffn(b, spec, layer, normed2);
+    const std::string ffn = layer < spec.first_dense_layers ? dense_ffn(b, spec, layer, normed2)
+                                                            : family.ffn(b, spec, layer, normed2);
     h = add(b, layer_name(layer, "ffn_residual"), h, ffn);
   }
   h = rms_norm(b, "final_norm", h, spec.hidden, 0, spec.rms_eps);
   const std::string lm_head =
-      spec.tie_embeddings ? embed
-                          : b.weight("lm_head.weight", {spec.vocab, spec.hidden},
-                                     init_spread(spec.hidden));
+      spec.tie_embeddings
+          ? embed
+          : b.weight("lm_head.weight", {spec.vocab, spec.hidden}, init_spread(spec.hidden));
   b.node("lm_head", "linear", {h, lm_head, ""}, {"logits"}).mutable_linear();
   return b;
 }

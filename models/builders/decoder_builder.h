@@ -33,9 +33,9 @@ struct DecoderSpec {
   int64_t eos_token_id = -1;
   // Attention variants (set by the family).
   bool qkv_bias = false;
-  bool qk_norm = false;         // per-head RMSNorm on q and k before RoPE (Qwen3)
-  bool sinks = false;           // learned per-head sink logits (GPT-OSS)
-  int64_t sliding_window = 0;   // applied to even layers when > 0 (GPT-OSS pattern)
+  bool qk_norm = false;        // per-head RMSNorm on q and k before RoPE (Qwen3)
+  bool sinks = false;          // learned per-head sink logits (GPT-OSS)
+  int64_t sliding_window = 0;  // applied to even layers when > 0 (GPT-OSS pattern)
   // MoE sizes (used by MoE families).
   int64_t experts = 8;
   int64_t top_k = 2;

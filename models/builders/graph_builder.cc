@@ -35,8 +35,7 @@ GraphBuilder::GraphBuilder(std::string model_name, uint64_t seed, DType weight_d
   model_.set_format_version(kGraphFormatVersion);
 }
 
-std::string GraphBuilder::weight(const std::string& name, Shape shape, float spread,
-                                 float center) {
+std::string GraphBuilder::weight(const std::string& name, Shape shape, float spread, float center) {
   return weight_as(name, std::move(shape), spread, center, weight_dtype_);
 }
 
@@ -95,8 +94,7 @@ void GraphBuilder::output(const std::string& name, proto::DType dtype, Shape sha
 }
 
 proto::Node& GraphBuilder::node(const std::string& name, const std::string& op,
-                                std::vector<std::string> inputs,
-                                std::vector<std::string> outputs) {
+                                std::vector<std::string> inputs, std::vector<std::string> outputs) {
   proto::Node* n = model_.add_nodes();
   n->set_name(name);
   n->set_op(op);

@@ -30,8 +30,8 @@ class GraphBuilder {
   void input(const std::string& name, proto::DType dtype, Shape shape);
   void output(const std::string& name, proto::DType dtype, Shape shape);
   // Adds a node; the caller sets its params through the returned reference.
-  proto::Node& node(const std::string& name, const std::string& op,
-                    std::vector<std::string> inputs, std::vector<std::string> outputs);
+  proto::Node& node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
+                    std::vector<std::string> outputs);
 
   // Writes dir/model.pbtxt and dir/model.safetensors (creating dir).
   void write(const std::filesystem::path& dir) const;

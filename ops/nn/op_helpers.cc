@@ -3,7 +3,9 @@
 namespace mg {
 
 namespace {
-std::string shape_text(const Shape& shape) { return value_type_str({DType::kF32, shape}).substr(3); }
+std::string shape_text(const Shape& shape) {
+  return value_type_str({DType::kF32, shape}).substr(3);
+}
 }  // namespace
 
 const ValueType& require_input(std::span<const std::optional<ValueType>> inputs, size_t index,

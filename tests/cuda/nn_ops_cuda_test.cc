@@ -350,8 +350,9 @@ TEST(CudaOps, ActivationDtypeIsCheckedPerDevice) {
   gpu.activation_dtype = DType::kF16;
   EXPECT_EQ(activation_dtype_of(gpu), DType::kF16);
   gpu.activation_dtype = DType::kF8E4M3;
-  testing::expect_error([&] { activation_dtype_of(gpu); },
-                        {"activation dtype F8_E4M3 is not supported on cuda:0", "BF16, F16 or F32"});
+  testing::expect_error(
+      [&] { activation_dtype_of(gpu); },
+      {"activation dtype F8_E4M3 is not supported on cuda:0", "BF16, F16 or F32"});
 }
 
 }  // namespace

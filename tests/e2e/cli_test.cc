@@ -5,8 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "framework/io/npy.h"
 #include "framework/io/graph_loader.h"
+#include "framework/io/npy.h"
 #include "framework/runtime/session.h"
 #include "tests/testing/command.h"
 #include "tests/testing/model_fixture.h"
@@ -15,12 +15,14 @@
 namespace mg {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using testing::CommandResult;
+using ::testing::HasSubstr;
 using testing::run_moegraph;
+using ::testing::StartsWith;
 
-int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+int count_lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
 
 // A bad-input run: exit code 2, one line on stderr that starts with the program's prefix and
 // contains every fragment.
@@ -78,7 +80,8 @@ void expect_reproduces(const std::string& bundled_name, const std::vector<std::s
   cmd.insert(cmd.end(), args.begin(), args.end());
   const CommandResult r = run_moegraph(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::filesystem::path bundled = std::filesystem::path(MG_SOURCE_DIR) / "models" / bundled_name;
+  const std::filesystem::path bundled =
+      std::filesystem::path(MG_SOURCE_DIR) / "models" / bundled_name;
   for (const char* f : {"model.pbtxt", "model.safetensors"}) {
     std::ifstream a(dir / f, std::ios::binary), b(bundled / f, std::ios::binary);
     const std::string sa((std::istreambuf_iterator<char>(a)), {});
@@ -100,7 +103,8 @@ class CliBadInput : public ::testing::Test {
     graph_ = testing::write_model(dir_, testing::small_spec());
   }
   CommandResult run_edited(const std::function<void(proto::Model&)>& edit) {
-    return run_moegraph({"run", testing::edit_graph(graph_, edit).string(), "--max-new-tokens", "1"});
+    return run_moegraph(
+        {"run", testing::edit_graph(graph_, edit).string(), "--max-new-tokens", "1"});
   }
   void write_file(const std::string& name, const std::string& bytes) {
     std::ofstream(dir_ / name, std::ios::binary) << bytes;
@@ -136,16 +140,17 @@ TEST_F(CliBadInput, WrongShape) {
 }
 
 TEST_F(CliBadInput, WrongDtype) {
-  expect_clean_error(run_edited([](proto::Model& m) { m.mutable_inputs(1)->set_dtype(proto::F32); }),
-                     {"positions"});
+  expect_clean_error(
+      run_edited([](proto::Model& m) { m.mutable_inputs(1)->set_dtype(proto::F32); }),
+      {"positions"});
 }
 
 TEST_F(CliBadInput, Cycle) {
-  expect_clean_error(run_edited([](proto::Model& m) {
-                       testing::find_node(m, "layers.0.input_norm")
-                           .set_inputs(0, "layers.1.ffn_residual.out");
-                     }),
-                     {"cycle"});
+  expect_clean_error(
+      run_edited([](proto::Model& m) {
+        testing::find_node(m, "layers.0.input_norm").set_inputs(0, "layers.1.ffn_residual.out");
+      }),
+      {"cycle"});
 }
 
 TEST_F(CliBadInput, DuplicateNames) {
@@ -156,7 +161,8 @@ TEST_F(CliBadInput, DuplicateNames) {
 }
 
 TEST_F(CliBadInput, TruncatedBinaryGraph) {
-  const auto pb = testing::edit_graph(graph_, [](proto::Model&) {}, "model.pb");
+  const auto pb = testing::edit_graph(
+      graph_, [](proto::Model&) {}, "model.pb");
   const std::string bytes = read_file("model.pb");
   write_file("truncated.pb", bytes.substr(0, bytes.size() / 2));
   expect_clean_error(run_moegraph({"run", (dir_ / "truncated.pb").string()}), {"truncated.pb"});

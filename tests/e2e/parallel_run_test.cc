@@ -25,22 +25,26 @@ TEST_P(ParallelRun, EveryLayoutMatchesOneRank) {
   const std::string prompt = "3,14,15,92,65,35,89,79,32,38";
 
   const auto single = dir / "single.npy";
-  auto r = run_moegraph({"run", graph, "--prompt-ids", prompt, "--max-new-tokens", "3",
-                         "--threads", "1", "--dump-logits", single.string()});
+  auto r = run_moegraph({"run", graph, "--prompt-ids", prompt, "--max-new-tokens", "3", "--threads",
+                         "1", "--dump-logits", single.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Tensor want = read_npy(single);
 
   const std::vector<std::vector<std::string>> layouts = {
-      {"--dp", "2"},         {"--tp", "2"},
-      {"--dp", "2", "--ep"}, {"--tp", "2", "--ep"},
+      {"--dp", "2"},
+      {"--tp", "2"},
+      {"--dp", "2", "--ep"},
+      {"--tp", "2", "--ep"},
       {"--dp", "2", "--ep", "--moe-dispatch", "alltoall"},
-      {"--tp", "2", "--dp", "2", "--ep"}, {"--dp", "4"},
+      {"--tp", "2", "--dp", "2", "--ep"},
+      {"--dp", "4"},
       {"--dp", "4", "--ep", "--moe-dispatch", "alltoall"}};
   for (const auto& layout : layouts) {
     const std::string label = fmt::format("{}", fmt::join(layout, " "));
     const auto out = dir / "parallel.npy";
-    std::vector<std::string> args = {"run", graph, "--prompt-ids", prompt, "--max-new-tokens", "3",
-                                     "--dump-logits", out.string()};
+    std::vector<std::string> args = {
+        "run", graph,           "--prompt-ids", prompt, "--max-new-tokens",
+        "3",   "--dump-logits", out.string()};
     args.insert(args.end(), layout.begin(), layout.end());
     r = run_moegraph(args);
     ASSERT_EQ(r.exit_code, 0) << label << ": " << r.err;

@@ -14,7 +14,8 @@ const OpDef& def_of(const proto::Node& node) {
   return *def;
 }
 
-std::vector<std::optional<ValueType>> types_of(const OpDef& def, const std::vector<Tensor>& inputs) {
+std::vector<std::optional<ValueType>> types_of(const OpDef& def,
+                                               const std::vector<Tensor>& inputs) {
   std::vector<std::optional<ValueType>> types;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) {
@@ -49,9 +50,8 @@ CompiledOp::CompiledOp(const proto::Node& node, const std::vector<Tensor>& input
   }
   KernelContext ctx{node_, options_, types, placed_};
   kernel_ = def_->create_kernel(ctx);
-  state_ = kernel_->create_state(StateOptions{options_.device, options_.max_seq_len > 0
-                                                                   ? options_.max_seq_len
-                                                                   : 256});
+  state_ = kernel_->create_state(
+      StateOptions{options_.device, options_.max_seq_len > 0 ? options_.max_seq_len : 256});
   pool_ = std::make_unique<ThreadPool>(threads);
 }
 

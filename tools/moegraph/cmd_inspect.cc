@@ -28,7 +28,8 @@ void print_graph(const Graph& g) {
                            m.name(), m.format_version(), m.info().family(), m.info().vocab_size(),
                            m.info().max_seq_len());
   for (const auto& in : m.inputs()) {
-    std::cout << "  input  " << in.name() << " " << value_type_str(*g.value(in.name()).type) << "\n";
+    std::cout << "  input  " << in.name() << " " << value_type_str(*g.value(in.name()).type)
+              << "\n";
   }
   for (const auto& out : m.outputs()) {
     std::cout << "  output " << out.name() << " " << value_type_str(*g.value(out.name()).type)

@@ -55,9 +55,8 @@ Command add_make_model_command(CLI::App& app) {
   DecoderSpec& s = args->spec;
   auto size = [&](const char* flag, int64_t DecoderSpec::*field, const char* help) {
     CLI::Option* opt = cmd->add_option(flag, s.*field, help)->check(CLI::NonNegativeNumber);
-    args->overrides.emplace_back(opt, [args, field](DecoderSpec& spec) {
-      spec.*field = args->spec.*field;
-    });
+    args->overrides.emplace_back(
+        opt, [args, field](DecoderSpec& spec) { spec.*field = args->spec.*field; });
   };
   size("--layers", &DecoderSpec::layers, "Decoder layers");
   size("--hidden", &DecoderSpec::hidden, "Hidden size");

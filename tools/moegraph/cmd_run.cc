@@ -133,8 +133,9 @@ int run(const RunArgs& a) {
   compile.max_seq_len = a.max_seq_len;
   compile.moe_backend = a.moe_backend;
   SessionOptions options;
-  options.threads =
-      a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.threads = a.threads > 0
+                        ? a.threads
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.profile = a.profile || !a.trace.empty();
   if (a.tp > 1 || a.dp > 1 || a.ep) {
     MG_CHECK(compile.device.is_cpu(), "--tp/--dp/--ep run on the CPU for now (ranks as threads)");
@@ -143,8 +144,10 @@ int run(const RunArgs& a) {
   auto session = Session::open(graph, compile, options);
   const ExecutionPlan& plan = session->plan();
   for (int32_t id : prompt) {
-    MG_CHECK(id < plan.info.vocab_size(), "--prompt-ids: token id {} is outside the vocabulary of "
-             "{} tokens", id, plan.info.vocab_size());
+    MG_CHECK(id < plan.info.vocab_size(),
+             "--prompt-ids: token id {} is outside the vocabulary of "
+             "{} tokens",
+             id, plan.info.vocab_size());
   }
 
   if (!a.dump_logits.empty()) {
@@ -214,7 +217,8 @@ Command add_run_command(CLI::App& app) {
                   "exchanged)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--ep", args->ep, "Expert parallelism over the tp x dp ranks (whole experts per rank)");
+  cmd->add_flag("--ep", args->ep,
+                "Expert parallelism over the tp x dp ranks (whole experts per rank)");
   cmd->add_option("--moe-dispatch", args->moe_dispatch,
                   "How DP ranks exchange MoE tokens: allgather (all-gather + reduce-scatter) or "
                   "alltoall (needs --ep, --tp 1)")

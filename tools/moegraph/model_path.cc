@@ -26,9 +26,10 @@ std::filesystem::path bundled_model() {
   for (const auto& c : candidates) {
     if (std::filesystem::exists(c / "model.pbtxt")) return c / "model.pbtxt";
   }
-  MG_FAIL("the bundled model '{}' was not found (looked next to the binary and in {}); pass a "
-          "MODEL path or set MOEGRAPH_BUNDLED_MODEL",
-          MG_BUNDLED_MODEL_NAME, candidates.back().string());
+  MG_FAIL(
+      "the bundled model '{}' was not found (looked next to the binary and in {}); pass a "
+      "MODEL path or set MOEGRAPH_BUNDLED_MODEL",
+      MG_BUNDLED_MODEL_NAME, candidates.back().string());
 }
 
 // Graphs imported on the fly from Hugging Face folders live in temporary directories that are

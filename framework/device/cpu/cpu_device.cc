@@ -37,8 +37,12 @@ class CpuAllocator final : public Allocator {
 
 }  // namespace
 
-std::unique_ptr<Stream> make_cpu_stream() { return std::make_unique<CpuStream>(); }
-std::unique_ptr<Event> make_cpu_event() { return std::make_unique<CpuEvent>(); }
+std::unique_ptr<Stream> make_cpu_stream() {
+  return std::make_unique<CpuStream>();
+}
+std::unique_ptr<Event> make_cpu_event() {
+  return std::make_unique<CpuEvent>();
+}
 Allocator& cpu_allocator() {
   static CpuAllocator allocator;
   return allocator;

@@ -118,7 +118,11 @@ CachingAllocator& allocator_of(int device) {
 
 }  // namespace
 
-Allocator& caching_allocator(int device) { return allocator_of(device); }
-AllocatorStats caching_allocator_stats(int device) { return allocator_of(device).stats(); }
+Allocator& caching_allocator(int device) {
+  return allocator_of(device);
+}
+AllocatorStats caching_allocator_stats(int device) {
+  return allocator_of(device).stats();
+}
 
 }  // namespace mg::cuda

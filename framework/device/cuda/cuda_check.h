@@ -13,18 +13,18 @@ namespace mg::detail {
                                      int line);
 }  // namespace mg::detail
 
-#define MG_CUDA_CHECK(call)                                                          \
-  do {                                                                               \
-    cudaError_t mg_err_ = (call);                                                    \
-    if (mg_err_ != cudaSuccess) [[unlikely]]                                         \
-      ::mg::detail::throw_cuda_error(mg_err_, #call, __FILE__, __LINE__);            \
+#define MG_CUDA_CHECK(call)                                               \
+  do {                                                                    \
+    cudaError_t mg_err_ = (call);                                         \
+    if (mg_err_ != cudaSuccess) [[unlikely]]                              \
+      ::mg::detail::throw_cuda_error(mg_err_, #call, __FILE__, __LINE__); \
   } while (false)
 
 #define MG_CUDA_CHECK_LAUNCH() MG_CUDA_CHECK(cudaGetLastError())
 
-#define MG_CUBLAS_CHECK(call)                                                        \
-  do {                                                                               \
-    cublasStatus_t mg_st_ = (call);                                                  \
-    if (mg_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                \
-      ::mg::detail::throw_cublas_error(mg_st_, #call, __FILE__, __LINE__);           \
+#define MG_CUBLAS_CHECK(call)                                              \
+  do {                                                                     \
+    cublasStatus_t mg_st_ = (call);                                        \
+    if (mg_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                      \
+      ::mg::detail::throw_cublas_error(mg_st_, #call, __FILE__, __LINE__); \
   } while (false)

@@ -58,9 +58,9 @@ inline cudaStream_t native(Stream* stream) {
 Allocator& caching_allocator(int device);
 
 struct AllocatorStats {
-  size_t bytes_reserved = 0;   // obtained from cudaMalloc
-  size_t bytes_in_use = 0;     // handed out and not yet released
-  size_t num_cuda_mallocs = 0; // cudaMalloc calls so far
+  size_t bytes_reserved = 0;    // obtained from cudaMalloc
+  size_t bytes_in_use = 0;      // handed out and not yet released
+  size_t num_cuda_mallocs = 0;  // cudaMalloc calls so far
 };
 AllocatorStats caching_allocator_stats(int device);
 

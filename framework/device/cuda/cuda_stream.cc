@@ -27,7 +27,9 @@ CudaStream::~CudaStream() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaStream::synchronize() { MG_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaStream::synchronize() {
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 CudaEvent::CudaEvent(int device) : device_(device) {
   DeviceGuard guard(device);
@@ -46,6 +48,8 @@ void CudaEvent::wait_on(Stream& stream) {
   MG_CUDA_CHECK(cudaStreamWaitEvent(native(&stream), event_, 0));
 }
 
-void CudaEvent::synchronize() { MG_CUDA_CHECK(cudaEventSynchronize(event_)); }
+void CudaEvent::synchronize() {
+  MG_CUDA_CHECK(cudaEventSynchronize(event_));
+}
 
 }  // namespace mg::cuda

@@ -66,6 +66,8 @@ class AddOp final : public OpDef {
 
 }  // namespace
 
-void register_add(OpRegistry& registry) { registry.add(std::make_unique<AddOp>()); }
+void register_add(OpRegistry& registry) {
+  registry.add(std::make_unique<AddOp>());
+}
 
 }  // namespace mg

@@ -67,9 +67,8 @@ TEST_F(VerifierTest, UnknownOp) {
 }
 
 TEST_F(VerifierTest, WrongParamsMessage) {
-  const std::string err = check([](proto::Model& m) {
-    testing::find_node(m, "layers.0.input_norm").mutable_linear();
-  });
+  const std::string err =
+      check([](proto::Model& m) { testing::find_node(m, "layers.0.input_norm").mutable_linear(); });
   EXPECT_THAT(err, HasSubstr("node 'layers.0.input_norm'"));
   EXPECT_THAT(err, HasSubstr("expects 'rms_norm' parameters, got 'linear'"));
 }
@@ -96,8 +95,8 @@ TEST_F(VerifierTest, MissingTensorDeclaration) {
 }
 
 TEST_F(VerifierTest, DuplicateNodeName) {
-  const std::string err =
-      check([](proto::Model& m) { testing::find_node(m, "layers.1.mlp").set_name("layers.0.mlp"); });
+  const std::string err = check(
+      [](proto::Model& m) { testing::find_node(m, "layers.1.mlp").set_name("layers.0.mlp"); });
   EXPECT_THAT(err, HasSubstr("node name 'layers.0.mlp' is used twice"));
 }
 
@@ -105,7 +104,8 @@ TEST_F(VerifierTest, DuplicateOutput) {
   const std::string err = check([](proto::Model& m) {
     testing::find_node(m, "layers.1.mlp").set_outputs(0, "layers.0.mlp.out");
   });
-  EXPECT_THAT(err, HasSubstr("output 'layers.0.mlp.out' is already produced by node 'layers.0.mlp'"));
+  EXPECT_THAT(err,
+              HasSubstr("output 'layers.0.mlp.out' is already produced by node 'layers.0.mlp'"));
 }
 
 TEST_F(VerifierTest, DuplicateTensor) {
@@ -132,7 +132,8 @@ TEST_F(VerifierTest, WeightWhereActivationExpected) {
   const std::string err = check([](proto::Model& m) {
     testing::find_node(m, "layers.0.mlp").set_inputs(0, "layers.0.mlp.up_proj.weight");
   });
-  EXPECT_THAT(err, HasSubstr("must be an activation, but 'layers.0.mlp.up_proj.weight' is a weight"));
+  EXPECT_THAT(err,
+              HasSubstr("must be an activation, but 'layers.0.mlp.up_proj.weight' is a weight"));
 }
 
 TEST_F(VerifierTest, WrongWeightShapeNamesNodeAndShape) {
@@ -146,7 +147,8 @@ TEST_F(VerifierTest, WrongWeightShapeNamesNodeAndShape) {
 }
 
 TEST_F(VerifierTest, WrongInputDtype) {
-  const std::string err = check([](proto::Model& m) { m.mutable_inputs(0)->set_dtype(proto::F32); });
+  const std::string err =
+      check([](proto::Model& m) { m.mutable_inputs(0)->set_dtype(proto::F32); });
   EXPECT_THAT(err, HasSubstr("node 'embed' (op embedding)"));
 }
 
@@ -158,7 +160,8 @@ TEST_F(VerifierTest, UnspecifiedDtype) {
 
 TEST_F(VerifierTest, OutputDeclaredWithWrongShape) {
   const std::string err = check([](proto::Model& m) { m.mutable_outputs(0)->set_shape(1, 95); });
-  EXPECT_THAT(err, HasSubstr("graph output 'logits' is declared as F32[T, 95] but computes F32[T, 96]"));
+  EXPECT_THAT(err,
+              HasSubstr("graph output 'logits' is declared as F32[T, 95] but computes F32[T, 96]"));
 }
 
 TEST_F(VerifierTest, OutputNotProduced) {
