@@ -1,6 +1,7 @@
 // op "moe": parses the node, compiles it (oracle -> FusedMoEKernel -> MoERunner) and runs it.
 #include <memory>
 
+#include "framework/device/convert.h"
 #include "framework/device/stream.h"
 #include "ops/moe/moe_params.h"
 #include "ops/moe/oracle/oracle.h"
@@ -23,9 +24,10 @@ class MoEState final : public OpState {
 
 class MoEKernel final : public OpKernel {
  public:
-  MoEKernel(std::unique_ptr<MoERunner> runner, int64_t hidden_size, bool has_shared,
+  MoEKernel(std::unique_ptr<MoERunner> runner, DType dtype, int64_t hidden_size, bool has_shared,
             std::string description)
       : runner_(std::move(runner)),
+        dtype_(dtype),
         hidden_size_(hidden_size),
         has_shared_(has_shared),
         description_(std::move(description)) {}
@@ -33,8 +35,9 @@ class MoEKernel final : public OpKernel {
   void run(const ExecContext& ctx, std::span<const Tensor> inputs,
            std::span<const Tensor> outputs) override {
     const Tensor& x = inputs[moe_input::kX];
-    MG_CHECK(x.dtype() == DType::kF32 && x.rank() == 2 && x.dim(1) == hidden_size_,
-             "op moe: input x must be F32[T, {}] on the CPU, got {}", hidden_size_, x.str());
+    MG_CHECK(x.dtype() == dtype_ && x.rank() == 2 && x.dim(1) == hidden_size_,
+             "op moe: input x must be {}[T, {}], got {}", dtype_name(dtype_), hidden_size_,
+             x.str());
     MoERunContext rc;
     rc.pool = ctx.pool;
     rc.stream = ctx.stream;
@@ -44,8 +47,7 @@ class MoEKernel final : public OpKernel {
       rc.fork = state->fork.get();
       rc.join = state->join.get();
     }
-    runner_->forward(x.data<float>(), x.dim(0), outputs[0].data<float>(), ctx.workspace,
-                     ctx.workspace_bytes, rc);
+    runner_->forward(x.raw(), x.dim(0), outputs[0].raw(), ctx.workspace, ctx.workspace_bytes, rc);
   }
 
   size_t workspace_bytes(int64_t max_tokens) const override {
@@ -61,6 +63,7 @@ class MoEKernel final : public OpKernel {
 
  private:
   std::unique_ptr<MoERunner> runner_;
+  DType dtype_;
   int64_t hidden_size_;
   bool has_shared_;
   std::string description_;
@@ -86,26 +89,50 @@ class MoEOp final : public OpDef {
     check_moe_inputs(config, ctx.input_types);
     const ParallelConfig& parallel = ctx.options.parallel;
     auto weight = [&](size_t i) { return i < ctx.weights.size() ? ctx.weights[i] : Tensor(); };
+    const Device device = ctx.options.device;
+    const DType dtype = activation_dtype_of(ctx.options);
+    // Raw (host, the checkpoint's dtype); the router and the monolithic experts want F32.
+    auto raw_f32 = [&](size_t i) {
+      const Tensor t = weight(i);
+      return t.defined() ? to_f32_cpu(t) : t;
+    };
+    const Tensor router_bias = raw_f32(moe_input::kRouterBias);
+    const Tensor score_bias = raw_f32(moe_input::kScoreCorrectionBias);
     // CompileOptions::moe_backend (moegraph --moe-backend) wins over the node's own choice.
     const std::string& requested =
         ctx.options.moe_backend.empty() ? config.backend() : ctx.options.moe_backend;
     const RawExpertWeights raw{weight(moe_input::kW13), weight(moe_input::kW13Bias),
                                weight(moe_input::kW2), weight(moe_input::kW2Bias)};
-    MoEKernelBuild build = build_moe_kernel(config, parallel, ctx.options.device, requested, raw,
-                                            weight(moe_input::kScoreCorrectionBias));
-    Router router(config.routing(), config.hidden_size(), weight(moe_input::kRouterWeight),
-                  weight(moe_input::kRouterBias), weight(moe_input::kScoreCorrectionBias));
+    MoEKernelBuild build =
+        build_moe_kernel(config, parallel, device, dtype, requested, raw, score_bias);
+    std::optional<Router> router;
     std::optional<SharedExperts> shared;
-    if (config.shared().present()) {
-      shared.emplace(config.shared(), config.hidden_size(), parallel.tp_size(), parallel.tp_rank(),
-                     weight(moe_input::kSharedGate), weight(moe_input::kSharedUp),
-                     weight(moe_input::kSharedDown), weight(moe_input::kSharedExpertGate));
+    if (device.is_cuda()) {
+      router.emplace(Router::on_cuda(config.routing(), config.hidden_size(), dtype,
+                                     weight(moe_input::kRouterWeight),
+                                     router_bias, score_bias));
+      if (config.shared().present()) {
+        MG_CHECK(parallel.tp_size() == 1, "op moe: shared experts on CUDA run one rank only");
+        shared.emplace(SharedExperts::on_cuda(
+            config.shared(), config.hidden_size(), dtype, weight(moe_input::kSharedGate),
+            weight(moe_input::kSharedUp), weight(moe_input::kSharedDown),
+            weight(moe_input::kSharedExpertGate)));
+      }
+    } else {
+      router.emplace(config.routing(), config.hidden_size(), weight(moe_input::kRouterWeight),
+                     router_bias, score_bias);
+      if (config.shared().present()) {
+        shared.emplace(config.shared(), config.hidden_size(), parallel.tp_size(),
+                       parallel.tp_rank(), weight(moe_input::kSharedGate),
+                       weight(moe_input::kSharedUp), weight(moe_input::kSharedDown),
+                       weight(moe_input::kSharedExpertGate));
+      }
     }
     std::string description = build.choice.describe();
     if (!parallel.is_single_rank()) description += "\n  parallel: " + parallel.str();
-    auto runner = std::make_unique<MoERunner>(config, parallel, std::move(router),
+    auto runner = std::make_unique<MoERunner>(config, parallel, std::move(*router),
                                               std::move(build.kernel), std::move(shared));
-    return std::make_unique<MoEKernel>(std::move(runner), config.hidden_size(),
+    return std::make_unique<MoEKernel>(std::move(runner), dtype, config.hidden_size(),
                                        config.shared().present(), std::move(description));
   }
 };

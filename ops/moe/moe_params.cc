@@ -12,8 +12,10 @@ namespace {
 constexpr InputSpec kInputs[] = {
     {"x"},
     {"router_weight", InputKind::kWeight},
-    {"router_bias", InputKind::kWeight, true},
-    {"score_correction_bias", InputKind::kWeight, true},
+    // Raw, converted to F32 by the op: router logits are computed in F32 on every device (a BF16
+    // logit or bias would change which experts win close selections).
+    {"router_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
+    {"score_correction_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
     {"w13", InputKind::kWeight, false, WeightPlacement::kRaw},
     {"w13_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
     {"w2", InputKind::kWeight, false, WeightPlacement::kRaw},

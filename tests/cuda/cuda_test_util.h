@@ -86,20 +86,25 @@ class DeviceOp {
  public:
   static constexpr size_t kGuard = 256;  // bytes before and after every output
 
+  // `moe_backend`: CompileOptions::moe_backend (the MoE op's requested expert backend).
   DeviceOp(const proto::Node& node, const std::vector<Tensor>& inputs, DType dtype,
-           int64_t max_seq_len = 256)
+           int64_t max_seq_len = 256, const std::string& moe_backend = "")
       : node_(node), def_(OpRegistry::global().find(node.op())), dtype_(dtype) {
     MG_CHECK(def_ != nullptr, "unknown op '{}'", node.op());
     options_.device = Device::cuda(0);
     options_.activation_dtype = dtype;
     options_.max_seq_len = max_seq_len;
+    options_.moe_backend = moe_backend;
     stream_ = make_stream(options_.device);
     const auto types = types_of(inputs);
     def_->infer(node_, types);
     placed_.resize(inputs.size());
     for (size_t i = 0; i < inputs.size() && i < def_->inputs().size(); ++i) {
       if (def_->inputs()[i].kind != InputKind::kWeight || !inputs[i].defined()) continue;
-      placed_[i] = upload(inputs[i], dtype, nullptr);
+      // Raw weights stay on the host in their own dtype, as the place-weights pass leaves them.
+      placed_[i] = def_->inputs()[i].placement == WeightPlacement::kRaw
+                       ? inputs[i]
+                       : upload(inputs[i], dtype, nullptr);
     }
     KernelContext ctx{node_, options_, types, placed_};
     kernel_ = def_->create_kernel(ctx);
@@ -152,6 +157,8 @@ class DeviceOp {
   }
 
   OpKernel& kernel() { return *kernel_; }
+  // The state the kernel was given (e.g. the MoE op's side stream), to run without it.
+  void drop_state() { state_.reset(); }
 
  private:
   std::vector<std::optional<ValueType>> types_of(const std::vector<Tensor>& inputs) const {

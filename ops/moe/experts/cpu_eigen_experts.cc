@@ -90,7 +90,7 @@ class CpuEigenExperts final : public ExpertsModular {
     // Stage 2: permuted [P, H] = x[token of each permuted row].
     cpu_parallel_for(ctx.pool, P, std::max<int64_t>(1, 8192 / H), [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
-        const float* src = t.hidden + (sc.permuted_to_expanded[p] / k) * H;
+        const float* src = f32_ptr(t.hidden) + (sc.permuted_to_expanded[p] / k) * H;
         std::copy(src, src + H, sc.permuted + p * H);
       }
     });
@@ -118,7 +118,7 @@ class CpuEigenExperts final : public ExpertsModular {
     cpu_parallel_for(ctx.pool, M, std::max<int64_t>(1, 4096 / (H * k)),
                      [&](int64_t begin, int64_t end) {
                        for (int64_t tok = begin; tok < end; ++tok) {
-                         float* out = t.expert_output + tok * H;
+                         float* out = f32_ptr(t.expert_output) + tok * H;
                          std::fill(out, out + H, 0.0f);
                          for (int64_t j = 0; j < k; ++j) {
                            const int32_t p = sc.expanded_to_permuted[tok * k + j];

@@ -60,17 +60,17 @@ class CpuMonolithicExperts final : public ExpertsMonolithic {
     Scratch sc(ws, s, routing_, M);
     const float* bias =
         routing_.has_score_correction_bias ? score_correction_bias_.data<float>() : nullptr;
-    route_rows(routing_, t.router_logits, M, bias, sc.ids, sc.weights, sc.route, ctx.pool);
+    route_rows(routing_, f32_ptr(t.router_logits), M, bias, sc.ids, sc.weights, sc.route, ctx.pool);
     const int32_t* to_local = s.expert_map.global_to_local.data();
     cpu_parallel_for(ctx.pool, M, 1, [&](int64_t begin, int64_t end) {
       for (int64_t tok = begin; tok < end; ++tok) {
-        float* out = t.expert_output + tok * H;
+        float* out = f32_ptr(t.expert_output) + tok * H;
         std::fill(out, out + H, 0.0f);
         for (int64_t j = 0; j < k; ++j) {
           const int32_t e = to_local[sc.ids[tok * k + j]];
           if (e < 0) continue;
           const float w = sc.weights[tok * k + j];
-          const float* x = t.hidden + tok * H;
+          const float* x = f32_ptr(t.hidden) + tok * H;
           if (s.weight_on_input) {
             float* xs = sc.x_scaled + tok * H;
             for (int64_t h = 0; h < H; ++h) xs[h] = w * x[h];

@@ -1,6 +1,8 @@
 // Expert weights of one rank in the canonical unquantized layout: what the unquantized oracle
 // module produces from a node's raw inputs (any float dtype, transposed or interleaved, all
-// experts, full width) and what each backend then converts to its own layout.
+// experts, full width) and what each backend then converts to its own layout. The CUDA backends
+// also adopt tensors that are already on their GPU in the activation dtype (the MoE benchmark's
+// layers, generated on the device).
 #pragma once
 
 #include "framework/core/tensor.h"

@@ -56,6 +56,8 @@ class ExpertsMonolithic : public Experts {
 struct ExpertsBuild {
   const MoEConfig& config;
   const ExpertsShape& shape;
+  // Where the experts run (CUDA backends upload their weights there).
+  Device device;
   // This rank's canonical weights; the backend converts (or adopts) them. They are the node's
   // own copy, so the experts own what they keep.
   CanonicalExpertWeights weights;

@@ -3,13 +3,17 @@
 // Tensors cross these interfaces as raw pointers with their shapes written next to them, in
 // the vocabulary of DESIGN.md: *expanded* rows are tokens x k, *permuted* rows are sorted by
 // expert, top-k ids are int32 [M, k] global expert ids, top-k weights fp32 [M, k]. Raw pointers
-// keep the hot path free of allocation and are what CUDA kernels take.
+// keep the hot path free of allocation and are what CUDA kernels take. Activations (hidden
+// states, expert outputs) are `void*` in ExpertsShape::dtype, the activation dtype of the node's
+// device: F32 on the CPU, BF16/F16/F32 on CUDA; router logits, top-k weights are always fp32 and
+// ids int32. All pointers of one call live on the node's device.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
+#include "framework/core/dtype.h"
 #include "framework/parallel/parallel_config.h"
 #include "ops/moe/config.h"
 
@@ -38,6 +42,8 @@ struct ExpertsShape {
   bool weight_on_input = false;
   // Global -> local expert ids (-1: another rank's expert); num_local() = E_local.
   ExpertMap expert_map;
+  // Element type of the activations (hidden states, expert outputs).
+  DType dtype = DType::kF32;
 
   int64_t num_local_experts() const { return expert_map.num_local(); }
   // Rows of one local w13: 2 I (gated) or I.
@@ -63,7 +69,7 @@ struct DispatchedTokens {
   ActivationFormat format = ActivationFormat::kStandard;
   // Standard: [num_tokens, H], ids/weights [num_tokens, k] (global ids; another rank's experts
   // are skipped by the experts). Batched: [E_local * max_tokens_per_expert, H].
-  const float* hidden = nullptr;
+  const void* hidden = nullptr;
   int64_t num_tokens = 0;
   const int32_t* topk_ids = nullptr;
   const float* topk_weights = nullptr;
@@ -72,18 +78,26 @@ struct DispatchedTokens {
   int64_t max_tokens_per_expert = 0;
   // Where the experts write: standard [num_tokens, H] weighted and summed over k; batched
   // [E_local * max_tokens_per_expert, H], one unweighted output row per input row.
-  float* expert_output = nullptr;
+  void* expert_output = nullptr;
   // Whatever finalize() needs from prepare() (in the workspace; owned by the prepare/finalize).
   const void* finalize_state = nullptr;
 };
 
 // Monolithic path: tokens and their router logits as the experts see them.
 struct DispatchedLogits {
-  const float* hidden = nullptr;         // [num_tokens, H]
+  const void* hidden = nullptr;         // [num_tokens, H]
   const float* router_logits = nullptr;  // [num_tokens, E]
   int64_t num_tokens = 0;
-  float* expert_output = nullptr;  // [num_tokens, H]
+  void* expert_output = nullptr;  // [num_tokens, H]
   const void* finalize_state = nullptr;
 };
+
+// The F32 view of an activation pointer, for the CPU code (which runs F32 only).
+inline const float* f32_ptr(const void* p) {
+  return static_cast<const float*>(p);
+}
+inline float* f32_ptr(void* p) {
+  return static_cast<float*>(p);
+}
 
 }  // namespace mg

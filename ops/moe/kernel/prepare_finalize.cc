@@ -1,9 +1,15 @@
 #include "ops/moe/kernel/prepare_finalize.h"
 
 #include "framework/core/thread_pool.h"
+#include "framework/device/stream.h"
 #include "ops/moe/kernel/prepare_finalize_all_gather.h"
 #include "ops/moe/kernel/prepare_finalize_all_to_all.h"
 #include "ops/moe/kernel/prepare_finalize_none.h"
+#ifdef MG_WITH_CUDA
+#include "framework/device/cuda/cuda_device.h"
+#include "framework/device/cuda/dtype_dispatch.h"
+#include "ops/moe/cuda/moe_align_cuda.h"
+#endif
 
 namespace mg {
 
@@ -12,13 +18,27 @@ PrepareArgs PrepareFinalize::scale_input_by_weight(const PrepareArgs& args, Work
   if (!shape_.weight_on_input) return args;
   MG_ASSERT(shape_.top_k == 1, "weight on the input needs top_k 1, got {}", shape_.top_k);
   const int64_t M = args.num_tokens, H = shape_.hidden_size;
-  float* x = ws.take<float>(M * H);
+  void* x_out = ws.take<std::byte>(M * H * dtype_size(shape_.dtype));
   float* ones = ws.take<float>(M);
   if (ws.is_sizing()) return args;
+  PrepareArgs scaled = args;
+  scaled.hidden = x_out;
+  scaled.topk_weights = ones;
+#ifdef MG_WITH_CUDA
+  if (ctx.stream != nullptr && ctx.stream->device().is_cuda()) {
+    cuda::dispatch_float_dtype(shape_.dtype, [&](auto t) {
+      cuda::launch_moe_scale_input<decltype(t)>(args.hidden, args.topk_weights, M, 1, H, x_out,
+                                                ones, cuda::native(ctx.stream));
+    });
+    return scaled;
+  }
+#endif
+  float* x = static_cast<float*>(x_out);
+  const float* hidden = static_cast<const float*>(args.hidden);
   auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float w = args.topk_weights[t];
-      for (int64_t h = 0; h < H; ++h) x[t * H + h] = w * args.hidden[t * H + h];
+      for (int64_t h = 0; h < H; ++h) x[t * H + h] = w * hidden[t * H + h];
       ones[t] = 1.0f;
     }
   };
@@ -27,9 +47,6 @@ PrepareArgs PrepareFinalize::scale_input_by_weight(const PrepareArgs& args, Work
   } else {
     rows(0, M);
   }
-  PrepareArgs scaled = args;
-  scaled.hidden = x;
-  scaled.topk_weights = ones;
   return scaled;
 }
 

@@ -22,7 +22,7 @@
 namespace mg {
 
 struct PrepareArgs {
-  const float* hidden = nullptr;  // [M, H], this rank's tokens
+  const void* hidden = nullptr;  // [M, H], this rank's tokens (ExpertsShape::dtype)
   int64_t num_tokens = 0;         // M (may be 0)
   const int32_t* topk_ids = nullptr;
   const float* topk_weights = nullptr;
@@ -30,7 +30,7 @@ struct PrepareArgs {
   const float* router_logits = nullptr;
   // The final output [M, H]; a prepare/finalize that needs no staging lets the experts write
   // here directly.
-  float* out = nullptr;
+  void* out = nullptr;
 };
 
 class PrepareFinalize {
@@ -53,12 +53,12 @@ class PrepareFinalize {
   virtual DispatchedTokens prepare(const PrepareArgs& args, Workspace& ws,
                                    const MoEExecContext& ctx) = 0;
   // Writes out [M, H] (the `out` given to prepare).
-  virtual void finalize(const DispatchedTokens& tokens, float* out, const MoEExecContext& ctx) = 0;
+  virtual void finalize(const DispatchedTokens& tokens, void* out, const MoEExecContext& ctx) = 0;
 
   // Monolithic path (only where supports_monolithic()).
   virtual DispatchedLogits prepare_monolithic(const PrepareArgs& args, Workspace& ws,
                                               const MoEExecContext& ctx) = 0;
-  virtual void finalize_monolithic(const DispatchedLogits& tokens, float* out,
+  virtual void finalize_monolithic(const DispatchedLogits& tokens, void* out,
                                    const MoEExecContext& ctx) = 0;
 
   const ExpertsShape& shape() const { return shape_; }

@@ -78,13 +78,13 @@ DispatchedTokens PrepareFinalizeAllGather::prepare(const PrepareArgs& in, Worksp
   return t;
 }
 
-void PrepareFinalizeAllGather::reduce_back(const State& s, const float* expert_output, float* out,
+void PrepareFinalizeAllGather::reduce_back(const State& s, const void* expert_output, void* out,
                                            const MoEExecContext& ctx) const {
   ctx.comm->reduce_scatterv(expert_output, out, {s.hidden_elems, static_cast<size_t>(dp_size_)},
                             DType::kF32, ReduceOp::kSum, ctx.stream);
 }
 
-void PrepareFinalizeAllGather::finalize(const DispatchedTokens& t, float* out,
+void PrepareFinalizeAllGather::finalize(const DispatchedTokens& t, void* out,
                                         const MoEExecContext& ctx) {
   reduce_back(*static_cast<const State*>(t.finalize_state), t.expert_output, out, ctx);
 }
@@ -103,7 +103,7 @@ DispatchedLogits PrepareFinalizeAllGather::prepare_monolithic(const PrepareArgs&
   return DispatchedLogits{x, logits, all, ws.take<float>(all * shape_.hidden_size), s};
 }
 
-void PrepareFinalizeAllGather::finalize_monolithic(const DispatchedLogits& t, float* out,
+void PrepareFinalizeAllGather::finalize_monolithic(const DispatchedLogits& t, void* out,
                                                    const MoEExecContext& ctx) {
   reduce_back(*static_cast<const State*>(t.finalize_state), t.expert_output, out, ctx);
 }

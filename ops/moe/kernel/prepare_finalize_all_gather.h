@@ -26,17 +26,17 @@ class PrepareFinalizeAllGather final : public PrepareFinalize {
 
   DispatchedTokens prepare(const PrepareArgs& args, Workspace& ws,
                            const MoEExecContext& ctx) override;
-  void finalize(const DispatchedTokens& tokens, float* out, const MoEExecContext& ctx) override;
+  void finalize(const DispatchedTokens& tokens, void* out, const MoEExecContext& ctx) override;
   DispatchedLogits prepare_monolithic(const PrepareArgs& args, Workspace& ws,
                                       const MoEExecContext& ctx) override;
-  void finalize_monolithic(const DispatchedLogits& tokens, float* out,
+  void finalize_monolithic(const DispatchedLogits& tokens, void* out,
                            const MoEExecContext& ctx) override;
 
  private:
   struct State;
   // Exchanges the token counts; returns the state (in `ws`) with rows and element counts.
   State* gather_counts(int64_t num_tokens, Workspace& ws, const MoEExecContext& ctx) const;
-  void reduce_back(const State& state, const float* expert_output, float* out,
+  void reduce_back(const State& state, const void* expert_output, void* out,
                    const MoEExecContext& ctx) const;
 
   int dp_size_;

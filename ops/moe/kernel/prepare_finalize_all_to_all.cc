@@ -121,7 +121,7 @@ DispatchedTokens PrepareFinalizeAllToAll::prepare(const PrepareArgs& in, Workspa
     const int32_t row = b.fill[loc.rank]++;
     s.pair_position[p] = row;
     b.send_meta[row] = loc.local;
-    std::copy_n(args.hidden + (p / k) * H, H, b.send_x + static_cast<int64_t>(row) * H);
+    std::copy_n(f32_ptr(args.hidden) + (p / k) * H, H, b.send_x + static_cast<int64_t>(row) * H);
   }
 
   // Dispatch.
@@ -164,18 +164,18 @@ DispatchedTokens PrepareFinalizeAllToAll::prepare(const PrepareArgs& in, Workspa
   return t;
 }
 
-void PrepareFinalizeAllToAll::finalize(const DispatchedTokens& t, float* out,
+void PrepareFinalizeAllToAll::finalize(const DispatchedTokens& t, void* out,
                                        const MoEExecContext& ctx) {
   const State& s = *static_cast<const State*>(t.finalize_state);
   const int64_t H = shape_.hidden_size, k = shape_.top_k;
   const size_t ep = static_cast<size_t>(ep_size_);
   for (int64_t i = 0; i < s.received; ++i) {
-    std::copy_n(t.expert_output + static_cast<int64_t>(s.recv_slot[i]) * H, H, s.back + i * H);
+    std::copy_n(f32_ptr(t.expert_output) + static_cast<int64_t>(s.recv_slot[i]) * H, H, s.back + i * H);
   }
   // Combine: the inverse exchange (what came from rank r goes back to rank r).
   exchange(ctx, s.back, {s.recv_elems, ep}, s.returned, {s.send_elems, ep}, DType::kF32);
   for (int64_t tok = 0; tok < s.num_tokens; ++tok) {
-    float* o = out + tok * H;
+    float* o = f32_ptr(out) + tok * H;
     std::fill(o, o + H, 0.0f);
     for (int64_t j = 0; j < k; ++j) {
       const float w = s.topk_weights[tok * k + j];
@@ -191,7 +191,7 @@ DispatchedLogits PrepareFinalizeAllToAll::prepare_monolithic(const PrepareArgs&,
   return {};
 }
 
-void PrepareFinalizeAllToAll::finalize_monolithic(const DispatchedLogits&, float*,
+void PrepareFinalizeAllToAll::finalize_monolithic(const DispatchedLogits&, void*,
                                                   const MoEExecContext&) {
   MG_ASSERT(false, "all_to_all has no monolithic path");
 }

@@ -21,10 +21,10 @@ class PrepareFinalizeNone final : public PrepareFinalize {
 
   DispatchedTokens prepare(const PrepareArgs& args, Workspace& ws,
                            const MoEExecContext& ctx) override;
-  void finalize(const DispatchedTokens& tokens, float* out, const MoEExecContext& ctx) override {}
+  void finalize(const DispatchedTokens& tokens, void* out, const MoEExecContext& ctx) override {}
   DispatchedLogits prepare_monolithic(const PrepareArgs& args, Workspace& ws,
                                       const MoEExecContext& ctx) override;
-  void finalize_monolithic(const DispatchedLogits& tokens, float* out,
+  void finalize_monolithic(const DispatchedLogits& tokens, void* out,
                            const MoEExecContext& ctx) override {}
 
  private:

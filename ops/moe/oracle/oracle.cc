@@ -115,16 +115,18 @@ void check_quant_scheme_supported(QuantScheme scheme) {
 }
 
 MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& parallel,
-                                Device device, std::string_view requested,
+                                Device device, DType activation_dtype, std::string_view requested,
                                 const RawExpertWeights& raw, const Tensor& score_correction_bias) {
   check_quant_scheme_supported(config.quant_scheme());
-  const ExpertsShape shape = local_experts_shape(config, parallel);
-  const MoEQuantConfig quant = MoEQuantConfig::unquantized(DType::kF32);
+  ExpertsShape shape = local_experts_shape(config, parallel);
+  shape.dtype = activation_dtype;
+  const MoEQuantConfig quant = MoEQuantConfig::unquantized(activation_dtype);
   const std::vector<const ExpertsBackend*> priority = unquantized_priority(device);
   const OracleQuery query{device, config, quant, parallel, shape, requested};
   MoEKernelBuild out;
   out.choice = select_backend(priority, query);
-  ExpertsBuild build{config, shape, convert_unquantized_weights(config, parallel, shape, raw),
+  ExpertsBuild build{config, shape, device,
+                     convert_unquantized_weights(config, parallel, shape, raw),
                      score_correction_bias};
   std::unique_ptr<Experts> experts = out.choice.backend->create(std::move(build));
   out.kernel =

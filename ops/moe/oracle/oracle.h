@@ -83,8 +83,9 @@ void check_quant_scheme_supported(QuantScheme scheme);
 // Runs the oracle module of config.quant_scheme() for `device` and `parallel`, converts the
 // weights for the chosen backend (the result owns them) and builds the kernel.
 // `requested` as in OracleQuery. `score_correction_bias` [E] F32 when the routing has one.
+// `activation_dtype`: the activations' element type on `device` (activation_dtype_of).
 MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& parallel,
-                                Device device, std::string_view requested,
+                                Device device, DType activation_dtype, std::string_view requested,
                                 const RawExpertWeights& raw, const Tensor& score_correction_bias);
 
 }  // namespace mg

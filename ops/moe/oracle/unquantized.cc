@@ -4,6 +4,9 @@
 #include "ops/moe/experts/cpu_batched_experts.h"
 #include "ops/moe/experts/cpu_eigen_experts.h"
 #include "ops/moe/experts/cpu_monolithic_experts.h"
+#ifdef MG_WITH_CUDA
+#include "ops/moe/experts/cuda_experts.h"
+#endif
 
 namespace mg {
 
@@ -72,7 +75,11 @@ std::vector<const ExpertsBackend*> unquantized_priority(Device device) {
     case DeviceType::kCPU:
       return {&cpu_eigen_backend(), &cpu_batched_backend(), &cpu_monolithic_backend()};
     case DeviceType::kCUDA:
+#ifdef MG_WITH_CUDA
+      return {&cuda_fused_backend(), &cuda_grouped_backend(), &cuda_cublas_backend()};
+#else
       return {};
+#endif
   }
   return {};
 }

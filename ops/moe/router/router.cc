@@ -3,6 +3,14 @@
 #include "framework/core/thread_pool.h"
 #include "ops/moe/router/routing.h"
 #include "ops/nn/linear/linear_gemm.h"
+#ifdef MG_WITH_CUDA
+#include "ops/moe/router/router_cuda.h"
+#else
+namespace mg {
+// Never constructed without CUDA; complete so that the unique_ptr member compiles.
+class RouterCuda {};
+}  // namespace mg
+#endif
 
 namespace mg {
 
@@ -32,13 +40,60 @@ Router::Router(RoutingConfig config, int64_t hidden_size, Tensor weight, Tensor 
   }
 }
 
+Router Router::on_cuda(RoutingConfig config, int64_t hidden_size, DType dtype,
+                       const Tensor& weight, const Tensor& router_bias,
+                       const Tensor& score_correction_bias) {
+#ifdef MG_WITH_CUDA
+  config.validate();
+  // The CPU members stay empty: every call goes to the CUDA router.
+  Router r(config, hidden_size);
+  r.cuda_ = std::make_unique<RouterCuda>(config, hidden_size, dtype, weight, router_bias,
+                                         score_correction_bias);
+  return r;
+#else
+  MG_FAIL("the MoE router on CUDA needs a build with CUDA (MG_CUDA=ON)");
+#endif
+}
+
+Router::Router(RoutingConfig config, int64_t hidden_size)
+    : config_(config), hidden_size_(hidden_size) {}
+Router::~Router() = default;
+Router::Router(Router&&) noexcept = default;
+Router& Router::operator=(Router&&) noexcept = default;
+
 const float* Router::score_correction_bias() const {
+#ifdef MG_WITH_CUDA
+  if (cuda_) return cuda_->score_correction_bias();
+#endif
   return config_.has_score_correction_bias ? score_correction_bias_.data<float>() : nullptr;
 }
 
-void Router::gate(const float* x, int64_t num_tokens, float* logits, ThreadPool* pool) const {
+DType Router::logits_dtype() const {
+#ifdef MG_WITH_CUDA
+  if (cuda_) return cuda_->dtype();
+#endif
+  return DType::kF32;
+}
+
+size_t Router::gate_workspace_bytes() const {
+#ifdef MG_WITH_CUDA
+  if (cuda_) return cuda_->gate_workspace_bytes();
+#endif
+  return 0;
+}
+
+void Router::gate(const void* x_in, int64_t num_tokens, void* logits_out,
+                  const RouterRun& run) const {
+#ifdef MG_WITH_CUDA
+  if (cuda_) {
+    return cuda_->gate(x_in, num_tokens, logits_out, run.blas_workspace, run.blas_workspace_bytes,
+                       run.stream);
+  }
+#endif
+  const float* x = static_cast<const float*>(x_in);
+  float* logits = static_cast<float*>(logits_out);
   const int64_t E = config_.num_experts;
-  cpu_gemm_xwt(x, num_tokens, hidden_size_, weight_.data<float>(), E, logits, pool);
+  cpu_gemm_xwt(x, num_tokens, hidden_size_, weight_.data<float>(), E, logits, run.pool);
   if (!config_.has_router_bias) return;
   const float* b = router_bias_.data<float>();
   for (int64_t t = 0; t < num_tokens; ++t) {
@@ -47,12 +102,16 @@ void Router::gate(const float* x, int64_t num_tokens, float* logits, ThreadPool*
 }
 
 int64_t Router::route_scratch_floats(int64_t num_tokens) const {
-  return routing_scratch_floats(config_, num_tokens);
+  return cuda_ ? 0 : routing_scratch_floats(config_, num_tokens);
 }
 
-void Router::route(const float* logits, int64_t num_tokens, int32_t* ids, float* weights,
-                   float* scratch, ThreadPool* pool) const {
-  route_rows(config_, logits, num_tokens, score_correction_bias(), ids, weights, scratch, pool);
+void Router::route(const void* logits, int64_t num_tokens, int32_t* ids, float* weights,
+                   float* scratch, const RouterRun& run) const {
+#ifdef MG_WITH_CUDA
+  if (cuda_) return cuda_->route(logits, num_tokens, ids, weights, run.stream);
+#endif
+  route_rows(config_, static_cast<const float*>(logits), num_tokens, score_correction_bias(), ids,
+             weights, scratch, run.pool);
 }
 
 }  // namespace mg

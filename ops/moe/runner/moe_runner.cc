@@ -2,24 +2,51 @@
 
 #include "framework/device/stream.h"
 #include "framework/parallel/communicator.h"
+#ifdef MG_WITH_CUDA
+#include "framework/device/cuda/cuda_device.h"
+#include "framework/device/cuda/dtype_dispatch.h"
+#include "ops/moe/cuda/moe_elementwise_cuda.h"
+#endif
 
 namespace mg {
 
+namespace {
+
+// y [n] += x [n] on the stream's device, in `dtype`.
+void accumulate(void* y, const void* x, int64_t n, DType dtype, Stream* stream) {
+#ifdef MG_WITH_CUDA
+  if (stream != nullptr && stream->device().is_cuda()) {
+    cuda::dispatch_float_dtype(dtype, [&](auto t) {
+      cuda::launch_moe_accumulate<decltype(t)>(y, x, n, cuda::native(stream));
+    });
+    return;
+  }
+#endif
+  MG_ASSERT(dtype == DType::kF32, "MoE on the CPU runs in F32, not {}", dtype_name(dtype));
+  float* yf = static_cast<float*>(y);
+  const float* xf = static_cast<const float*>(x);
+  for (int64_t i = 0; i < n; ++i) yf[i] += xf[i];
+}
+
+}  // namespace
+
 // Per-step arrays of the runner; the kernel's scratch follows in the same workspace.
 struct MoERunner::Buffers {
-  float* logits;   // [n, E]
-  int32_t* ids;    // [n, k]
-  float* weights;  // [n, k]
-  float* route;    // routing scratch
-  float* shared;   // [n, H]
+  std::byte* logits;  // [n, E] router.logits_dtype()
+  int32_t* ids;       // [n, k]
+  float* weights;     // [n, k]
+  float* route;       // routing scratch
+  std::byte* shared;  // [n, H] activation dtype
+  std::byte* blas;    // the gate GEMM's cuBLAS workspace (CUDA)
 
   Buffers(Workspace& ws, const MoERunner& r, int64_t n) {
     const int64_t E = r.config_.num_experts(), k = r.config_.top_k();
-    logits = ws.take<float>(n * E);
+    logits = ws.take<std::byte>(n * E * dtype_size(r.router_.logits_dtype()));
     ids = ws.take<int32_t>(n * k);
     weights = ws.take<float>(n * k);
     route = ws.take<float>(r.router_.route_scratch_floats(n));
-    shared = ws.take<float>(r.shared_ ? n * r.config_.hidden_size() : 0);
+    shared = ws.take<std::byte>(r.shared_ ? n * r.config_.hidden_size() * dtype_size(r.dtype_) : 0);
+    blas = ws.take<std::byte>(static_cast<int64_t>(r.router_.gate_workspace_bytes()));
   }
 };
 
@@ -31,7 +58,8 @@ MoERunner::MoERunner(MoEConfig config, ParallelConfig parallel, Router router,
       tp_ranks_(parallel.tp_group()),
       router_(std::move(router)),
       kernel_(std::move(kernel)),
-      shared_(std::move(shared)) {}
+      shared_(std::move(shared)),
+      dtype_(kernel_->prepare_finalize().shape().dtype) {}
 
 size_t MoERunner::step_bytes(int64_t step) const {
   Workspace ws = Workspace::sizing();
@@ -46,7 +74,7 @@ size_t MoERunner::workspace_bytes(int64_t max_tokens) const {
   return step_bytes(chunk > 0 ? std::min(chunk, max_tokens) : max_tokens);
 }
 
-void MoERunner::forward(const float* x, int64_t M, float* out, void* workspace,
+void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
                         size_t workspace_bytes, const MoERunContext& ctx) {
   const ParallelConfig& p = parallel_;
   Communicator* dp_comm = nullptr;
@@ -63,6 +91,7 @@ void MoERunner::forward(const float* x, int64_t M, float* out, void* workspace,
     tp_comm = &ctx.comm->subgroup(tp_ranks_);
   }
   const int64_t H = config_.hidden_size();
+  const int64_t row_bytes = H * dtype_size(dtype_);
 
   // The step count must be the same on every DP rank.
   int64_t max_dp = M;
@@ -75,35 +104,41 @@ void MoERunner::forward(const float* x, int64_t M, float* out, void* workspace,
            "planned for fewer tokens than a DP rank now has?)",
            step, step_bytes(step), workspace_bytes);
   const int64_t steps = (max_dp + step - 1) / step;
-  const bool side = ctx.side_stream != nullptr && shared_.has_value();
+  const bool has_side = ctx.side_stream != nullptr && shared_.has_value();
   const MoEExecContext kctx{ctx.pool, ctx.stream, dp_comm};
 
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t begin = std::min(s * step, M);
     const int64_t n = std::min(begin + step, M) - begin;
-    const float* xs = x + begin * H;
-    float* os = out + begin * H;
+    const void* xs = static_cast<const std::byte*>(x) + begin * row_bytes;
+    void* os = static_cast<std::byte*>(out) + begin * row_bytes;
     Workspace ws(workspace, workspace_bytes);
     Buffers b(ws, *this, n);
+    // Large steps keep the GPU busy on one stream; the fork/join only pays off when the routed
+    // experts leave SMs idle (decode and small prefill chunks).
+    const bool side = has_side && n <= ctx.side_stream_max_tokens;
 
     if (side) {
       ctx.fork->record(*ctx.stream);
       ctx.fork->wait_on(*ctx.side_stream);
     }
-    router_.gate(xs, n, b.logits, ctx.pool);
+    const RouterRun rr{ctx.pool, ctx.stream, b.blas, router_.gate_workspace_bytes()};
+    router_.gate(xs, n, b.logits, rr);
     // On a GPU this is queued on the side stream and overlaps the routed experts; CPU streams
     // run it right here.
-    if (shared_) shared_->forward(xs, n, b.shared, ws, ctx.pool);
+    if (shared_) {
+      shared_->forward(xs, n, b.shared, ws, ctx.pool, side ? ctx.side_stream : ctx.stream);
+    }
 
     PrepareArgs args;
     args.hidden = xs;
     args.num_tokens = n;
     args.out = os;
     if (kernel_->is_monolithic()) {
-      args.router_logits = b.logits;
+      args.router_logits = reinterpret_cast<const float*>(b.logits);  // F32 (router.h)
       kernel_->apply_monolithic(args, ws, kctx);
     } else {
-      router_.route(b.logits, n, b.ids, b.weights, b.route, ctx.pool);
+      router_.route(b.logits, n, b.ids, b.weights, b.route, rr);
       args.topk_ids = b.ids;
       args.topk_weights = b.weights;
       kernel_->apply(args, ws, kctx);
@@ -115,13 +150,11 @@ void MoERunner::forward(const float* x, int64_t M, float* out, void* workspace,
 
     const bool reduce_tp = p.tp_size() > 1;
     if (shared_ && reduce_tp && kernel_->output_is_reduced()) {
-      tp_comm->all_reduce(b.shared, n * H, DType::kF32, ReduceOp::kSum, ctx.stream);
+      tp_comm->all_reduce(b.shared, n * H, dtype_, ReduceOp::kSum, ctx.stream);
     }
-    if (shared_) {
-      for (int64_t i = 0; i < n * H; ++i) os[i] += b.shared[i];
-    }
+    if (shared_) accumulate(os, b.shared, n * H, dtype_, ctx.stream);
     if (reduce_tp && !kernel_->output_is_reduced()) {
-      tp_comm->all_reduce(os, n * H, DType::kF32, ReduceOp::kSum, ctx.stream);
+      tp_comm->all_reduce(os, n * H, dtype_, ReduceOp::kSum, ctx.stream);
     }
   }
 }

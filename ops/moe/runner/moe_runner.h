@@ -6,7 +6,7 @@
 //   (dp_chunk_size 0: step = max_dp); every rank runs ceil(max_dp / step) steps, a rank out of
 //   tokens with an empty chunk, so the collectives inside the kernel stay in lockstep.
 //   per step, rows [begin, begin + n):
-//     fork: the side stream waits for the main stream
+//     fork: the side stream waits for the main stream (steps of <= side_stream_max_tokens)
 //     logits [n, E]   = router.gate(x)                      main stream
 //     shared [n, H]   = shared_experts(x)                   side stream (gated by sigmoid)
 //     ids, w [n, k]   = router.route(logits)                modular kernels only
@@ -39,6 +39,9 @@ struct MoERunContext {
   Stream* side_stream = nullptr;  // shared experts; null: run them on the main stream
   Event* fork = nullptr;          // with side_stream
   Event* join = nullptr;
+  // Steps of more tokens run the shared experts on the main stream (vLLM's
+  // shared-experts-stream threshold): one stream already fills the GPU there.
+  int64_t side_stream_max_tokens = 256;
   // The tp x dp ranks of ParallelConfig (world rank order); null for a single rank.
   Communicator* comm = nullptr;
 };
@@ -55,7 +58,8 @@ class MoERunner {
   size_t workspace_bytes(int64_t max_tokens) const;
 
   // out [M, H] for x [M, H]. Collective over ctx.comm: every rank of the tp x dp grid calls it.
-  void forward(const float* x, int64_t num_tokens, float* out, void* workspace,
+  // x and out are in the activation dtype of the kernel (ExpertsShape::dtype) on its device.
+  void forward(const void* x, int64_t num_tokens, void* out, void* workspace,
                size_t workspace_bytes, const MoERunContext& ctx);
 
  private:
@@ -70,6 +74,7 @@ class MoERunner {
   Router router_;
   std::unique_ptr<FusedMoEKernel> kernel_;
   std::optional<SharedExperts> shared_;
+  DType dtype_;  // of the activations
 };
 
 }  // namespace mg

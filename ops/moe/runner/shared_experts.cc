@@ -5,6 +5,14 @@
 #include "ops/moe/experts/cpu_expert_mlp.h"
 #include "ops/nn/activation.h"
 #include "ops/nn/linear/linear_gemm.h"
+#ifdef MG_WITH_CUDA
+#include "ops/moe/runner/shared_experts_cuda.h"
+#else
+namespace mg {
+// Never constructed without CUDA; complete so that the unique_ptr member compiles.
+class SharedExpertsCuda {};
+}  // namespace mg
+#endif
 
 namespace mg {
 
@@ -49,14 +57,42 @@ SharedExperts::SharedExperts(const SharedExpertsConfig& config, int64_t hidden_s
   }
 }
 
+SharedExperts SharedExperts::on_cuda(const SharedExpertsConfig& config, int64_t hidden_size,
+                                     DType dtype, const Tensor& gate, const Tensor& up,
+                                     const Tensor& down, const Tensor& expert_gate) {
+#ifdef MG_WITH_CUDA
+  SharedExperts s;
+  s.activation_ = config.activation;
+  s.hidden_size_ = hidden_size;
+  s.intermediate_size_ = config.intermediate_size;
+  s.cuda_ = std::make_unique<SharedExpertsCuda>(config, hidden_size, dtype, gate, up, down,
+                                                expert_gate);
+  return s;
+#else
+  MG_FAIL("shared experts on CUDA need a build with CUDA (MG_CUDA=ON)");
+#endif
+}
+
+SharedExperts::~SharedExperts() = default;
+SharedExperts::SharedExperts(SharedExperts&&) noexcept = default;
+SharedExperts& SharedExperts::operator=(SharedExperts&&) noexcept = default;
+
 size_t SharedExperts::workspace_bytes(int64_t max_tokens) const {
+#ifdef MG_WITH_CUDA
+  if (cuda_) return cuda_->workspace_bytes(max_tokens);
+#endif
   Workspace ws = Workspace::sizing();
   Scratch(ws, *this, max_tokens);
   return ws.bytes();
 }
 
-void SharedExperts::forward(const float* x, int64_t M, float* out, Workspace& ws,
-                            ThreadPool* pool) const {
+void SharedExperts::forward(const void* x_in, int64_t M, void* out_, Workspace& ws,
+                            ThreadPool* pool, Stream* stream) const {
+#ifdef MG_WITH_CUDA
+  if (cuda_) return cuda_->forward(x_in, M, out_, ws, stream);
+#endif
+  const float* x = static_cast<const float*>(x_in);
+  float* out = static_cast<float*>(out_);
   Scratch sc(ws, *this, M);
   if (M == 0) return;
   const int64_t H = hidden_size_, Il = intermediate_size_;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "framework/core/tensor.h"
 #include "ops/moe/config.h"
@@ -16,6 +17,8 @@
 
 namespace mg {
 
+class SharedExpertsCuda;
+class Stream;
 class ThreadPool;
 
 class SharedExperts {
@@ -26,14 +29,24 @@ class SharedExperts {
   SharedExperts(const SharedExpertsConfig& config, int64_t hidden_size, int tp_size, int tp_rank,
                 const Tensor& gate, const Tensor& up, const Tensor& down,
                 const Tensor& expert_gate);
+  // On a CUDA device, one rank (no TP slicing): the same weights in `dtype` on that device, as
+  // the plan places them. Throws mg::Error for an activation the CUDA path lacks.
+  static SharedExperts on_cuda(const SharedExpertsConfig& config, int64_t hidden_size, DType dtype,
+                               const Tensor& gate, const Tensor& up, const Tensor& down,
+                               const Tensor& expert_gate);
+  ~SharedExperts();
+  SharedExperts(SharedExperts&&) noexcept;
+  SharedExperts& operator=(SharedExperts&&) noexcept;
 
   size_t workspace_bytes(int64_t max_tokens) const;
-  // out [M, H] = this rank's share of shared(x [M, H]).
-  void forward(const float* x, int64_t num_tokens, float* out, Workspace& ws,
-               ThreadPool* pool) const;
+  // out [M, H] = this rank's share of shared(x [M, H]), in the activation dtype (F32 on the
+  // CPU). On CUDA it is queued on `stream` (the runner's side stream).
+  void forward(const void* x, int64_t num_tokens, void* out, Workspace& ws, ThreadPool* pool,
+               Stream* stream) const;
 
  private:
   struct Scratch;
+  SharedExperts() = default;
 
   ActivationConfig activation_;
   int64_t hidden_size_;
@@ -41,6 +54,7 @@ class SharedExperts {
   Tensor w13_;                 // [N1s, H]
   Tensor w2_;                  // [H, Is]
   Tensor expert_gate_;         // [H] or undefined
+  std::unique_ptr<SharedExpertsCuda> cuda_;  // set by on_cuda()
 };
 
 }  // namespace mg

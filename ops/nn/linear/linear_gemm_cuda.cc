@@ -37,19 +37,23 @@ std::mutex& cublas_mutex() {
 
 }  // namespace
 
-GemmXwt::GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int device)
+GemmXwt::GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int device,
+                 std::optional<DType> out_dtype)
     : dtype_(dtype),
+      out_dtype_(out_dtype.value_or(dtype)),
       in_(in),
       out_(out),
       bias_(bias),
       device_(device),
-      data_type_(cuda_data_type(dtype)) {
+      data_type_(cuda_data_type(dtype)),
+      out_type_(cuda_data_type(out_dtype_)) {
   MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(desc_, CUBLASLT_MATMUL_DESC_TRANSA, cublasOperation_t{CUBLAS_OP_T});
   set_desc(desc_, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
   if (bias_ != nullptr) {
     set_desc(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, cublasLtEpilogue_t{CUBLASLT_EPILOGUE_BIAS});
     set_desc(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_);
+    set_desc(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(out_type_));
   }
   MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout_, data_type_, static_cast<uint64_t>(in),
                                              static_cast<uint64_t>(out), in));
@@ -71,7 +75,7 @@ const GemmXwt::TokensPlan& GemmXwt::plan_for(int64_t tokens) const {
   TokensPlan& plan = plans_[tokens];
   MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.x, data_type_, static_cast<uint64_t>(in_),
                                              static_cast<uint64_t>(tokens), in_));
-  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.y, data_type_, static_cast<uint64_t>(out_),
+  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.y, out_type_, static_cast<uint64_t>(out_),
                                              static_cast<uint64_t>(tokens), out_));
   // cuBLASLt has had trouble with single-row or single-column weights; cublasGemmEx serves them.
   if (in_ < 2 || out_ < 2) return plan;
@@ -143,17 +147,19 @@ void GemmXwt::run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y,
     MG_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out_),
                                  static_cast<int>(tokens), static_cast<int>(in_), &alpha, w,
                                  data_type_, static_cast<int>(in_), x, data_type_,
-                                 static_cast<int>(in_), &beta, y, data_type_,
+                                 static_cast<int>(in_), &beta, y, out_type_,
                                  static_cast<int>(out_), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   if (bias_ != nullptr) {
     dispatch_float_dtype(
-        dtype_, [&](auto tag) { launch_add_bias<decltype(tag)>(y, bias_, tokens, out_, stream); });
+        out_dtype_,
+        [&](auto tag) { launch_add_bias<decltype(tag)>(y, bias_, tokens, out_, stream); });
   }
 }
 
 std::string GemmXwt::describe() const {
-  return fmt::format("cublasLt {}", dtype_name(dtype_));
+  if (out_dtype_ == dtype_) return fmt::format("cublasLt {}", dtype_name(dtype_));
+  return fmt::format("cublasLt {} -> {}", dtype_name(dtype_), dtype_name(out_dtype_));
 }
 
 }  // namespace mg::cuda

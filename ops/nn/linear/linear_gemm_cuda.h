@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "framework/core/dtype.h"
@@ -24,7 +25,10 @@ class GemmXwt {
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
   // `bias` [out] (device, may be null) stays fixed for the GEMM's life: linear's bias is a weight.
-  GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int device);
+  // `out_dtype`: y's (and the bias's) element type when it differs from x and w (the MoE router
+  // writes F32 logits from BF16 activations); F32, F16 or BF16.
+  GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int device,
+          std::optional<DType> out_dtype = std::nullopt);
   ~GemmXwt();
   GemmXwt(const GemmXwt&) = delete;
   GemmXwt& operator=(const GemmXwt&) = delete;
@@ -52,11 +56,13 @@ class GemmXwt {
                    cudaStream_t stream) const;
 
   DType dtype_;
+  DType out_dtype_;
   int64_t in_;
   int64_t out_;
   const void* bias_;
   int device_;
   cudaDataType_t data_type_;
+  cudaDataType_t out_type_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t w_layout_ = nullptr;
   mutable std::mutex mutex_;

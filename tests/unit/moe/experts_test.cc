@@ -120,7 +120,7 @@ TEST(Experts, ResultsDoNotDependOnTheThreadCount) {
 TEST(FusedMoEKernel, RejectsBatchedExpertsWithAStandardPrepareFinalize) {
   const Problem p =
       make_problem(4, 2, 8, 4, 1, MoEActivation::kSiluGated, IdPattern::kRandom, false, 1);
-  ExpertsBuild build{p.config, p.shape, moe_test::clone(p.weights), Tensor()};
+  ExpertsBuild build{p.config, p.shape, Device::cpu(), moe_test::clone(p.weights), Tensor()};
   EXPECT_MG_ERROR(FusedMoEKernel(std::make_unique<PrepareFinalizeNone>(p.shape, false),
                                  cpu_batched_backend().create(std::move(build))),
                   "experts 'cpu_batched' take the batched activation format, but "
@@ -130,7 +130,7 @@ TEST(FusedMoEKernel, RejectsBatchedExpertsWithAStandardPrepareFinalize) {
 TEST(FusedMoEKernel, RejectsMonolithicExpertsWithAModularOnlyPrepareFinalize) {
   const Problem p =
       make_problem(4, 2, 8, 4, 1, MoEActivation::kSiluGated, IdPattern::kRandom, false, 1);
-  ExpertsBuild build{p.config, p.shape, moe_test::clone(p.weights), Tensor()};
+  ExpertsBuild build{p.config, p.shape, Device::cpu(), moe_test::clone(p.weights), Tensor()};
   EXPECT_MG_ERROR(FusedMoEKernel(std::make_unique<PrepareFinalizeAllToAll>(p.shape, 1),
                                  cpu_monolithic_backend().create(std::move(build))),
                   "experts 'cpu_monolithic' are monolithic (router logits in), but "
@@ -146,7 +146,7 @@ TEST(FusedMoEKernel, AllToAllOnOneRankWithBatchedExperts) {
       const Problem p =
           make_problem(6, 3, 20, 12, M, MoEActivation::kGeluGated, pattern, true, 40 + M);
       const ParallelConfig one(1, 0, 1, 0, true, MoEDispatch::kAllToAll);
-      ExpertsBuild build{p.config, p.shape, moe_test::clone(p.weights), Tensor()};
+      ExpertsBuild build{p.config, p.shape, Device::cpu(), moe_test::clone(p.weights), Tensor()};
       FusedMoEKernel kernel(make_prepare_finalize(one, p.shape),
                             cpu_batched_backend().create(std::move(build)));
       EXPECT_EQ(kernel.str(), "cpu_batched + all_to_all");

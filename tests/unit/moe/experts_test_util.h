@@ -45,7 +45,7 @@ inline std::vector<float> reference_out(const Problem& p) {
 }
 
 inline FusedMoEKernel make_kernel(const ExpertsBackend& backend, const Problem& p) {
-  ExpertsBuild build{p.config, p.shape, clone(p.weights), Tensor()};
+  ExpertsBuild build{p.config, p.shape, Device::cpu(), clone(p.weights), Tensor()};
   return FusedMoEKernel(std::make_unique<PrepareFinalizeNone>(p.shape, false),
                         backend.create(std::move(build)));
 }
@@ -60,7 +60,7 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
 // Batched experts without a prepare/finalize: bucket the (token, expert) pairs into slabs the
 // way all_to_all does on one rank, run, and weight-sum the rows back.
 inline std::vector<float> run_batched(const Problem& p, ThreadPool* pool) {
-  ExpertsBuild build{p.config, p.shape, clone(p.weights), Tensor()};
+  ExpertsBuild build{p.config, p.shape, Device::cpu(), clone(p.weights), Tensor()};
   std::unique_ptr<Experts> experts = cpu_batched_backend().create(std::move(build));
   const int64_t E = p.shape.num_local_experts(), H = p.shape.hidden_size, k = p.shape.top_k;
   const int64_t T = std::max<int64_t>(p.tokens, 1);

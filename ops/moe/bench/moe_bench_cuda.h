@@ -1,0 +1,71 @@
+// `moegraph bench moe`: one MoE layer (routing from router logits + the routed experts) timed on
+// a GPU for each backend of the CUDA oracle list, next to the floor of the layer.
+//
+//   floor(M) = max(bytes / copy bandwidth, flops / bf16 matmul rate)
+//     bytes  = D * 3 H I * 2 (the expected D distinct experts touched under uniform routing,
+//              E (1 - (1 - k/E)^M)) + M H * 2 * 2 (x in, out) + M E * 4 (logits)
+//     flops  = 2 M k * 3 H I
+// (the model of ../shared/peers/moe_common.py, so that our percentages and the peers' compare).
+// Both ceilings are measured here on the same GPU: a 2 GiB device-to-device copy (bytes read +
+// written) and a BF16 8192^3 cuBLASLt GEMM. Timing: CUDA events around each call, 3 warm-up
+// calls, then enough calls to fill ~200 ms (5..400), the median; `sets` input sets (x, logits)
+// rotate between calls so consecutive calls touch different experts. Built only with CUDA.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "framework/core/dtype.h"
+
+namespace mg {
+
+struct MoEBenchShape {
+  std::string name;
+  int64_t hidden = 0, inter = 0, experts = 0, top_k = 0;
+};
+
+// mixtral, qwen3-30b-a3b, deepseek-v3, gpt-oss-120b (the reference's four shapes).
+const std::vector<MoEBenchShape>& moe_bench_shapes();
+
+struct MoEBenchOptions {
+  std::vector<MoEBenchShape> shapes;
+  std::vector<int64_t> tokens;
+  std::vector<std::string> backends;  // names from the CUDA oracle list
+  DType dtype = DType::kBF16;
+  int sets = 4;
+  double target_ms = 200.0;
+  bool check = true;  // compare every backend's output with the first one's on set 0
+};
+
+struct MoEBenchCeilings {
+  double copy_bytes_per_s = 0;
+  double bf16_flops_per_s = 0;
+};
+
+struct MoEBenchPoint {
+  std::string shape;
+  std::string backend;
+  int64_t tokens = 0;
+  double median_us = 0, p10_us = 0, p90_us = 0;
+  int reps = 0;
+  double distinct_experts = 0;  // expected, as in the floor
+  double bytes = 0, flops = 0;
+  double floor_us = 0;
+  // Against the first backend's output on set 0 (normalised error); -1 when not checked.
+  double check_error = -1;
+
+  double tb_per_s() const { return bytes / (median_us * 1e-6) / 1e12; }
+  double tflop_per_s() const { return flops / (median_us * 1e-6) / 1e12; }
+  double pct_of_floor() const { return 100.0 * floor_us / median_us; }
+};
+
+MoEBenchCeilings measure_moe_bench_ceilings();
+
+// Runs every (shape, tokens, backend); `progress` (may be empty) sees each point as it lands.
+std::vector<MoEBenchPoint> run_moe_bench(const MoEBenchOptions& options,
+                                         const MoEBenchCeilings& ceilings,
+                                         const std::function<void(const MoEBenchPoint&)>& progress);
+
+}  // namespace mg

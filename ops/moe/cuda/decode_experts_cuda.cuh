@@ -1,0 +1,595 @@
+// Kernels of decode_experts_cuda.h, included by decode_experts_cuda_<dtype>.cu (and the scratch
+// benchmark, which launches the tile variants directly). nvcc only.
+//
+// Decode is bound by weight bytes, not arithmetic: at M = 1 the up kernel reads k * 2I * H weights
+// to produce k * I numbers. So both kernels are GEMVs in which a warp streams a few weight rows in
+// 16-byte vectors (kept out of L1, which holds the vectors they multiply) and dots each row with
+// the vectors of every pair that uses the expert, so a weight is read once however many tokens
+// share it. The shape of the work:
+//
+//   group_pairs   every CTA groups the M*k pairs by local expert (u = 0..U-1, in order of first
+//                 use) in shared memory: M*k <= 256 ids, cheaper than a permutation launch
+//   up            grid (inter / units_per_cta, expert slots); a CTA takes units (act columns) of
+//                 experts u = blockIdx.y, + gridDim.y, ...; x of up to NT pairs is staged in
+//                 shared memory and each warp computes UW units (gate and up rows) for them
+//   down          grid (hidden / rows_per_cta); a CTA owns whole output rows: its warps compute
+//                 W2[e][h] . act[p] for every (expert, pair group, row group) into shared memory,
+//                 then each out[t, h] is summed over j in order, so no atomics and one rounding
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "framework/core/error.h"
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_utils.cuh"
+#include "ops/moe/cuda/decode_experts_cuda.h"
+#include "ops/moe/cuda/moe_activation_cuda.cuh"
+
+namespace mg::cuda::decode {
+
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+// Pairs one launch pair handles (the grouping tables live in shared memory); more tokens run in
+// chunks of 256 / k.
+inline constexpr int kMaxPairs = 256;
+inline constexpr int kMaxLocalExperts = kMaxRouteExperts;
+// x rows of a pair group are staged in shared memory up to this size, else read through L1.
+inline constexpr int kMaxStageBytes = 32 * 1024;
+
+// Elements per 16-byte vector.
+template <typename T>
+inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+// A weight vector: read once per launch, so it bypasses L1 (keeping x / act there) and asks L2
+// for whole 256-byte sectors, which the neighbouring lanes use next.
+__device__ __forceinline__ uint4 load_weights(const void* ptr) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr));
+  return v;
+}
+
+// The kVec<T> floats of a 16-byte vector.
+template <typename T>
+__device__ __forceinline__ void unpack(const uint4& v, float (&f)[kVec<T>]);
+template <>
+__device__ __forceinline__ void unpack<__nv_bfloat16>(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+template <>
+__device__ __forceinline__ void unpack<__half>(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h;
+    memcpy(&h, &w[i], sizeof(h));
+    const float2 t = __half22float2(h);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+template <>
+__device__ __forceinline__ void unpack<float>(const uint4& v, float (&f)[4]) {
+  f[0] = __uint_as_float(v.x);
+  f[1] = __uint_as_float(v.y);
+  f[2] = __uint_as_float(v.z);
+  f[3] = __uint_as_float(v.w);
+}
+
+// Programmatic dependent launch (sm_90): the down kernel is launched while the up kernel's last
+// CTAs run, groups its pairs, and waits here only before it reads act. Without the launch
+// attribute both are no-ops.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The pairs of one launch grouped by local expert, in shared memory.
+struct PairGroups {
+  int num_experts;              // U: distinct local experts among the pairs
+  int expert[kMaxPairs];        // local id of expert u, u in order of the expert's first pair
+  int offset[kMaxPairs + 1];    // pairs of u: pair[offset[u] .. offset[u + 1]), ascending
+  int pair[kMaxPairs];          //
+  int local[kMaxPairs];         // local expert of pair p, -1 when not on this rank
+  int slot[kMaxPairs];          // u of pair p
+  int rank[kMaxPairs];          // position of p among the pairs of its expert
+  int table[kMaxLocalExperts];  // local expert -> u, -1 while unseen
+};
+
+// Fills `g` for pairs 0..num_pairs-1; every thread of the block calls it. Warp 0 walks the pairs
+// in windows of 32 (match_any finds the lanes that share an expert), so the numbering is
+// deterministic and the pairs of an expert stay in ascending order.
+__device__ __forceinline__ void group_pairs(PairGroups& g, const int32_t* topk_ids,
+                                            const int32_t* expert_map, int num_pairs) {
+  for (int i = threadIdx.x; i < kMaxLocalExperts; i += blockDim.x) g.table[i] = -1;
+  for (int p = threadIdx.x; p < num_pairs; p += blockDim.x) {
+    const int e = expert_map[topk_ids[p]];
+    g.local[p] = (e >= 0 && e < kMaxLocalExperts) ? e : -1;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    const unsigned lower = (1u << lane) - 1u;
+    int experts = 0;
+    for (int base = 0; base < num_pairs; base += 32) {
+      const int p = base + lane;
+      const int e = p < num_pairs ? g.local[p] : -1;
+      const unsigned same = __match_any_sync(0xffffffffu, e);
+      const bool first_in_window = (same & lower) == 0;
+      const bool fresh = e >= 0 && first_in_window && g.table[e] < 0;
+      const unsigned fresh_mask = __ballot_sync(0xffffffffu, fresh);
+      if (fresh) {
+        const int u = experts + __popc(fresh_mask & lower);
+        g.table[e] = u;
+        g.expert[u] = e;
+        g.offset[u] = 0;  // the count of u's pairs until the scan below
+      }
+      experts += __popc(fresh_mask);
+      __syncwarp();
+      if (e >= 0) {
+        const int u = g.table[e];
+        g.slot[p] = u;
+        g.rank[p] = g.offset[u] + __popc(same & lower);
+      }
+      __syncwarp();
+      if (e >= 0 && first_in_window) g.offset[g.table[e]] += __popc(same);
+      __syncwarp();
+    }
+    // Counts -> exclusive offsets, 32 experts at a time.
+    int running = 0;
+    for (int base = 0; base < experts; base += 32) {
+      const int u = base + lane;
+      const int count = u < experts ? g.offset[u] : 0;
+      int inclusive = count;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += v;
+      }
+      if (u < experts) g.offset[u] = running + inclusive - count;
+      running += __shfl_sync(0xffffffffu, inclusive, 31);
+    }
+    if (lane == 0) {
+      g.offset[experts] = running;
+      g.num_experts = experts;
+    }
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < num_pairs; p += blockDim.x) {
+    if (g.local[p] >= 0) g.pair[g.offset[g.slot[p]] + g.rank[p]] = p;
+  }
+  __syncthreads();
+}
+
+// acc[r][n] += this lane's share of wrow[r] . xrow[n] over `len` elements, n < count. Lane l
+// takes the 16-byte vectors l, l + 32, ...; V vectors of each of the R rows are loaded before the
+// first is used, so R * V loads per lane are in flight. The caller reduces over the warp.
+template <typename T, int R, int NT, int V>
+__device__ __forceinline__ void warp_dot(float (&acc)[R][NT], const T* const (&wrow)[R],
+                                         const T* const (&xrow)[NT], int count, int len) {
+  constexpr int kV = kVec<T>;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int chunks = len / kV;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * V) {
+    uint4 w[R][V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int c = c0 + 32 * v;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        w[r][v] = c < chunks ? load_weights(wrow[r] + static_cast<int64_t>(c) * kV)
+                             : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int c = c0 + 32 * v;
+      if (c >= chunks) break;
+      float wf[R][kV];
+#pragma unroll
+      for (int r = 0; r < R; ++r) unpack<T>(w[r][v], wf[r]);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        if (n >= count) break;
+        float xf[kV];
+        unpack<T>(*reinterpret_cast<const uint4*>(xrow[n] + static_cast<int64_t>(c) * kV), xf);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int i = 0; i < kV; ++i) acc[r][n] = fmaf(wf[r][i], xf[i], acc[r][n]);
+        }
+      }
+    }
+  }
+}
+
+struct UpParams {
+  const void* x = nullptr;  // [tokens, hidden] T
+  const int32_t* topk_ids = nullptr;
+  const float* topk_weights = nullptr;
+  const int32_t* expert_map = nullptr;
+  const void* w13 = nullptr;
+  const void* b13 = nullptr;
+  void* act = nullptr;  // [num_pairs, inter] T
+  int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
+  int units_per_cta = 0;  // act columns per CTA
+  bool stage_x = false;   // x rows of a group fit in kMaxStageBytes
+  bool weight_on_input = false;
+  MoEActParams act_params;
+};
+
+// act[p, unit] = act_fn(s * (W13[e][unit] . x[t]) + b, s * (W13[e][I + unit] . x[t]) + b') for
+// the pairs p = t*k + j of expert e; s = w[t, 0] with weight_on_input (W (s x) = s (W x), so x
+// stays exact in T), else 1. R = rows per warp item: UW gate rows then UW up rows (gated).
+template <typename T, int NT, int UW, int V, bool kGated>
+__global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p) {
+  constexpr int R = kGated ? 2 * UW : UW;
+  static_assert(UW * NT <= 32, "one lane stores each (unit, pair) result");
+  __shared__ PairGroups g;
+  extern __shared__ uint4 x_stage[];  // [NT, hidden] T when p.stage_x
+
+  wait_for_previous_grid();  // topk_ids / x come from the kernels before
+  allow_next_grid();
+  group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+
+  const T* x = static_cast<const T*>(p.x);
+  const T* w13 = static_cast<const T*>(p.w13);
+  const T* b13 = static_cast<const T*>(p.b13);
+  T* act = static_cast<T*>(p.act);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t hidden = p.hidden;
+  const int64_t n1 = kGated ? 2 * static_cast<int64_t>(p.inter) : p.inter;
+  const int unit_begin = static_cast<int>(blockIdx.x) * p.units_per_cta;
+  const int unit_end = min(unit_begin + p.units_per_cta, p.inter);
+
+  for (int u = static_cast<int>(blockIdx.y); u < g.num_experts; u += static_cast<int>(gridDim.y)) {
+    const int e = g.expert[u];
+    const T* w_e = w13 + static_cast<int64_t>(e) * n1 * hidden;
+    const int group_end = g.offset[u + 1];
+    for (int first = g.offset[u]; first < group_end; first += NT) {
+      const int count = min(NT, group_end - first);
+      int pair[NT];
+      const T* xrow[NT];
+      float scale[NT];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        pair[n] = g.pair[first + min(n, count - 1)];
+        xrow[n] = x + static_cast<int64_t>(pair[n] / p.top_k) * hidden;
+        scale[n] = p.weight_on_input ? p.topk_weights[pair[n]] : 1.0f;
+      }
+      if (p.stage_x) {
+        __syncthreads();  // the previous group's rows are no longer read
+        const int chunks = static_cast<int>(hidden / kVec<T>);
+        for (int i = static_cast<int>(threadIdx.x); i < count * chunks; i += kThreads) {
+          const int n = i / chunks;
+          const int64_t token = g.pair[first + n] / p.top_k;
+          x_stage[i] = reinterpret_cast<const uint4*>(x + token * hidden)[i - n * chunks];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          xrow[n] = reinterpret_cast<const T*>(x_stage) + min(n, count - 1) * hidden;
+        }
+      }
+      for (int unit0 = unit_begin + warp * UW; unit0 < unit_end; unit0 += kWarps * UW) {
+        const T* wrow[R];
+#pragma unroll
+        for (int j = 0; j < UW; ++j) {
+          const int64_t unit = min(unit0 + j, p.inter - 1);  // tail units load a valid row
+          wrow[j] = w_e + unit * hidden;
+          if constexpr (kGated) wrow[UW + j] = w_e + (p.inter + unit) * hidden;
+        }
+        float acc[R][NT] = {};
+        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.hidden);
+#pragma unroll
+        for (int j = 0; j < UW; ++j) {
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            if (n >= count) break;
+            float gate = warp_sum(acc[j][n]) * scale[n];
+            float up = 0.0f;
+            if constexpr (kGated) up = warp_sum(acc[UW + j][n]) * scale[n];
+            const int unit = unit0 + j;
+            if (lane == j * NT + n && unit < unit_end) {
+              if (b13 != nullptr) {
+                gate += to_float(b13[e * n1 + unit]);
+                if constexpr (kGated) up += to_float(b13[e * n1 + p.inter + unit]);
+              }
+              act[static_cast<int64_t>(pair[n]) * p.inter + unit] =
+                  from_float<T>(moe_activation(p.act_params, gate, up));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+struct DownParams {
+  const int32_t* topk_ids = nullptr;
+  const float* topk_weights = nullptr;
+  const int32_t* expert_map = nullptr;
+  const void* w2 = nullptr;
+  const void* b2 = nullptr;
+  const void* act = nullptr;  // [num_pairs, inter] T
+  void* out = nullptr;        // [num_tokens, hidden] T
+  int num_pairs = 0, num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
+  int rows_per_cta = 0;  // output columns h per CTA
+  bool weight_on_input = false;
+};
+
+// out[t, h] = sum_j w'[t, j] * (W2[e][h] . act[t*k + j] + b2[e][h]) for the CTA's rows h. The dot
+// products land in shared memory, partial[p, h - row_begin], so each sum runs over j in order.
+template <typename T, int NT, int R, int V>
+__global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownParams p) {
+  static_assert(R * NT <= 32, "one lane stores each (row, pair) result");
+  __shared__ PairGroups g;
+  extern __shared__ float partial[];  // [num_pairs, rows_per_cta]
+
+  // topk_ids and expert_map were complete before the up kernel started; act is its output.
+  group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+  wait_for_previous_grid();
+
+  const T* w2 = static_cast<const T*>(p.w2);
+  const T* b2 = static_cast<const T*>(p.b2);
+  const T* act = static_cast<const T*>(p.act);
+  T* out = static_cast<T*>(p.out);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t hidden = p.hidden;
+  const int row_begin = static_cast<int>(blockIdx.x) * p.rows_per_cta;
+  const int rows = min(p.rows_per_cta, p.hidden - row_begin);
+  const int row_groups = (rows + R - 1) / R;
+
+  // Work items (expert, pair group, row group) dealt round-robin to the warps.
+  int item = 0;
+  for (int u = 0; u < g.num_experts; ++u) {
+    const int e = g.expert[u];
+    const int group_end = g.offset[u + 1];
+    for (int first = g.offset[u]; first < group_end; first += NT) {
+      for (int rg = 0; rg < row_groups; ++rg, ++item) {
+        if (item % kWarps != warp) continue;
+        const int count = min(NT, group_end - first);
+        int pair[NT];
+        const T* xrow[NT];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          pair[n] = g.pair[first + min(n, count - 1)];
+          xrow[n] = act + static_cast<int64_t>(pair[n]) * p.inter;
+        }
+        const T* wrow[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int64_t h = row_begin + min(rg * R + r, rows - 1);  // tail rows load a valid row
+          wrow[r] = w2 + (static_cast<int64_t>(e) * hidden + h) * p.inter;
+        }
+        float acc[R][NT] = {};
+        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.inter);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            if (n >= count) break;
+            const float dot = warp_sum(acc[r][n]);
+            if (lane == r * NT + n && rg * R + r < rows) {
+              partial[pair[n] * p.rows_per_cta + rg * R + r] = dot;
+            }
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int i = static_cast<int>(threadIdx.x); i < p.num_tokens * rows; i += kThreads) {
+    const int t = i / rows;
+    const int r = i - t * rows;
+    const int64_t h = row_begin + r;
+    float sum = 0.0f;
+    for (int j = 0; j < p.top_k; ++j) {
+      const int pr = t * p.top_k + j;
+      const int e = g.local[pr];
+      if (e < 0) continue;
+      float y = partial[pr * p.rows_per_cta + r];
+      if (b2 != nullptr) y += to_float(b2[e * hidden + h]);
+      sum += (p.weight_on_input ? 1.0f : p.topk_weights[pr]) * y;
+    }
+    out[t * hidden + h] = from_float<T>(sum);
+  }
+}
+
+// Tile sizes of the launches; the defaults are the best measured on an H100 over the four models.
+struct Tiles {
+  // Act columns per up CTA; 0: 64 for inter >= 2048, else 32 at M = 1 and 16 above (qwen3's
+  // I = 768 needs small tiles to give every SM work). Each within 4% of the best of 16 / 32 / 64.
+  int up_units_per_cta = 0;
+  // grid.y: CTAs per unit tile that share the distinct experts (CTAs past U return at once).
+  int up_expert_slots = 16;
+  // 0: as few rows as keep two CTAs on every SM in one wave. A down CTA owns whole rows of all
+  // experts, so all CTAs carry the same work and a second, partial wave costs up to 30%.
+  int down_rows_per_cta = 0;
+  bool pdl = true;  // launch both kernels with programmatic stream serialization
+};
+
+inline int up_units_per_cta(const Tiles& tiles, int64_t inter, int64_t tokens) {
+  if (tiles.up_units_per_cta > 0) return tiles.up_units_per_cta;
+  if (inter >= 2048) return 64;
+  return tokens == 1 ? 32 : 16;
+}
+
+// Multiprocessors of the current device, read once (the devices of a process are one model).
+inline int multiprocessor_count() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    MG_CUDA_CHECK(cudaGetDevice(&device));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+  }();
+  return count;
+}
+
+// Rows per down CTA for `rows_in_group` rows per warp item: 2 CTAs per SM in one wave.
+inline int down_rows_per_cta(const Tiles& tiles, int64_t hidden, int rows_in_group) {
+  if (tiles.down_rows_per_cta > 0) return tiles.down_rows_per_cta;
+  const int64_t ctas = 2 * static_cast<int64_t>(multiprocessor_count());
+  const int64_t rows = (hidden + ctas - 1) / ctas;
+  return static_cast<int>((rows + rows_in_group - 1) / rows_in_group * rows_in_group);
+}
+
+template <typename Params>
+void launch_kernel(void (*kernel)(Params), dim3 grid, size_t smem, bool pdl, cudaStream_t stream,
+                   const Params& params) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = pdl ? 1 : 0;
+  MG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+// The parameters of one chunk of tokens [t0, t0 + tokens).
+template <typename T>
+UpParams up_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int nt,
+                   const Tiles& tiles) {
+  UpParams p;
+  p.x = static_cast<const T*>(a.x) + t0 * a.hidden;
+  p.topk_ids = a.topk_ids + t0 * a.top_k;
+  p.topk_weights = a.topk_weights + t0 * a.top_k;
+  p.expert_map = a.expert_map;
+  p.w13 = a.w13;
+  p.b13 = a.b13;
+  p.act = a.act_scratch;
+  p.num_pairs = static_cast<int>(tokens * a.top_k);
+  p.top_k = static_cast<int>(a.top_k);
+  p.hidden = static_cast<int>(a.hidden);
+  p.inter = static_cast<int>(a.inter);
+  p.units_per_cta = up_units_per_cta(tiles, a.inter, tokens);
+  p.stage_x =
+      static_cast<int64_t>(nt) * a.hidden * static_cast<int64_t>(sizeof(T)) <= kMaxStageBytes;
+  p.weight_on_input = a.weight_on_input;
+  p.act_params = a.act;
+  return p;
+}
+
+template <typename T>
+DownParams down_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int rows_per_cta) {
+  DownParams p;
+  p.topk_ids = a.topk_ids + t0 * a.top_k;
+  p.topk_weights = a.topk_weights + t0 * a.top_k;
+  p.expert_map = a.expert_map;
+  p.w2 = a.w2;
+  p.b2 = a.b2;
+  p.act = a.act_scratch;
+  p.out = static_cast<T*>(a.out) + t0 * a.hidden;
+  p.num_pairs = static_cast<int>(tokens * a.top_k);
+  p.num_tokens = static_cast<int>(tokens);
+  p.top_k = static_cast<int>(a.top_k);
+  p.hidden = static_cast<int>(a.hidden);
+  p.inter = static_cast<int>(a.inter);
+  p.rows_per_cta = rows_per_cta;
+  p.weight_on_input = a.weight_on_input;
+  return p;
+}
+
+template <typename T, int NT, int UW, int V, bool kGated>
+void launch_up(const UpParams& p, const Tiles& tiles, cudaStream_t stream) {
+  const dim3 grid((p.inter + p.units_per_cta - 1) / p.units_per_cta,
+                  std::min(p.num_pairs, tiles.up_expert_slots));
+  const size_t smem = p.stage_x ? static_cast<size_t>(NT) * p.hidden * sizeof(T) : 0;
+  launch_kernel(decode_up_kernel<T, NT, UW, V, kGated>, grid, smem, tiles.pdl, stream, p);
+}
+
+template <typename T, int NT, int R, int V>
+void launch_down(const DownParams& p, const Tiles& tiles, cudaStream_t stream) {
+  const dim3 grid((p.hidden + p.rows_per_cta - 1) / p.rows_per_cta);
+  const size_t smem = static_cast<size_t>(p.num_pairs) * p.rows_per_cta * sizeof(float);
+  launch_kernel(decode_down_kernel<T, NT, R, V>, grid, smem, tiles.pdl, stream, p);
+}
+
+// The chosen variants. Up: a warp item is one gated unit (gate and up row) or two plain units, of
+// four 16-byte vectors each, i.e. eight loads per lane in flight. Down: two rows of four vectors,
+// or four rows of two when the act rows of a pair group far overflow L1 (Mixtral, I = 14336, at
+// NT 8: 229 KB): then every act vector read serves four weight rows instead of two (measured 15-25%
+// faster there, 5-20% slower where act stays in L1 or near it: GPT-OSS at 46 KB).
+template <typename T, int NT>
+void launch_chunk(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, const Tiles& tiles,
+                  cudaStream_t stream) {
+  const UpParams up = up_params<T>(a, t0, tokens, NT, tiles);
+  if (is_gated(a.act.kind)) {
+    launch_up<T, NT, 1, 4, true>(up, tiles, stream);
+  } else {
+    launch_up<T, NT, 2, 4, false>(up, tiles, stream);
+  }
+  if (static_cast<int64_t>(NT) * a.inter * static_cast<int64_t>(sizeof(T)) > 128 * 1024) {
+    const int rows = down_rows_per_cta(tiles, a.hidden, 4);
+    launch_down<T, NT, 4, 2>(down_params<T>(a, t0, tokens, rows), tiles, stream);
+  } else {
+    const int rows = down_rows_per_cta(tiles, a.hidden, 2);
+    launch_down<T, NT, 2, 4>(down_params<T>(a, t0, tokens, rows), tiles, stream);
+  }
+}
+
+}  // namespace mg::cuda::decode
+
+namespace mg::cuda {
+
+namespace decode {
+
+// launch_decode_experts with explicit tiles (the scratch benchmark sweeps them).
+template <typename T>
+void launch_tiled(const DecodeExpertsArgs& args, const Tiles& tiles, cudaStream_t stream) {
+  if (args.num_tokens <= 0) return;
+  MG_ASSERT(decode_experts_check(args.hidden, args.inter).empty(), "decode experts: {}",
+            decode_experts_check(args.hidden, args.inter));
+  MG_ASSERT(args.top_k >= 1 && args.top_k <= kMaxPairs, "decode experts: top_k {}", args.top_k);
+  MG_ASSERT(!args.weight_on_input || args.top_k == 1,
+            "decode experts: weight_on_input needs top_k 1, got {}", args.top_k);
+  const int64_t chunk = kMaxPairs / args.top_k;
+  for (int64_t t0 = 0; t0 < args.num_tokens; t0 += chunk) {
+    const int64_t tokens = std::min(chunk, args.num_tokens - t0);
+    // NT, the pairs a weight row is dotted with at once, follows the tokens: at M = 1 every
+    // expert has one pair, and a larger NT only costs registers.
+    if (tokens == 1) {
+      launch_chunk<T, 1>(args, t0, tokens, tiles, stream);
+    } else if (tokens == 2) {
+      launch_chunk<T, 2>(args, t0, tokens, tiles, stream);
+    } else if (tokens <= 4) {
+      launch_chunk<T, 4>(args, t0, tokens, tiles, stream);
+    } else {
+      launch_chunk<T, 8>(args, t0, tokens, tiles, stream);
+    }
+  }
+}
+
+}  // namespace decode
+
+template <typename T>
+void launch_decode_experts(const DecodeExpertsArgs& args, cudaStream_t stream) {
+  decode::launch_tiled<T>(args, decode::Tiles{}, stream);
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,6 @@
+// The grouped expert GEMM instantiated for __half.
+#include "ops/moe/cuda/grouped_gemm_cuda.cuh"
+
+namespace mg::cuda {
+template void launch_grouped_gemm<__half>(const GroupedGemmArgs&, cudaStream_t);
+}  // namespace mg::cuda

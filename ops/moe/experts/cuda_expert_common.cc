@@ -1,0 +1,125 @@
+#include "ops/moe/experts/cuda_expert_common.h"
+
+#include "framework/device/allocator.h"
+#include "framework/device/convert.h"
+#include "framework/device/cuda/cuda_device.h"
+#include "framework/device/cuda/dtype_dispatch.h"
+#include "ops/moe/cuda/grouped_gemm_cuda.h"
+
+namespace mg {
+
+static_assert(static_cast<int>(cuda::MoEActKind::kSwigluOai) ==
+              static_cast<int>(MoEActivation::kSwigluOai));
+static_assert(static_cast<int>(cuda::MoEActKind::kGelu) == static_cast<int>(MoEActivation::kGelu));
+
+std::string cuda_check_device(Device device) {
+  return device.is_cuda() ? std::string() : "runs on CUDA GPUs only, not " + device.str();
+}
+
+std::string cuda_check_quant(const MoEQuantConfig& quant) {
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+    if (quant == MoEQuantConfig::unquantized(d)) return {};
+  }
+  return "supports unquantized BF16, F16 or F32 weights and activations only, not " + quant.str();
+}
+
+std::string cuda_check_parallel(const ParallelConfig& parallel) {
+  return parallel.is_single_rank()
+             ? std::string()
+             : "runs one rank only (multi-GPU runs need the NCCL communicator, not built yet), "
+               "not " +
+                   parallel.str();
+}
+
+std::string cuda_check_grouped_shape(const ExpertsShape& shape) {
+  if (shape.num_local_experts() > cuda::kMaxAlignLocalExperts) {
+    return fmt::format("at most {} local experts, not {}", cuda::kMaxAlignLocalExperts,
+                       shape.num_local_experts());
+  }
+  std::string why = cuda::grouped_gemm_check(shape.intermediate_size, shape.hidden_size);
+  if (why.empty()) why = cuda::grouped_gemm_check(shape.hidden_size, shape.intermediate_size);
+  return why;
+}
+
+cuda::MoEActParams cuda_act_params(const ActivationConfig& a) {
+  return {static_cast<cuda::MoEActKind>(a.kind), a.swiglu_alpha, a.swiglu_limit};
+}
+
+namespace {
+
+// Host F32 canonical weights are converted and uploaded; weights already on the GPU in `dtype`
+// (the MoE benchmark generates them there) are adopted as they are.
+Tensor upload(const Tensor& host_f32, DType dtype, Device device) {
+  if (!host_f32.defined()) return {};
+  if (host_f32.device() == device && host_f32.dtype() == dtype) return host_f32;
+  Tensor out = empty_tensor(device, dtype, host_f32.shape());
+  copy_tensor(out, cast_cpu(host_f32, dtype));
+  return out;
+}
+
+}  // namespace
+
+CudaExpertWeights::CudaExpertWeights(const CanonicalExpertWeights& c, const ExpertsShape& shape,
+                                     Device device)
+    : w13(upload(c.w13, shape.dtype, device)),
+      w13_bias(upload(c.w13_bias, shape.dtype, device)),
+      w2(upload(c.w2, shape.dtype, device)),
+      w2_bias(upload(c.w2_bias, shape.dtype, device)) {
+  const std::vector<int32_t>& g2l = shape.expert_map.global_to_local;
+  Tensor host = Tensor::empty_cpu(DType::kI32, {static_cast<int64_t>(g2l.size())});
+  std::copy(g2l.begin(), g2l.end(), host.data<int32_t>());
+  expert_map = empty_tensor(device, DType::kI32, host.shape());
+  copy_tensor(expert_map, host);
+}
+
+GroupedScratch::GroupedScratch(Workspace& ws, const ExpertsShape& shape, int64_t M) {
+  const int64_t E = shape.num_local_experts(), P = M * shape.top_k;
+  const int64_t es = dtype_size(shape.dtype);
+  align.expert_counts = ws.take<int32_t>(E);
+  align.expert_offsets = ws.take<int32_t>(E + 1);
+  align.pair_to_row = ws.take<int32_t>(P);
+  align.row_to_pair = ws.take<int32_t>(P);
+  x_perm = ws.take<std::byte>(P * shape.hidden_size * es);
+  h_perm = ws.take<std::byte>(P * shape.intermediate_size * es);
+  y_perm = ws.take<std::byte>(P * shape.hidden_size * es);
+}
+
+void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& w, const void* x,
+                         int64_t M, const int32_t* ids, const float* weights,
+                         const GroupedScratch& sc, void* out, Stream* stream) {
+  if (M == 0) return;
+  const cudaStream_t s = cuda::native(stream);
+  const int64_t k = shape.top_k, P = M * k, H = shape.hidden_size, I = shape.intermediate_size;
+  const int64_t E = shape.num_local_experts();
+  cuda::launch_moe_align(ids, P, w.map(), shape.num_experts, E, sc.align, s);
+  cuda::dispatch_float_dtype(shape.dtype, [&](auto t) {
+    using T = decltype(t);
+    cuda::launch_moe_gather<T>(x, M, k, H, sc.align, sc.x_perm, s);
+    cuda::GroupedGemmArgs g1;
+    g1.a = sc.x_perm;
+    g1.b = w.w13.raw();
+    g1.bias = w.b13();
+    g1.c = sc.h_perm;
+    g1.expert_offsets = sc.align.expert_offsets;
+    g1.num_experts = E;
+    g1.max_rows = P;
+    g1.n = I;
+    g1.k = H;
+    g1.epilogue = cuda::GroupedEpilogue::kActivation;
+    g1.act = cuda_act_params(shape.activation);
+    cuda::launch_grouped_gemm<T>(g1, s);
+    cuda::GroupedGemmArgs g2 = g1;
+    g2.a = sc.h_perm;
+    g2.b = w.w2.raw();
+    g2.bias = nullptr;  // added once per pair by the combine, weighted like the GEMM output
+    g2.c = sc.y_perm;
+    g2.n = H;
+    g2.k = I;
+    g2.epilogue = cuda::GroupedEpilogue::kBias;
+    cuda::launch_grouped_gemm<T>(g2, s);
+    cuda::launch_moe_combine<T>(sc.y_perm, sc.align, ids, weights, w.map(), w.b2(), M, k, H, out,
+                                s);
+  });
+}
+
+}  // namespace mg

@@ -1,0 +1,23 @@
+// The CUDA expert backends of the unquantized oracle, in priority order (bf16/fp16/fp32
+// activations; weights converted once to the activation dtype and uploaded at compile time):
+//
+//   cuda_fused    monolithic: router logits in. Routing kernel, then for at most
+//                 kDecodeMaxTokens tokens the two decode kernels (decode_experts_cuda.h: 3
+//                 launches in all), else align -> gather -> grouped GEMM1 with the activation in
+//                 its epilogue -> grouped GEMM2 -> weighted combine (6 launches). No host sync.
+//   cuda_grouped  modular: the same grouped pipeline from routed ids/weights (5 launches).
+//   cuda_cublas   modular: per-expert cuBLASLt GEMMs. Reads the expert counts back to the host
+//                 (one sync per call), so it cannot be captured in a CUDA graph; a second
+//                 choice and the cross-check of the grouped GEMM.
+// All three run one rank (the NCCL communicator that multi-GPU runs need is not built yet).
+#pragma once
+
+#include "ops/moe/kernel/experts.h"
+
+namespace mg {
+
+const ExpertsBackend& cuda_fused_backend();
+const ExpertsBackend& cuda_grouped_backend();
+const ExpertsBackend& cuda_cublas_backend();
+
+}  // namespace mg

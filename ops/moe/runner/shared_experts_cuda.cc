@@ -1,0 +1,91 @@
+#include "ops/moe/runner/shared_experts_cuda.h"
+
+#include <cuda_runtime_api.h>
+
+#include "framework/device/allocator.h"
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_device.h"
+#include "framework/device/cuda/dtype_dispatch.h"
+#include "ops/moe/cuda/moe_elementwise_cuda.h"
+
+namespace mg {
+
+namespace {
+
+cuda::MoEActParams act_params(const ActivationConfig& a) {
+  return {static_cast<cuda::MoEActKind>(a.kind), a.swiglu_alpha, a.swiglu_limit};
+}
+
+// [gate; up] rows as one device tensor, so one GEMM gives each row as [gate | up].
+Tensor concat_rows(const Tensor& gate, const Tensor& up, bool gated) {
+  if (!gated) return up;
+  MG_ASSERT(gate.shape() == up.shape() && gate.dtype() == up.dtype(),
+            "shared experts: gate {} and up {} differ", gate.str(), up.str());
+  Tensor w13 = empty_tensor(up.device(), up.dtype(), {2 * up.dim(0), up.dim(1)});
+  MG_CUDA_CHECK(cudaMemcpy(w13.raw(), gate.raw(), gate.nbytes(), cudaMemcpyDeviceToDevice));
+  MG_CUDA_CHECK(cudaMemcpy(static_cast<char*>(w13.raw()) + gate.nbytes(), up.raw(), up.nbytes(),
+                           cudaMemcpyDeviceToDevice));
+  return w13;
+}
+
+}  // namespace
+
+struct SharedExpertsCuda::Scratch {
+  std::byte* h;     // [M, N1s]
+  std::byte* a;     // [M, Is]
+  std::byte* gate;  // [M]
+  std::byte* blas;  // cuBLAS workspace
+
+  Scratch(Workspace& ws, const SharedExpertsCuda& s, int64_t M) {
+    const int64_t es = dtype_size(s.dtype_), Is = s.config_.intermediate_size;
+    h = ws.take<std::byte>(M * s.w13_.dim(0) * es);
+    a = ws.take<std::byte>(M * Is * es);
+    gate = ws.take<std::byte>(s.config_.has_gate ? M * es : 0);
+    blas = ws.take<std::byte>(cuda::GemmXwt::kWorkspaceBytes);
+  }
+};
+
+SharedExpertsCuda::SharedExpertsCuda(const SharedExpertsConfig& config, int64_t hidden_size,
+                                     DType dtype, const Tensor& gate, const Tensor& up,
+                                     const Tensor& down, const Tensor& expert_gate)
+    : config_(config),
+      hidden_size_(hidden_size),
+      dtype_(dtype),
+      w13_(concat_rows(gate, up, is_gated(config.activation.kind))),
+      w2_(down),
+      expert_gate_(config.has_gate ? expert_gate : Tensor()),
+      gemm13_(dtype, hidden_size, w13_.dim(0), nullptr, up.device().index),
+      gemm2_(dtype, config.intermediate_size, hidden_size, nullptr, up.device().index) {
+  MG_ASSERT(up.device().is_cuda() && up.dtype() == dtype,
+            "shared experts on CUDA: weights must be {} on the GPU, got {}", dtype_name(dtype),
+            up.str());
+  if (config.has_gate) gemm_gate_.emplace(dtype, hidden_size, 1, nullptr, up.device().index);
+}
+
+size_t SharedExpertsCuda::workspace_bytes(int64_t max_tokens) const {
+  Workspace ws = Workspace::sizing();
+  Scratch(ws, *this, max_tokens);
+  return ws.bytes();
+}
+
+void SharedExpertsCuda::forward(const void* x, int64_t M, void* out, Workspace& ws,
+                                Stream* stream) const {
+  Scratch sc(ws, *this, M);
+  if (M == 0) return;
+  const cudaStream_t s = cuda::native(stream);
+  const int64_t H = hidden_size_, Is = config_.intermediate_size;
+  const size_t blas_bytes = cuda::GemmXwt::kWorkspaceBytes;
+  gemm13_.run(x, M, w13_.raw(), sc.h, 1.0f, sc.blas, blas_bytes, s);
+  cuda::dispatch_float_dtype(dtype_, [&](auto t) {
+    using T = decltype(t);
+    cuda::launch_moe_activation<T>(sc.h, M, Is, act_params(config_.activation), sc.a, s);
+  });
+  gemm2_.run(sc.a, M, w2_.raw(), out, 1.0f, sc.blas, blas_bytes, s);
+  if (!gemm_gate_) return;
+  gemm_gate_->run(x, M, expert_gate_.raw(), sc.gate, 1.0f, sc.blas, blas_bytes, s);
+  cuda::dispatch_float_dtype(dtype_, [&](auto t) {
+    cuda::launch_moe_scale_rows_sigmoid<decltype(t)>(out, sc.gate, M, H, s);
+  });
+}
+
+}  // namespace mg

@@ -1,0 +1,326 @@
+// The decode expert kernels (ops/moe/cuda/decode_experts_cuda.h) against an fp64 host loop, in
+// BF16, F16 and F32, over every activation, with and without biases, with weight_on_input, for
+// M = 1, 2, 5 and kDecodeMaxTokens tokens, with some experts not local, on small odd shapes.
+// Inputs are random (never zero) and rounded through the dtype first, so the reference sees the
+// values the kernels see; the output is poisoned (NaN) and guarded before every run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/testing/test_util.h"
+#ifdef MG_WITH_CUDA
+#include "framework/device/cuda/dtype_dispatch.h"
+#include "ops/moe/cuda/decode_experts_cuda.h"
+#endif
+
+namespace mg {
+namespace {
+
+#ifdef MG_WITH_CUDA
+
+using cuda::MoEActKind;
+using testing::cuda_dtypes;
+using testing::DtypeTolerance;
+using testing::round_through;
+
+constexpr MoEActKind kAllKinds[] = {MoEActKind::kSiluGated,     MoEActKind::kGeluGated,
+                                    MoEActKind::kGeluTanhGated, MoEActKind::kSwigluOai,
+                                    MoEActKind::kReluSquared,   MoEActKind::kSilu,
+                                    MoEActKind::kGelu};
+
+// The activations in fp64, same formulas as ops/moe/cuda/moe_activation_cuda.cuh.
+double activation(const cuda::MoEActParams& p, double g, double u) {
+  const auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
+  const auto gelu = [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); };
+  switch (p.kind) {
+    case MoEActKind::kSiluGated:
+      return silu(g) * u;
+    case MoEActKind::kGeluGated:
+      return gelu(g) * u;
+    case MoEActKind::kGeluTanhGated:
+      return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    case MoEActKind::kSwigluOai: {
+      const double limit = p.swiglu_limit;
+      g = std::min(g, limit);
+      u = std::clamp(u, -limit, limit);
+      return (u + 1.0) * g / (1.0 + std::exp(-static_cast<double>(p.swiglu_alpha) * g));
+    }
+    case MoEActKind::kReluSquared:
+      return g > 0.0 ? g * g : 0.0;
+    case MoEActKind::kSilu:
+      return silu(g);
+    case MoEActKind::kGelu:
+      return gelu(g);
+  }
+  return 0.0;
+}
+
+// One decode-experts problem on the host (F32 values already rounded through the dtype).
+struct Problem {
+  int64_t tokens = 0, top_k = 0, hidden = 0, inter = 0, local_experts = 0;
+  cuda::MoEActParams act;
+  bool weight_on_input = false;
+  Tensor x;             // [M, H]
+  Tensor topk_ids;      // [M, k] I32, global ids
+  Tensor topk_weights;  // [M, k]
+  Tensor expert_map;    // [E] I32
+  Tensor w13, b13;      // [E_local, N1, H], [E_local, N1] or undefined
+  Tensor w2, b2;        // [E_local, H, I], [E_local, H] or undefined
+
+  int64_t n1() const { return cuda::is_gated(act.kind) ? 2 * inter : inter; }
+};
+
+// out[t, :] = sum_j w'[t, j] * (W2[e] act(W13[e] x'[t] + b13[e]) + b2[e]), all in fp64.
+std::vector<float> reference(const Problem& p) {
+  const bool gated = cuda::is_gated(p.act.kind);
+  const int64_t H = p.hidden, I = p.inter, N1 = p.n1();
+  const float* x = p.x.data<float>();
+  const float* w13 = p.w13.data<float>();
+  const float* w2 = p.w2.data<float>();
+  std::vector<float> out(static_cast<size_t>(p.tokens * H));
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    std::vector<double> sum(static_cast<size_t>(H), 0.0);
+    for (int64_t j = 0; j < p.top_k; ++j) {
+      const int32_t e = p.expert_map.data<int32_t>()[p.topk_ids.data<int32_t>()[t * p.top_k + j]];
+      if (e < 0) continue;
+      const double w = p.topk_weights.data<float>()[t * p.top_k + j];
+      const double scale = p.weight_on_input ? w : 1.0;
+      std::vector<double> a(static_cast<size_t>(I));
+      for (int64_t i = 0; i < I; ++i) {
+        double g = 0.0, u = 0.0;
+        for (int64_t h = 0; h < H; ++h) {
+          const double xs = scale * x[t * H + h];
+          g += static_cast<double>(w13[(e * N1 + i) * H + h]) * xs;
+          if (gated) u += static_cast<double>(w13[(e * N1 + I + i) * H + h]) * xs;
+        }
+        if (p.b13.defined()) {
+          g += p.b13.data<float>()[e * N1 + i];
+          if (gated) u += p.b13.data<float>()[e * N1 + I + i];
+        }
+        a[i] = activation(p.act, g, u);
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        double y = 0.0;
+        for (int64_t i = 0; i < I; ++i) y += static_cast<double>(w2[(e * H + h) * I + i]) * a[i];
+        if (p.b2.defined()) y += p.b2.data<float>()[e * H + h];
+        sum[h] += (p.weight_on_input ? 1.0 : w) * y;
+      }
+    }
+    for (int64_t h = 0; h < H; ++h) out[t * H + h] = static_cast<float>(sum[h]);
+  }
+  return out;
+}
+
+Tensor i32_from(Shape shape, const std::vector<int32_t>& values) {
+  Tensor t = Tensor::empty_cpu(DType::kI32, std::move(shape));
+  std::copy(values.begin(), values.end(), t.data<int32_t>());
+  return t;
+}
+
+// Runs the kernels on `p` in `dtype` and returns out [M, H] as F32. The output sits between
+// guard bytes and starts as NaN; act_scratch starts as NaN too.
+Tensor run_device(const Problem& p, DType dtype) {
+  auto stream = make_stream(Device::cuda(0));
+  Stream* s = stream.get();
+  const Tensor x = testing::upload(p.x, dtype, s);
+  const Tensor ids = testing::upload(p.topk_ids, DType::kI32, s);
+  const Tensor weights = testing::upload(p.topk_weights, DType::kF32, s);
+  const Tensor map = testing::upload(p.expert_map, DType::kI32, s);
+  const Tensor w13 = testing::upload(p.w13, dtype, s);
+  const Tensor b13 = testing::upload(p.b13, dtype, s);
+  const Tensor w2 = testing::upload(p.w2, dtype, s);
+  const Tensor b2 = testing::upload(p.b2, dtype, s);
+  const Tensor act = empty_tensor(Device::cuda(0), dtype, {p.tokens * p.top_k, p.inter}, s);
+  MG_CUDA_CHECK(cudaMemsetAsync(act.raw(), 0xff, act.nbytes(), cuda::native(s)));
+
+  constexpr size_t kGuard = testing::DeviceOp::kGuard;
+  const size_t bytes = static_cast<size_t>(p.tokens * p.hidden) * dtype_size(dtype);
+  auto buffer = allocator_for(Device::cuda(0)).allocate(bytes + 2 * kGuard, s);
+  MG_CUDA_CHECK(cudaMemsetAsync(buffer->data(), 0xff, bytes + 2 * kGuard, cuda::native(s)));
+  const Tensor out(buffer, dtype, {p.tokens, p.hidden}, kGuard);
+
+  cuda::DecodeExpertsArgs args;
+  args.x = x.raw();
+  args.topk_ids = ids.data<int32_t>();
+  args.topk_weights = weights.data<float>();
+  args.expert_map = map.data<int32_t>();
+  args.w13 = w13.raw();
+  args.b13 = b13.defined() ? b13.raw() : nullptr;
+  args.w2 = w2.raw();
+  args.b2 = b2.defined() ? b2.raw() : nullptr;
+  args.act_scratch = act.raw();
+  args.out = out.raw();
+  args.num_tokens = p.tokens;
+  args.top_k = p.top_k;
+  args.hidden = p.hidden;
+  args.inter = p.inter;
+  args.act = p.act;
+  args.weight_on_input = p.weight_on_input;
+  cuda::dispatch_float_dtype(dtype, [&](auto zero) {
+    cuda::launch_decode_experts<decltype(zero)>(args, cuda::native(s));
+  });
+  MG_CUDA_CHECK(cudaStreamSynchronize(cuda::native(s)));
+
+  std::vector<unsigned char> before(kGuard), after(kGuard);
+  const char* base = static_cast<const char*>(buffer->data());
+  MG_CUDA_CHECK(cudaMemcpy(before.data(), base, kGuard, cudaMemcpyDeviceToHost));
+  MG_CUDA_CHECK(cudaMemcpy(after.data(), base + kGuard + bytes, kGuard, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < kGuard; ++i) {
+    EXPECT_EQ(before[i], 0xff) << "guard byte " << i << " before the output";
+    EXPECT_EQ(after[i], 0xff) << "guard byte " << i << " after the output";
+  }
+  return testing::download_f32(out, s);
+}
+
+// A random problem: `experts` global experts of which about a third are not local, each token's
+// k ids distinct, routing weights in [0.1, 1).
+Problem random_problem(int64_t tokens, int64_t top_k, int64_t hidden, int64_t inter,
+                       int64_t experts, MoEActKind kind, bool bias, bool weight_on_input,
+                       DType dtype, uint32_t seed) {
+  Problem p;
+  p.tokens = tokens;
+  p.top_k = top_k;
+  p.hidden = hidden;
+  p.inter = inter;
+  p.act.kind = kind;
+  p.act.swiglu_limit = 0.9f;  // inside the range of these small values, so both clamps matter
+  p.weight_on_input = weight_on_input;
+  std::mt19937 rng(seed);
+  std::vector<int32_t> map(static_cast<size_t>(experts), -1);
+  std::vector<int32_t> order(static_cast<size_t>(experts));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t e = 0; e < experts; ++e) {
+    if (e % 3 != 2) map[order[e]] = static_cast<int32_t>(p.local_experts++);
+  }
+  p.expert_map = i32_from({experts}, map);
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(order.begin(), order.end(), rng);
+    ids.insert(ids.end(), order.begin(), order.begin() + top_k);
+  }
+  p.topk_ids = i32_from({tokens, top_k}, ids);
+  p.topk_weights = testing::random_tensor({tokens, top_k}, seed + 1, 0.1f, 1.0f);
+  const int64_t n1 = p.n1();
+  const float s1 = 1.0f / std::sqrt(static_cast<float>(hidden));
+  const float s2 = 1.0f / std::sqrt(static_cast<float>(inter));
+  p.x = round_through(testing::random_tensor({tokens, hidden}, seed + 2), dtype);
+  p.w13 = round_through(
+      testing::random_tensor({p.local_experts, n1, hidden}, seed + 3, -2 * s1, 2 * s1), dtype);
+  p.w2 = round_through(
+      testing::random_tensor({p.local_experts, hidden, inter}, seed + 4, -2 * s2, 2 * s2), dtype);
+  if (bias) {
+    p.b13 =
+        round_through(testing::random_tensor({p.local_experts, n1}, seed + 5, -0.5f, 0.5f), dtype);
+    p.b2 = round_through(testing::random_tensor({p.local_experts, hidden}, seed + 6, -0.5f, 0.5f),
+                         dtype);
+  }
+  return p;
+}
+
+TEST(DecodeExpertsCuda, MatchesReference) {
+  MG_REQUIRE_GPU();
+  struct Shape {
+    int64_t hidden, inter, experts, top_k;
+  };
+  // Odd sizes: one 16-byte vector per row, tails of a warp's 32 vectors, 2880 = 8 * 360 rows
+  // (the GPT-OSS hidden size, not a multiple of 64), top_k 1 for weight_on_input, and an inter
+  // large enough (8 pairs * 8200 * 2 bytes > 128 KB) for the four-row down variant.
+  const Shape shapes[] = {{8, 8, 4, 2},     {24, 200, 6, 3},  {200, 24, 9, 4},
+                          {2880, 24, 5, 2}, {40, 2880, 3, 1}, {16, 8200, 3, 2}};
+  const int64_t token_counts[] = {1, 2, 5, cuda::kDecodeMaxTokens};
+  uint32_t seed = 7000;
+  for (const DtypeTolerance& d : cuda_dtypes()) {
+    for (const Shape& s : shapes) {
+      for (const MoEActKind kind : kAllKinds) {
+        for (const bool bias : {false, true}) {
+          for (const bool woi : {false, true}) {
+            if (woi && s.top_k != 1) continue;
+            for (const int64_t tokens : token_counts) {
+              SCOPED_TRACE(
+                  fmt::format("{} (tolerance {}) H={} I={} E={} k={} M={} act={} bias={} "
+                              "weight_on_input={}",
+                              dtype_name(d.dtype), d.tolerance, s.hidden, s.inter, s.experts,
+                              s.top_k, tokens, static_cast<int>(kind), bias, woi));
+              const Problem p = random_problem(tokens, s.top_k, s.hidden, s.inter, s.experts, kind,
+                                               bias, woi, d.dtype, ++seed);
+              const Tensor out = run_device(p, d.dtype);
+              EXPECT_LT(testing::normalized_error(testing::span_of(out), reference(p)),
+                        d.tolerance);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeExpertsCuda, RunsMorePairsThanOneLaunchHoldsInChunks) {
+  MG_REQUIRE_GPU();
+  // 40 tokens * k 8 = 320 pairs > 256: two launch pairs of 32 and 8 tokens.
+  for (const DtypeTolerance& d : cuda_dtypes()) {
+    SCOPED_TRACE(dtype_name(d.dtype));
+    const Problem p =
+        random_problem(40, 8, 64, 48, 24, MoEActKind::kSwigluOai, true, false, d.dtype, 8100);
+    const Tensor out = run_device(p, d.dtype);
+    EXPECT_LT(testing::normalized_error(testing::span_of(out), reference(p)), d.tolerance);
+  }
+}
+
+// By hand: H = I = 8, plain ReLU², W13[e] = (e + 1) * identity, W2[e] = identity, so an expert's
+// output is ((e + 1) x)². Global experts 0..3 map to local {0, -, 1, -}.
+//   token 0: experts {0, 2}, weights {0.25, 0.75} -> 0.25 x² + 0.75 (2x)² = 3.25 x²
+//   token 1: experts {1, 0}, weights {0.5, 0.5}   -> expert 1 is remote: 0.5 x²
+//   token 2: experts {3, 1}                       -> no local expert: zeros
+TEST(DecodeExpertsCuda, HandCheckedTokens) {
+  MG_REQUIRE_GPU();
+  Problem p;
+  p.tokens = 3;
+  p.top_k = 2;
+  p.hidden = 8;
+  p.inter = 8;
+  p.local_experts = 2;
+  p.act.kind = MoEActKind::kReluSquared;
+  std::vector<float> x(24), w13(2 * 64, 0.0f), w2(2 * 64, 0.0f);
+  for (int h = 0; h < 8; ++h) {
+    for (int t = 0; t < 3; ++t) x[t * 8 + h] = static_cast<float>(h + 1) / 8.0f;
+    for (int e = 0; e < 2; ++e) {
+      w13[e * 64 + h * 8 + h] = static_cast<float>(e + 1);
+      w2[e * 64 + h * 8 + h] = 1.0f;
+    }
+  }
+  p.x = testing::tensor_from({3, 8}, x);
+  p.w13 = testing::tensor_from({2, 8, 8}, w13);
+  p.w2 = testing::tensor_from({2, 8, 8}, w2);
+  p.topk_ids = i32_from({3, 2}, {0, 2, 1, 0, 3, 1});
+  const std::vector<float> weights = {0.25f, 0.75f, 0.5f, 0.5f, 1.0f, 1.0f};
+  p.topk_weights = testing::tensor_from({3, 2}, weights);
+  p.expert_map = i32_from({4}, {0, -1, 1, -1});
+  for (const DtypeTolerance& d : cuda_dtypes()) {
+    SCOPED_TRACE(dtype_name(d.dtype));
+    const Tensor out = run_device(p, d.dtype);
+    const float* y = out.data<float>();
+    for (int h = 0; h < 8; ++h) {
+      const float xh = static_cast<float>(h + 1) / 8.0f;
+      EXPECT_NEAR(y[h], 3.25f * xh * xh, 1e-2f * 3.25f) << "token 0, h " << h;
+      EXPECT_NEAR(y[8 + h], 0.5f * xh * xh, 1e-2f * 0.5f) << "token 1, h " << h;
+      EXPECT_EQ(y[16 + h], 0.0f) << "token 2, h " << h;
+    }
+  }
+}
+
+TEST(DecodeExpertsCuda, CheckNamesTheSizesItRefuses) {
+  EXPECT_EQ(cuda::decode_experts_check(2880, 2880), "");
+  EXPECT_NE(cuda::decode_experts_check(2880, 100).find("multiples of 8"), std::string::npos);
+  EXPECT_NE(cuda::decode_experts_check(0, 8), "");
+}
+
+#endif  // MG_WITH_CUDA
+
+}  // namespace
+}  // namespace mg

@@ -1,0 +1,139 @@
+// op "moe" on CUDA: every expert backend of the oracle's CUDA list (cuda_fused, cuda_grouped,
+// cuda_cublas) against the fp64 reference layer, for every family shape of the CPU op tests, in
+// BF16, F16 and F32, over token counts that cross the decode/grouped switch and the shared-experts
+// stream threshold. Inputs are rounded through the dtype first (the router weight and shared
+// experts as the plan places them; router and score-correction biases stay F32, raw), so the
+// reference routes on the same values and what is left is the kernels' arithmetic.
+#include <gtest/gtest.h>
+
+#include "ops/moe/moe_params.h"
+#include "ops/moe/reference/moe_reference.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/unit/moe/moe_node_util.h"
+
+namespace mg {
+namespace {
+
+#ifdef MG_WITH_CUDA
+
+using moe_test::make_moe_node;
+using moe_test::MoENode;
+using testing::cuda_dtypes;
+using testing::DeviceOp;
+using testing::round_through;
+
+constexpr const char* kCudaBackends[] = {"cuda_fused", "cuda_grouped", "cuda_cublas"};
+
+// The node's inputs as the GPU sees them: x and every weight rounded through `dtype` (the plan
+// places the router weight and shared experts in it, the experts convert theirs to it), but the
+// router and score-correction biases, which stay F32 on every device.
+std::vector<Tensor> rounded_inputs(const MoENode& n, const Tensor& x, DType dtype) {
+  std::vector<Tensor> in = n.inputs;
+  in[moe_input::kX] = x;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (i == moe_input::kRouterBias || i == moe_input::kScoreCorrectionBias) continue;
+    in[i] = round_through(in[i], dtype);
+  }
+  return in;
+}
+
+std::vector<float> reference(const MoENode& n, const std::vector<Tensor>& inputs) {
+  return reference::moe_forward(moe_config_from_params(n.node.moe()), inputs);
+}
+
+std::span<const float> values(const Tensor& t) {
+  return {t.data<float>(), static_cast<size_t>(t.numel())};
+}
+
+TEST(CudaMoE, EveryFamilyMatchesTheReferenceOnEveryBackend) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 7000;
+  for (const char* family : moe_test::kFamilies) {
+    const MoENode n = make_moe_node(family, seed++);
+    for (const auto& d : cuda_dtypes()) {
+      for (const char* backend : kCudaBackends) {
+        DeviceOp op(n.node, n.inputs, d.dtype, 256, backend);
+        // 1..16: the fused backend's decode kernels; 17+: its grouped GEMMs; 300 > the
+        // shared-experts stream threshold (256).
+        for (int64_t M : {1, 3, 16, 17, 64, 300}) {
+          const Tensor x = testing::random_tensor({M, 32}, seed++);
+          const std::vector<Tensor> in = rounded_inputs(n, x, d.dtype);
+          const std::vector<Tensor> out = op.run(in);
+          EXPECT_LE(testing::normalized_error(values(out[0]), reference(n, in)), d.tolerance)
+              << family << " " << backend << " " << dtype_name(d.dtype) << " M=" << M;
+        }
+      }
+    }
+  }
+}
+
+// Wider layers: many experts, top-8, grouped routing over 8 groups, H and I not powers of two.
+TEST(CudaMoE, ManyExpertsAndOddSizesMatchTheReference) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 7500;
+  for (const char* family : {"mixtral", "deepseek_v3", "gpt_oss"}) {
+    const MoENode n = make_moe_node(family, seed++, /*E=*/64, /*k=*/6, /*H=*/200, /*I=*/72,
+                                    /*Is=*/40);
+    for (const auto& d : cuda_dtypes()) {
+      for (const char* backend : kCudaBackends) {
+        DeviceOp op(n.node, n.inputs, d.dtype, 256, backend);
+        for (int64_t M : {1, 9, 130}) {
+          const Tensor x = testing::random_tensor({M, 200}, seed++);
+          const std::vector<Tensor> in = rounded_inputs(n, x, d.dtype);
+          EXPECT_LE(testing::normalized_error(values(op.run(in)[0]), reference(n, in)),
+                    d.tolerance)
+              << family << " " << backend << " " << dtype_name(d.dtype) << " M=" << M;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaMoE, OracleChoosesTheFusedBackendAndSaysWhy) {
+  MG_REQUIRE_GPU();
+  const MoENode n = make_moe_node("deepseek_v3", 7900);
+  DeviceOp op(n.node, n.inputs, DType::kBF16);
+  const std::string plan = op.kernel().describe();
+  EXPECT_NE(plan.find("cuda_fused"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("cuda_grouped: fits, lower priority"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("cpu_eigen: rejected, device"), std::string::npos) << plan;
+}
+
+TEST(CudaMoE, SharedExpertsOnTheSideStreamEqualSequential) {
+  MG_REQUIRE_GPU();
+  for (const char* family : {"qwen2_moe", "deepseek_v3", "llama4"}) {
+    const MoENode n = make_moe_node(family, 7950);
+    const Tensor x = testing::random_tensor({24, 32}, 7951);
+    const std::vector<Tensor> in = rounded_inputs(n, x, DType::kBF16);
+    DeviceOp overlapped(n.node, n.inputs, DType::kBF16);
+    DeviceOp sequential(n.node, n.inputs, DType::kBF16);
+    sequential.drop_state();  // no side stream: the shared experts run on the main stream
+    const Tensor a = overlapped.run(in)[0], b = sequential.run(in)[0];
+    ASSERT_EQ(a.numel(), b.numel());
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << family << " element " << i;
+    }
+  }
+}
+
+TEST(CudaMoE, UnsupportedRequestsFailWithTheReason) {
+  MG_REQUIRE_GPU();
+  const MoENode n = make_moe_node("mixtral", 7990);
+  try {
+    DeviceOp op(n.node, n.inputs, DType::kBF16, 256, "cpu_eigen");
+    FAIL() << "cpu_eigen accepted on cuda";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs on the CPU only"), std::string::npos) << e.what();
+  }
+}
+
+#else
+
+TEST(CudaMoE, SkippedWithoutCuda) {
+  GTEST_SKIP() << "built without CUDA (MG_CUDA=OFF)";
+}
+
+#endif  // MG_WITH_CUDA
+
+}  // namespace
+}  // namespace mg

@@ -1,0 +1,235 @@
+// `moegraph bench moe` (one MoE layer per backend against its floor, ops/moe/bench) and
+// `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model).
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+#include "framework/runtime/session.h"
+#include "tools/moegraph/commands.h"
+#ifdef MG_WITH_CUDA
+#include "ops/moe/bench/moe_bench_cuda.h"
+#endif
+
+namespace mg::cli {
+
+namespace {
+
+struct BenchMoeArgs {
+  std::string shapes = "all";
+  int64_t hidden = 0, inter = 0, experts = 0, topk = 0;
+  std::string tokens = "1,16,64,256,1024,4096,16384";
+  std::string backends = "all";
+  std::string dtype = "bf16";
+  int sets = 4;
+  double target_ms = 200;
+  bool no_check = false;
+  std::string json;
+};
+
+#ifdef MG_WITH_CUDA
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int bench_moe(const BenchMoeArgs& a) {
+  MoEBenchOptions o;
+  if (a.hidden || a.inter || a.experts || a.topk) {
+    MG_CHECK(a.hidden > 0 && a.inter > 0 && a.experts > 0 && a.topk > 0,
+             "bench moe: a custom shape needs all of --hidden, --inter, --experts and --topk");
+    o.shapes.push_back({fmt::format("H{}-I{}-E{}-k{}", a.hidden, a.inter, a.experts, a.topk),
+                        a.hidden, a.inter, a.experts, a.topk});
+  } else {
+    for (const std::string& name : split_list(a.shapes)) {
+      bool found = false;
+      for (const MoEBenchShape& s : moe_bench_shapes()) {
+        if (name == "all" || name == s.name) {
+          o.shapes.push_back(s);
+          found = true;
+        }
+      }
+      std::string known;
+      for (const MoEBenchShape& s : moe_bench_shapes()) known += " " + s.name;
+      MG_CHECK(found, "bench moe: unknown --shape '{}' (known: all{})", name, known);
+    }
+  }
+  for (const std::string& t : split_list(a.tokens)) {
+    int64_t v = 0;
+    try {
+      v = std::stoll(t);
+    } catch (const std::exception&) {
+      MG_FAIL("--tokens: '{}' is not a number", t);
+    }
+    MG_CHECK(v > 0, "--tokens: {} is not a positive token count", v);
+    o.tokens.push_back(v);
+  }
+  o.backends = a.backends == "all"
+                   ? std::vector<std::string>{"cuda_fused", "cuda_grouped", "cuda_cublas"}
+                   : split_list(a.backends);
+  MG_CHECK(a.dtype == "bf16" || a.dtype == "f16", "--dtype: expected bf16 or f16, got '{}'",
+           a.dtype);
+  o.dtype = a.dtype == "bf16" ? DType::kBF16 : DType::kF16;
+  o.sets = a.sets;
+  o.target_ms = a.target_ms;
+  o.check = !a.no_check;
+
+  const MoEBenchCeilings ceil = measure_moe_bench_ceilings();
+  std::cout << fmt::format(
+      "ceilings (measured): copy {:.3f} TB/s (read + write), bf16 8192^3 GEMM {:.1f} TFLOP/s\n",
+      ceil.copy_bytes_per_s / 1e12, ceil.bf16_flops_per_s / 1e12);
+  std::cout << fmt::format("{:<14} {:>6} {:<13} {:>10} {:>10} {:>8} {:>9} {:>10} {:>8} {:>9}\n",
+                           "shape", "tokens", "backend", "median_us", "p90_us", "TB/s", "TFLOP/s",
+                           "floor_us", "%floor", "check");
+  const std::vector<MoEBenchPoint> points =
+      run_moe_bench(o, ceil, [](const MoEBenchPoint& p) {
+        std::cout << fmt::format(
+            "{:<14} {:>6} {:<13} {:>10.1f} {:>10.1f} {:>8.3f} {:>9.1f} {:>10.1f} {:>7.1f}% {:>9}\n",
+            p.shape, p.tokens, p.backend, p.median_us, p.p90_us, p.tb_per_s(), p.tflop_per_s(),
+            p.floor_us, p.pct_of_floor(),
+            p.check_error < 0 ? std::string("-") : fmt::format("{:.1e}", p.check_error));
+        std::cout.flush();
+      });
+  if (!a.json.empty()) {
+    nlohmann::json j;
+    j["ceilings"] = {{"copy_bytes_per_s", ceil.copy_bytes_per_s},
+                     {"bf16_flops_per_s", ceil.bf16_flops_per_s}};
+    j["dtype"] = a.dtype;
+    j["sets"] = a.sets;
+    for (const MoEBenchPoint& p : points) {
+      j["points"].push_back({{"shape", p.shape},
+                             {"backend", p.backend},
+                             {"tokens", p.tokens},
+                             {"median_us", p.median_us},
+                             {"p10_us", p.p10_us},
+                             {"p90_us", p.p90_us},
+                             {"reps", p.reps},
+                             {"bytes", p.bytes},
+                             {"flops", p.flops},
+                             {"floor_us", p.floor_us},
+                             {"pct_of_floor", p.pct_of_floor()},
+                             {"tb_per_s", p.tb_per_s()},
+                             {"tflop_per_s", p.tflop_per_s()},
+                             {"check_error", p.check_error}});
+    }
+    std::ofstream(a.json) << j.dump(1) << "\n";
+    MG_CHECK(std::ifstream(a.json).good(), "--json: could not write {}", a.json);
+    std::cout << "results written to " << a.json << "\n";
+  }
+  return 0;
+}
+
+#else
+
+int bench_moe(const BenchMoeArgs&) {
+  MG_FAIL("bench moe times the CUDA expert backends: this moegraph was built without CUDA");
+}
+
+#endif  // MG_WITH_CUDA
+
+struct BenchE2eArgs {
+  std::string model;
+  std::string device = "cuda";
+  std::string dtype;
+  int prompt_tokens = 512;
+  int decode_tokens = 128;
+  int repeats = 3;
+};
+
+int bench_e2e(const BenchE2eArgs& a) {
+  MG_CHECK(a.prompt_tokens > 0 && a.decode_tokens > 0 && a.repeats > 0,
+           "bench e2e: --prompt-tokens, --decode-tokens and --repeats must be positive");
+  const std::filesystem::path graph = resolve_model(a.model);
+  CompileOptions compile;
+  compile.device = Device::parse(a.device);
+  if (!a.dtype.empty()) {
+    MG_CHECK(a.dtype == "bf16" || a.dtype == "f16" || a.dtype == "f32",
+             "--dtype: expected bf16, f16 or f32, got '{}'", a.dtype);
+    compile.activation_dtype =
+        a.dtype == "bf16" ? DType::kBF16 : (a.dtype == "f16" ? DType::kF16 : DType::kF32);
+  }
+  compile.max_seq_len = a.prompt_tokens + a.decode_tokens;
+  compile.max_tokens = std::min(a.prompt_tokens, 2048);
+  SessionOptions options;
+  options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto session = Session::open(graph, compile, options);
+  const int64_t vocab = session->plan().info.vocab_size();
+  std::vector<int32_t> prompt(a.prompt_tokens);
+  for (int i = 0; i < a.prompt_tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % vocab);
+  GenerateOptions gen;
+  gen.max_new_tokens = a.decode_tokens + 1;  // one token from the prefill, then decode steps
+  gen.stop_at_eos = false;
+  std::vector<double> prefill, decode;
+  for (int r = 0; r <= a.repeats; ++r) {  // the first run warms up (plans, caches)
+    const GenerateResult res = session->generate(prompt, gen);
+    if (r == 0) continue;
+    prefill.push_back(res.prompt_tokens / res.prefill_seconds);
+    decode.push_back((res.tokens.size() - 1) / res.decode_seconds);
+  }
+  std::sort(prefill.begin(), prefill.end());
+  std::sort(decode.begin(), decode.end());
+  std::cout << fmt::format("model: {} on {} ({})\n", session->plan().model_name,
+                           compile.device.str(), dtype_name(activation_dtype_of(compile)));
+  std::cout << fmt::format("prefill: {} tokens, median {:.1f} tokens/s over {} runs\n",
+                           a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
+  std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
+                           a.decode_tokens, decode[decode.size() / 2], a.repeats);
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: one MoE layer, or a whole model");
+  cmd->require_subcommand(1);
+
+  auto moe = std::make_shared<BenchMoeArgs>();
+  CLI::App* m = cmd->add_subcommand("moe", "Time one MoE layer per CUDA expert backend");
+  m->add_option("--shape", moe->shapes,
+                "Named shapes, comma-separated: all, mixtral, qwen3-30b-a3b, deepseek-v3, "
+                "gpt-oss-120b")
+      ->capture_default_str();
+  m->add_option("--hidden", moe->hidden, "Custom shape: hidden size");
+  m->add_option("--inter", moe->inter, "Custom shape: expert intermediate size");
+  m->add_option("--experts", moe->experts, "Custom shape: experts");
+  m->add_option("--topk", moe->topk, "Custom shape: experts per token");
+  m->add_option("--tokens", moe->tokens, "Token counts, comma-separated")->capture_default_str();
+  m->add_option("--backend", moe->backends, "all, or backend names, comma-separated")
+      ->capture_default_str();
+  m->add_option("--dtype", moe->dtype, "bf16 or f16")->capture_default_str();
+  m->add_option("--sets", moe->sets, "Input sets rotated between calls")->capture_default_str();
+  m->add_option("--target-ms", moe->target_ms, "Timed calls fill about this long (5..400 calls)")
+      ->capture_default_str();
+  m->add_flag("--no-check", moe->no_check, "Skip comparing the backends' outputs");
+  m->add_option("--json", moe->json, "Write the results as JSON here");
+
+  auto e2e = std::make_shared<BenchE2eArgs>();
+  CLI::App* e = cmd->add_subcommand("e2e", "Prefill and decode tokens/s of a model");
+  e->add_option("model", e2e->model, "Model directory or graph file (default: bundled model)");
+  e->add_option("--device", e2e->device, "cpu, cuda or cuda:N")->capture_default_str();
+  e->add_option("--dtype", e2e->dtype, "Activation dtype: bf16, f16 or f32");
+  e->add_option("--prompt-tokens", e2e->prompt_tokens, "Prompt length")->capture_default_str();
+  e->add_option("--decode-tokens", e2e->decode_tokens, "Generated tokens after the first")
+      ->capture_default_str();
+  e->add_option("--repeats", e2e->repeats, "Timed runs (after one warm-up run)")
+      ->capture_default_str();
+
+  return [m, e, moe, e2e] {
+    if (m->parsed()) return bench_moe(*moe);
+    if (e->parsed()) return bench_e2e(*e2e);
+    return 2;
+  };
+}
+
+}  // namespace mg::cli
