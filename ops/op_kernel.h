@@ -57,6 +57,10 @@ class OpKernel {
     return nullptr;
   }
 
+  // False when run() synchronises with the host or otherwise cannot be recorded into a CUDA
+  // graph (Session refuses --cuda-graph for such a plan, naming the node).
+  virtual bool graph_capturable() const { return true; }
+
   // Short description of the chosen implementation for `moegraph inspect --plan`
   // (e.g. "cpu_eigen"); may span several lines (MoE nodes list rejected backends).
   virtual std::string describe() const { return {}; }

@@ -7,6 +7,14 @@
 #include "framework/core/logging.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
+#ifdef MG_WITH_CUDA
+#include "framework/runtime/cuda/cuda_graph.h"
+#else
+namespace mg {
+// Never constructed without CUDA; complete so that the unique_ptr member compiles.
+class CudaGraph {};
+}  // namespace mg
+#endif
 
 namespace mg {
 
@@ -63,6 +71,21 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
     node_outputs_.push_back(std::move(outs));
     states_.push_back(node.kernel->create_state(state_options));
   }
+
+  if (options_.cuda_graph) {
+    MG_CHECK(p.device.is_cuda(), "--cuda-graph needs a CUDA device, not {}", p.device.str());
+    MG_CHECK(!options_.profile,
+             "--cuda-graph and --profile do not mix: the profile times each node on the host");
+    for (const PlanNode& node : p.nodes) {
+      MG_CHECK(node.kernel->graph_capturable(),
+               "--cuda-graph: node '{}' ({}: {}) synchronises with the host and cannot be "
+               "captured; choose another backend",
+               node.name, node.op, node.kernel->describe().substr(0, node.kernel->describe().find('\n')));
+    }
+#ifdef MG_WITH_CUDA
+    decode_graph_ = std::make_unique<CudaGraph>();
+#endif
+  }
 }
 
 Session::~Session() = default;
@@ -85,6 +108,31 @@ void Session::run_chunk(const int32_t* token_ids, const int32_t* positions, int6
   copy_tensor(ids_dst, ids_src, stream_.get());
   copy_tensor(pos_dst, pos_src, stream_.get());
 
+#ifdef MG_WITH_CUDA
+  if (decode_graph_ && tokens == 1) {
+    if (!decode_graph_->captured()) decode_graph_->capture(*stream_, [&] { run_nodes(1); });
+    decode_graph_->launch(*stream_);
+  } else {
+    run_nodes(tokens);
+  }
+#else
+  run_nodes(tokens);
+#endif
+
+  const PlanValue& lv = p.values[p.logits];
+  const int64_t vocab = lv.type.shape.back();
+  Tensor logits_src(arena_.buffer(), lv.type.dtype, {tokens, vocab}, lv.arena_offset);
+  if (lv.type.dtype != DType::kF32) {
+    Tensor converted = logits_f32_device_.slice_rows(0, tokens);
+    convert_tensor(converted, logits_src, stream_.get());
+    logits_src = converted;
+  }
+  Tensor logits_dst = Tensor::wrap(logits_out, DType::kF32, {tokens, vocab});
+  copy_tensor(logits_dst, logits_src, stream_.get());
+}
+
+void Session::run_nodes(int64_t tokens) {
+  const ExecutionPlan& p = *plan_;
   ExecContext ctx;
   ctx.device = p.device;
   ctx.stream = stream_.get();
@@ -107,16 +155,6 @@ void Session::run_chunk(const int32_t* token_ids, const int32_t* positions, int6
       profiler_.record(node.name, node.op, start, profiler_.now_us() - start);
     }
   }
-  const PlanValue& lv = p.values[p.logits];
-  const int64_t vocab = lv.type.shape.back();
-  Tensor logits_src(arena_.buffer(), lv.type.dtype, {tokens, vocab}, lv.arena_offset);
-  if (lv.type.dtype != DType::kF32) {
-    Tensor converted = logits_f32_device_.slice_rows(0, tokens);
-    convert_tensor(converted, logits_src, stream_.get());
-    logits_src = converted;
-  }
-  Tensor logits_dst = Tensor::wrap(logits_out, DType::kF32, {tokens, vocab});
-  copy_tensor(logits_dst, logits_src, stream_.get());
 }
 
 const Tensor& Session::forward(std::span<const int32_t> token_ids,

@@ -15,11 +15,17 @@
 
 namespace mg {
 
+class CudaGraph;
+
 struct SessionOptions {
   // CPU worker threads for kernels (the calling thread included).
   int threads = 1;
   // Record per-node timings (see Profiler).
   bool profile = false;
+  // CUDA devices: capture the first one-token forward (a decode step) as a CUDA graph and replay
+  // it for every later one (cuda_graph.h). Throws mg::Error at construction for a CPU plan, with
+  // `profile`, or when a node cannot be captured.
+  bool cuda_graph = false;
 };
 
 struct GenerateOptions {
@@ -66,6 +72,8 @@ class Session {
  private:
   void run_chunk(const int32_t* token_ids, const int32_t* positions, int64_t tokens,
                  float* logits_out);
+  // Queues every node for `tokens` rows.
+  void run_nodes(int64_t tokens);
 
   std::shared_ptr<const ExecutionPlan> plan_;
   SessionOptions options_;
@@ -85,6 +93,7 @@ class Session {
   // (GPUs): converted here before the copy to the host.
   Tensor logits_f32_device_;
   Profiler profiler_;
+  std::unique_ptr<CudaGraph> decode_graph_;  // with SessionOptions::cuda_graph
 };
 
 }  // namespace mg

@@ -60,6 +60,9 @@ class MoEKernel final : public OpKernel {
   }
 
   std::string describe() const override { return description_; }
+  bool graph_capturable() const override {
+    return runner_->kernel().experts().graph_capturable();
+  }
 
  private:
   std::unique_ptr<MoERunner> runner_;

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
@@ -299,16 +300,20 @@ TEST(CudaGroupedGemm, OneExpertTakesAllRows) {
   EXPECT_TRUE(untouched);
 }
 
-// Many rows per expert and K > 2048: the large tiles (wgmma on sm_90a) for both epilogues, with
-// N tails of their 128 / 256 columns and a K tail of their 64-wide steps.
+// Many rows per expert: the large tiles for both epilogues (K = 2056: wgmma on sm_90a; plain
+// K = 1544: the mma.sync 128 × 256 tile), with N tails of their 128 / 256 columns and a K tail of
+// their 64-wide steps.
 TEST(CudaGroupedGemm, LargeTilesMatchReference) {
   MG_REQUIRE_GPU();
-  for (GroupedEpilogue epilogue : {GroupedEpilogue::kBias, GroupedEpilogue::kActivation}) {
+  const std::pair<GroupedEpilogue, int64_t> configs[] = {{GroupedEpilogue::kBias, 2056},
+                                                         {GroupedEpilogue::kActivation, 2056},
+                                                         {GroupedEpilogue::kBias, 1544}};
+  for (const auto& [epilogue, k] : configs) {
     GemmCase c;
     c.rows_per_expert = {600, 0, 300};
     c.extra_rows = 7;
     c.n = 136;
-    c.k = 2056;
+    c.k = k;
     c.epilogue = epilogue;
     c.kind = MoEActKind::kSwigluOai;
     c.bias = true;

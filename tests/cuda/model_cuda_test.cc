@@ -1,7 +1,7 @@
-// Whole models on the GPU against the CPU: the small test decoder and the bundled tiny-llama give
-// the CPU's logits within the activation dtype's tolerance, decode step by step equals prefill on
-// the device, greedy generation agrees with the CPU, and `moegraph run --device cuda` runs end to
-// end.
+// Whole models on the GPU against the CPU: the small test decoder, the bundled tiny-llama and
+// tiny-moe, and a small model of every MoE family of make-model give the CPU's logits within the
+// activation dtype's tolerance, decode step by step equals prefill on the device, greedy
+// generation agrees with the CPU, and `moegraph run --device cuda` runs end to end.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -19,18 +19,21 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::filesystem::path bundled_model() {
-  return std::filesystem::path(MG_SOURCE_DIR) / "models" / "tiny-llama" / "model.pbtxt";
+std::filesystem::path bundled_model(const std::string& name = "tiny-llama") {
+  return std::filesystem::path(MG_SOURCE_DIR) / "models" / name / "model.pbtxt";
 }
 
 std::unique_ptr<Session> open_session(const std::filesystem::path& graph, Device device,
-                                      std::optional<DType> dtype, int64_t max_tokens = 64) {
+                                      std::optional<DType> dtype, int64_t max_tokens = 64,
+                                      bool cuda_graph = false, const std::string& moe_backend = "") {
   CompileOptions c;
   c.device = device;
   c.activation_dtype = dtype;
   c.max_tokens = max_tokens;
+  c.moe_backend = moe_backend;
   SessionOptions s;
   s.threads = 2;
+  s.cuda_graph = cuda_graph;
   return Session::open(graph, c, s);
 }
 
@@ -53,9 +56,11 @@ const std::vector<int32_t> kPrompt = {5, 17, 3, 90, 42, 8, 64, 1, 33, 2, 71};
 
 class CudaModel : public ::testing::TestWithParam<std::string> {
  protected:
+  // "tiny-*": a bundled model; "small-FAMILY": testing::small_spec(FAMILY) written to a temp dir.
   std::filesystem::path graph() {
-    if (GetParam() == "tiny-llama") return bundled_model();
-    return testing::write_model(testing::temp_dir("model"), testing::small_spec());
+    const std::string& p = GetParam();
+    if (p.rfind("tiny-", 0) == 0) return bundled_model(p);
+    return testing::write_model(testing::temp_dir("model"), testing::small_spec(p.substr(6)));
   }
 };
 
@@ -94,6 +99,28 @@ TEST_P(CudaModel, DecodeStepByStepEqualsPrefillOnTheDevice) {
       // step of the dtype is allowed.
       EXPECT_LT(testing::normalized_error(testing::span_of(step), want), d.tolerance / 2)
           << "position " << t;
+    }
+  }
+}
+
+// The decode step replayed from a CUDA graph computes exactly what the same kernels launched one
+// by one compute (the graph is captured on the first one-token forward).
+TEST_P(CudaModel, CudaGraphDecodeEqualsUncaptured) {
+  MG_REQUIRE_GPU();
+  const auto g = graph();
+  auto plain = open_session(g, Device::cuda(0), DType::kBF16);
+  auto graphed = open_session(g, Device::cuda(0), DType::kBF16, 64, /*cuda_graph=*/true);
+  prompt_logits(*plain, kPrompt);
+  prompt_logits(*graphed, kPrompt);
+  for (int step = 0; step < 6; ++step) {
+    const int32_t id = kPrompt[step] + 1;
+    const int32_t pos = static_cast<int32_t>(kPrompt.size()) + step;
+    const Tensor& a = plain->forward(std::span(&id, 1), std::span(&pos, 1));
+    const std::vector<float> want(a.data<float>(), a.data<float>() + a.numel());
+    const Tensor& b = graphed->forward(std::span(&id, 1), std::span(&pos, 1));
+    ASSERT_EQ(static_cast<size_t>(b.numel()), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(b.data<float>()[i], want[i]) << "step " << step << " logit " << i;
     }
   }
 }
@@ -141,7 +168,10 @@ TEST_P(CudaModel, GreedyGenerationAgreesWithTheCpu) {
                            GetParam(), exact);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaModel, ::testing::Values("small-llama", "tiny-llama"),
+INSTANTIATE_TEST_SUITE_P(Models, CudaModel,
+                         ::testing::Values("small-llama", "tiny-llama", "tiny-moe", "small-mixtral",
+                                           "small-qwen3_moe", "small-qwen2_moe",
+                                           "small-deepseek_v3", "small-gpt_oss", "small-llama4"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -158,9 +188,32 @@ TEST(CudaSession, TokenIdOutsideTheVocabularyIsAnError) {
       {"token id 256 is outside the vocabulary of 256 tokens"});
 }
 
+TEST(CudaCli, RunsTheBundledMoEModelOnTheGpu) {
+  MG_REQUIRE_GPU();
+  auto generated = [](const std::string& out) {
+    const size_t at = out.find("generated ids: ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  // The default MODEL (models/tiny-moe): in F32 the GPU generates the CPU's tokens.
+  const testing::CommandResult gpu = testing::run_moegraph(
+      {"run", "--device", "cuda", "--dtype", "f32", "--max-new-tokens", "8"});
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  const testing::CommandResult cpu = testing::run_moegraph({"run", "--max-new-tokens", "8"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_EQ(generated(gpu.out), generated(cpu.out));
+  EXPECT_FALSE(generated(cpu.out).empty());
+  const testing::CommandResult bf16 =
+      testing::run_moegraph({"run", "--device", "cuda", "--max-new-tokens", "8"});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_THAT(bf16.out, HasSubstr("generated ids: "));
+  const testing::CommandResult plan =
+      testing::run_moegraph({"inspect", "--plan", "--device", "cuda"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr("cuda_fused"));
+}
+
 TEST(CudaCli, RunsTheBundledDenseModelOnTheGpu) {
   MG_REQUIRE_GPU();
-  // The dense bundled model (the default MODEL may be a MoE model, which has no CUDA backend yet).
   const std::string model = bundled_model().string();
   const testing::CommandResult bf16 =
       testing::run_moegraph({"run", model, "--device", "cuda", "--max-new-tokens", "6"});
@@ -184,7 +237,23 @@ TEST(CudaCli, RunsTheBundledDenseModelOnTheGpu) {
   EXPECT_FALSE(generated(cpu.out).empty());
 }
 
+TEST(CudaSession, CudaGraphRefusesABackendThatSyncsWithTheHost) {
+  MG_REQUIRE_GPU();
+  testing::expect_error(
+      [&] {
+        open_session(bundled_model("tiny-moe"), Device::cuda(0), DType::kBF16, 64, true,
+                     "cuda_cublas");
+      },
+      {"--cuda-graph: node", "cuda_cublas", "cannot be captured"});
+}
+
 // These need no GPU: the flag's checks run before any device work.
+TEST(CudaCli, CudaGraphOnTheCpuIsAClearError) {
+  const testing::CommandResult r = testing::run_moegraph({"run", "--cuda-graph"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--cuda-graph needs a CUDA device, not cpu"));
+}
+
 TEST(CudaCli, DtypeTheDeviceCannotRunIsAClearError) {
   const testing::CommandResult r = testing::run_moegraph({"run", "--dtype", "bf16"});
   EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -96,7 +96,7 @@ TEST(CudaMoE, OracleChoosesTheFusedBackendAndSaysWhy) {
   const std::string plan = op.kernel().describe();
   EXPECT_NE(plan.find("cuda_fused"), std::string::npos) << plan;
   EXPECT_NE(plan.find("cuda_grouped: fits, lower priority"), std::string::npos) << plan;
-  EXPECT_NE(plan.find("cpu_eigen: rejected, device"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("cuda_cublas: fits, lower priority"), std::string::npos) << plan;
 }
 
 TEST(CudaMoE, SharedExpertsOnTheSideStreamEqualSequential) {
@@ -123,7 +123,20 @@ TEST(CudaMoE, UnsupportedRequestsFailWithTheReason) {
     DeviceOp op(n.node, n.inputs, DType::kBF16, 256, "cpu_eigen");
     FAIL() << "cpu_eigen accepted on cuda";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("runs on the CPU only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown MoE backend 'cpu_eigen' for cuda:0"),
+              std::string::npos)
+        << e.what();
+  }
+  // H = 36: no CUDA backend takes rows that are not 16-byte aligned; the error lists each.
+  const MoENode odd = make_moe_node("mixtral", 7991, 8, 2, /*H=*/36, /*I=*/16);
+  try {
+    DeviceOp op(odd.node, odd.inputs, DType::kBF16);
+    FAIL() << "H = 36 accepted on cuda";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const char* name : kCudaBackends) {
+      EXPECT_NE(what.find(std::string(name) + ": shape"), std::string::npos) << what;
+    }
   }
 }
 

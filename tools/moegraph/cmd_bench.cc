@@ -145,6 +145,7 @@ struct BenchE2eArgs {
   int prompt_tokens = 512;
   int decode_tokens = 128;
   int repeats = 3;
+  bool cuda_graph = false;
 };
 
 int bench_e2e(const BenchE2eArgs& a) {
@@ -163,6 +164,7 @@ int bench_e2e(const BenchE2eArgs& a) {
   compile.max_tokens = std::min(a.prompt_tokens, 2048);
   SessionOptions options;
   options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.cuda_graph = a.cuda_graph;
   auto session = Session::open(graph, compile, options);
   const int64_t vocab = session->plan().info.vocab_size();
   std::vector<int32_t> prompt(a.prompt_tokens);
@@ -179,8 +181,9 @@ int bench_e2e(const BenchE2eArgs& a) {
   }
   std::sort(prefill.begin(), prefill.end());
   std::sort(decode.begin(), decode.end());
-  std::cout << fmt::format("model: {} on {} ({})\n", session->plan().model_name,
-                           compile.device.str(), dtype_name(activation_dtype_of(compile)));
+  std::cout << fmt::format("model: {} on {} ({}{})\n", session->plan().model_name,
+                           compile.device.str(), dtype_name(activation_dtype_of(compile)),
+                           a.cuda_graph ? ", decode as a CUDA graph" : "");
   std::cout << fmt::format("prefill: {} tokens, median {:.1f} tokens/s over {} runs\n",
                            a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
   std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
@@ -224,6 +227,7 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   e->add_option("--repeats", e2e->repeats, "Timed runs (after one warm-up run)")
       ->capture_default_str();
+  e->add_flag("--cuda-graph", e2e->cuda_graph, "Replay the decode step as a CUDA graph");
 
   return [m, e, moe, e2e] {
     if (m->parsed()) return bench_moe(*moe);

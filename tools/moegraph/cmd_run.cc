@@ -26,6 +26,7 @@ struct RunArgs {
   float top_p = 1.0f;
   uint64_t seed = 0;
   bool profile = false;
+  bool cuda_graph = false;
   std::string trace;
   int64_t max_tokens = 512;
   int64_t max_seq_len = 0;
@@ -137,6 +138,7 @@ int run(const RunArgs& a) {
                         ? a.threads
                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.profile = a.profile || !a.trace.empty();
+  options.cuda_graph = a.cuda_graph;
   if (a.tp > 1 || a.dp > 1 || a.ep) {
     MG_CHECK(compile.device.is_cpu(), "--tp/--dp/--ep run on the CPU for now (ranks as threads)");
     return run_parallel(a, graph, prompt, compile, options);
@@ -199,6 +201,8 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling threshold")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("--profile", args->profile, "Print per-op timings");
+  cmd->add_flag("--cuda-graph", args->cuda_graph,
+                "Capture the decode step as a CUDA graph and replay it (CUDA devices)");
   cmd->add_option("--trace", args->trace, "Write a Chrome trace (JSON) of every node to FILE");
   cmd->add_option("--max-tokens", args->max_tokens,
                   "Largest chunk of tokens per forward (prefill runs in chunks of this size)")

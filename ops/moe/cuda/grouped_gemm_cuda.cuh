@@ -136,20 +136,20 @@ void launch_mma(const GroupedGemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK_LAUNCH();
 }
 
-// Tile configs (measured on H100, see the selection in launch_mma_by_size):
+// Tile configs (chosen by launch_mma_by_size from bf16 sweeps of every config over the four model
+// shapes on an H100; .scratch-gemm/NOTES.md):
 // - decode: 16-row tiles; the weights are nearly all the bytes, so narrow N (enough CTAs to
 //   stream weights) and 8 stages (80 KB, two CTAs per SM) keep ~160 KB of loads in flight per SM.
 // - bm32 / mid: 32- and 64-row tiles with 4 warps, 4 stages, two CTAs per SM: one CTA's prologue
 //   and epilogue overlap the other's main loop, which wins for short K and moderate rows.
 // - large: 128 rows × 256 weight rows (gated: 128 output columns, plain: 256), 4 stages of
-//   48 KB; wgmma on sm_90a (grouped_gemm_wgmma.cuh), else mma.sync with 8 warps of 64 × 64.
+//   48 KB; wgmma on sm_90a (grouped_gemm_wgmma.cuh); the mma.sync plain tile (8 warps of 64 × 64)
+//   where it measured faster (K <= 2048) or without sm_90a.
 using DecodeGatedTile = MmaTile<16, 32, 1, 2, 8, 2>;
 using DecodePlainTile = MmaTile<16, 64, 1, 4, 8, 2>;
-using Bm32GatedTile = MmaTile<32, 64, 1, 4, 4, 2>;
 using Bm32PlainTile = MmaTile<32, 128, 1, 4, 4, 2>;
 using MidGatedTile = MmaTile<64, 64, 2, 2, 4, 2>;
 using MidPlainTile = MmaTile<64, 128, 2, 2, 4, 2>;
-using LargeGatedTile = MmaTile<128, 128, 2, 4, 4, 1>;
 using LargePlainTile = MmaTile<128, 256, 2, 4, 4, 1>;
 
 // True when the loaded cubin holds the sm_90a wgmma kernel: its body needs >= 128 registers
@@ -184,8 +184,8 @@ void launch_wgmma(const GroupedGemmArgs& args, cudaStream_t stream) {
 }
 
 // Picks the tile from the average rows per expert (max_rows / E) and K. Gated GEMM1 keeps 64-row
-// tiles up to large problems: its 2·BN weight rows already make the mid tile wide. Short K favours
-// the small tiles (two CTAs per SM hide the per-tile prologue and epilogue).
+// tiles up to large problems (its 2·BN weight rows already make the mid tile wide); short K
+// favours the small tiles (two CTAs per SM hide the per-tile prologue and epilogue).
 template <typename T, bool Gated>
 void launch_mma_by_size(const GroupedGemmArgs& args, cudaStream_t stream) {
   const int64_t rows_per_expert = args.max_rows / args.num_experts;
@@ -200,7 +200,9 @@ void launch_mma_by_size(const GroupedGemmArgs& args, cudaStream_t stream) {
     if (rows_per_expert <= 64 || args.k <= 1024) {
       return launch_mma<T, Bm32PlainTile, false>(args, stream);
     }
-    if (!wgmma_available<T>()) return launch_mma<T, LargePlainTile, false>(args, stream);
+    if (args.k <= 2048 || !wgmma_available<T>()) {
+      return launch_mma<T, LargePlainTile, false>(args, stream);
+    }
     return launch_wgmma<T, false>(args, stream);
   }
 }

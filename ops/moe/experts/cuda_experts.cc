@@ -167,6 +167,7 @@ class CudaCublasExperts final : public ExpertsModular {
 
   std::string_view name() const override { return "cuda_cublas"; }
   ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
+  bool graph_capturable() const override { return false; }  // reads the expert counts back
 
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
@@ -293,6 +294,11 @@ class CudaCublasBackend final : public CudaBackendBase {
   std::string check_shape(const ExpertsShape& shape) const override {
     if (shape.num_local_experts() > cuda::kMaxAlignLocalExperts) {
       return fmt::format("at most {} local experts", cuda::kMaxAlignLocalExperts);
+    }
+    // cuBLASLt is handed rows inside the permuted buffers: every row must start 16-byte aligned.
+    if (shape.hidden_size % 8 != 0 || shape.intermediate_size % 8 != 0) {
+      return fmt::format("hidden {} and intermediate {} must be multiples of 8 (16-byte rows)",
+                         shape.hidden_size, shape.intermediate_size);
     }
     return {};
   }

@@ -34,6 +34,8 @@ class Experts {
   // Scratch for an apply() with at most `max_rows` input rows (standard: tokens; batched:
   // max_tokens_per_expert).
   virtual size_t workspace_bytes(int64_t max_rows) const = 0;
+  // False for experts that read device results back to the host during apply().
+  virtual bool graph_capturable() const { return true; }
 };
 
 class ExpertsModular : public Experts {

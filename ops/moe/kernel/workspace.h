@@ -23,7 +23,7 @@ class Workspace {
   bool is_sizing() const { return base_ == nullptr; }
   size_t used() const { return used_; }
 
-  // `count` elements of T at a 64-byte aligned offset. Throws mg::InternalError when the block
+  // `count` elements of T at a 256-byte aligned offset. Throws mg::InternalError when the block
   // is too small (a workspace_bytes() that undercounted).
   template <typename T>
   T* take(int64_t count) {
@@ -41,7 +41,9 @@ class Workspace {
   size_t bytes() const { return (used_ + kAlign - 1) / kAlign * kAlign; }
 
  private:
-  static constexpr size_t kAlign = 64;
+  // cuBLASLt rejects a workspace pointer that is not 256-byte aligned (CUBLAS_STATUS_INVALID_VALUE),
+  // and the MoE carves cuBLAS workspaces from this block.
+  static constexpr size_t kAlign = 256;
   char* base_;
   size_t capacity_;
   size_t used_ = 0;
