@@ -89,6 +89,25 @@ TEST(CudaMoE, ManyExpertsAndOddSizesMatchTheReference) {
   }
 }
 
+// Big experts and many rows per expert: cuda_fused hands the GEMMs to cuBLASLt
+// (cuda_experts.cc, fused_path), so its output is cuda_cublas's bit for bit, and the grouped GEMM
+// agrees within BF16 rounding.
+TEST(CudaMoE, FusedBackendTakesTheCublasPathForLargeBatches) {
+  MG_REQUIRE_GPU();
+  const int64_t H = 2048, I = 2048, M = 512;  // E 4, k 2: 256 rows and 4.3 GFLOP per expert
+  const MoENode n = make_moe_node("mixtral", 7800, /*E=*/4, /*k=*/2, H, I);
+  const Tensor x = testing::random_tensor({M, H}, 7801);
+  const std::vector<Tensor> in = rounded_inputs(n, x, DType::kBF16);
+  DeviceOp fused(n.node, n.inputs, DType::kBF16, 256, "cuda_fused");
+  DeviceOp cublas(n.node, n.inputs, DType::kBF16, 256, "cuda_cublas");
+  DeviceOp grouped(n.node, n.inputs, DType::kBF16, 256, "cuda_grouped");
+  const Tensor a = fused.run(in)[0], b = cublas.run(in)[0], c = grouped.run(in)[0];
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << "element " << i;
+  }
+  EXPECT_LE(testing::normalized_error(values(a), values(c)), 1e-2);
+}
+
 TEST(CudaMoE, OracleChoosesTheFusedBackendAndSaysWhy) {
   MG_REQUIRE_GPU();
   const MoENode n = make_moe_node("deepseek_v3", 7900);

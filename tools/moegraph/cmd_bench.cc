@@ -160,7 +160,7 @@ int bench_e2e(const BenchE2eArgs& a) {
     compile.activation_dtype =
         a.dtype == "bf16" ? DType::kBF16 : (a.dtype == "f16" ? DType::kF16 : DType::kF32);
   }
-  compile.max_seq_len = a.prompt_tokens + a.decode_tokens;
+  compile.max_seq_len = a.prompt_tokens + a.decode_tokens + 1;
   compile.max_tokens = std::min(a.prompt_tokens, 2048);
   SessionOptions options;
   options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ops/moe/cuda/decode_experts_cuda.h"
 #include "ops/moe/cuda/moe_elementwise_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
+#include "ops/moe/experts/cuda_cublas_expert_gemms.h"
 #include "ops/moe/experts/cuda_expert_common.h"
 #include "ops/moe/router/router_cuda.h"
 #include "ops/nn/linear/linear_gemm_cuda.h"
@@ -24,6 +26,27 @@ namespace {
 
 // ---- cuda_fused ------------------------------------------------------------------------------
 
+// Which pipeline the fused backend runs for a batch, from the measurements in
+// docs/performance.md (H100, bf16):
+//   decode   M <= kFusedDecodeMaxTokens: the two weight-streaming decode kernels (at 16 tokens
+//            the grouped GEMM already matches or beats them on 3 of the 4 reference shapes);
+//   cublas   every expert has >= 128 rows on average and its GEMM1 is >= 4 GFLOP: cuBLASLt's
+//            Hopper kernels beat our grouped GEMM there, and per-expert launches are hidden
+//            behind the work (small experts, like Qwen3's, stay on the grouped GEMM);
+//   grouped  everything between.
+enum class FusedPath { kDecode, kGrouped, kCublas };
+constexpr int64_t kFusedDecodeMaxTokens = 8;
+static_assert(kFusedDecodeMaxTokens <= cuda::kDecodeMaxTokens);
+
+FusedPath fused_path(const ExpertsShape& shape, int64_t M) {
+  if (M <= kFusedDecodeMaxTokens) return FusedPath::kDecode;
+  const double rows_per_expert =
+      static_cast<double>(M) * shape.top_k / std::max<int64_t>(1, shape.num_local_experts());
+  const double gemm1_flops = 2.0 * rows_per_expert * shape.w13_rows() * shape.hidden_size;
+  if (rows_per_expert >= 128 && gemm1_flops >= 4e9) return FusedPath::kCublas;
+  return FusedPath::kGrouped;
+}
+
 class CudaFusedExperts final : public ExpertsMonolithic {
  public:
   CudaFusedExperts(const MoEConfig& config, const ExpertsShape& shape,
@@ -31,6 +54,7 @@ class CudaFusedExperts final : public ExpertsMonolithic {
                    Device device)
       : shape_(shape),
         weights_(weights, shape, device),
+        cublas_(shape_, weights_, device),
         route_(route_params(config.routing())) {
     if (config.routing().has_score_correction_bias) {
       bias_ = empty_tensor(device, DType::kF32, score_correction_bias.shape());
@@ -51,13 +75,14 @@ class CudaFusedExperts final : public ExpertsMonolithic {
     Scratch sc(ws, shape_, M);
     if (M == 0) return;
     const cudaStream_t s = cuda::native(ctx.stream);
+    const FusedPath path = fused_path(shape_, M);
     cuda::dispatch_float_dtype(shape_.dtype, [&](auto tag) {
       using T = decltype(tag);
       // Router logits are F32 on every device (router_cuda.h).
       cuda::launch_moe_route<float>(route_, t.router_logits, M,
                                     bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
                                     sc.weights, s);
-      if (M <= cuda::kDecodeMaxTokens) {
+      if (path == FusedPath::kDecode) {
         cuda::DecodeExpertsArgs d;
         d.x = t.hidden;
         d.topk_ids = sc.ids;
@@ -83,32 +108,44 @@ class CudaFusedExperts final : public ExpertsMonolithic {
         cuda::launch_moe_scale_input<T>(t.hidden, sc.weights, M, k, H, sc.x_scaled, sc.weights, s);
         x = sc.x_scaled;
       }
-      run_grouped_experts(shape_, weights_, x, M, sc.ids, sc.weights, *sc.grouped,
-                          t.expert_output, ctx.stream);
+      if (path == FusedPath::kCublas) {
+        cublas_.run(x, M, sc.ids, sc.weights, *sc.grouped, *sc.cublas, t.expert_output,
+                    ctx.stream);
+      } else {
+        run_grouped_experts(shape_, weights_, x, M, sc.ids, sc.weights, *sc.grouped,
+                            t.expert_output, ctx.stream);
+      }
     });
   }
 
  private:
+  // The sizing pass (max tokens) carves every path's scratch; a call carves what its path uses,
+  // which is never more.
   struct Scratch {
     int32_t* ids;
     float* weights;
     void* decode_act;  // [M k, I], decode path
-    void* x_scaled;    // [M, H], Llama-4 on the grouped path
+    void* x_scaled;    // [M, H], Llama-4 on the grouped and cuBLAS paths
     std::optional<GroupedScratch> grouped;
+    std::optional<CublasExpertGemms::Scratch> cublas;
 
     Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M) {
       const int64_t k = shape.top_k, es = dtype_size(shape.dtype);
+      const FusedPath path = fused_path(shape, M);
       ids = ws.take<int32_t>(M * k);
       weights = ws.take<float>(M * k);
-      const int64_t decode_rows = std::min(M, cuda::kDecodeMaxTokens) * k;
+      const int64_t decode_rows = std::min(M, kFusedDecodeMaxTokens) * k;
       decode_act = ws.take<std::byte>(decode_rows * shape.intermediate_size * es);
       x_scaled = ws.take<std::byte>(shape.weight_on_input ? M * shape.hidden_size * es : 0);
-      grouped.emplace(ws, shape, M > cuda::kDecodeMaxTokens || ws.is_sizing() ? M : 0);
+      const bool sizing = ws.is_sizing();
+      grouped.emplace(ws, shape, path != FusedPath::kDecode || sizing ? M : 0);
+      cublas.emplace(ws, shape, path == FusedPath::kCublas || sizing ? M : 0);
     }
   };
 
   ExpertsShape shape_;
   CudaExpertWeights weights_;
+  CublasExpertGemms cublas_;
   cuda::RouteParams route_;
   Tensor bias_;  // [E] F32 on the device, or undefined
 };
@@ -147,23 +184,7 @@ class CudaCublasExperts final : public ExpertsModular {
  public:
   CudaCublasExperts(const ExpertsShape& shape, const CanonicalExpertWeights& weights,
                     Device device)
-      : shape_(shape), weights_(weights, shape, device) {
-    const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
-    const int64_t N1 = shape.w13_rows(), I = shape.intermediate_size;
-    const int64_t es = dtype_size(shape.dtype);
-    // One GEMM object per expert and matrix: the bias sits in the epilogue and is fixed per
-    // object (cuBLASLt's bias pointer is part of the matmul descriptor).
-    for (int64_t e = 0; e < E; ++e) {
-      const void* b13 = weights_.w13_bias.defined()
-                            ? static_cast<const std::byte*>(weights_.w13_bias.raw()) + e * N1 * es
-                            : nullptr;
-      gemm1_.push_back(
-          std::make_unique<cuda::GemmXwt>(shape.dtype, H, N1, b13, device.index));
-      gemm2_.push_back(std::make_unique<cuda::GemmXwt>(shape.dtype, I, H, nullptr, device.index));
-    }
-    MG_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_offsets_), (E + 1) * sizeof(int32_t)));
-  }
-  ~CudaCublasExperts() override { cudaFreeHost(host_offsets_); }
+      : shape_(shape), weights_(weights, shape, device), gemms_(shape_, weights_, device) {}
 
   std::string_view name() const override { return "cuda_cublas"; }
   ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
@@ -171,74 +192,22 @@ class CudaCublasExperts final : public ExpertsModular {
 
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
-    Scratch(ws, shape_, max_rows);
+    GroupedScratch(ws, shape_, max_rows);
+    CublasExpertGemms::Scratch(ws, shape_, max_rows);
     return ws.bytes();
   }
 
   void apply(const DispatchedTokens& t, Workspace& ws, const MoEExecContext& ctx) override {
-    const int64_t M = t.num_tokens, k = shape_.top_k, H = shape_.hidden_size;
-    const int64_t E = shape_.num_local_experts(), I = shape_.intermediate_size;
-    const int64_t N1 = shape_.w13_rows(), es = dtype_size(shape_.dtype);
-    Scratch sc(ws, shape_, M);
-    if (M == 0) return;
-    const cudaStream_t s = cuda::native(ctx.stream);
-    const GroupedScratch& g = sc.grouped;
-    cuda::launch_moe_align(t.topk_ids, M * k, weights_.map(), shape_.num_experts, E, g.align, s);
-    cuda::dispatch_float_dtype(shape_.dtype,
-                               [&](auto tag) {
-                                 cuda::launch_moe_gather<decltype(tag)>(t.hidden, M, k, H, g.align,
-                                                                        g.x_perm, s);
-                               });
-    // The per-expert GEMM sizes are host arguments: read the offsets back (the one sync).
-    MG_CUDA_CHECK(cudaMemcpyAsync(host_offsets_, g.align.expert_offsets, (E + 1) * sizeof(int32_t),
-                                  cudaMemcpyDeviceToHost, s));
-    MG_CUDA_CHECK(cudaStreamSynchronize(s));
-    auto row = [&](void* base, int64_t r, int64_t cols) {
-      return static_cast<std::byte*>(base) + r * cols * es;
-    };
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = host_offsets_[e], rows = host_offsets_[e + 1] - begin;
-      if (rows == 0) continue;
-      gemm1_[e]->run(row(g.x_perm, begin, H), rows,
-                     static_cast<const std::byte*>(weights_.w13.raw()) + e * N1 * H * es,
-                     row(sc.h1, begin, N1), 1.0f, sc.blas, cuda::GemmXwt::kWorkspaceBytes, s);
-    }
-    const int64_t P = host_offsets_[E];
-    cuda::dispatch_float_dtype(shape_.dtype, [&](auto tag) {
-      cuda::launch_moe_activation<decltype(tag)>(sc.h1, P, I, cuda_act_params(shape_.activation),
-                                                 g.h_perm, s);
-    });
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = host_offsets_[e], rows = host_offsets_[e + 1] - begin;
-      if (rows == 0) continue;
-      gemm2_[e]->run(row(g.h_perm, begin, I), rows,
-                     static_cast<const std::byte*>(weights_.w2.raw()) + e * H * I * es,
-                     row(g.y_perm, begin, H), 1.0f, sc.blas, cuda::GemmXwt::kWorkspaceBytes, s);
-    }
-    cuda::dispatch_float_dtype(shape_.dtype, [&](auto tag) {
-      cuda::launch_moe_combine<decltype(tag)>(g.y_perm, g.align, t.topk_ids, t.topk_weights,
-                                              weights_.map(), weights_.b2(), M, k, H,
-                                              t.expert_output, s);
-    });
+    const GroupedScratch g(ws, shape_, t.num_tokens);
+    const CublasExpertGemms::Scratch sc(ws, shape_, t.num_tokens);
+    gemms_.run(t.hidden, t.num_tokens, t.topk_ids, t.topk_weights, g, sc, t.expert_output,
+               ctx.stream);
   }
 
  private:
-  struct Scratch {
-    GroupedScratch grouped;
-    void* h1;    // [P, N1] before the activation
-    void* blas;  // cuBLAS workspace
-
-    Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M)
-        : grouped(ws, shape, M),
-          h1(ws.take<std::byte>(M * shape.top_k * shape.w13_rows() * dtype_size(shape.dtype))),
-          blas(ws.take<std::byte>(cuda::GemmXwt::kWorkspaceBytes)) {}
-  };
-
   ExpertsShape shape_;
   CudaExpertWeights weights_;
-  std::vector<std::unique_ptr<cuda::GemmXwt>> gemm1_;
-  std::vector<std::unique_ptr<cuda::GemmXwt>> gemm2_;
-  int32_t* host_offsets_ = nullptr;  // pinned [E_local + 1]
+  CublasExpertGemms gemms_;
 };
 
 // ---- Backends --------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 // The CUDA expert backends of the unquantized oracle, in priority order (bf16/fp16/fp32
 // activations; weights converted once to the activation dtype and uploaded at compile time):
 //
-//   cuda_fused    monolithic: router logits in. Routing kernel, then for at most
-//                 kDecodeMaxTokens tokens the two decode kernels (decode_experts_cuda.h: 3
-//                 launches in all), else align -> gather -> grouped GEMM1 with the activation in
-//                 its epilogue -> grouped GEMM2 -> weighted combine (6 launches). No host sync.
+//   cuda_fused    monolithic: router logits in. Routing kernel, then by batch size
+//                 (fused_path in cuda_experts.cc): up to 8 tokens the two decode kernels
+//                 (decode_experts_cuda.h: 3 launches in all, no host sync: the decode step a
+//                 CUDA graph captures); then align -> gather -> grouped GEMM1 with the activation
+//                 in its epilogue -> grouped GEMM2 -> weighted combine (6 launches, no host sync);
+//                 for large batches of big experts the cuda_cublas pipeline (one host sync).
 //   cuda_grouped  modular: the same grouped pipeline from routed ids/weights (5 launches).
 //   cuda_cublas   modular: per-expert cuBLASLt GEMMs. Reads the expert counts back to the host
 //                 (one sync per call), so it cannot be captured in a CUDA graph; a second
