@@ -54,8 +54,28 @@ const std::vector<ModelDtype> kModelDtypes = {
 
 const std::vector<int32_t> kPrompt = {5, 17, 3, 90, 42, 8, 64, 1, 33, 2, 71};
 
+// 16-bit activations can flip a near-tie expert choice at a position (the reference routes on
+// other roundings), which moves that position's logits by far more than rounding. For MoE models
+// in BF16/F16, all but a quarter of the positions must match within `tolerance` and the whole
+// within `loose`.
+void expect_close_but_for_flips(std::span<const float> got, std::span<const float> ref,
+                                double tolerance, double loose) {
+  const size_t positions = kPrompt.size(), vocab = ref.size() / positions;
+  size_t off = 0;
+  for (size_t t = 0; t < positions; ++t) {
+    off += testing::normalized_error(got.subspan(t * vocab, vocab),
+                                     ref.subspan(t * vocab, vocab)) >= tolerance;
+  }
+  EXPECT_LE(off, positions / 4) << off << " of " << positions << " positions off";
+  EXPECT_LT(testing::normalized_error(got, ref), loose);
+}
+
 class CudaModel : public ::testing::TestWithParam<std::string> {
  protected:
+  bool has_moe_layers() const {
+    return GetParam().find("llama") == std::string::npos || GetParam() == "small-llama4";
+  }
+
   // "tiny-*": a bundled model; "small-FAMILY": testing::small_spec(FAMILY) written to a temp dir.
   std::filesystem::path graph() {
     const std::string& p = GetParam();
@@ -74,21 +94,8 @@ TEST_P(CudaModel, PromptLogitsMatchTheCpu) {
     auto gpu = open_session(g, Device::cuda(0), d.dtype);
     const std::vector<float> got = prompt_logits(*gpu, kPrompt);
     const double err = testing::normalized_error(got, ref);
-    const bool moe = GetParam().find("llama") == std::string::npos || GetParam() == "small-llama4";
-    if (moe && d.dtype == DType::kBF16) {
-      // BF16 activations can flip a near-tie expert choice at a position (the CPU routes on
-      // F32 activations), which moves that position's logits by more than rounding: most
-      // positions must match tightly, the whole prompt within a looser bound.
-      const size_t vocab = ref.size() / kPrompt.size();
-      std::vector<double> per_position;
-      for (size_t t = 0; t < kPrompt.size(); ++t) {
-        per_position.push_back(testing::normalized_error(
-            std::span<const float>(got.data() + t * vocab, vocab),
-            std::span<const float>(ref.data() + t * vocab, vocab)));
-      }
-      std::sort(per_position.begin(), per_position.end());
-      EXPECT_LT(per_position[per_position.size() / 2], d.tolerance);
-      EXPECT_LT(err, 0.15);
+    if (has_moe_layers() && d.dtype != DType::kF32) {
+      expect_close_but_for_flips(got, ref, d.tolerance, 0.15);
     } else {
       EXPECT_LT(err, d.tolerance);
     }
@@ -107,15 +114,23 @@ TEST_P(CudaModel, DecodeStepByStepEqualsPrefillOnTheDevice) {
     const std::vector<float> ref = prompt_logits(*full, kPrompt);
     const size_t vocab = ref.size() / kPrompt.size();
     auto steps = open_session(g, Device::cuda(0), d.dtype);
+    std::vector<float> stepped;
     for (size_t t = 0; t < kPrompt.size(); ++t) {
       const int32_t id = kPrompt[t];
       const int32_t pos = static_cast<int32_t>(t);
       const Tensor& step = steps->forward(std::span(&id, 1), std::span(&pos, 1));
       std::span<const float> want(ref.data() + t * vocab, vocab);
+      stepped.insert(stepped.end(), step.data<float>(), step.data<float>() + step.numel());
       // Same kernels on a different token count: GEMM algorithms may differ, so one rounding
-      // step of the dtype is allowed.
-      EXPECT_LT(testing::normalized_error(testing::span_of(step), want), d.tolerance / 2)
-          << "position " << t;
+      // step of the dtype is allowed (MoE layers: decode and prefill take different expert
+      // kernels, and a rounding may flip a near-tie expert choice; checked over all positions).
+      if (!has_moe_layers() || d.dtype == DType::kF32) {
+        EXPECT_LT(testing::normalized_error(testing::span_of(step), want), d.tolerance / 2)
+            << "position " << t;
+      }
+    }
+    if (has_moe_layers() && d.dtype != DType::kF32) {
+      expect_close_but_for_flips(stepped, ref, d.tolerance / 2, 0.15);
     }
   }
 }
