@@ -80,7 +80,8 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
       MG_CHECK(node.kernel->graph_capturable(),
                "--cuda-graph: node '{}' ({}: {}) synchronises with the host and cannot be "
                "captured; choose another backend",
-               node.name, node.op, node.kernel->describe().substr(0, node.kernel->describe().find('\n')));
+               node.name, node.op,
+               node.kernel->describe().substr(0, node.kernel->describe().find('\n')));
     }
 #ifdef MG_WITH_CUDA
     decode_graph_ = std::make_unique<CudaGraph>();

@@ -60,9 +60,7 @@ class MoEKernel final : public OpKernel {
   }
 
   std::string describe() const override { return description_; }
-  bool graph_capturable() const override {
-    return runner_->kernel().experts().graph_capturable();
-  }
+  bool graph_capturable() const override { return runner_->kernel().experts().graph_capturable(); }
 
  private:
   std::unique_ptr<MoERunner> runner_;
@@ -112,8 +110,7 @@ class MoEOp final : public OpDef {
     std::optional<SharedExperts> shared;
     if (device.is_cuda()) {
       router.emplace(Router::on_cuda(config.routing(), config.hidden_size(), dtype,
-                                     weight(moe_input::kRouterWeight),
-                                     router_bias, score_bias));
+                                     weight(moe_input::kRouterWeight), router_bias, score_bias));
       if (config.shared().present()) {
         MG_CHECK(parallel.tp_size() == 1, "op moe: shared experts on CUDA run one rank only");
         shared.emplace(SharedExperts::on_cuda(

@@ -25,7 +25,8 @@ std::filesystem::path bundled_model(const std::string& name = "tiny-llama") {
 
 std::unique_ptr<Session> open_session(const std::filesystem::path& graph, Device device,
                                       std::optional<DType> dtype, int64_t max_tokens = 64,
-                                      bool cuda_graph = false, const std::string& moe_backend = "") {
+                                      bool cuda_graph = false,
+                                      const std::string& moe_backend = "") {
   CompileOptions c;
   c.device = device;
   c.activation_dtype = dtype;
@@ -227,8 +228,8 @@ TEST(CudaCli, RunsTheBundledMoEModelOnTheGpu) {
     return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
   };
   // The default MODEL (models/tiny-moe): in F32 the GPU generates the CPU's tokens.
-  const testing::CommandResult gpu = testing::run_moegraph(
-      {"run", "--device", "cuda", "--dtype", "f32", "--max-new-tokens", "8"});
+  const testing::CommandResult gpu =
+      testing::run_moegraph({"run", "--device", "cuda", "--dtype", "f32", "--max-new-tokens", "8"});
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   const testing::CommandResult cpu = testing::run_moegraph({"run", "--max-new-tokens", "8"});
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;

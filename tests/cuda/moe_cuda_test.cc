@@ -80,8 +80,7 @@ TEST(CudaMoE, ManyExpertsAndOddSizesMatchTheReference) {
         for (int64_t M : {1, 9, 130}) {
           const Tensor x = testing::random_tensor({M, 200}, seed++);
           const std::vector<Tensor> in = rounded_inputs(n, x, d.dtype);
-          EXPECT_LE(testing::normalized_error(values(op.run(in)[0]), reference(n, in)),
-                    d.tolerance)
+          EXPECT_LE(testing::normalized_error(values(op.run(in)[0]), reference(n, in)), d.tolerance)
               << family << " " << backend << " " << dtype_name(d.dtype) << " M=" << M;
         }
       }

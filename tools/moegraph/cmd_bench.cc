@@ -92,15 +92,14 @@ int bench_moe(const BenchMoeArgs& a) {
   std::cout << fmt::format("{:<14} {:>6} {:<13} {:>10} {:>10} {:>8} {:>9} {:>10} {:>8} {:>9}\n",
                            "shape", "tokens", "backend", "median_us", "p90_us", "TB/s", "TFLOP/s",
                            "floor_us", "%floor", "check");
-  const std::vector<MoEBenchPoint> points =
-      run_moe_bench(o, ceil, [](const MoEBenchPoint& p) {
-        std::cout << fmt::format(
-            "{:<14} {:>6} {:<13} {:>10.1f} {:>10.1f} {:>8.3f} {:>9.1f} {:>10.1f} {:>7.1f}% {:>9}\n",
-            p.shape, p.tokens, p.backend, p.median_us, p.p90_us, p.tb_per_s(), p.tflop_per_s(),
-            p.floor_us, p.pct_of_floor(),
-            p.check_error < 0 ? std::string("-") : fmt::format("{:.1e}", p.check_error));
-        std::cout.flush();
-      });
+  const std::vector<MoEBenchPoint> points = run_moe_bench(o, ceil, [](const MoEBenchPoint& p) {
+    std::cout << fmt::format(
+        "{:<14} {:>6} {:<13} {:>10.1f} {:>10.1f} {:>8.3f} {:>9.1f} {:>10.1f} {:>7.1f}% {:>9}\n",
+        p.shape, p.tokens, p.backend, p.median_us, p.p90_us, p.tb_per_s(), p.tflop_per_s(),
+        p.floor_us, p.pct_of_floor(),
+        p.check_error < 0 ? std::string("-") : fmt::format("{:.1e}", p.check_error));
+    std::cout.flush();
+  });
   if (!a.json.empty()) {
     nlohmann::json j;
     j["ceilings"] = {{"copy_bytes_per_s", ceil.copy_bytes_per_s},

@@ -139,18 +139,20 @@ MoEBenchCeilings measure_moe_bench_ceilings() {
     Tensor a = random_device(DType::kBF16, {n, n}, 2, 1.0f, s);
     Tensor b = random_device(DType::kBF16, {n, n}, 3, 1.0f, s);
     Tensor y = empty_tensor(kGpu, DType::kBF16, {n, n});
-    Tensor ws = empty_tensor(kGpu, DType::kU8, {static_cast<int64_t>(cuda::GemmXwt::kWorkspaceBytes)});
+    Tensor ws =
+        empty_tensor(kGpu, DType::kU8, {static_cast<int64_t>(cuda::GemmXwt::kWorkspaceBytes)});
     cuda::GemmXwt gemm(DType::kBF16, n, n, nullptr, 0);
     const Timing t = time_calls(
-        [&](int) { gemm.run(a.raw(), n, b.raw(), y.raw(), 1.0f, ws.raw(), ws.nbytes(), s); },
-        100.0, s);
+        [&](int) { gemm.run(a.raw(), n, b.raw(), y.raw(), 1.0f, ws.raw(), ws.nbytes(), s); }, 100.0,
+        s);
     c.bf16_flops_per_s = 2.0 * n * n * n / (t.median_us * 1e-6);
   }
   return c;
 }
 
-std::vector<MoEBenchPoint> run_moe_bench(const MoEBenchOptions& o, const MoEBenchCeilings& ceil,
-                                         const std::function<void(const MoEBenchPoint&)>& progress) {
+std::vector<MoEBenchPoint> run_moe_bench(
+    const MoEBenchOptions& o, const MoEBenchCeilings& ceil,
+    const std::function<void(const MoEBenchPoint&)>& progress) {
   MG_CHECK(o.sets >= 1, "bench moe: --sets must be at least 1");
   auto stream = make_stream(kGpu);
   const cudaStream_t s = cuda::native(stream.get());
@@ -189,7 +191,8 @@ std::vector<MoEBenchPoint> run_moe_bench(const MoEBenchOptions& o, const MoEBenc
         FusedMoEKernel kernel(make_prepare_finalize(parallel, shape),
                               backend.create(ExpertsBuild{config, shape, kGpu, w, Tensor()}));
         const size_t ws_bytes = kernel.workspace_bytes(M);
-        Tensor ws = empty_tensor(kGpu, DType::kU8, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 64))});
+        Tensor ws =
+            empty_tensor(kGpu, DType::kU8, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 64))});
         const MoEExecContext ctx{nullptr, stream.get(), nullptr};
         auto call = [&](int r) {
           const int set = r % o.sets;
@@ -219,8 +222,8 @@ std::vector<MoEBenchPoint> run_moe_bench(const MoEBenchOptions& o, const MoEBenc
           MG_CUDA_CHECK(cudaStreamSynchronize(s));
           if (!first_out.defined()) {
             first_out = empty_tensor(kGpu, o.dtype, {M, H});
-            MG_CUDA_CHECK(cudaMemcpy(first_out.raw(), out.raw(), out.nbytes(),
-                                     cudaMemcpyDeviceToDevice));
+            MG_CUDA_CHECK(
+                cudaMemcpy(first_out.raw(), out.raw(), out.nbytes(), cudaMemcpyDeviceToDevice));
           }
           p.check_error = normalized_error_device(out, first_out);
         }

@@ -55,9 +55,9 @@ void launch_moe_scale_rows_sigmoid(void* y, const void* gate, int64_t rows, int6
                                    cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   constexpr int kThreads = 256;
-  moe_scale_rows_sigmoid_kernel<T><<<grid_stride_blocks(rows * cols, kThreads), kThreads, 0,
-                                     stream>>>(static_cast<T*>(y), static_cast<const T*>(gate),
-                                               rows, cols);
+  moe_scale_rows_sigmoid_kernel<T>
+      <<<grid_stride_blocks(rows * cols, kThreads), kThreads, 0, stream>>>(
+          static_cast<T*>(y), static_cast<const T*>(gate), rows, cols);
   MG_CUDA_CHECK_LAUNCH();
 }
 

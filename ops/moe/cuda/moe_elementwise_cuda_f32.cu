@@ -4,7 +4,7 @@
 namespace mg::cuda {
 template void launch_moe_accumulate<float>(void*, const void*, int64_t, cudaStream_t);
 template void launch_moe_scale_rows_sigmoid<float>(void*, const void*, int64_t, int64_t,
-                                                cudaStream_t);
-template void launch_moe_activation<float>(const void*, int64_t, int64_t, const MoEActParams&, void*,
-                                        cudaStream_t);
+                                                   cudaStream_t);
+template void launch_moe_activation<float>(const void*, int64_t, int64_t, const MoEActParams&,
+                                           void*, cudaStream_t);
 }  // namespace mg::cuda

@@ -63,8 +63,8 @@ class CpuBatchedExperts final : public ExpertsModular {
         const int64_t e = sc.block_expert[b], r0 = sc.block_begin[b];
         const int64_t n = std::min<int64_t>(kBlockRows, t.expert_num_tokens[e] - r0);
         const int64_t row = e * T + r0;
-        run_expert_mlp(s, expert_matrices(weights_, s, e), f32_ptr(t.hidden) + row * H, n, sc.h1 + row * N1,
-                       sc.act + row * I, f32_ptr(t.expert_output) + row * H);
+        run_expert_mlp(s, expert_matrices(weights_, s, e), f32_ptr(t.hidden) + row * H, n,
+                       sc.h1 + row * N1, sc.act + row * I, f32_ptr(t.expert_output) + row * H);
       }
     });
   }

@@ -51,9 +51,8 @@ struct GroupedScratch {
 
 // out [M, H] = sum_j w[t, j] Expert_{ids[t, j]}(x[t]) over this rank's experts, with the grouped
 // GEMMs. `x` is already scaled for Llama-4 (weights 1) by the caller.
-void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& weights,
-                         const void* x, int64_t num_tokens, const int32_t* topk_ids,
-                         const float* topk_weights, const GroupedScratch& scratch, void* out,
-                         Stream* stream);
+void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& weights, const void* x,
+                         int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights,
+                         const GroupedScratch& scratch, void* out, Stream* stream);
 
 }  // namespace mg

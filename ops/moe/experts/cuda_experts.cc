@@ -109,8 +109,7 @@ class CudaFusedExperts final : public ExpertsMonolithic {
         x = sc.x_scaled;
       }
       if (path == FusedPath::kCublas) {
-        cublas_.run(x, M, sc.ids, sc.weights, *sc.grouped, *sc.cublas, t.expert_output,
-                    ctx.stream);
+        cublas_.run(x, M, sc.ids, sc.weights, *sc.grouped, *sc.cublas, t.expert_output, ctx.stream);
       } else {
         run_grouped_experts(shape_, weights_, x, M, sc.ids, sc.weights, *sc.grouped,
                             t.expert_output, ctx.stream);
@@ -182,8 +181,7 @@ class CudaGroupedExperts final : public ExpertsModular {
 
 class CudaCublasExperts final : public ExpertsModular {
  public:
-  CudaCublasExperts(const ExpertsShape& shape, const CanonicalExpertWeights& weights,
-                    Device device)
+  CudaCublasExperts(const ExpertsShape& shape, const CanonicalExpertWeights& weights, Device device)
       : shape_(shape), weights_(weights, shape, device), gemms_(shape_, weights_, device) {}
 
   std::string_view name() const override { return "cuda_cublas"; }

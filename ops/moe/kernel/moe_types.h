@@ -85,7 +85,7 @@ struct DispatchedTokens {
 
 // Monolithic path: tokens and their router logits as the experts see them.
 struct DispatchedLogits {
-  const void* hidden = nullptr;         // [num_tokens, H]
+  const void* hidden = nullptr;          // [num_tokens, H]
   const float* router_logits = nullptr;  // [num_tokens, E]
   int64_t num_tokens = 0;
   void* expert_output = nullptr;  // [num_tokens, H]

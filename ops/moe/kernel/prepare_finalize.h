@@ -23,7 +23,7 @@ namespace mg {
 
 struct PrepareArgs {
   const void* hidden = nullptr;  // [M, H], this rank's tokens (ExpertsShape::dtype)
-  int64_t num_tokens = 0;         // M (may be 0)
+  int64_t num_tokens = 0;        // M (may be 0)
   const int32_t* topk_ids = nullptr;
   const float* topk_weights = nullptr;
   // Router logits [M, E] (monolithic path only).

@@ -170,7 +170,8 @@ void PrepareFinalizeAllToAll::finalize(const DispatchedTokens& t, void* out,
   const int64_t H = shape_.hidden_size, k = shape_.top_k;
   const size_t ep = static_cast<size_t>(ep_size_);
   for (int64_t i = 0; i < s.received; ++i) {
-    std::copy_n(f32_ptr(t.expert_output) + static_cast<int64_t>(s.recv_slot[i]) * H, H, s.back + i * H);
+    std::copy_n(f32_ptr(t.expert_output) + static_cast<int64_t>(s.recv_slot[i]) * H, H,
+                s.back + i * H);
   }
   // Combine: the inverse exchange (what came from rank r goes back to rank r).
   exchange(ctx, s.back, {s.recv_elems, ep}, s.returned, {s.send_elems, ep}, DType::kF32);

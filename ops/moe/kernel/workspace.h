@@ -41,8 +41,8 @@ class Workspace {
   size_t bytes() const { return (used_ + kAlign - 1) / kAlign * kAlign; }
 
  private:
-  // cuBLASLt rejects a workspace pointer that is not 256-byte aligned (CUBLAS_STATUS_INVALID_VALUE),
-  // and the MoE carves cuBLAS workspaces from this block.
+  // cuBLASLt rejects a workspace pointer that is not 256-byte aligned
+  // (CUBLAS_STATUS_INVALID_VALUE), and the MoE carves cuBLAS workspaces from this block.
   static constexpr size_t kAlign = 256;
   char* base_;
   size_t capacity_;

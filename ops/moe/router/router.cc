@@ -40,9 +40,8 @@ Router::Router(RoutingConfig config, int64_t hidden_size, Tensor weight, Tensor 
   }
 }
 
-Router Router::on_cuda(RoutingConfig config, int64_t hidden_size, DType dtype,
-                       const Tensor& weight, const Tensor& router_bias,
-                       const Tensor& score_correction_bias) {
+Router Router::on_cuda(RoutingConfig config, int64_t hidden_size, DType dtype, const Tensor& weight,
+                       const Tensor& router_bias, const Tensor& score_correction_bias) {
 #ifdef MG_WITH_CUDA
   config.validate();
   // The CPU members stay empty: every call goes to the CUDA router.

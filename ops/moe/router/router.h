@@ -37,7 +37,8 @@ class Router {
   Router(RoutingConfig config, int64_t hidden_size, Tensor weight, Tensor router_bias,
          Tensor score_correction_bias);
   // The router on a CUDA device: weight [E, H] in `dtype` on that device (as the plan places
-  // it), router_bias and score_correction_bias [E] host F32 (uploaded as F32). Throws mg::Error when the routing does not fit the CUDA kernel.
+  // it), router_bias and score_correction_bias [E] host F32 (uploaded as F32). Throws mg::Error
+  // when the routing does not fit the CUDA kernel.
   static Router on_cuda(RoutingConfig config, int64_t hidden_size, DType dtype,
                         const Tensor& weight, const Tensor& router_bias,
                         const Tensor& score_correction_bias);

@@ -66,8 +66,9 @@ RouterCuda::RouterCuda(const RoutingConfig& config, int64_t hidden_size, DType d
       params_(route_params(config)),
       weight_(weight),
       router_bias_(config.has_router_bias ? upload_f32(router_bias, weight.device()) : Tensor()),
-      score_correction_bias_(config.has_score_correction_bias ? upload_f32(score_correction_bias, weight.device())
-                                                              : Tensor()),
+      score_correction_bias_(config.has_score_correction_bias
+                                 ? upload_f32(score_correction_bias, weight.device())
+                                 : Tensor()),
       gemm_(dtype, hidden_size, config.num_experts,
             router_bias_.defined() ? router_bias_.raw() : nullptr, weight.device().index,
             DType::kF32) {

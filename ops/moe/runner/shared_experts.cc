@@ -65,8 +65,8 @@ SharedExperts SharedExperts::on_cuda(const SharedExpertsConfig& config, int64_t 
   s.activation_ = config.activation;
   s.hidden_size_ = hidden_size;
   s.intermediate_size_ = config.intermediate_size;
-  s.cuda_ = std::make_unique<SharedExpertsCuda>(config, hidden_size, dtype, gate, up, down,
-                                                expert_gate);
+  s.cuda_ =
+      std::make_unique<SharedExpertsCuda>(config, hidden_size, dtype, gate, up, down, expert_gate);
   return s;
 #else
   MG_FAIL("shared experts on CUDA need a build with CUDA (MG_CUDA=ON)");

@@ -50,10 +50,10 @@ class SharedExperts {
 
   ActivationConfig activation_;
   int64_t hidden_size_;
-  int64_t intermediate_size_;  // this rank's slice
-  Tensor w13_;                 // [N1s, H]
-  Tensor w2_;                  // [H, Is]
-  Tensor expert_gate_;         // [H] or undefined
+  int64_t intermediate_size_;                // this rank's slice
+  Tensor w13_;                               // [N1s, H]
+  Tensor w2_;                                // [H, Is]
+  Tensor expert_gate_;                       // [H] or undefined
   std::unique_ptr<SharedExpertsCuda> cuda_;  // set by on_cuda()
 };
 

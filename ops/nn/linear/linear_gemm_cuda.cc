@@ -147,13 +147,13 @@ void GemmXwt::run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y,
     MG_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out_),
                                  static_cast<int>(tokens), static_cast<int>(in_), &alpha, w,
                                  data_type_, static_cast<int>(in_), x, data_type_,
-                                 static_cast<int>(in_), &beta, y, out_type_,
-                                 static_cast<int>(out_), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                 static_cast<int>(in_), &beta, y, out_type_, static_cast<int>(out_),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   if (bias_ != nullptr) {
-    dispatch_float_dtype(
-        out_dtype_,
-        [&](auto tag) { launch_add_bias<decltype(tag)>(y, bias_, tokens, out_, stream); });
+    dispatch_float_dtype(out_dtype_, [&](auto tag) {
+      launch_add_bias<decltype(tag)>(y, bias_, tokens, out_, stream);
+    });
   }
 }
 

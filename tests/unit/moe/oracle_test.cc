@@ -169,9 +169,8 @@ TEST(Oracle, ConvertsTransposedInterleavedBf16WeightsOncePerNode) {
       moe_test::to_bf16_tensor(testing::random_tensor({6, 5, 12}, 3, -0.5f, 0.5f)),
       moe_test::to_bf16_tensor(testing::random_tensor({6, 12}, 4))};
   for (const char* backend : {"cpu_eigen", "cpu_monolithic"}) {
-    MoEKernelBuild build =
-        build_moe_kernel(config, ParallelConfig(), Device::cpu(), DType::kF32, backend, raw,
-                         Tensor());
+    MoEKernelBuild build = build_moe_kernel(config, ParallelConfig(), Device::cpu(), DType::kF32,
+                                            backend, raw, Tensor());
     EXPECT_EQ(build.choice.backend->name(), backend);
     const int64_t M = 7;
     const std::vector<float> x = testing::random_floats(M * 12, 5);
