@@ -66,6 +66,30 @@ inline Tensor round_through(const Tensor& t, DType dtype) {
 
 #ifdef MG_WITH_CUDA
 
+// A raw device buffer for the kernel tests (cudaMalloc / cudaFree; at least 16 bytes).
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) {
+    MG_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 16)));
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  void upload(const void* host, size_t bytes) {
+    MG_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
+  }
+  void download(void* host, size_t bytes) const {
+    MG_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
 // A host tensor on the GPU: floats cast to `dtype`, anything else (I32 ids) as it is.
 inline Tensor upload(const Tensor& host, DType dtype, Stream* stream) {
   if (!host.defined()) return host;

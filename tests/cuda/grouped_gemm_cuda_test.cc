@@ -34,18 +34,7 @@ using cuda::GroupedGemmArgs;
 using cuda::MoEActKind;
 using cuda::MoEActParams;
 
-// A device allocation that frees itself.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) { MG_CUDA_CHECK(cudaMalloc(&ptr_, bytes == 0 ? 16 : bytes)); }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-};
+using testing::DeviceBuffer;
 
 // Host element conversions of the three dtypes (round to nearest even).
 float to_f32(float x) {
@@ -135,20 +124,20 @@ double run_case(const GemmCase& c, uint32_t seed, bool& untouched) {
   DeviceBuffer d_a(a.size() * sizeof(T)), d_b(b.size() * sizeof(T));
   DeviceBuffer d_bias(bias.size() * sizeof(T)), d_c(c_bytes);
   DeviceBuffer d_offsets(offsets.size() * sizeof(int32_t));
-  MG_CUDA_CHECK(cudaMemcpy(d_a.get(), a.data(), a.size() * sizeof(T), cudaMemcpyHostToDevice));
-  MG_CUDA_CHECK(cudaMemcpy(d_b.get(), b.data(), b.size() * sizeof(T), cudaMemcpyHostToDevice));
+  MG_CUDA_CHECK(cudaMemcpy(d_a.as<void>(), a.data(), a.size() * sizeof(T), cudaMemcpyHostToDevice));
+  MG_CUDA_CHECK(cudaMemcpy(d_b.as<void>(), b.data(), b.size() * sizeof(T), cudaMemcpyHostToDevice));
   MG_CUDA_CHECK(
-      cudaMemcpy(d_bias.get(), bias.data(), bias.size() * sizeof(T), cudaMemcpyHostToDevice));
-  MG_CUDA_CHECK(cudaMemcpy(d_offsets.get(), offsets.data(), offsets.size() * sizeof(int32_t),
+      cudaMemcpy(d_bias.as<void>(), bias.data(), bias.size() * sizeof(T), cudaMemcpyHostToDevice));
+  MG_CUDA_CHECK(cudaMemcpy(d_offsets.as<void>(), offsets.data(), offsets.size() * sizeof(int32_t),
                            cudaMemcpyHostToDevice));
-  MG_CUDA_CHECK(cudaMemset(d_c.get(), 0xff, c_bytes));
+  MG_CUDA_CHECK(cudaMemset(d_c.as<void>(), 0xff, c_bytes));
 
   GroupedGemmArgs args;
-  args.a = d_a.get();
-  args.b = d_b.get();
-  args.bias = c.bias ? d_bias.get() : nullptr;
-  args.c = d_c.get();
-  args.expert_offsets = static_cast<const int32_t*>(d_offsets.get());
+  args.a = d_a.as<void>();
+  args.b = d_b.as<void>();
+  args.bias = c.bias ? d_bias.as<void>() : nullptr;
+  args.c = d_c.as<void>();
+  args.expert_offsets = static_cast<const int32_t*>(d_offsets.as<void>());
   args.num_experts = num_experts;
   args.max_rows = max_rows;
   args.n = c.n;
@@ -159,7 +148,7 @@ double run_case(const GemmCase& c, uint32_t seed, bool& untouched) {
   MG_CUDA_CHECK(cudaDeviceSynchronize());
 
   std::vector<T> out(max_rows * c.n);
-  MG_CUDA_CHECK(cudaMemcpy(out.data(), d_c.get(), c_bytes, cudaMemcpyDeviceToHost));
+  MG_CUDA_CHECK(cudaMemcpy(out.data(), d_c.as<void>(), c_bytes, cudaMemcpyDeviceToHost));
   std::vector<unsigned char> out_bytes(c_bytes);
   std::memcpy(out_bytes.data(), out.data(), c_bytes);
 

@@ -24,28 +24,7 @@ namespace {
 
 #ifdef MG_WITH_CUDA
 
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) {
-    MG_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 16)));
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  void upload(const void* host, size_t bytes) {
-    MG_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
-  }
-  void download(void* host, size_t bytes) const {
-    MG_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
+using testing::DeviceBuffer;
 
 template <typename T>
 T to_elem(float v) {

@@ -19,12 +19,15 @@
 #include "tests/cuda/cuda_test_util.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/cuda/moe_routing_cuda.h"
+#include "ops/moe/router/router_cuda.h"
 #endif
 
 namespace mg {
 namespace {
 
 #ifdef MG_WITH_CUDA
+
+using testing::DeviceBuffer;
 
 enum class Elem { kF32, kF16, kBF16 };
 
@@ -81,45 +84,6 @@ std::vector<float> normal_values(int64_t n, uint32_t seed, Elem e, float stddev 
     } while (x == 0.0f);
   }
   return v;
-}
-
-// A device buffer for the test (cudaMalloc / cudaFree).
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) {
-    MG_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 16)));
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  void upload(const void* host, size_t bytes) {
-    MG_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
-  }
-  void download(void* host, size_t bytes) const {
-    MG_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
-
-cuda::RouteParams route_params(const RoutingConfig& c) {
-  cuda::RouteParams p;
-  p.method = static_cast<cuda::RouteMethod>(c.method);
-  p.score_function = static_cast<cuda::RouteScore>(c.score_function);
-  p.num_experts = static_cast<int32_t>(c.num_experts);
-  p.top_k = static_cast<int32_t>(c.top_k);
-  p.num_groups = static_cast<int32_t>(c.num_groups);
-  p.groups_kept = static_cast<int32_t>(c.groups_kept);
-  p.group_score = static_cast<cuda::RouteGroupScore>(c.group_score);
-  p.renormalize = c.renormalize;
-  p.has_score_correction_bias = c.has_score_correction_bias;
-  p.routed_scaling_factor = c.routed_scaling_factor;
-  return p;
 }
 
 // Every valid configuration (RoutingConfig::validate) for E experts and top-k.
