@@ -229,5 +229,29 @@ TEST_F(CliBadInput, BadFlags) {
                      {"unknown model family 'gpt5'"});
 }
 
+// `bench plot` draws the measured H100 results (docs/bench_moe_h100.json) as a PNG; broken
+// results are an error naming what is missing. (bench moe itself needs a GPU: tests/cuda.)
+TEST(Cli, BenchPlotDrawsThePngOfBenchResults) {
+  const auto dir = testing::temp_dir("bench-plot");
+  const std::string png = (dir / "bench.png").string();
+  const CommandResult ok = run_moegraph(
+      {"bench", "plot", std::string(MG_SOURCE_DIR) + "/docs/bench_moe_h100.json", "--png", png});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("plot written to"));
+  std::ifstream f(png, std::ios::binary);
+  char head[8] = {};
+  f.read(head, 8);
+  EXPECT_EQ(std::string(head + 1, 3), "PNG");
+
+  const std::string bad = (dir / "bad.json").string();
+  std::ofstream(bad) << R"({"points": [{"shape": "x", "tokens": 1}]})";
+  const CommandResult err = run_moegraph({"bench", "plot", bad, "--png", png});
+  EXPECT_EQ(err.exit_code, 2);
+  EXPECT_THAT(err.err, HasSubstr("a point lacks shape, backend, tokens or pct_of_floor"));
+  const CommandResult missing = run_moegraph({"bench", "plot", "/nonexistent.json", "--png", png});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("/nonexistent.json"));
+}
+
 }  // namespace
 }  // namespace mg

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
+#include "framework/io/json.h"
 #include "framework/runtime/session.h"
+#include "tools/moegraph/bench_plot.h"
 #include "tools/moegraph/commands.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/bench/moe_bench_cuda.h"
@@ -29,6 +31,7 @@ struct BenchMoeArgs {
   double target_ms = 200;
   bool no_check = false;
   std::string json;
+  std::string png;
 };
 
 #ifdef MG_WITH_CUDA
@@ -100,7 +103,7 @@ int bench_moe(const BenchMoeArgs& a) {
         p.check_error < 0 ? std::string("-") : fmt::format("{:.1e}", p.check_error));
     std::cout.flush();
   });
-  if (!a.json.empty()) {
+  if (!a.json.empty() || !a.png.empty()) {
     nlohmann::json j;
     j["ceilings"] = {{"copy_bytes_per_s", ceil.copy_bytes_per_s},
                      {"bf16_flops_per_s", ceil.bf16_flops_per_s}};
@@ -122,9 +125,15 @@ int bench_moe(const BenchMoeArgs& a) {
                              {"tflop_per_s", p.tflop_per_s()},
                              {"check_error", p.check_error}});
     }
-    std::ofstream(a.json) << j.dump(1) << "\n";
-    MG_CHECK(std::ifstream(a.json).good(), "--json: could not write {}", a.json);
-    std::cout << "results written to " << a.json << "\n";
+    if (!a.json.empty()) {
+      std::ofstream(a.json) << j.dump(1) << "\n";
+      MG_CHECK(std::ifstream(a.json).good(), "--json: could not write {}", a.json);
+      std::cout << "results written to " << a.json << "\n";
+    }
+    if (!a.png.empty()) {
+      plot_moe_bench(j, a.png);
+      std::cout << "plot written to " << a.png << "\n";
+    }
   }
   return 0;
 }
@@ -136,6 +145,17 @@ int bench_moe(const BenchMoeArgs&) {
 }
 
 #endif  // MG_WITH_CUDA
+
+struct BenchPlotArgs {
+  std::string json;
+  std::string png;
+};
+
+int bench_plot(const BenchPlotArgs& a) {
+  plot_moe_bench(load_json_file(a.json), a.png);
+  std::cout << "plot written to " << a.png << "\n";
+  return 0;
+}
 
 struct BenchE2eArgs {
   std::string model;
@@ -215,6 +235,12 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   m->add_flag("--no-check", moe->no_check, "Skip comparing the backends' outputs");
   m->add_option("--json", moe->json, "Write the results as JSON here");
+  m->add_option("--png", moe->png, "Draw % of the floor vs tokens per shape and backend here");
+
+  auto plot = std::make_shared<BenchPlotArgs>();
+  CLI::App* p = cmd->add_subcommand("plot", "Draw the PNG of a `bench moe --json` file");
+  p->add_option("json", plot->json, "Results of bench moe --json")->required();
+  p->add_option("--png", plot->png, "Output PNG")->required();
 
   auto e2e = std::make_shared<BenchE2eArgs>();
   CLI::App* e = cmd->add_subcommand("e2e", "Prefill and decode tokens/s of a model");
@@ -228,8 +254,9 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   e->add_flag("--cuda-graph", e2e->cuda_graph, "Replay the decode step as a CUDA graph");
 
-  return [m, e, moe, e2e] {
+  return [m, e, p, moe, e2e, plot] {
     if (m->parsed()) return bench_moe(*moe);
+    if (p->parsed()) return bench_plot(*plot);
     if (e->parsed()) return bench_e2e(*e2e);
     return 2;
   };
