@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "framework/device/allocator.h"
 #include "ops/moe/oracle/unquantized.h"
 #include "ops/moe/reference/moe_reference.h"
 #include "tests/unit/moe/moe_node_util.h"
@@ -96,9 +97,18 @@ TEST(Oracle, NothingFitsListsEveryBackendWithItsReason) {
           << msg;
     }
   }
-  // No CUDA backend exists yet.
-  const std::vector<const ExpertsBackend*> none = unquantized_priority(Device::cuda(0));
+  // An empty priority list (CUDA in a build without CUDA) says so.
+  const std::vector<const ExpertsBackend*> none;
   EXPECT_MG_ERROR(select_backend(none, q.get()), "no backend is built for this device");
+  const std::vector<const ExpertsBackend*> cuda = unquantized_priority(Device::cuda(0));
+  if (built_with_cuda()) {
+    ASSERT_EQ(cuda.size(), 3u);
+    EXPECT_EQ(cuda[0]->name(), "cuda_fused");
+    EXPECT_EQ(cuda[1]->name(), "cuda_grouped");
+    EXPECT_EQ(cuda[2]->name(), "cuda_cublas");
+  } else {
+    EXPECT_TRUE(cuda.empty());
+  }
 }
 
 // A backend whose checks fail on demand, to pin down the order and first-fit.
