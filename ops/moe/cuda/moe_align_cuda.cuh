@@ -57,6 +57,26 @@ __global__ void moe_gather_kernel(const Pack<T, kN>* __restrict__ x, int64_t num
   }
 }
 
+// Threads j < top_k stage token t's pair j for the combine kernels: its expert-output row, the
+// bias of its expert and its weight (null row and bias for a pair whose expert is not local).
+template <typename T, int kN>
+__device__ __forceinline__ void stage_token_pairs(
+    int64_t t, int top_k, int64_t packs, const Pack<T, kN>* __restrict__ y_perm,
+    const int32_t* __restrict__ pair_to_row, const int32_t* __restrict__ topk_ids,
+    const float* __restrict__ topk_weights, const int32_t* __restrict__ expert_map,
+    const Pack<T, kN>* __restrict__ w2_bias, const Pack<T, kN>** rows, const Pack<T, kN>** biases,
+    float* row_weights) {
+  if (threadIdx.x >= top_k) return;
+  const int64_t pair = t * top_k + threadIdx.x;
+  const int row = __ldg(pair_to_row + pair);
+  rows[threadIdx.x] = row >= 0 ? y_perm + static_cast<int64_t>(row) * packs : nullptr;
+  biases[threadIdx.x] =
+      row >= 0 && w2_bias != nullptr
+          ? w2_bias + static_cast<int64_t>(__ldg(expert_map + __ldg(topk_ids + pair))) * packs
+          : nullptr;
+  row_weights[threadIdx.x] = __ldg(topk_weights + pair);
+}
+
 // out[t] = sum_j w[t,j] * (y_perm[row(t,j)] + b2[local(t,j)]), fp32, j in order. One block per
 // (token, blockDim.x packs), so that a decode token spreads over several SMs; one pack per
 // thread. The token's k rows, weights and biases are staged in shared memory, and the rows are
@@ -78,16 +98,8 @@ __global__ void moe_combine_kernel(const Pack<T, kN>* __restrict__ y_perm,
     const int64_t t = item / chunks;
     const int64_t i = (item % chunks) * blockDim.x + threadIdx.x;
     __syncthreads();  // the previous item is done with the shared arrays
-    if (threadIdx.x < top_k) {
-      const int64_t pair = t * top_k + threadIdx.x;
-      const int row = __ldg(pair_to_row + pair);
-      rows[threadIdx.x] = row >= 0 ? y_perm + static_cast<int64_t>(row) * packs : nullptr;
-      biases[threadIdx.x] =
-          row >= 0 && w2_bias != nullptr
-              ? w2_bias + static_cast<int64_t>(__ldg(expert_map + __ldg(topk_ids + pair))) * packs
-              : nullptr;
-      row_weights[threadIdx.x] = __ldg(topk_weights + pair);
-    }
+    stage_token_pairs(t, top_k, packs, y_perm, pair_to_row, topk_ids, topk_weights, expert_map,
+                      w2_bias, rows, biases, row_weights);
     __syncthreads();
     if (i >= packs) continue;
     float acc[kN];
@@ -137,16 +149,8 @@ __global__ void moe_combine_token_kernel(
   __shared__ float row_weights[kMaxCombineTopK];
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     __syncthreads();  // the previous token is done with the shared arrays
-    if (threadIdx.x < top_k) {
-      const int64_t pair = t * top_k + threadIdx.x;
-      const int row = __ldg(pair_to_row + pair);
-      rows[threadIdx.x] = row >= 0 ? y_perm + static_cast<int64_t>(row) * packs : nullptr;
-      biases[threadIdx.x] =
-          row >= 0 && w2_bias != nullptr
-              ? w2_bias + static_cast<int64_t>(__ldg(expert_map + __ldg(topk_ids + pair))) * packs
-              : nullptr;
-      row_weights[threadIdx.x] = __ldg(topk_weights + pair);
-    }
+    stage_token_pairs(t, top_k, packs, y_perm, pair_to_row, topk_ids, topk_weights, expert_map,
+                      w2_bias, rows, biases, row_weights);
     __syncthreads();
     for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
       float acc[kN];
