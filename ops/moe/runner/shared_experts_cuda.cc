@@ -7,14 +7,11 @@
 #include "framework/device/cuda/cuda_device.h"
 #include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/moe/cuda/moe_elementwise_cuda.h"
+#include "ops/moe/experts/cuda_expert_common.h"
 
 namespace mg {
 
 namespace {
-
-cuda::MoEActParams act_params(const ActivationConfig& a) {
-  return {static_cast<cuda::MoEActKind>(a.kind), a.swiglu_alpha, a.swiglu_limit};
-}
 
 // [gate; up] rows as one device tensor, so one GEMM gives each row as [gate | up].
 Tensor concat_rows(const Tensor& gate, const Tensor& up, bool gated) {
@@ -78,7 +75,7 @@ void SharedExpertsCuda::forward(const void* x, int64_t M, void* out, Workspace& 
   gemm13_.run(x, M, w13_.raw(), sc.h, 1.0f, sc.blas, blas_bytes, s);
   cuda::dispatch_float_dtype(dtype_, [&](auto t) {
     using T = decltype(t);
-    cuda::launch_moe_activation<T>(sc.h, M, Is, act_params(config_.activation), sc.a, s);
+    cuda::launch_moe_activation<T>(sc.h, M, Is, cuda_act_params(config_.activation), sc.a, s);
   });
   gemm2_.run(sc.a, M, w2_.raw(), out, 1.0f, sc.blas, blas_bytes, s);
   if (!gemm_gate_) return;
