@@ -30,5 +30,13 @@ std::unique_ptr<OpKernel> make_gated_mlp_cuda_kernel(const KernelContext& ctx,
                                                      proto::Activation activation,
                                                      int64_t intermediate);
 std::unique_ptr<OpKernel> make_add_cuda_kernel(const KernelContext& ctx, float scale);
+// b_heads: 1 (one b head shared by every head) or num_heads, from the width of b.
+std::unique_ptr<OpKernel> make_concat_heads_cuda_kernel(const KernelContext& ctx,
+                                                        const proto::ConcatHeadsParams& params,
+                                                        int64_t b_heads);
+// An unset bound is passed as an infinity of its sign.
+std::unique_ptr<OpKernel> make_clamp_cuda_kernel(const KernelContext& ctx, float min, float max);
+std::unique_ptr<OpKernel> make_attn_temperature_cuda_kernel(const KernelContext& ctx,
+                                                            float attn_scale, float floor_scale);
 
 }  // namespace mg

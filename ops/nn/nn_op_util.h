@@ -43,8 +43,9 @@ inline void expect_finite(double value, std::string_view op, std::string_view na
   MG_CHECK(std::isfinite(value), "{}: {} must be finite, got {}", op, name, value);
 }
 
-// The dense ops have CPU kernels only, which read F32 activations (weights are converted to F32
-// by the place-weights pass).
+// The CPU kernel of a dense op (each op picks its CUDA kernel before calling this): the device
+// must be the CPU, whose kernels read F32 activations (weights are converted to F32 by the
+// place-weights pass).
 inline void expect_cpu_kernel(const KernelContext& ctx, std::string_view op,
                               std::span<const size_t> float_activations) {
   MG_CHECK(ctx.options.device.is_cpu(), "op {} has no kernel for {}", op, ctx.options.device.str());

@@ -1,10 +1,12 @@
 // The CUDA kernels of embedding, rms_norm, linear, rope, add and gated_mlp against their CPU
 // references, over the shapes of the CPU op tests, in BF16, F16 and F32. Inputs are random (never
 // zero) and rounded through the dtype first, so the reference sees exactly what the kernel sees
-// and the error left is the kernel's arithmetic and its output rounding.
+// and the error left is the kernel's arithmetic and its output rounding. The ops that only
+// imported checkpoints use are in importer_ops_cuda_test.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 #include "ops/nn/add/add.h"
@@ -14,8 +16,8 @@
 #include "ops/nn/rms_norm/rms_norm.h"
 #include "ops/nn/rope/rope.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/testing/op_harness.h"
 #include "tests/unit/ops/nn_test_util.h"
-
 namespace mg {
 namespace {
 

@@ -6,7 +6,9 @@
 
 namespace mg {
 
-// The multiplier of a row at `position` (fp64; the kernel rounds it to fp32 as HF does).
+// The multiplier of a row at `position` (fp64; the kernel rounds it to fp32 as HF does). The CUDA
+// kernel evaluates the same operations in the same order on the device
+// (attn_temperature_cuda.cuh): keep the two in step.
 double attn_temperature_factor(int64_t position, double attn_scale, double floor_scale);
 
 // Reference: fp64 loops. x, out [tokens, dim]; positions [tokens].

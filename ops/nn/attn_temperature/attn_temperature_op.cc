@@ -1,6 +1,8 @@
 // op "attn_temperature": inputs (x [T, D], positions [T] I32) -> out [T, D],
 // out[t] = x[t] * (1 + attn_scale * log1p(floor((positions[t] + 1) / floor_scale))).
-// HF computes the multiplier in fp32 and multiplies the queries by it; so does this kernel.
+// HF computes the multiplier with fp32 tensor ops; here it is computed in fp64 and rounded to
+// fp32 (attn_temperature_factor: within an ulp of HF's), then the queries are multiplied by it in
+// fp32. The CUDA kernel computes the same factor bit for bit.
 #include <algorithm>
 #include <cmath>
 
@@ -8,6 +10,9 @@
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -77,8 +82,13 @@ class AttnTemperatureOp final : public OpDef {
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0};
-    expect_cpu_kernel(ctx, "attn_temperature", kFloatActivations);
     const proto::AttnTemperatureParams& p = ctx.node.attn_temperature();
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) {
+      return make_attn_temperature_cuda_kernel(ctx, p.attn_scale(), p.floor_scale());
+    }
+#endif
+    expect_cpu_kernel(ctx, "attn_temperature", kFloatActivations);
     return std::make_unique<AttnTemperatureCpuKernel>(p.attn_scale(), p.floor_scale());
   }
 

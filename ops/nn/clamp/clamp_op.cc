@@ -5,6 +5,9 @@
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -62,11 +65,15 @@ class ClampOp final : public OpDef {
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0};
-    expect_cpu_kernel(ctx, "clamp", kFloatActivations);
     const proto::ClampParams& p = ctx.node.clamp();
     constexpr float kInf = std::numeric_limits<float>::infinity();
-    return std::make_unique<ClampCpuKernel>(p.has_min() ? p.min() : -kInf,
-                                            p.has_max() ? p.max() : kInf);
+    const float min = p.has_min() ? p.min() : -kInf;
+    const float max = p.has_max() ? p.max() : kInf;
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) return make_clamp_cuda_kernel(ctx, min, max);
+#endif
+    expect_cpu_kernel(ctx, "clamp", kFloatActivations);
+    return std::make_unique<ClampCpuKernel>(min, max);
   }
 
  private:

@@ -6,6 +6,9 @@
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
+#endif
 
 namespace mg {
 
@@ -84,16 +87,23 @@ class ConcatHeadsOp final : public OpDef {
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0, 1};
-    expect_cpu_kernel(ctx, "concat_heads", kFloatActivations);
     const proto::ConcatHeadsParams& p = ctx.node.concat_heads();
-    MG_ASSERT(ctx.input_types.size() > 1 && ctx.input_types[1].has_value(),
-              "concat_heads: kernel built without the type of b");
-    const int64_t b_heads = ctx.input_types[1]->shape[1] / p.b_head_dim();
-    return std::make_unique<ConcatHeadsCpuKernel>(p.num_heads(), p.a_head_dim(), b_heads,
+#ifdef MG_WITH_CUDA
+    if (ctx.options.device.is_cuda()) return make_concat_heads_cuda_kernel(ctx, p, b_heads(ctx));
+#endif
+    expect_cpu_kernel(ctx, "concat_heads", kFloatActivations);
+    return std::make_unique<ConcatHeadsCpuKernel>(p.num_heads(), p.a_head_dim(), b_heads(ctx),
                                                   p.b_head_dim());
   }
 
  private:
+  // m: the number of heads of b (1 or num_heads), from its width.
+  static int64_t b_heads(const KernelContext& ctx) {
+    MG_ASSERT(ctx.input_types.size() > 1 && ctx.input_types[1].has_value(),
+              "concat_heads: kernel built without the type of b");
+    return ctx.input_types[1]->shape[1] / ctx.node.concat_heads().b_head_dim();
+  }
+
   static constexpr InputSpec kInputs[] = {{"a"}, {"b"}};
 };
 
