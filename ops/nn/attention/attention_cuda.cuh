@@ -6,8 +6,12 @@
 // softmax update of its running max m, denominator l and output accumulator (lanes split v's dim,
 // kChunks elements per lane kept in registers). At the end the warps merge (m, l, acc) through
 // shared memory; a sink adds exp(sink - M) to the denominator and nothing to the output.
-// A straightforward first version: K/V rows are re-read by every head of a KV group (the L2
-// catches most of it) and a decode step runs only `heads` blocks.
+// A warp's keys are a chain of dependent loads and reductions, so its time grows with the keys it
+// owns: when the launch has few blocks (decode: one per head) the blocks take kDecodeWarps warps
+// (a 512-key context is 16 keys per warp instead of 128; on the H100 a Qwen3-shaped layer's
+// decode attention went from 174 µs to the figure in docs/performance.md), otherwise
+// kAttentionWarps (many blocks already fill the GPU). K/V rows are still re-read by every head
+// of a KV group (the L2 catches most of it).
 #pragma once
 
 #include <cmath>
@@ -19,6 +23,9 @@
 namespace mg::cuda {
 
 constexpr int kAttentionWarps = 4;
+constexpr int kDecodeWarps = 32;
+// Below this many (head, query) blocks a launch takes kDecodeWarps warps per block.
+constexpr int64_t kWideBlocksBelow = 1024;
 
 template <typename T>
 __global__ void kv_cache_write_kernel(const T* k, const T* v, const int32_t* positions, T* k_cache,
@@ -44,13 +51,13 @@ void launch_kv_cache_write(const AttentionDims& dims, const KvCacheWriteArgs& a,
   MG_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int kChunks>
-__global__ void __launch_bounds__(kAttentionWarps * 32)
+template <typename T, int kChunks, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
     attention_kernel(AttentionDims dims, const T* q, const int32_t* positions, const T* k_cache,
                      const T* v_cache, const T* sinks, T* out, int64_t max_seq_len) {
-  __shared__ float warp_max_s[kAttentionWarps];
-  __shared__ float warp_denom_s[kAttentionWarps];
-  __shared__ float warp_acc_s[kAttentionWarps][kChunks * 32];
+  __shared__ float warp_max_s[kWarps];
+  __shared__ float warp_denom_s[kWarps];
+  __shared__ float warp_acc_s[kWarps][kChunks * 32];
 
   const int64_t h = blockIdx.x;
   const int64_t t = blockIdx.y;
@@ -91,7 +98,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   const int64_t v_stride = dims.kv_heads * dv;
   const T* k_head = k_cache + g * d;
   const T* v_head = v_cache + g * dv;
-  for (int64_t j = first + warp; j <= p; j += kAttentionWarps) {
+  for (int64_t j = first + warp; j <= p; j += kWarps) {
     const T* k_j = k_head + j * k_stride;
     float s = 0.0f;
 #pragma unroll
@@ -125,33 +132,42 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   // Key p is always visible, so at least one warp has a finite max and M is finite.
   const float sink = sinks != nullptr ? to_float(sinks[h]) : kNegInf;
   float row_max = sink;
-#pragma unroll
-  for (int w = 0; w < kAttentionWarps; ++w) row_max = fmaxf(row_max, warp_max_s[w]);
+  for (int w = 0; w < kWarps; ++w) row_max = fmaxf(row_max, warp_max_s[w]);
   float denom = sinks != nullptr ? expf(sink - row_max) : 0.0f;
-  float warp_scale[kAttentionWarps];
-#pragma unroll
-  for (int w = 0; w < kAttentionWarps; ++w) {
-    warp_scale[w] = warp_max_s[w] == kNegInf ? 0.0f : expf(warp_max_s[w] - row_max);
-    denom += warp_denom_s[w] * warp_scale[w];
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp_max_s[w] != kNegInf) denom += warp_denom_s[w] * expf(warp_max_s[w] - row_max);
   }
   const float inv_denom = 1.0f / denom;
   for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) {
     float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kAttentionWarps; ++w) v += warp_acc_s[w][i] * warp_scale[w];
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp_max_s[w] != kNegInf) v += warp_acc_s[w][i] * expf(warp_max_s[w] - row_max);
+    }
     o[i] = from_float<T>(v * inv_denom);
   }
+}
+
+template <typename T, int kChunks, int kWarps>
+void launch_attention_warps(const AttentionDims& dims, const AttentionArgs& a,
+                            cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(dims.heads), static_cast<unsigned>(a.tokens));
+  attention_kernel<T, kChunks, kWarps><<<grid, kWarps * 32, 0, stream>>>(
+      dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
+      static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks), static_cast<T*>(a.out),
+      a.max_seq_len);
+  MG_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int kChunks>
 void launch_attention_chunks(const AttentionDims& dims, const AttentionArgs& a,
                              cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(dims.heads), static_cast<unsigned>(a.tokens));
-  attention_kernel<T, kChunks><<<grid, kAttentionWarps * 32, 0, stream>>>(
-      dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
-      static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks), static_cast<T*>(a.out),
-      a.max_seq_len);
-  MG_CUDA_CHECK_LAUNCH();
+  // 32 warps of kChunks = 16 would need 64 KB of shared accumulators: wide blocks stop at 256.
+  if constexpr (kChunks <= 8) {
+    if (dims.heads * a.tokens < kWideBlocksBelow) {
+      return launch_attention_warps<T, kChunks, kDecodeWarps>(dims, a, stream);
+    }
+  }
+  launch_attention_warps<T, kChunks, kAttentionWarps>(dims, a, stream);
 }
 
 template <typename T>
