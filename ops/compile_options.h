@@ -27,7 +27,18 @@ struct CompileOptions {
   // Element type of every float activation and of every compute-placed weight; unset picks the
   // device's default. See activation_dtype_of().
   std::optional<DType> activation_dtype;
+  // Benchmarks of models too large to write to disk: set, the graph's weight files are not read
+  // and every weight is filled with deterministic random values from this seed instead
+  // (framework/device/random_fill.h): matrices uniform in ±1/sqrt(last dim), vectors (norm
+  // scales, biases) in 1 ± 0.05. Weights of at least kDeviceRandomWeightElements elements are
+  // made on the compile device, in their declared dtype; smaller ones on the host.
+  std::optional<uint64_t> random_weights;
 };
+
+// Random weights this large are generated where they are used (a 30B-parameter model would take
+// minutes to generate on the host); smaller ones stay on the host, where some consumers (the MoE
+// router's biases) read them at compile time.
+inline constexpr int64_t kDeviceRandomWeightElements = int64_t{1} << 20;
 
 // The activation (compute) dtype the options select: F32 on the CPU (the only one its kernels
 // run), BF16 on CUDA unless F16 or F32 is asked for. Throws mg::Error for a dtype the device

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One full run on the GPU machine, sized for one 10-minute `run` call: build, the CUDA tests,
 # compute-sanitizer memcheck and racecheck on them (MG_GPU_CHECK_TESTS=0: skip all that;
-# MG_GPU_CHECK_CPU=1: the CPU suites too;
-# MG_GPU_CHECK_BENCH=1: then `moegraph bench moe` over the four reference shapes, JSON in $OUT,
+# MG_GPU_CHECK_SANITIZE=0: skip only the sanitizers; MG_GPU_CHECK_CPU=1: the CPU suites too;
+# MG_GPU_CHECK_BENCH=1: then `moegraph bench moe` over the four reference shapes, JSON in $OUT
+# (MG_GPU_CHECK_BENCH_MOE=0 skips it),
 # and `bench e2e` on the bundled MoE model and a Qwen3-30B-A3B-shaped model of
-# MG_GPU_CHECK_QWEN3_LAYERS layers, default 4, with and without --cuda-graph).
+# MG_GPU_CHECK_QWEN3_LAYERS layers, default 48 (the whole model: a graph-only make-model run with
+# --random-weights, weights made on the GPU), with and without --cuda-graph, then its profile).
 # Logs go to ${OUT:-gpu-results}; a short summary is printed last.
 # Usage (from the repo root on the GPU machine): tools/gpu_check.sh [ctest -R filter]
 # Environment: MG_CUDA_ARCHS (default 90a-real: the H100/H200 only, to build fast),
@@ -58,7 +60,7 @@ if [ "${MG_GPU_CHECK_TESTS:-1}" = 1 ]; then
     echo "ctest -L unit|e2e rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest-cpu.log")) ($(stamp))" | tee -a "$out/summary.txt"
   fi
 
-  if command -v compute-sanitizer > /dev/null; then
+  if [ "${MG_GPU_CHECK_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
     export MG_TEST_DTYPES="${MG_SANITIZE_DTYPES:-bf16}"
     # memcheck: every test (ops, attention, whole models through Session) but the 2000-token
     # context, far too slow when every access is checked. racecheck: the tests of the kernels that
@@ -86,24 +88,32 @@ fi
 
 if [ "${MG_GPU_CHECK_BENCH:-0}" = 1 ]; then
   unset MG_TEST_DTYPES
-  timeout 240 "$build/moegraph" bench moe --json "$out/bench_moe.json" > "$out/bench_moe.txt" 2>&1
-  echo "bench moe rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+  if [ "${MG_GPU_CHECK_BENCH_MOE:-1}" = 1 ]; then
+    timeout 240 "$build/moegraph" bench moe --json "$out/bench_moe.json" > "$out/bench_moe.txt" 2>&1
+    echo "bench moe rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+  fi
   for flags in "" "--cuda-graph"; do
     # shellcheck disable=SC2086
     "$build/moegraph" bench e2e models/tiny-moe --prompt-tokens 256 --decode-tokens 64 $flags 2>&1 |
       sed "s/^/[bench e2e tiny-moe $flags] /" | tee -a "$out/summary.txt"
   done
   qwen3="$build/qwen3-30b-a3b-shaped"
-  layers="${MG_GPU_CHECK_QWEN3_LAYERS:-4}"
+  layers="${MG_GPU_CHECK_QWEN3_LAYERS:-48}"
   timeout 120 "$build/moegraph" make-model --family qwen3_moe --out "$qwen3" --layers "$layers" \
     --hidden 2048 --heads 32 --kv-heads 4 --head-dim 128 --experts 128 --topk 8 --moe-inter 768 \
-    --vocab 151936 --max-seq-len 2048 > "$out/make_qwen3.txt" 2>&1
-  echo "make-model qwen3-30b-a3b-shaped ($layers layers) rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+    --vocab 151936 --max-seq-len 2048 --graph-only > "$out/make_qwen3.txt" 2>&1
+  echo "make-model qwen3-30b-a3b-shaped ($layers layers, graph only) rc=$? ($(stamp))" | tee -a "$out/summary.txt"
   for flags in "" "--cuda-graph"; do
     # shellcheck disable=SC2086
-    "$build/moegraph" bench e2e "$qwen3" --prompt-tokens 512 --decode-tokens 128 $flags 2>&1 |
+    timeout 200 "$build/moegraph" bench e2e "$qwen3" --random-weights 1 --prompt-tokens 512 \
+      --decode-tokens 128 $flags 2>&1 |
       sed "s/^/[bench e2e qwen3-shaped $flags] /" | tee -a "$out/summary.txt"
   done
+  # Where a decode step's time goes: device time per op (events), and the wall time around it.
+  timeout 200 "$build/moegraph" run "$qwen3" --device cuda --random-weights 1 --profile \
+    --prompt-ids "$(seq -s, 1 512)" --max-new-tokens 64 > "$out/profile_qwen3.txt" 2>&1
+  echo "profile qwen3-shaped rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+  sed -n '/^decode: .*one-token/,$p' "$out/profile_qwen3.txt" | tee -a "$out/summary.txt"
 fi
 echo "----"
 cat "$out/summary.txt"

@@ -4,6 +4,7 @@
 
 #include "framework/compile/pass.h"
 #include "framework/core/logging.h"
+#include "framework/device/allocator.h"
 #include "framework/io/graph_loader.h"
 
 namespace mg {
@@ -12,6 +13,8 @@ std::unique_ptr<ExecutionPlan> compile_model(proto::Model model,
                                              const std::filesystem::path& source_file,
                                              const CompileOptions& options) {
   MG_CHECK(options.max_tokens > 0, "max_tokens must be positive, got {}", options.max_tokens);
+  check_device_exists(options.device);
+  const DeviceScope on_device(options.device);  // weight uploads and conversions run on it
   CompileState state{Graph(std::move(model), source_file), options,
                      std::make_unique<WeightStore>(source_file), nullptr};
   std::vector<std::unique_ptr<Pass>> passes;

@@ -2,11 +2,16 @@
 // safetensors file (zero-copy mmap), then, for consumers that want compute placement, converted
 // to the activation dtype (F32 on the CPU, BF16/F16/F32 on CUDA: activation_dtype_of) and moved
 // to the compile device once. Raw consumers (MoE experts) get the loaded tensor and convert it
-// themselves in the next pass.
+// themselves in the next pass. With CompileOptions::random_weights the values are generated
+// instead of loaded (large ones directly on the compile device).
+#include <cmath>
+
 #include "framework/compile/pass.h"
 #include "framework/core/logging.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
+#include "framework/device/random_fill.h"
+#include "framework/io/proto_dtype.h"
 
 namespace mg {
 
@@ -29,6 +34,42 @@ Tensor to_device(const Tensor& host, Device device) {
   Tensor out = empty_tensor(device, host.dtype(), host.shape());
   copy_tensor(out, host);
   return out;
+}
+
+// `raw` (host, or already on `device` for large random weights) as `dtype` on `device`.
+Tensor place_for_compute(const Tensor& raw, DType dtype, Device device) {
+  if (raw.device().is_cpu()) return to_device(cast_cpu(raw, dtype), device);
+  if (raw.dtype() == dtype) return raw;
+  Tensor out = empty_tensor(device, dtype, raw.shape());
+  convert_tensor(out, raw, nullptr);
+  return out;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// The weight `info` declares, filled from `seed` and its name (see CompileOptions::random_weights).
+Tensor random_weight(const proto::TensorInfo& info, const Graph& graph, Device device,
+                     uint64_t seed) {
+  const DType dtype =
+      from_proto(info.dtype(), fmt::format("{}: tensor '{}'", graph.file_label(), info.name()));
+  MG_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16,
+           "{}: random weights: tensor '{}' is {}; only F32, F16 and BF16 weights can be generated",
+           graph.file_label(), info.name(), dtype_name(dtype));
+  const Shape shape(info.shape().begin(), info.shape().end());
+  const int64_t numel = shape_numel(shape);
+  const Device where = numel >= kDeviceRandomWeightElements ? device : Device::cpu();
+  Tensor t = empty_tensor(where, dtype, shape);
+  const bool matrix = shape.size() >= 2;
+  const float scale = matrix ? 1.0f / std::sqrt(static_cast<float>(shape.back())) : 0.05f;
+  fill_uniform(t, mix64(seed ^ fnv1a(info.name())), matrix ? 0.0f : 1.0f, scale, nullptr);
+  return t;
 }
 
 class PlaceWeightsPass final : public Pass {
@@ -59,11 +100,14 @@ class PlaceWeightsPass final : public Pass {
         PlanValue& v = plan->values[add_value(*plan, graph, n.inputs(k))];
         if (v.source != ValueSource::kWeight) continue;
         if (!v.raw_weight.defined()) {
-          const GraphValue& gv = graph.value(v.name);
-          v.raw_weight = state.weights->load(graph.model().tensors(gv.tensor_index));
+          const proto::TensorInfo& info = graph.model().tensors(graph.value(v.name).tensor_index);
+          v.raw_weight = state.options.random_weights
+                             ? random_weight(info, graph, state.options.device,
+                                             *state.options.random_weights)
+                             : state.weights->load(info);
         }
         if (specs[k].placement == WeightPlacement::kCompute && !v.weight.defined()) {
-          v.weight = to_device(cast_cpu(v.raw_weight, compute_dtype), state.options.device);
+          v.weight = place_for_compute(v.raw_weight, compute_dtype, state.options.device);
           placed_bytes += v.weight.nbytes();
         }
       }

@@ -33,4 +33,22 @@ int cuda_device_count();
 // True when this binary was built with CUDA support.
 bool built_with_cuda();
 
+// Throws mg::Error naming `device` when this build or machine cannot run it (no CUDA support, or
+// no GPU of that index).
+void check_device_exists(Device device);
+
+// Makes `device` the calling thread's current GPU while it lives (kernels, cuBLAS calls and graph
+// captures go to the current GPU, so every thread that queues work for cuda:N holds one); the
+// previous current GPU is restored. No-op for the CPU.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: nothing to restore
+};
+
 }  // namespace mg

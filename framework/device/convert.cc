@@ -6,6 +6,7 @@
 #include "framework/device/allocator.h"
 #ifdef MG_WITH_CUDA
 #include "framework/device/cuda/convert_cuda.h"
+#include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
 #endif
 
@@ -60,6 +61,8 @@ void convert_tensor(const Tensor& dst, const Tensor& src, Stream* stream) {
 #ifdef MG_WITH_CUDA
   cuda::convert_cuda(dst.dtype(), dst.raw(), src.dtype(), src.raw(), src.numel(),
                      cuda::native(stream));
+  // Without a stream (compile time) the result is complete on return, as copy_tensor's is.
+  if (stream == nullptr) MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 #else
   MG_ASSERT(false, "convert_tensor on {} in a build without CUDA", src.device().str());
 #endif

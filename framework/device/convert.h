@@ -15,7 +15,8 @@ namespace mg {
 Tensor cast_cpu(const Tensor& src, DType dtype);
 
 // dst = src converted elementwise; both on the same device with the same element count, each
-// F32, F16 or BF16. Queued on `stream` on GPUs (no host synchronisation).
+// F32, F16 or BF16. Queued on `stream` on GPUs (no host synchronisation); with a null stream
+// (compile time) done on return.
 void convert_tensor(const Tensor& dst, const Tensor& src, Stream* stream);
 
 }  // namespace mg

@@ -38,6 +38,34 @@ int cuda_device_count() {
 #endif
 }
 
+void check_device_exists(Device device) {
+  if (device.is_cpu()) return;
+  if (!built_with_cuda()) no_cuda(device);
+  const int count = cuda_device_count();
+  MG_CHECK(device.index >= 0 && device.index < count,
+           "device {} requested, but this machine has {} CUDA GPU{}", device.str(), count,
+           count == 1 ? "" : "s");
+}
+
+DeviceScope::DeviceScope(Device device) {
+#ifdef MG_WITH_CUDA
+  if (!device.is_cuda()) return;
+  int current = 0;
+  MG_CUDA_CHECK(cudaGetDevice(&current));
+  if (current == device.index) return;
+  MG_CUDA_CHECK(cudaSetDevice(device.index));
+  previous_ = current;
+#else
+  (void)device;
+#endif
+}
+
+DeviceScope::~DeviceScope() {
+#ifdef MG_WITH_CUDA
+  if (previous_ >= 0) cudaSetDevice(previous_);
+#endif
+}
+
 std::unique_ptr<Stream> make_stream(Device device) {
   if (device.is_cpu()) return make_cpu_stream();
 #ifdef MG_WITH_CUDA
@@ -47,10 +75,10 @@ std::unique_ptr<Stream> make_stream(Device device) {
 #endif
 }
 
-std::unique_ptr<Event> make_event(Device device) {
+std::unique_ptr<Event> make_event(Device device, bool timing) {
   if (device.is_cpu()) return make_cpu_event();
 #ifdef MG_WITH_CUDA
-  return std::make_unique<cuda::CudaEvent>(device.index);
+  return std::make_unique<cuda::CudaEvent>(device.index, timing);
 #else
   no_cuda(device);
 #endif

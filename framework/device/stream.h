@@ -30,9 +30,14 @@ class Event {
   virtual void wait_on(Stream& stream) = 0;
   // Blocks the host until the recorded point is reached.
   virtual void synchronize() = 0;
+  // Microseconds from the point `start` recorded to the point this event recorded; both must be
+  // recorded, this one reached, and both made with `timing` (CPU events always time: they stamp
+  // the host clock when recorded, since CPU work has finished by then).
+  virtual double elapsed_us_since(const Event& start) const = 0;
 };
 
 std::unique_ptr<Stream> make_stream(Device device);
-std::unique_ptr<Event> make_event(Device device);
+// `timing`: the event can be used with elapsed_us_since (CUDA events without it are cheaper).
+std::unique_ptr<Event> make_event(Device device, bool timing = false);
 
 }  // namespace mg

@@ -17,7 +17,7 @@ double Profiler::now_us() const {
 }
 
 void Profiler::record(std::string name, std::string category, double start_us, double duration_us) {
-  events_.push_back({std::move(name), std::move(category), start_us, duration_us, rank_});
+  events_.push_back({std::move(name), std::move(category), start_us, duration_us, rank_, tokens_});
 }
 
 std::string Profiler::summary() const {
@@ -25,25 +25,44 @@ std::string Profiler::summary() const {
     double us = 0;
     int64_t calls = 0;
   };
-  std::map<std::string, Total> by_op;
-  double all = 0;
-  for (const Event& e : events_) {
-    if (e.category == "session") continue;
-    by_op[e.category].us += e.duration_us;
-    by_op[e.category].calls += 1;
-    all += e.duration_us;
-  }
-  std::vector<std::pair<std::string, Total>> rows(by_op.begin(), by_op.end());
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
   std::ostringstream os;
-  os << fmt::format("{:<14} {:>10} {:>12} {:>10} {:>7}\n", "op", "calls", "total ms", "avg us",
-                    "share");
-  for (const auto& [op, t] : rows) {
-    os << fmt::format("{:<14} {:>10} {:>12.3f} {:>10.1f} {:>6.1f}%\n", op, t.calls, t.us / 1e3,
-                      t.us / static_cast<double>(t.calls), all > 0 ? 100.0 * t.us / all : 0.0);
+  for (const bool decode : {false, true}) {
+    std::map<std::string, Total> by_op;
+    Total nodes, forwards;
+    int64_t tokens = 0;
+    for (const Event& e : events_) {
+      if ((e.tokens == 1) != decode) continue;
+      if (e.category == "session") {
+        forwards.us += e.duration_us;
+        forwards.calls += 1;
+        tokens += e.tokens;
+        continue;
+      }
+      by_op[e.category].us += e.duration_us;
+      by_op[e.category].calls += 1;
+      nodes.us += e.duration_us;
+    }
+    if (by_op.empty() && forwards.calls == 0) continue;
+    std::vector<std::pair<std::string, Total>> rows(by_op.begin(), by_op.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+    os << (decode ? fmt::format("decode: {} one-token forwards\n", forwards.calls)
+                  : fmt::format("prefill: {} forwards, {} tokens\n", forwards.calls, tokens));
+    os << fmt::format("{:<14} {:>10} {:>12} {:>10} {:>7}\n", "op", "calls", "total ms", "avg us",
+                      "share");
+    for (const auto& [op, t] : rows) {
+      os << fmt::format("{:<14} {:>10} {:>12.3f} {:>10.1f} {:>6.1f}%\n", op, t.calls, t.us / 1e3,
+                        t.us / static_cast<double>(t.calls),
+                        nodes.us > 0 ? 100.0 * t.us / nodes.us : 0.0);
+    }
+    os << fmt::format("{:<14} {:>10} {:>12.3f}\n", "all nodes", "", nodes.us / 1e3);
+    if (forwards.calls > 0) {
+      os << fmt::format("{:<14} {:>10} {:>12.3f} {:>10.1f}   (outside the nodes: {:.3f} ms)\n",
+                        "forward wall", forwards.calls, forwards.us / 1e3,
+                        forwards.us / static_cast<double>(forwards.calls),
+                        (forwards.us - nodes.us) / 1e3);
+    }
   }
-  os << fmt::format("{:<14} {:>10} {:>12.3f}\n", "all nodes", "", all / 1e3);
   return os.str();
 }
 
@@ -60,7 +79,8 @@ void Profiler::write_trace(const std::filesystem::path& file, const std::vector<
                      {"ts", e.start_us},
                      {"dur", e.duration_us},
                      {"pid", 0},
-                     {"tid", e.rank}});
+                     {"tid", e.rank},
+                     {"args", {{"tokens", e.tokens}}}});
   }
   std::ofstream out(file);
   MG_CHECK(out.good(), "cannot write trace file '{}'", file.string());

@@ -60,8 +60,12 @@ class Session {
 
   // Runs the decoder on `token_ids` at `positions` (same length; KV caches are written at those
   // positions). Prompts longer than the plan's max_tokens run in chunks. Returns F32 logits
-  // [T, vocab] on the host; the tensor is reused by the next call.
-  const Tensor& forward(std::span<const int32_t> token_ids, std::span<const int32_t> positions);
+  // [T, vocab] on the host (kLastRow: [1, vocab], the last token's, which is all generation
+  // needs: a 512-token prompt's rows of a 152k vocabulary would be 311 MB to copy back); the
+  // tensor is reused by the next call.
+  enum class Logits { kAllRows, kLastRow };
+  const Tensor& forward(std::span<const int32_t> token_ids, std::span<const int32_t> positions,
+                        Logits logits = Logits::kAllRows);
 
   // Prefills `prompt` at positions 0.. and generates up to max_new_tokens tokens.
   GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& options);
@@ -70,8 +74,10 @@ class Session {
   Profiler& profiler() { return profiler_; }
 
  private:
+  // Runs one chunk and copies the logits of its rows [first_row, tokens) to `logits_out` (none
+  // when first_row == tokens).
   void run_chunk(const int32_t* token_ids, const int32_t* positions, int64_t tokens,
-                 float* logits_out);
+                 int64_t first_row, float* logits_out);
   // Queues every node for `tokens` rows.
   void run_nodes(int64_t tokens);
 
@@ -93,6 +99,15 @@ class Session {
   // (GPUs): converted here before the copy to the host.
   Tensor logits_f32_device_;
   Profiler profiler_;
+  // While profiling: timing events on the stream, one pair per plan node and one at the start of
+  // run_nodes (the origin the node events are placed on the host timeline from); made on first use.
+  struct NodeEvents {
+    std::unique_ptr<Event> begin;
+    std::unique_ptr<Event> end;
+  };
+  std::vector<NodeEvents> node_events_;
+  std::unique_ptr<Event> nodes_origin_;
+  double profile_bookkeeping_us_ = 0.0;  // this forward's time spent reading them
   std::unique_ptr<CudaGraph> decode_graph_;  // with SessionOptions::cuda_graph
 };
 

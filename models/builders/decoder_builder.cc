@@ -116,7 +116,7 @@ const Family& find_family(const std::string& name) {
   MG_FAIL("unknown model family '{}' (known: {})", name, fmt::join(names, ", "));
 }
 
-GraphBuilder build_decoder(const DecoderSpec& spec) {
+GraphBuilder build_decoder(const DecoderSpec& spec, bool graph_only) {
   MG_CHECK(spec.vocab > 0 && spec.hidden > 0 && spec.layers > 0 && spec.heads > 0 &&
                spec.kv_heads > 0 && spec.head_dim > 0 && spec.intermediate > 0 &&
                spec.max_seq_len > 0,
@@ -126,6 +126,7 @@ GraphBuilder build_decoder(const DecoderSpec& spec) {
   MG_CHECK(spec.head_dim % 2 == 0, "head-dim must be even for RoPE, got {}", spec.head_dim);
   const Family& family = find_family(spec.family);
   GraphBuilder b(fmt::format("tiny-{}", spec.family), spec.seed, spec.weight_dtype);
+  b.set_graph_only(graph_only);
   proto::ModelInfo* info = b.model().mutable_info();
   info->set_family(spec.family);
   info->set_vocab_size(spec.vocab);

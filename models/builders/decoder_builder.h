@@ -65,8 +65,9 @@ const Family& find_family(const std::string& name);  // throws mg::Error listing
 // The dense gated MLP (SiLU) FFN, shared by families and by dense layers of MoE families.
 std::string dense_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const std::string& x);
 
-// Builds the whole decoder for `spec` (the family's configure() must already have run).
-GraphBuilder build_decoder(const DecoderSpec& spec);
+// Builds the whole decoder for `spec` (the family's configure() must already have run);
+// `graph_only`: weights declared, not generated (GraphBuilder::set_graph_only).
+GraphBuilder build_decoder(const DecoderSpec& spec, bool graph_only = false);
 
 // Hook for MoE families (models/builders/moe_families.cc).
 void add_moe_families(std::vector<Family>& families);

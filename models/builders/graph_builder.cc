@@ -41,6 +41,12 @@ std::string GraphBuilder::weight(const std::string& name, Shape shape, float spr
 
 std::string GraphBuilder::weight_as(const std::string& name, Shape shape, float spread,
                                     float center, DType dtype) {
+  proto::TensorInfo* info = model_.add_tensors();
+  info->set_name(name);
+  info->set_dtype(to_proto(dtype));
+  for (int64_t d : shape) info->add_shape(d);
+  info->set_file(kWeightFile);
+  if (graph_only_) return name;
   Tensor t = Tensor::empty_cpu(dtype, shape);
   uint64_t state = seed_ ^ fnv1a(name);
   const int64_t n = t.numel();
@@ -70,11 +76,6 @@ std::string GraphBuilder::weight_as(const std::string& name, Shape shape, float 
         MG_FAIL("make-model stores weights as F32, BF16 or F16, not {}", dtype_name(dtype));
     }
   }
-  proto::TensorInfo* info = model_.add_tensors();
-  info->set_name(name);
-  info->set_dtype(to_proto(dtype));
-  for (int64_t d : shape) info->add_shape(d);
-  info->set_file(kWeightFile);
   tensors_.emplace_back(name, std::move(t));
   return name;
 }
@@ -107,7 +108,9 @@ void GraphBuilder::write(const std::filesystem::path& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   MG_CHECK(!ec, "cannot create output directory '{}': {}", dir.string(), ec.message());
-  write_safetensors(dir / kWeightFile, tensors_, {{"format", "pt"}, {"generator", "moegraph"}});
+  if (!graph_only_) {
+    write_safetensors(dir / kWeightFile, tensors_, {{"format", "pt"}, {"generator", "moegraph"}});
+  }
   save_graph(dir / kGraphFile, model_);
 }
 

@@ -20,6 +20,10 @@ class GraphBuilder {
 
   proto::Model& model() { return model_; }
   DType weight_dtype() const { return weight_dtype_; }
+  // Graph only: weights are declared (name, dtype, shape, file) but no values are made and
+  // write() writes no weight file. Such a graph runs with CompileOptions::random_weights (the
+  // 48-layer Qwen3-30B-A3B-shaped benchmark model would be 61 GB of safetensors).
+  void set_graph_only(bool graph_only) { graph_only_ = graph_only; }
 
   // A weight with values uniform in [center - spread, center + spread], stored as weight_dtype
   // (or `dtype` when given). Returns its name.
@@ -33,7 +37,7 @@ class GraphBuilder {
   proto::Node& node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
                     std::vector<std::string> outputs);
 
-  // Writes dir/model.pbtxt and dir/model.safetensors (creating dir).
+  // Writes dir/model.pbtxt and dir/model.safetensors (creating dir; graph only: no weights).
   void write(const std::filesystem::path& dir) const;
 
   static constexpr const char* kWeightFile = "model.safetensors";
@@ -43,6 +47,7 @@ class GraphBuilder {
   proto::Model model_;
   uint64_t seed_;
   DType weight_dtype_;
+  bool graph_only_ = false;
   std::vector<std::pair<std::string, Tensor>> tensors_;
 };
 

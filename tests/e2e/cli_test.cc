@@ -96,6 +96,38 @@ TEST(Cli, MakeModelReproducesTheBundledModelsByteForByte) {
   expect_reproduces("tiny-moe", {"--family", "deepseek_v3", "--seed", "1", "--layers", "3"});
 }
 
+// make-model --graph-only writes no weights; such a graph runs with --random-weights (the
+// benchmark path for models too large to write) and is otherwise an error naming the missing file.
+// --profile prints one table for the prefill and one for the decode steps.
+TEST(Cli, GraphOnlyModelRunsWithRandomWeights) {
+  const auto dir = testing::temp_dir("graph-only");
+  const CommandResult made = run_moegraph({"make-model", "--family", "qwen3_moe", "--graph-only",
+                                           "--out", dir.string(), "--layers", "1"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "model.pbtxt"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors"));
+  const std::string graph = (dir / "model.pbtxt").string();
+  expect_clean_error(run_moegraph({"run", graph}), {"model.safetensors", "not found"});
+
+  const CommandResult a = run_moegraph({"run", graph, "--random-weights", "5", "--profile"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_THAT(a.out, HasSubstr("generated ids: "));
+  EXPECT_THAT(a.out, HasSubstr("prefill: 1 forwards, 8 tokens"));
+  EXPECT_THAT(a.out, HasSubstr("decode: 15 one-token forwards"));
+  EXPECT_THAT(a.out, HasSubstr("forward wall"));
+  auto generated = [](const std::string& out) {
+    const size_t at = out.find("generated ids: ");
+    return out.substr(at, out.find('\n', at) - at);
+  };
+  // Deterministic: the same seed generates the same tokens, another seed other weights.
+  const CommandResult b = run_moegraph({"run", graph, "--random-weights", "5"});
+  const CommandResult c = run_moegraph({"run", graph, "--random-weights", "6"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(generated(a.out), generated(b.out));
+  EXPECT_NE(generated(a.out), generated(c.out));
+}
+
 class CliBadInput : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -219,6 +251,8 @@ TEST_F(CliBadInput, BadFlags) {
   expect_clean_error(run_moegraph({"run", graph_.string(), "--prompt-ids", "1,500"}),
                      {"500", "vocabulary"});
   expect_clean_error(run_moegraph({"run", graph_.string(), "--device", "tpu"}), {"tpu"});
+  // Without CUDA support, or on a machine with fewer GPUs, either error names the device.
+  expect_clean_error(run_moegraph({"run", graph_.string(), "--device", "cuda:99"}), {"cuda:99"});
   expect_clean_error(run_moegraph({"run", graph_.string(), "--top-p", "2"}), {"top-p"});
   expect_clean_error(run_moegraph({"run", graph_.string(), "--max-new-tokens", "1000"}),
                      {"maximum sequence length"});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -165,6 +166,7 @@ struct BenchE2eArgs {
   int decode_tokens = 128;
   int repeats = 3;
   bool cuda_graph = false;
+  std::optional<uint64_t> random_weights;
 };
 
 int bench_e2e(const BenchE2eArgs& a) {
@@ -181,6 +183,7 @@ int bench_e2e(const BenchE2eArgs& a) {
   }
   compile.max_seq_len = a.prompt_tokens + a.decode_tokens + 1;
   compile.max_tokens = std::min(a.prompt_tokens, 2048);
+  compile.random_weights = a.random_weights;
   SessionOptions options;
   options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.cuda_graph = a.cuda_graph;
@@ -200,9 +203,10 @@ int bench_e2e(const BenchE2eArgs& a) {
   }
   std::sort(prefill.begin(), prefill.end());
   std::sort(decode.begin(), decode.end());
-  std::cout << fmt::format("model: {} on {} ({}{})\n", session->plan().model_name,
+  std::cout << fmt::format("model: {} on {} ({}{}{})\n", session->plan().model_name,
                            compile.device.str(), dtype_name(activation_dtype_of(compile)),
-                           a.cuda_graph ? ", decode as a CUDA graph" : "");
+                           a.cuda_graph ? ", decode as a CUDA graph" : "",
+                           a.random_weights ? ", random weights" : "");
   std::cout << fmt::format("prefill: {} tokens, median {:.1f} tokens/s over {} runs\n",
                            a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
   std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
@@ -253,6 +257,9 @@ Command add_bench_command(CLI::App& app) {
   e->add_option("--repeats", e2e->repeats, "Timed runs (after one warm-up run)")
       ->capture_default_str();
   e->add_flag("--cuda-graph", e2e->cuda_graph, "Replay the decode step as a CUDA graph");
+  e->add_option("--random-weights", e2e->random_weights,
+                "Fill the weights with random values from this seed instead of reading them "
+                "(for graphs written by make-model --graph-only)");
 
   return [m, e, p, moe, e2e, plot] {
     if (m->parsed()) return bench_moe(*moe);

@@ -13,6 +13,7 @@ struct MakeModelArgs {
   std::string family = "llama";
   std::string out;
   std::string dtype = "bf16";
+  bool graph_only = false;
   DecoderSpec spec;
   // Flags the user set explicitly override the family's defaults.
   std::vector<std::pair<CLI::Option*, std::function<void(DecoderSpec&)>>> overrides;
@@ -34,7 +35,7 @@ int make_model(MakeModelArgs& a) {
     if (opt->count() > 0) apply(spec);
   }
   spec.weight_dtype = parse_weight_dtype(a.dtype);
-  GraphBuilder b = build_decoder(spec);
+  GraphBuilder b = build_decoder(spec, a.graph_only);
   b.write(a.out);
   std::cout << fmt::format("wrote {} ({} nodes, {} tensors) to {}\n", b.model().name(),
                            b.model().nodes_size(), b.model().tensors_size(), a.out);
@@ -52,6 +53,9 @@ Command add_make_model_command(CLI::App& app) {
   cmd->add_option("--family", args->family, families_help)->capture_default_str();
   cmd->add_option("--out", args->out, "Output directory")->required();
   cmd->add_option("--dtype", args->dtype, "Weight dtype: f32, bf16 or f16")->capture_default_str();
+  cmd->add_flag("--graph-only", args->graph_only,
+                "Write only the graph (weights declared, no weight file): run it with "
+                "--random-weights");
   DecoderSpec& s = args->spec;
   auto size = [&](const char* flag, int64_t DecoderSpec::*field, const char* help) {
     CLI::Option* opt = cmd->add_option(flag, s.*field, help)->check(CLI::NonNegativeNumber);

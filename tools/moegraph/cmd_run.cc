@@ -1,6 +1,7 @@
 // `moegraph run [MODEL]`: prefill a prompt and generate tokens; optionally dump the prompt's
 // logits, profile per node, write a Chrome trace.
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "framework/core/error.h"
@@ -35,6 +36,7 @@ struct RunArgs {
   int dp = 1;
   bool ep = false;
   std::string moe_dispatch = "allgather";
+  std::optional<uint64_t> random_weights;
 };
 
 std::vector<int32_t> positions_for(size_t n) {
@@ -133,6 +135,7 @@ int run(const RunArgs& a) {
   compile.max_tokens = a.max_tokens;
   compile.max_seq_len = a.max_seq_len;
   compile.moe_backend = a.moe_backend;
+  compile.random_weights = a.random_weights;
   SessionOptions options;
   options.threads = a.threads > 0
                         ? a.threads
@@ -211,6 +214,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--max-seq-len", args->max_seq_len,
                   "KV cache length (default: the model's max_seq_len)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--random-weights", args->random_weights,
+                  "Fill the weights with random values from this seed instead of reading them "
+                  "(for graphs written by make-model --graph-only; output is noise)");
   cmd->add_option("--moe-backend", args->moe_backend,
                   "Force this expert backend on every MoE node (error if it does not fit)");
   cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (CPU: threads; MoE experts are split)")

@@ -1,4 +1,5 @@
 // CPU implementations of streams, events and the allocator.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,9 +18,18 @@ class CpuStream final : public Stream {
 
 class CpuEvent final : public Event {
  public:
-  void record(Stream&) override {}
+  // CPU work is done when the host moves on, so the host clock at record time is the point.
+  void record(Stream&) override { recorded_ = std::chrono::steady_clock::now(); }
   void wait_on(Stream&) override {}
   void synchronize() override {}
+  double elapsed_us_since(const Event& start) const override {
+    const auto* cpu_start = dynamic_cast<const CpuEvent*>(&start);
+    MG_ASSERT(cpu_start != nullptr, "elapsed time between a CPU event and a CUDA event");
+    return std::chrono::duration<double, std::micro>(recorded_ - cpu_start->recorded_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point recorded_{};
 };
 
 class CpuAllocator final : public Allocator {

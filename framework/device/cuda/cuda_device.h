@@ -31,7 +31,7 @@ class CudaStream final : public Stream {
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(int device);
+  CudaEvent(int device, bool timing);
   ~CudaEvent() override;
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
@@ -39,6 +39,7 @@ class CudaEvent final : public Event {
   void record(Stream& stream) override;
   void wait_on(Stream& stream) override;
   void synchronize() override;
+  double elapsed_us_since(const Event& start) const override;
   cudaEvent_t get() const { return event_; }
 
  private:

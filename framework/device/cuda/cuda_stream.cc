@@ -31,9 +31,9 @@ void CudaStream::synchronize() {
   MG_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-CudaEvent::CudaEvent(int device) : device_(device) {
+CudaEvent::CudaEvent(int device, bool timing) : device_(device) {
   DeviceGuard guard(device);
-  MG_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  MG_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
 
 CudaEvent::~CudaEvent() {
@@ -50,6 +50,14 @@ void CudaEvent::wait_on(Stream& stream) {
 
 void CudaEvent::synchronize() {
   MG_CUDA_CHECK(cudaEventSynchronize(event_));
+}
+
+double CudaEvent::elapsed_us_since(const Event& start) const {
+  const auto* cuda_start = dynamic_cast<const CudaEvent*>(&start);
+  MG_ASSERT(cuda_start != nullptr, "elapsed time between a CUDA event and a CPU event");
+  float ms = 0.0f;
+  MG_CUDA_CHECK(cudaEventElapsedTime(&ms, cuda_start->event_, event_));
+  return 1e3 * static_cast<double>(ms);
 }
 
 }  // namespace mg::cuda

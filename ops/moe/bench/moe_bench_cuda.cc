@@ -84,7 +84,7 @@ Timing time_calls(Fn&& call, double target_ms, cudaStream_t stream, int warmup =
 Tensor random_device(DType dtype, const Shape& shape, uint64_t seed, float scale,
                      cudaStream_t stream) {
   Tensor t = empty_tensor(kGpu, dtype, shape);
-  cuda::fill_uniform(t.raw(), t.numel(), dtype, seed, scale, stream);
+  cuda::fill_uniform(t.raw(), t.numel(), dtype, seed, 0.0f, scale, stream);
   return t;
 }
 

@@ -6,11 +6,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define MG_HOST_DEVICE __host__ __device__
-#else
-#define MG_HOST_DEVICE
-#endif
+#include "framework/device/host_device.h"
 
 namespace mg::cuda {
 

@@ -48,12 +48,17 @@ cuda::MoEActParams cuda_act_params(const ActivationConfig& a) {
 namespace {
 
 // Host F32 canonical weights are converted and uploaded; weights already on the GPU in `dtype`
-// (the MoE benchmark generates them there) are adopted as they are.
-Tensor upload(const Tensor& host_f32, DType dtype, Device device) {
-  if (!host_f32.defined()) return {};
-  if (host_f32.device() == device && host_f32.dtype() == dtype) return host_f32;
-  Tensor out = empty_tensor(device, dtype, host_f32.shape());
-  copy_tensor(out, cast_cpu(host_f32, dtype));
+// (the MoE benchmark and random-weight models generate them there) are adopted as they are, and
+// in another dtype converted there.
+Tensor upload(const Tensor& canonical, DType dtype, Device device) {
+  if (!canonical.defined()) return {};
+  if (canonical.device() == device && canonical.dtype() == dtype) return canonical;
+  Tensor out = empty_tensor(device, dtype, canonical.shape());
+  if (canonical.device() == device) {
+    convert_tensor(out, canonical, nullptr);
+  } else {
+    copy_tensor(out, cast_cpu(canonical, dtype));
+  }
   return out;
 }
 

@@ -96,6 +96,21 @@ CanonicalExpertWeights convert_unquantized_weights(const MoEConfig& config,
                       is_gated(config.activation().kind), config.gate_up_interleaved()};
   const std::vector<int32_t>& global = shape.expert_map.local_to_global;
 
+  if (!raw.w13.device().is_cpu()) {
+    // Random weights generated on the GPU (CompileOptions::random_weights): adopted by the CUDA
+    // backends as they are, which needs the canonical layout already, on a single rank.
+    MG_CHECK(!transposed && !(row_of.gated && row_of.interleaved) && I_local == I &&
+                 E == config.num_experts(),
+             "expert weights on {} are used as they are, which needs the [E, 2I, H] / [E, H, I] "
+             "layout (not transposed, gate/up not interleaved) and one rank holding every expert",
+             raw.w13.device().str());
+    for (const Tensor* t : {&raw.w2, &raw.w13_bias, &raw.w2_bias}) {
+      MG_CHECK(!t->defined() || t->device() == raw.w13.device(),
+               "expert weights: {} is not on {} with w13", t->str(), raw.w13.device().str());
+    }
+    return {raw.w13, raw.w13_bias, raw.w2, raw.w2_bias};
+  }
+
   CanonicalExpertWeights out;
   out.w13 = Tensor::empty_cpu(DType::kF32, {E, N1_local, H});
   with_reader(raw.w13, [&](auto read) {

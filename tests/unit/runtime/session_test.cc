@@ -127,6 +127,36 @@ TEST_F(SessionTest, TokenIdOutsideVocabularyIsAnError) {
   EXPECT_THROW(logits(*s, {1, 2, 96}), Error);
 }
 
+TEST_F(SessionTest, LastRowLogitsAreTheLastRowOfAllOfThem) {
+  const int64_t vocab = 96;
+  for (int64_t max_tokens : {64, 3, 1}) {  // one chunk; chunks ending short; one row per chunk
+    SCOPED_TRACE(max_tokens);
+    auto s = open(max_tokens);
+    const std::vector<float> all = logits(*s, prompt_);
+    std::vector<int32_t> pos(prompt_.size());
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+    const Tensor& last = s->forward(prompt_, pos, Session::Logits::kLastRow);
+    ASSERT_EQ(last.shape(), (Shape{1, vocab}));
+    const std::vector<float> want(all.end() - vocab, all.end());
+    EXPECT_EQ(std::vector<float>(last.data<float>(), last.data<float>() + vocab), want);
+  }
+}
+
+TEST_F(SessionTest, ProfilerSplitsPrefillAndDecode) {
+  auto s = open(64, 1, true);
+  GenerateOptions g;
+  g.max_new_tokens = 4;
+  s->generate(prompt_, g);
+  const std::string summary = s->profiler().summary();
+  EXPECT_THAT(summary, HasSubstr("prefill: 1 forwards, 11 tokens"));
+  EXPECT_THAT(summary, HasSubstr("decode: 3 one-token forwards"));
+  EXPECT_THAT(summary, HasSubstr("forward wall"));
+  for (const Profiler::Event& e : s->profiler().events()) {
+    EXPECT_TRUE(e.tokens == 11 || e.tokens == 1) << e.name << " " << e.tokens;
+    EXPECT_GE(e.duration_us, 0.0) << e.name;
+  }
+}
+
 TEST_F(SessionTest, ProfilerRecordsEveryNodeAndWritesATrace) {
   auto s = open(64, 1, true);
   logits(*s, prompt_);
