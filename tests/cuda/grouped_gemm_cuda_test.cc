@@ -289,9 +289,10 @@ TEST(CudaGroupedGemm, OneExpertTakesAllRows) {
   EXPECT_TRUE(untouched);
 }
 
-// Many rows per expert: the large tiles for both epilogues (K = 2056: wgmma on sm_90a; plain
-// K = 1544: the mma.sync 128 × 256 tile), with N tails of their 128 / 256 columns and a K tail of
-// their 64-wide steps.
+// Many rows per expert with N 136: on sm_90a the gated epilogue runs the TMA kernel; the plain one
+// (N below the TMA kernel's 256-row weight box) runs the wgmma kernel (K = 2056) or the mma.sync
+// 128 × 256 tile (K = 1544); N tails of their 128 / 256 columns and a K tail of their 64-wide
+// steps.
 TEST(CudaGroupedGemm, LargeTilesMatchReference) {
   MG_REQUIRE_GPU();
   const std::pair<GroupedEpilogue, int64_t> configs[] = {{GroupedEpilogue::kBias, 2056},
@@ -313,6 +314,78 @@ TEST(CudaGroupedGemm, LargeTilesMatchReference) {
     EXPECT_LT(run_case<__half>(c, 92, untouched), 2e-3);
     EXPECT_TRUE(untouched);
   }
+}
+
+// Shapes the selection sends to the persistent TMA kernel on sm_90a (more than 16 rows per expert
+// on average, N >= 256 plain / 128 gated, K >= 64, at least 64 rows): both epilogues, every
+// activation, bias or not; experts with 0 and 1 rows and rows around its 64- and 128-row tile
+// steps; N tails of its 256 / 128 columns (plain N 264 and 300 are not multiples of 8: the
+// epilogue's element path) and K tails of its 64-wide k step; more than 128 experts; a launch
+// whose experts have no rows at all (nothing may be written).
+TEST(CudaGroupedGemm, TmaKernelShapesMatchReference) {
+  MG_REQUIRE_GPU();
+  const std::vector<std::vector<int32_t>> patterns = {
+      {0, 1, 64, 65, 127, 128, 129, 300},  // both consumer warpgroups or one, several m tiles
+      {70, 0, 130, 5},
+  };
+  const int64_t shapes[][2] = {{264, 200}, {300, 72}, {512, 1032}};
+  uint32_t seed = 900;
+  int index = 0;
+  for (const auto& pattern : patterns) {
+    for (const auto& shape : shapes) {
+      for (int kind_index = 0; kind_index < 7; ++kind_index) {
+        GemmCase c;
+        c.rows_per_expert = pattern;
+        c.first_row = index % 2 == 0 ? 3 : 0;
+        c.extra_rows = (index % 3) * 4;
+        c.n = shape[0];
+        c.k = shape[1];
+        c.kind = kAllKinds[kind_index];
+        c.epilogue = kind_index == 6 && index % 2 == 0 ? GroupedEpilogue::kBias
+                                                       : GroupedEpilogue::kActivation;
+        c.bias = index % 2 == 1;
+        ++index;
+        int64_t rows = 0;
+        for (int32_t r : pattern) rows += r;
+        if (rows * c.n * c.k > 120'000'000) continue;  // keeps the host reference quick
+        SCOPED_TRACE(c.describe());
+        bool untouched = false;
+        EXPECT_LT(run_case<__nv_bfloat16>(c, ++seed, untouched), 1e-2);
+        EXPECT_TRUE(untouched) << "a row outside the experts' rows was written";
+        if (kind_index % 3 == 0) {
+          EXPECT_LT(run_case<__half>(c, ++seed, untouched), 2e-3);
+          EXPECT_TRUE(untouched) << "a row outside the experts' rows was written";
+        }
+      }
+    }
+  }
+  // 130 experts of 0..59 rows (the tile lookup over more than 128 experts), plain and gated.
+  std::mt19937 rng(5);
+  GemmCase many;
+  many.rows_per_expert.resize(130);
+  for (int32_t& r : many.rows_per_expert) r = static_cast<int32_t>(rng() % 60);
+  many.n = 256;
+  many.k = 128;
+  many.bias = true;
+  for (GroupedEpilogue epilogue : {GroupedEpilogue::kBias, GroupedEpilogue::kActivation}) {
+    many.epilogue = epilogue;
+    many.kind = MoEActKind::kSwigluOai;
+    SCOPED_TRACE(many.describe());
+    bool untouched = false;
+    EXPECT_LT(run_case<__nv_bfloat16>(many, 71, untouched), 1e-2);
+    EXPECT_TRUE(untouched);
+  }
+  // No expert has rows; 80 rows of the buffer around them must keep the poison.
+  GemmCase empty;
+  empty.rows_per_expert = {0, 0, 0};
+  empty.extra_rows = 80;
+  empty.n = 256;
+  empty.k = 64;
+  empty.epilogue = GroupedEpilogue::kActivation;
+  empty.kind = MoEActKind::kSiluGated;
+  bool untouched = false;
+  run_case<__nv_bfloat16>(empty, 72, untouched);
+  EXPECT_TRUE(untouched);
 }
 
 TEST(CudaGroupedGemm, CheckNamesUnsupportedShapes) {

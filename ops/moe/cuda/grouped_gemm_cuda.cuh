@@ -1,13 +1,19 @@
 // Grouped expert GEMM kernels (included by grouped_gemm_cuda_<dtype>.cu).
 //
-// One launch covers every expert. The grid is an upper bound of (m tile, n tile) pairs; each CTA
-// maps its m tile to (expert, first row) by counting ceil(rows_e / BM) tiles over expert_offsets
-// (find_tile), and CTAs past the last real tile exit. Tiles are ordered in groups of kGroupM m
-// tiles so that CTAs running together share weight tiles (m) and activation tiles (n) in L2.
+// One launch covers every expert. Each CTA maps an m tile to (expert, first row) by counting
+// ceil(rows_e / BM) tiles over expert_offsets (find_tile). Tiles are ordered in groups of kGroupM
+// m tiles so that CTAs running together share weight tiles (m) and activation tiles (n) in L2.
 //
-// BF16/F16: tensor cores with fp32 accumulators fed by a multi-stage cp.async pipeline into
-// XOR-swizzled shared memory: mma.sync for the decode and mid tiles (grouped_gemm_mma.cuh),
-// wgmma for the large tiles on sm_90a (grouped_gemm_wgmma.cuh).
+// BF16/F16, tensor cores with fp32 accumulators:
+// - grouped_gemm_tma.cuh (sm_90a, above 16 rows per expert): persistent CTAs, one per SM, take
+//   tiles from a device counter; a producer warp feeds a 4-stage ring of 128 × 256-weight-row
+//   tiles by TMA on mbarriers, two consumer warpgroups run wgmma m64n256k16 and store (GEMM2
+//   through shared memory) while the next tile loads.
+// - grouped_gemm_mma.cuh: mma.sync for the decode tiles (up to 16 rows per expert: weight
+//   streaming) and, without sm_90a, for every size; grid = an upper bound of (m tile, n tile)
+//   pairs, CTAs past the last real tile exit; multi-stage cp.async into XOR-swizzled shared memory.
+// - grouped_gemm_wgmma.cuh: the cp.async-fed wgmma kernel of the large tiles, on sm_90a where the
+//   TMA kernel's boxes do not fit (plain N < 256) and where it measured faster (gated, long K).
 // F32: a plain shared-memory tiled FFMA kernel here, the exact reference mode.
 #pragma once
 
@@ -23,6 +29,7 @@
 #include "framework/device/cuda/cuda_check.h"
 #include "ops/moe/cuda/grouped_gemm_common.cuh"
 #include "ops/moe/cuda/grouped_gemm_mma.cuh"
+#include "ops/moe/cuda/grouped_gemm_tma.cuh"
 #include "ops/moe/cuda/grouped_gemm_wgmma.cuh"
 
 namespace mg::cuda {
@@ -152,9 +159,10 @@ using MidGatedTile = MmaTile<64, 64, 2, 2, 4, 2>;
 using MidPlainTile = MmaTile<64, 128, 2, 2, 4, 2>;
 using LargePlainTile = MmaTile<128, 256, 2, 4, 4, 1>;
 
-// True when the loaded cubin holds the sm_90a wgmma kernel: its body needs >= 128 registers
-// (the 128 accumulators alone), the empty sm_90 stand-in a handful. A host-side attribute query,
-// so the launchers stay capturable; asked once per process and dtype.
+// True when the loaded cubin holds the sm_90a kernels (wgmma and TMA, compiled under the same
+// MG_GROUPED_GEMM_WGMMA): the wgmma kernel's body needs >= 128 registers (the 128 accumulators
+// alone), the empty sm_90 stand-in a handful. A host-side attribute query, so the launchers stay
+// capturable; asked once per process and dtype.
 template <typename T>
 bool wgmma_available() {
   static const bool available = [] {
@@ -183,12 +191,56 @@ void launch_wgmma(const GroupedGemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK_LAUNCH();
 }
 
-// Picks the tile from the average rows per expert (max_rows / E) and K. Gated GEMM1 keeps 64-row
-// tiles up to large problems (its 2·BN weight rows already make the mid tile wide); short K
-// favours the small tiles (two CTAs per SM hide the per-tile prologue and epilogue).
+// The persistent TMA kernel: one CTA per SM (fewer when the problem has fewer tiles); the tensor
+// maps are encoded here, on the host, for this launch's pointers and sizes.
+template <typename T, bool Gated, bool kDynamic = true, bool kStaged = true>
+void launch_tma(const GroupedGemmArgs& args, cudaStream_t stream) {
+  MG_ASSERT(tma_shape_ok(args, Gated), "grouped GEMM: N {} K {} rows {} too small for TMA boxes",
+            args.n, args.k, args.max_rows);
+  const int64_t m_bound = m_tiles_bound(args, TmaTile::BM);
+  constexpr int kBN = Gated ? TmaTile::BRows / 2 : TmaTile::BRows;
+  const int64_t n_tiles = (args.n + kBN - 1) / kBN;
+  const int64_t tiles = m_bound * n_tiles;
+  MG_CHECK(tiles <= INT32_MAX, "grouped GEMM: {} tiles exceed 32-bit tile indices", tiles);
+  int device = 0, sms = 0;
+  MG_CUDA_CHECK(cudaGetDevice(&device));
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const CUtensorMap map_a = tma_map_a<T>(args);
+  const CUtensorMap map_b = tma_map_b<T, Gated>(args);
+  auto* kernel = grouped_gemm_tma_kernel<T, Gated, kDynamic, kStaged>;
+  constexpr int kSmem = TmaTile::smem_bytes<kStaged>();
+  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const int64_t blocks = std::min<int64_t>(sms, tiles);
+  kernel<<<static_cast<unsigned>(blocks), TmaTile::kThreads, kSmem, stream>>>(
+      map_a, map_b, args, static_cast<int>(n_tiles), kDynamic ? tile_counter_slot() : 0u);
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+// Picks the kernel from the average rows per expert (max_rows / E) and K, from bf16 sweeps of
+// every kernel over the four model shapes on an H100 (.scratch-gemm/NOTES.md):
+// - up to 16 rows per expert: the decode tiles (weight streaming);
+// - above, on sm_90a wherever its boxes fit: the persistent TMA kernel with the dynamic tile
+//   scheduler; plain (GEMM2) stores through shared memory, gated (GEMM1: 64 outputs a thread
+//   after the activation) straight from the accumulators, which measured faster there. Gated
+//   K >= 4096 with 128 to 512 rows per expert stays on the cp.async wgmma kernel: 16% faster on
+//   deepseek-v3 at 4096 tokens in two runs, 1-9% at deepseek-v3 16384 and mixtral 1024 tokens
+//   (within the runs' noise there).
+// - without sm_90a (or N below the TMA boxes): the older rules: gated GEMM1 keeps 64-row tiles
+//   up to large problems (its 2·BN weight rows already make the mid tile wide); short K favours
+//   the small tiles (two CTAs per SM hide the per-tile prologue and epilogue).
 template <typename T, bool Gated>
 void launch_mma_by_size(const GroupedGemmArgs& args, cudaStream_t stream) {
   const int64_t rows_per_expert = args.max_rows / args.num_experts;
+  if (rows_per_expert > 16 && tma_shape_ok(args, Gated) && wgmma_available<T>()) {
+    if constexpr (Gated) {
+      if (args.k >= 4096 && rows_per_expert >= 128 && rows_per_expert <= 512) {
+        return launch_wgmma<T, true>(args, stream);
+      }
+      return launch_tma<T, true, /*kDynamic=*/true, /*kStaged=*/false>(args, stream);
+    } else {
+      return launch_tma<T, false, /*kDynamic=*/true, /*kStaged=*/true>(args, stream);
+    }
+  }
   if constexpr (Gated) {
     if (rows_per_expert <= 16) return launch_mma<T, DecodeGatedTile, true>(args, stream);
     if (rows_per_expert <= 256 || args.k <= 2048 || !wgmma_available<T>()) {

@@ -27,7 +27,9 @@ enum class GroupedEpilogue : int32_t {
 
 // All pointers are device pointers, 16-byte aligned (the kernels load 16-byte vectors).
 struct GroupedGemmArgs {
-  const void* a = nullptr;     // [rows, K] T row-major (rows permuted by expert)
+  const void* a = nullptr;     // [max_rows, K] T row-major (rows permuted by expert); the TMA
+                               // kernel loads whole 64-row boxes, so rows up to max_rows are read
+                               // (never stored) and must be allocated
   const void* b = nullptr;     // [E, N_b, K] T row-major: each expert's weight as [out, in]
   const void* bias = nullptr;  // [E, N_b] T or null
   void* c = nullptr;           // [rows, N] T

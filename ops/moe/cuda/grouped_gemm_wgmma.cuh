@@ -103,6 +103,102 @@ __device__ __forceinline__ void wgmma_wait(float (&d)[128]) {
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The epilogue's function, fixed at compile time where speed matters: kNoAct is c = acc (+ bias)
+// (GEMM2), a MoEActKind value that activation, kAnyAct the launch's kind read at run time.
+inline constexpr int kNoAct = -2, kAnyAct = -1;
+
+template <typename T, bool Gated, bool HasBias, int kAct>
+__device__ __forceinline__ float wgmma_epilogue_value(const GroupedGemmArgs& args, const T* bias,
+                                                      int col, float g, float u) {
+  if constexpr (HasBias) {
+    g += to_float(bias[col]);
+    if constexpr (Gated) u += to_float(bias[args.n + col]);
+  }
+  if constexpr (kAct == kNoAct) {
+    return g;
+  } else {
+    MoEActParams act = args.act;
+    if constexpr (kAct != kAnyAct) act.kind = static_cast<MoEActKind>(kAct);
+    return moe_activation(act, g, Gated ? u : 0.0f);
+  }
+}
+
+// The epilogue of one warpgroup's m64 × 256 accumulators, stored to the tile's rows of c.
+// Accumulator layout: lane (g, t) of warp w of the warpgroup holds rows 16w + g (+8) and columns
+// 8j + 2t (+1) in acc[4j ..]; gated tiles hold gate columns in j < 16 and the matching up columns
+// in j + 16. row0: this lane's first row in the tile (the warpgroup's first row + 16w + g); rows
+// at or past the tile's rows and columns at or past N are not stored.
+template <typename T, bool Gated, bool HasBias, int kAct>
+__device__ __forceinline__ void store_wgmma_acc(const float (&acc)[128],
+                                                const GroupedGemmArgs& args, const TileWork& work,
+                                                int n0, int row0) {
+  constexpr int kBlocks = Gated ? 16 : 32;  // 8-column blocks of output
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int n = static_cast<int>(args.n);
+  const int64_t b_rows_per_expert = Gated ? 2 * args.n : args.n;
+  const int rows_here = work.row_end - work.row_begin;
+  const T* bias =
+      HasBias ? static_cast<const T*>(args.bias) + work.expert * b_rows_per_expert : nullptr;
+  T* c = static_cast<T*>(args.c) + static_cast<int64_t>(work.row_begin) * n;
+  const bool pair_stores = (n & 1) == 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + half * 8;
+    if (row >= rows_here) continue;
+    T* c_row = c + static_cast<int64_t>(row) * n;
+#pragma unroll
+    for (int j = 0; j < kBlocks; ++j) {
+      const int col = n0 + j * 8 + (lane & 3) * 2;
+      if (col >= n) continue;
+      const float g0 = acc[j * 4 + half * 2], g1 = acc[j * 4 + half * 2 + 1];
+      const float u0 = Gated ? acc[(Gated ? j + kBlocks : j) * 4 + half * 2] : 0.0f;
+      const float u1 = Gated ? acc[(Gated ? j + kBlocks : j) * 4 + half * 2 + 1] : 0.0f;
+      const float v0 = wgmma_epilogue_value<T, Gated, HasBias, kAct>(args, bias, col, g0, u0);
+      if (pair_stores) {
+        store_pair(c_row + col, v0,
+                   wgmma_epilogue_value<T, Gated, HasBias, kAct>(args, bias, col + 1, g1, u1));
+      } else {
+        c_row[col] = from_float<T>(v0);
+        if (col + 1 < n) {
+          c_row[col + 1] = from_float<T>(
+              wgmma_epilogue_value<T, Gated, HasBias, kAct>(args, bias, col + 1, g1, u1));
+        }
+      }
+    }
+  }
+}
+
+// The store for the launch's epilogue: bias or not, and the common functions (GEMM2's bias only,
+// SiLU-gated, SwiGLU-OAI) with the activation fixed at compile time; other activations switch on
+// the kind per element.
+template <typename T, bool Gated>
+__device__ __forceinline__ void store_wgmma_tile(const float (&acc)[128],
+                                                 const GroupedGemmArgs& args, const TileWork& work,
+                                                 int n0, int row0) {
+  const bool has_bias = args.bias != nullptr;
+  if constexpr (Gated) {
+    constexpr int kSilu = static_cast<int>(MoEActKind::kSiluGated);
+    constexpr int kSwiglu = static_cast<int>(MoEActKind::kSwigluOai);
+    if (args.act.kind == MoEActKind::kSiluGated) {
+      if (has_bias) return store_wgmma_acc<T, true, true, kSilu>(acc, args, work, n0, row0);
+      return store_wgmma_acc<T, true, false, kSilu>(acc, args, work, n0, row0);
+    }
+    if (args.act.kind == MoEActKind::kSwigluOai) {
+      if (has_bias) return store_wgmma_acc<T, true, true, kSwiglu>(acc, args, work, n0, row0);
+      return store_wgmma_acc<T, true, false, kSwiglu>(acc, args, work, n0, row0);
+    }
+    if (has_bias) return store_wgmma_acc<T, true, true, kAnyAct>(acc, args, work, n0, row0);
+    return store_wgmma_acc<T, true, false, kAnyAct>(acc, args, work, n0, row0);
+  } else {
+    if (args.epilogue == GroupedEpilogue::kBias) {
+      if (has_bias) return store_wgmma_acc<T, false, true, kNoAct>(acc, args, work, n0, row0);
+      return store_wgmma_acc<T, false, false, kNoAct>(acc, args, work, n0, row0);
+    }
+    if (has_bias) return store_wgmma_acc<T, false, true, kAnyAct>(acc, args, work, n0, row0);
+    return store_wgmma_acc<T, false, false, kAnyAct>(acc, args, work, n0, row0);
+  }
+}
+
 #endif  // MG_GROUPED_GEMM_WGMMA
 
 // InFlight: wgmma groups left running across the next barrier (1: tensor cores never wait for
@@ -175,37 +271,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   wgmma_wait<0>(acc);
   cp_async_wait<0>();
 
-  // Accumulator layout: lane (g, t) of warp w holds rows 16w + g (+8) and columns 8j + 2t (+1)
-  // in acc[4j ..]; gated tiles hold gate columns in j < 16 and the matching up columns in j + 16.
-  const T* bias = args.bias == nullptr
-                      ? nullptr
-                      : static_cast<const T*>(args.bias) + work.expert * b_rows_per_expert;
-  T* c = static_cast<T*>(args.c) + static_cast<int64_t>(work.row_begin) * n;
-  const bool pair_stores = (n & 1) == 0;
-  constexpr int kBlocks = BN / 8;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = warpgroup * 64 + (warp & 3) * 16 + (lane >> 2) + half * 8;
-    if (row >= rows_here) continue;
-    T* c_row = c + static_cast<int64_t>(row) * n;
-#pragma unroll
-    for (int j = 0; j < kBlocks; ++j) {
-      const int col = n0 + j * 8 + (lane & 3) * 2;
-      if (col >= n) continue;
-      const float g0 = acc[j * 4 + half * 2], g1 = acc[j * 4 + half * 2 + 1];
-      const float u0 = Gated ? acc[(Gated ? j + kBlocks : j) * 4 + half * 2] : 0.0f;
-      const float u1 = Gated ? acc[(Gated ? j + kBlocks : j) * 4 + half * 2 + 1] : 0.0f;
-      const float v0 = epilogue_value<T, Gated>(args, bias, col, g0, u0);
-      if (pair_stores) {
-        store_pair(c_row + col, v0, epilogue_value<T, Gated>(args, bias, col + 1, g1, u1));
-      } else {
-        c_row[col] = from_float<T>(v0);
-        if (col + 1 < n) {
-          c_row[col + 1] = from_float<T>(epilogue_value<T, Gated>(args, bias, col + 1, g1, u1));
-        }
-      }
-    }
-  }
+  store_wgmma_tile<T, Gated>(acc, args, work, n0, warpgroup * 64 + (warp & 3) * 16 + (lane >> 2));
 #endif  // MG_GROUPED_GEMM_WGMMA
 }
 

@@ -27,23 +27,32 @@ namespace {
 // ---- cuda_fused ------------------------------------------------------------------------------
 
 // Which pipeline the fused backend runs for a batch, from the measurements in
-// docs/performance.md (H100, bf16):
+// docs/performance.md and the grouped GEMM's sweeps (.scratch-gemm/NOTES.md; H100, bf16):
 //   decode   M <= kFusedDecodeMaxTokens: the two weight-streaming decode kernels (at 16 tokens
 //            the grouped GEMM already matches or beats them on 3 of the 4 reference shapes);
-//   cublas   every expert has >= 128 rows on average and its GEMM1 is >= 4 GFLOP: cuBLASLt's
-//            Hopper kernels beat our grouped GEMM there, and per-expert launches are hidden
-//            behind the work (small experts, like Qwen3's, stay on the grouped GEMM);
-//   grouped  everything between.
+//   cublas   every expert has >= 128 rows on average and its GEMM1 is >= 12 GFLOP: there
+//            cuBLASLt's per-expert GEMMs still win; the persistent TMA grouped GEMM1 + GEMM2
+//            alone take longer than the whole cuBLAS layer (gpt-oss-120b 16384 tokens, 17 GFLOP
+//            per expert: 7.0 ms vs 6.8 ms; mixtral 1024 tokens, 60 GFLOP: 1.8 ms vs 1.5 ms;
+//            deepseek-v3 16384 tokens, 30 GFLOP: 25.2 ms vs 22.1 ms). Also from 4 GFLOP when
+//            there are fewer than 128 experts: the rule before the TMA kernel, not re-measured;
+//   grouped  everything else. With >= 128 experts of 4-12 GFLOP the grouped GEMMs beat the 2·E
+//            per-expert launches: qwen3-30b-a3b 16384 tokens (6.4 GFLOP per expert): 2.5 ms of
+//            GEMMs vs a 3.8 ms cuBLAS layer; gpt-oss-120b 4096 tokens (4.2 GFLOP): 2.9 ms vs
+//            4.0 ms; deepseek-v3 4096 tokens (7.5 GFLOP): 9.9 ms vs 11.5 ms.
 enum class FusedPath { kDecode, kGrouped, kCublas };
 constexpr int64_t kFusedDecodeMaxTokens = 8;
 static_assert(kFusedDecodeMaxTokens <= cuda::kDecodeMaxTokens);
 
 FusedPath fused_path(const ExpertsShape& shape, int64_t M) {
   if (M <= kFusedDecodeMaxTokens) return FusedPath::kDecode;
-  const double rows_per_expert =
-      static_cast<double>(M) * shape.top_k / std::max<int64_t>(1, shape.num_local_experts());
+  const int64_t experts = std::max<int64_t>(1, shape.num_local_experts());
+  const double rows_per_expert = static_cast<double>(M) * shape.top_k / experts;
   const double gemm1_flops = 2.0 * rows_per_expert * shape.w13_rows() * shape.hidden_size;
-  if (rows_per_expert >= 128 && gemm1_flops >= 4e9) return FusedPath::kCublas;
+  if (rows_per_expert >= 128) {
+    if (gemm1_flops >= 12e9) return FusedPath::kCublas;
+    if (gemm1_flops >= 4e9 && experts < 128) return FusedPath::kCublas;
+  }
   return FusedPath::kGrouped;
 }
 
