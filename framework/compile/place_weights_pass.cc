@@ -45,15 +45,6 @@ Tensor place_for_compute(const Tensor& raw, DType dtype, Device device) {
   return out;
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 // The weight `info` declares, filled from `seed` and its name (see CompileOptions::random_weights).
 Tensor random_weight(const proto::TensorInfo& info, const Graph& graph, Device device,
                      uint64_t seed) {
@@ -101,10 +92,10 @@ class PlaceWeightsPass final : public Pass {
         if (v.source != ValueSource::kWeight) continue;
         if (!v.raw_weight.defined()) {
           const proto::TensorInfo& info = graph.model().tensors(graph.value(v.name).tensor_index);
-          v.raw_weight = state.options.random_weights
-                             ? random_weight(info, graph, state.options.device,
-                                             *state.options.random_weights)
-                             : state.weights->load(info);
+          v.raw_weight =
+              state.options.random_weights
+                  ? random_weight(info, graph, state.options.device, *state.options.random_weights)
+                  : state.weights->load(info);
         }
         if (specs[k].placement == WeightPlacement::kCompute && !v.weight.defined()) {
           v.weight = place_for_compute(v.raw_weight, compute_dtype, state.options.device);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "framework/device/host_device.h"
 
@@ -15,6 +16,17 @@ MG_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// FNV-1a of a name: seeds a tensor's stream from its name, so its values do not depend on the
+// order tensors are made in.
+inline uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
 }
 
 // Element `index` of the stream `seed`: 24 random bits mapped to [-1, 1) (exactly), then scaled

@@ -107,7 +107,7 @@ class Session {
   };
   std::vector<NodeEvents> node_events_;
   std::unique_ptr<Event> nodes_origin_;
-  double profile_bookkeeping_us_ = 0.0;  // this forward's time spent reading them
+  double profile_bookkeeping_us_ = 0.0;      // this forward's time spent reading them
   std::unique_ptr<CudaGraph> decode_graph_;  // with SessionOptions::cuda_graph
 };
 

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "framework/core/half.h"
+#include "framework/device/random_uniform.h"
 #include "framework/io/graph_loader.h"
 #include "framework/io/proto_dtype.h"
 #include "framework/io/safetensors.h"
@@ -11,20 +12,12 @@ namespace mg {
 
 namespace {
 
+// The sequential generator of make-model's weights: splitmix64, i.e. mix64 of a counter that
+// steps by its increment.
 uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  const uint64_t z = mix64(state);
+  state += 0x9e3779b97f4a7c15ull;
+  return z;
 }
 
 }  // namespace

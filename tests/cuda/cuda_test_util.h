@@ -58,6 +58,11 @@ inline const std::vector<DtypeTolerance>& cuda_dtypes() {
   return dtypes;
 }
 
+// "BF16 (tolerance 0.01)": the SCOPED_TRACE prefix of a case run in dtype `d`.
+inline std::string dtype_trace(const DtypeTolerance& d) {
+  return fmt::format("{} (tolerance {})", dtype_name(d.dtype), d.tolerance);
+}
+
 // `t` (host F32) rounded through `dtype` and back: the exact values a kernel of that dtype sees.
 inline Tensor round_through(const Tensor& t, DType dtype) {
   if (!t.defined() || t.dtype() != DType::kF32) return t;

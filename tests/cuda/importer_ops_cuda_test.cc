@@ -27,12 +27,9 @@ namespace {
 
 using testing::cuda_dtypes;
 using testing::DeviceOp;
+using testing::dtype_trace;
 using testing::DtypeTolerance;
 using testing::round_through;
-
-std::string dtype_trace(const DtypeTolerance& d) {
-  return fmt::format("{} (tolerance {})", dtype_name(d.dtype), d.tolerance);
-}
 
 // `got` equals `want` element for element (NaN where `want` is NaN); the count of differences
 // and the first one are reported.

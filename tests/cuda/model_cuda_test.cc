@@ -75,6 +75,26 @@ void expect_close_but_for_flips(std::span<const float> got, std::span<const floa
   EXPECT_LT(testing::normalized_error(got, ref), loose);
 }
 
+// Six BF16 decode steps after the prompt: a session replaying the captured graph hands back
+// exactly the logits of one launching the same kernels one by one.
+void expect_graph_decode_equals_uncaptured(const std::filesystem::path& g) {
+  auto plain = open_session(g, Device::cuda(0), DType::kBF16);
+  auto graphed = open_session(g, Device::cuda(0), DType::kBF16, 64, /*cuda_graph=*/true);
+  prompt_logits(*plain, kPrompt);
+  prompt_logits(*graphed, kPrompt);
+  for (int step = 0; step < 6; ++step) {
+    const int32_t id = kPrompt[step] + 1;
+    const int32_t pos = static_cast<int32_t>(kPrompt.size()) + step;
+    const Tensor& a = plain->forward(std::span(&id, 1), std::span(&pos, 1));
+    const std::vector<float> want(a.data<float>(), a.data<float>() + a.numel());
+    const Tensor& b = graphed->forward(std::span(&id, 1), std::span(&pos, 1));
+    ASSERT_EQ(static_cast<size_t>(b.numel()), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(b.data<float>()[i], want[i]) << "step " << step << " logit " << i;
+    }
+  }
+}
+
 class CudaModel : public ::testing::TestWithParam<std::string> {
  protected:
   bool has_moe_layers() const {
@@ -144,22 +164,7 @@ TEST_P(CudaModel, DecodeStepByStepEqualsPrefillOnTheDevice) {
 // by one compute (the graph is captured on the first one-token forward).
 TEST_P(CudaModel, CudaGraphDecodeEqualsUncaptured) {
   MG_REQUIRE_GPU();
-  const auto g = graph();
-  auto plain = open_session(g, Device::cuda(0), DType::kBF16);
-  auto graphed = open_session(g, Device::cuda(0), DType::kBF16, 64, /*cuda_graph=*/true);
-  prompt_logits(*plain, kPrompt);
-  prompt_logits(*graphed, kPrompt);
-  for (int step = 0; step < 6; ++step) {
-    const int32_t id = kPrompt[step] + 1;
-    const int32_t pos = static_cast<int32_t>(kPrompt.size()) + step;
-    const Tensor& a = plain->forward(std::span(&id, 1), std::span(&pos, 1));
-    const std::vector<float> want(a.data<float>(), a.data<float>() + a.numel());
-    const Tensor& b = graphed->forward(std::span(&id, 1), std::span(&pos, 1));
-    ASSERT_EQ(static_cast<size_t>(b.numel()), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(b.data<float>()[i], want[i]) << "step " << step << " logit " << i;
-    }
-  }
+  expect_graph_decode_equals_uncaptured(graph());
 }
 
 TEST_P(CudaModel, ChunkedPrefillEqualsFullPrefill) {
@@ -280,22 +285,7 @@ TEST_P(CudaImportedModel, PromptLogitsMatchTheCpu) {
 // device memory.
 TEST_P(CudaImportedModel, CudaGraphDecodeEqualsUncaptured) {
   MG_REQUIRE_GPU();
-  const auto g = graph();
-  auto plain = open_session(g, Device::cuda(0), DType::kBF16);
-  auto graphed = open_session(g, Device::cuda(0), DType::kBF16, 64, /*cuda_graph=*/true);
-  prompt_logits(*plain, kPrompt);
-  prompt_logits(*graphed, kPrompt);
-  for (int step = 0; step < 6; ++step) {
-    const int32_t id = kPrompt[step] + 1;
-    const int32_t pos = static_cast<int32_t>(kPrompt.size()) + step;
-    const Tensor& a = plain->forward(std::span(&id, 1), std::span(&pos, 1));
-    const std::vector<float> want(a.data<float>(), a.data<float>() + a.numel());
-    const Tensor& b = graphed->forward(std::span(&id, 1), std::span(&pos, 1));
-    ASSERT_EQ(static_cast<size_t>(b.numel()), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(b.data<float>()[i], want[i]) << "step " << step << " logit " << i;
-    }
-  }
+  expect_graph_decode_equals_uncaptured(graph());
 }
 
 TEST_P(CudaImportedModel, GreedyTokensInF32AreTheCpus) {
@@ -397,15 +387,15 @@ TEST(CudaSession, RunsOnTheSecondGpuAsOnTheFirst) {
     logits[gpu] = prompt_logits(*s, kPrompt);
     const int32_t next = 7, pos = static_cast<int32_t>(kPrompt.size());
     for (int i = 0; i < 2; ++i) {  // the second step replays the graph captured by the first
-      const Tensor& t = s->forward(std::span<const int32_t>(&next, 1),
-                                   std::span<const int32_t>(&pos, 1));
+      const Tensor& t =
+          s->forward(std::span<const int32_t>(&next, 1), std::span<const int32_t>(&pos, 1));
       step[gpu].assign(t.data<float>(), t.data<float>() + t.numel());
     }
   }
   EXPECT_EQ(logits[0], logits[1]);
   EXPECT_EQ(step[0], step[1]);
-  const testing::CommandResult r = testing::run_moegraph(
-      {"run", "--device", "cuda:1", "--cuda-graph", "--max-new-tokens", "4"});
+  const testing::CommandResult r =
+      testing::run_moegraph({"run", "--device", "cuda:1", "--cuda-graph", "--max-new-tokens", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("on cuda:1 (BF16)"));
 }

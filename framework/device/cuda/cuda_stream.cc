@@ -33,7 +33,8 @@ void CudaStream::synchronize() {
 
 CudaEvent::CudaEvent(int device, bool timing) : device_(device) {
   DeviceGuard guard(device);
-  MG_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  MG_CUDA_CHECK(
+      cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
 
 CudaEvent::~CudaEvent() {
