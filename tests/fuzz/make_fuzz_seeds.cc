@@ -1,9 +1,16 @@
 // Writes small valid seed files for the fuzz corpora:
-//   make_fuzz_seeds DIR  ->  DIR/safetensors/*, DIR/graph/*, DIR/npy/*
+//   make_fuzz_seeds DIR  ->  DIR/safetensors/*, DIR/graph/*, DIR/npy/*, DIR/hf/*
+// (hf seeds: one per committed HF fixture, in fuzz_hf_config's layout: a family byte, the
+// fixture's config.json, and for the first family also a variant with a shard index)
 // Seeds are generated, not committed: the build folder holds them (docs/formats.md, "Fuzzing").
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -113,6 +120,29 @@ void write_npy_seeds(const std::filesystem::path& dir) {
   mg::write_npy(dir / "empty.npy", filled(DType::kF64, {0, 2}));
 }
 
+void write_hf_seeds(const std::filesystem::path& dir) {
+  const std::filesystem::path fixtures = std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf";
+  std::vector<std::filesystem::path> families;
+  for (const auto& e : std::filesystem::directory_iterator(fixtures)) {
+    if (std::filesystem::exists(e.path() / "model.safetensors")) families.push_back(e.path());
+  }
+  std::sort(families.begin(), families.end());  // fuzz_hf_config picks by this order
+  for (size_t i = 0; i < families.size(); ++i) {
+    std::ifstream in(families[i] / "config.json", std::ios::binary);
+    std::stringstream config;
+    config << in.rdbuf();
+    std::string seed(1, static_cast<char>(i));
+    seed += config.str();
+    std::ofstream(dir / (families[i].filename().string() + ".seed"), std::ios::binary) << seed;
+    if (i == 0) {
+      seed += "\n#index#\n{\"metadata\": {}, \"weight_map\": {\"model.embed_tokens.weight\": "
+              "\"model.safetensors\"}}";
+      std::ofstream(dir / (families[i].filename().string() + "_index.seed"), std::ios::binary)
+          << seed;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,12 +151,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::filesystem::path root = argv[1];
-  for (const char* sub : {"safetensors", "graph", "npy"}) {
+  for (const char* sub : {"safetensors", "graph", "npy", "hf"}) {
     std::filesystem::create_directories(root / sub);
   }
   write_safetensors_seeds(root / "safetensors");
   write_graph_seeds(root / "graph");
   write_npy_seeds(root / "npy");
+  write_hf_seeds(root / "hf");
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }
