@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
-#include "framework/io/checked_size.h"
+#include "framework/core/checked_math.h"
 #include "framework/io/proto_dtype.h"
 
 namespace mg {
