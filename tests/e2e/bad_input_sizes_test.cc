@@ -82,7 +82,7 @@ TEST(BadInputSizes, MaxTokensAndNewTokensAreBounded) {
   expect_refused(run(run_tiny({"--max-tokens", "0"})), {"--max-tokens", "[1, 16777216]"});
   expect_refused(run({"inspect", kTinyMoe.string(), "--plan", "--max-tokens", "99999999999"}),
                  {"--max-tokens", "[1, 16777216]"});
-  expect_refused(run(run_tiny({"--max-new-tokens", "100000000000"})),
+  expect_refused(run({"run", kTinyMoe.string(), "--max-new-tokens", "100000000000"}),
                  {"--max-new-tokens", "[0, 2147483647]"});
 }
 

@@ -50,9 +50,13 @@ void expect_matches_int128(T a, T b) {
   const std::optional<T> mul = checked_mul(a, b);
   const std::optional<T> add = checked_add(a, b);
   ASSERT_EQ(mul.has_value(), fits<T>(product)) << +a << " * " << +b;
-  if (mul) ASSERT_EQ(static_cast<i128>(*mul), product) << +a << " * " << +b;
+  if (mul) {
+    ASSERT_TRUE(static_cast<i128>(*mul) == product) << +a << " * " << +b;
+  }
   ASSERT_EQ(add.has_value(), fits<T>(sum)) << +a << " + " << +b;
-  if (add) ASSERT_EQ(static_cast<i128>(*add), sum) << +a << " + " << +b;
+  if (add) {
+    ASSERT_TRUE(static_cast<i128>(*add) == sum) << +a << " + " << +b;
+  }
 }
 
 // Random values spread over all magnitudes: a random bit width, then a random value of it.
@@ -142,7 +146,7 @@ TEST(CheckedMath, NbytesAndRoundUpNeverWrap) {
     if (static_cast<i128>(bytes) + align - 1 > static_cast<i128>(SIZE_MAX)) {
       ASSERT_FALSE(r.has_value()) << bytes << " " << align;
     } else {
-      ASSERT_EQ(static_cast<i128>(*r), exact) << bytes << " " << align;
+      ASSERT_TRUE(static_cast<i128>(*r) == exact) << bytes << " " << align;
     }
   }
 }
