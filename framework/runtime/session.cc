@@ -86,6 +86,7 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
     for (int v : node.outputs) outs.push_back(view_of(v));
     node_inputs_.push_back(std::move(ins));
     node_outputs_.push_back(std::move(outs));
+    // Per-node state is the attention KV cache, [max_seq_len, kv_heads, head_dim] per layer.
     sized_by(fmt::format("state (KV cache) of node '{}'", node.name).c_str(), kMaxSeqLenKnob,
              p.max_seq_len, [&] { states_.push_back(node.kernel->create_state(state_options)); });
   }
