@@ -55,8 +55,9 @@ int thread_count(pid_t pid) {
 [[noreturn]] void exec_child(const std::vector<std::string>& args, const CommandLimits& limits,
                              const EnvChanges& env, const std::filesystem::path& dir,
                              bool limit_address_space) {
-  // Only async-signal-safe calls would be strictly allowed after fork() in a threaded parent;
-  // the test binaries are single-threaded here, and the failure path is _exit.
+  // After fork() in a process that may have threads, only async-signal-safe calls are strictly
+  // allowed; glibc's fork() leaves malloc usable in the child, which the paths and setenv below
+  // need, and everything else is a plain system call. A failure exits 125 (127: exec failed).
   const int out = open((dir / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int err = open((dir / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(125);
