@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "framework/compile/pass.h"
+#include "framework/core/checked_math.h"
 #include "framework/core/logging.h"
 #include "framework/device/allocator.h"
 #include "framework/io/graph_loader.h"
@@ -12,7 +13,12 @@ namespace mg {
 std::unique_ptr<ExecutionPlan> compile_model(proto::Model model,
                                              const std::filesystem::path& source_file,
                                              const CompileOptions& options) {
-  MG_CHECK(options.max_tokens > 0, "max_tokens must be positive, got {}", options.max_tokens);
+  MG_CHECK(options.max_tokens >= 1 && options.max_tokens <= kMaxTokensPerForward,
+           "max_tokens (--max-tokens): {} is out of range [1, {}]", options.max_tokens,
+           kMaxTokensPerForward);
+  MG_CHECK(options.max_seq_len >= 0 && options.max_seq_len <= kMaxSeqLen,
+           "max_seq_len (--max-seq-len): {} is out of range [0, {}] (0: the model's own)",
+           options.max_seq_len, kMaxSeqLen);
   check_device_exists(options.device);
   const DeviceScope on_device(options.device);  // weight uploads and conversions run on it
   CompileState state{Graph(std::move(model), source_file), options,

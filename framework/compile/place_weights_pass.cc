@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "framework/compile/pass.h"
+#include "framework/core/checked_math.h"
 #include "framework/core/logging.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
@@ -54,6 +55,9 @@ Tensor random_weight(const proto::TensorInfo& info, const Graph& graph, Device d
            "{}: random weights: tensor '{}' is {}; only F32, F16 and BF16 weights can be generated",
            graph.file_label(), info.name(), dtype_name(dtype));
   const Shape shape(info.shape().begin(), info.shape().end());
+  // Checked here so that the error names the tensor; the shape is the graph's, unbounded.
+  allocation_bytes(shape, dtype,
+                   fmt::format("{}: random weights: tensor '{}'", graph.file_label(), info.name()));
   const int64_t numel = shape_numel(shape);
   const Device where = numel >= kDeviceRandomWeightElements ? device : Device::cpu();
   Tensor t = empty_tensor(where, dtype, shape);
@@ -80,6 +84,11 @@ class PlaceWeightsPass final : public Pass {
     MG_CHECK(plan->max_seq_len > 0,
              "{}: the model declares no info.max_seq_len; pass a maximum sequence length",
              graph.file_label());
+    // --max-seq-len was range-checked by compile_model; the graph's own value is checked here.
+    MG_CHECK(plan->max_seq_len <= kMaxSeqLen,
+             "{}: info.max_seq_len {} is out of range [1, {}] (positions are 32-bit); pass a "
+             "smaller --max-seq-len or fix the graph",
+             graph.file_label(), plan->max_seq_len, kMaxSeqLen);
 
     for (const proto::ValueInfo& in : graph.model().inputs()) add_value(*plan, graph, in.name());
     size_t placed_bytes = 0;

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "framework/compile/pass.h"
+#include "framework/core/checked_math.h"
 #include "framework/core/logging.h"
 
 namespace mg {
@@ -18,11 +19,22 @@ namespace {
 
 constexpr size_t kAlign = 64;
 
-size_t bytes_at_max_tokens(const ValueType& type, int64_t max_tokens) {
-  int64_t n = 1;
-  for (int64_t d : type.shape) n *= d == kTokens ? max_tokens : d;
-  const size_t bytes = static_cast<size_t>(n) * dtype_size(type.dtype);
-  return (bytes + kAlign - 1) / kAlign * kAlign;
+// Bytes of `value` at max_tokens rows, 64-byte aligned. Throws mg::Error naming the value and
+// --max-tokens when the size overflows or passes kMaxAllocationBytes: max_tokens is the only
+// factor a user picks per run, and the graph's own dimensions were bounded by its weights.
+size_t bytes_at_max_tokens(const PlanValue& value, int64_t max_tokens) {
+  Shape shape = value.type.shape;
+  for (int64_t& d : shape) {
+    if (d == kTokens) d = max_tokens;
+  }
+  const std::optional<size_t> bytes = checked_nbytes(shape, value.type.dtype);
+  const std::optional<size_t> aligned = bytes ? checked_round_up(*bytes, kAlign) : std::nullopt;
+  MG_CHECK(aligned && *aligned <= kMaxAllocationBytes,
+           "max_tokens (--max-tokens) {}: activation '{}' {}{} would take more than the {} one "
+           "allocation may take; use fewer tokens per forward",
+           max_tokens, value.name, dtype_name(value.type.dtype), shape_str(shape),
+           byte_size_str(kMaxAllocationBytes));
+  return *aligned;
 }
 
 class PlanMemoryPass final : public Pass {
@@ -40,7 +52,7 @@ class PlanMemoryPass final : public Pass {
       if (pv.type.dtype == DType::kF32) pv.type.dtype = compute_dtype;
       pv.first_step = pv.source == ValueSource::kGraphInput ? 0 : num_steps;
       pv.last_step = pv.first_step;
-      pv.arena_bytes = bytes_at_max_tokens(pv.type, plan.max_tokens);
+      pv.arena_bytes = bytes_at_max_tokens(pv, plan.max_tokens);
       activations.push_back(static_cast<int>(v));
     }
     for (int step = 0; step < num_steps; ++step) {
@@ -79,7 +91,12 @@ class PlanMemoryPass final : public Pass {
         offset = std::max(offset, end);
       }
       pv.arena_offset = offset;
+      // offset <= the arena so far, a sum of values each <= kMaxAllocationBytes: no overflow.
       total = std::max(total, offset + pv.arena_bytes);
+      MG_CHECK(total <= kMaxAllocationBytes,
+               "max_tokens (--max-tokens) {}: the activation arena would take more than the {} "
+               "one allocation may take; use fewer tokens per forward",
+               plan.max_tokens, byte_size_str(kMaxAllocationBytes));
       placed.push_back(v);
     }
     plan.arena_bytes = total;

@@ -1,6 +1,7 @@
 // Pass 4: builds every node's kernel for the compile device. This is where MoE nodes run the
 // oracle, convert their expert weights and build their runner (inside OpDef::create_kernel).
 #include "framework/compile/pass.h"
+#include "framework/core/checked_math.h"
 #include "framework/core/logging.h"
 
 namespace mg {
@@ -45,6 +46,11 @@ class SelectKernelsPass final : public Pass {
         throw Error(fmt::format("{}: {}", graph.node_label(i), e.what()));
       }
       node.workspace_bytes = node.kernel->workspace_bytes(plan.max_tokens);
+      MG_CHECK(node.workspace_bytes <= kMaxAllocationBytes,
+               "{}: max_tokens (--max-tokens) {} needs a workspace of {}, more than the {} one "
+               "allocation may take; use fewer tokens per forward",
+               graph.node_label(i), plan.max_tokens, byte_size_str(node.workspace_bytes),
+               byte_size_str(kMaxAllocationBytes));
       plan.workspace_bytes = std::max(plan.workspace_bytes, node.workspace_bytes);
       MG_LOG_DEBUG("compile", "{}: {}", graph.node_label(i), node.kernel->describe());
       plan.nodes.push_back(std::move(node));

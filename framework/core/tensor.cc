@@ -4,7 +4,9 @@
 #include <cstring>
 #include <numeric>
 
+#include "framework/core/checked_math.h"
 #include "framework/core/half.h"
+#include "framework/core/host_memory.h"
 
 namespace mg {
 
@@ -26,14 +28,9 @@ Tensor::Tensor(std::shared_ptr<Buffer> buffer, DType dtype, Shape shape, size_t 
 }
 
 Tensor Tensor::empty_cpu(DType dtype, Shape shape) {
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  const size_t padded = (bytes + 63) / 64 * 64 + 64;
-  void* p = std::aligned_alloc(64, padded);
-  MG_ASSERT(p != nullptr, "out of host memory allocating {} bytes", padded);
-  std::memset(p, 0, padded);
-  std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
-  auto buffer = std::make_shared<Buffer>(p, bytes, Device::cpu(), std::move(owner));
-  return Tensor(std::move(buffer), dtype, std::move(shape));
+  const std::string what = fmt::format("host tensor {}{}", dtype_name(dtype), shape_str(shape));
+  const size_t bytes = allocation_bytes(shape, dtype, what);
+  return Tensor(allocate_host_buffer(bytes, what), dtype, std::move(shape));
 }
 
 Tensor Tensor::wrap(void* data, DType dtype, Shape shape, Device device) {

@@ -1,22 +1,54 @@
 #include "framework/core/thread_pool.h"
 
 #include <algorithm>
+#include <system_error>
+
+#include "framework/core/error.h"
 
 namespace mg {
+
+int max_threads() {
+  return std::max(64, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+std::thread start_thread(std::function<void()> fn, std::string_view what) {
+  try {
+    return std::thread(std::move(fn));
+  } catch (const std::system_error& e) {
+    MG_FAIL("{}: the system refused a new thread ({}); use fewer threads or ranks", what, e.what());
+  }
+}
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0)
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  MG_CHECK(num_threads <= max_threads(),
+           "threads (--threads): {} is more than {} (4 per hardware thread of this machine, at "
+           "least 64)",
+           num_threads, max_threads());
+  try {
+    for (int i = 1; i < num_threads; ++i) {
+      workers_.push_back(start_thread([this, i] { worker_loop(i); },
+                                      fmt::format("thread pool: worker {} of {}", i, num_threads)));
+    }
+  } catch (...) {
+    stop_workers();  // the destructor does not run for a constructor that throws
+    throw;
+  }
 }
 
 ThreadPool::~ThreadPool() {
+  stop_workers();
+}
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   work_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
 
 // Takes chunks until none are left. Chunk claiming happens under the mutex: chunks are coarse

@@ -6,7 +6,9 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -14,9 +16,20 @@
 
 namespace mg {
 
+// The most threads one pool (--threads) may have: 4 per hardware thread, and at least 64 (so
+// tests that ask for a few threads pass on a one-core machine). More only adds contention; the
+// bound keeps a typo like --threads 100000 from filling the process table.
+int max_threads();
+
+// Starts a std::thread running `fn`, turning the system's refusal (std::system_error, e.g. the
+// process table is full) into mg::Error naming `what` and the hint to lower it.
+std::thread start_thread(std::function<void()> fn, std::string_view what);
+
 class ThreadPool {
  public:
-  // `num_threads` counts the caller; 0 means std::thread::hardware_concurrency().
+  // `num_threads` counts the caller; 0 means std::thread::hardware_concurrency(). Throws
+  // mg::Error when it is above max_threads(), or when the system refuses a thread (the workers
+  // already started are stopped first).
   explicit ThreadPool(int num_threads = 1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -30,6 +43,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int worker_index);
+  void stop_workers();
   void run_chunks(int64_t n, int64_t chunk, FunctionRef<void(int64_t, int64_t)>* fn);
 
   std::vector<std::thread> workers_;

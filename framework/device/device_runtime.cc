@@ -1,6 +1,7 @@
 // Dispatches streams, events, allocation and copies to the CPU or CUDA implementation.
 #include <cstring>
 
+#include "framework/core/checked_math.h"
 #include "framework/device/allocator.h"
 #include "framework/device/cpu/cpu_device.h"
 #ifdef MG_WITH_CUDA
@@ -94,7 +95,9 @@ Allocator& allocator_for(Device device) {
 }
 
 Tensor empty_tensor(Device device, DType dtype, Shape shape, Stream* stream) {
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const size_t bytes = allocation_bytes(
+      shape, dtype,
+      fmt::format("{} tensor {}{}", device.str(), dtype_name(dtype), shape_str(shape)));
   return Tensor(allocator_for(device).allocate(bytes, stream), dtype, std::move(shape));
 }
 

@@ -7,6 +7,7 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/unknown_field_set.h>
 
@@ -162,6 +163,19 @@ void check_strings_are_utf8(const google::protobuf::Message& message,
   }
 }
 
+// protobuf logs some parse problems itself (a string field holding invalid UTF-8: "[libprotobuf
+// ERROR ...] String field ... contains invalid UTF-8 data") before the parse returns false, and
+// the user would see that line before ours. Our errors say everything, so its log is dropped: a
+// null handler discards messages. Set once, from the first parse (a function-local static is
+// initialised once even when ranks load graphs on several threads).
+void silence_protobuf_log() {
+  static const bool silenced = [] {
+    google::protobuf::SetLogHandler(nullptr);
+    return true;
+  }();
+  (void)silenced;
+}
+
 }  // namespace
 
 proto::Model parse_graph_text(std::string_view data, std::string_view name) {
@@ -182,6 +196,7 @@ proto::Model parse_graph_text(std::string_view data, std::string_view name) {
 }
 
 proto::Model parse_graph_binary(std::string_view data, std::string_view name) {
+  silence_protobuf_log();
   MG_CHECK(data.size() <= static_cast<size_t>(std::numeric_limits<int>::max()),
            "{}: graph file of {} bytes is too large (at most 2 GiB)", name, data.size());
   proto::Model model;

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/checked_math.h"
 #include "framework/core/error.h"
-#include "framework/io/checked_size.h"
 #include "framework/io/mmap_file.h"
 
 namespace mg {

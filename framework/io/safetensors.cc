@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/core/checked_math.h"
 #include "framework/core/error.h"
-#include "framework/io/checked_size.h"
 #include "framework/io/json.h"
 #include "framework/io/mmap_file.h"
 

@@ -5,8 +5,8 @@
 #include <system_error>
 #include <vector>
 
+#include "framework/core/checked_math.h"
 #include "framework/core/error.h"
-#include "framework/io/checked_size.h"
 #include "framework/io/proto_dtype.h"
 
 namespace mg {

@@ -27,6 +27,9 @@ ParallelConfig::ParallelConfig(int tp_size, int tp_rank, int dp_size, int dp_ran
       dispatch_(dispatch) {
   MG_CHECK(tp_size >= 1 && dp_size >= 1,
            "parallel config: tp_size ({}) and dp_size ({}) must be >= 1", tp_size, dp_size);
+  MG_CHECK(tp_size <= kMaxRanks / dp_size,
+           "parallel config: tp_size {} x dp_size {} is more than the {} ranks one run may have",
+           tp_size, dp_size, kMaxRanks);
   MG_CHECK(0 <= tp_rank && tp_rank < tp_size, "parallel config: tp_rank {} is not in [0, {})",
            tp_rank, tp_size);
   MG_CHECK(0 <= dp_rank && dp_rank < dp_size, "parallel config: dp_rank {} is not in [0, {})",

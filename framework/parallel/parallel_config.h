@@ -51,12 +51,17 @@ struct ExpertLocation {
 };
 ExpertLocation locate_expert(int64_t num_experts, int ep_size, int64_t id);
 
+// The most ranks (tp_size * dp_size) one run may have. Local ranks are threads of one process,
+// each with its own compiled plan; a GPU host has at most 8 to 16 GPUs. The bound keeps
+// --tp 40000 from starting 40,000 threads.
+inline constexpr int kMaxRanks = 64;
+
 class ParallelConfig {
  public:
   // A single rank.
   ParallelConfig() = default;
-  // Throws mg::Error when a size is < 1, a rank is out of range, or kAllToAll is asked for
-  // without use_ep or with tp_size > 1.
+  // Throws mg::Error when a size is < 1, tp_size * dp_size is above kMaxRanks, a rank is out of
+  // range, or kAllToAll is asked for without use_ep or with tp_size > 1.
   ParallelConfig(int tp_size, int tp_rank, int dp_size, int dp_rank, bool use_ep,
                  MoEDispatch dispatch = MoEDispatch::kAllGatherReduceScatter);
 

@@ -38,11 +38,27 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
   stream_ = make_stream(p.device);
   profiler_.set_enabled(options_.profile);
 
-  arena_ = empty_tensor(p.device, DType::kU8,
-                        {static_cast<int64_t>(std::max<size_t>(p.arena_bytes, 1))}, stream_.get());
-  workspace_ =
-      empty_tensor(p.device, DType::kU8,
-                   {static_cast<int64_t>(std::max<size_t>(p.workspace_bytes, 1))}, stream_.get());
+  // Every allocation below is sized by --max-tokens or --max-seq-len (or the graph's
+  // info.max_seq_len); the errors say which, since the allocator only sees a shape.
+  auto sized_by = [&](const char* what, const char* knob, int64_t value, auto&& allocate) {
+    try {
+      allocate();
+    } catch (const Error& e) {
+      throw Error(fmt::format("{} for {} {}: {}", what, knob, value, e.what()));
+    }
+  };
+  const char* kMaxTokensKnob = "max_tokens (--max-tokens)";
+  const char* kMaxSeqLenKnob = "max_seq_len (--max-seq-len or the graph's info.max_seq_len)";
+  sized_by("activation arena", kMaxTokensKnob, p.max_tokens, [&] {
+    arena_ =
+        empty_tensor(p.device, DType::kU8,
+                     {static_cast<int64_t>(std::max<size_t>(p.arena_bytes, 1))}, stream_.get());
+  });
+  sized_by("workspace", kMaxTokensKnob, p.max_tokens, [&] {
+    workspace_ =
+        empty_tensor(p.device, DType::kU8,
+                     {static_cast<int64_t>(std::max<size_t>(p.workspace_bytes, 1))}, stream_.get());
+  });
   const PlanValue& logits = p.values[p.logits];
   if (logits.type.dtype != DType::kF32) {
     logits_f32_device_ = empty_tensor(p.device, DType::kF32,
@@ -70,7 +86,9 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
     for (int v : node.outputs) outs.push_back(view_of(v));
     node_inputs_.push_back(std::move(ins));
     node_outputs_.push_back(std::move(outs));
-    states_.push_back(node.kernel->create_state(state_options));
+    // Per-node state is the attention KV cache, [max_seq_len, kv_heads, head_dim] per layer.
+    sized_by(fmt::format("state (KV cache) of node '{}'", node.name).c_str(), kMaxSeqLenKnob,
+             p.max_seq_len, [&] { states_.push_back(node.kernel->create_state(state_options)); });
   }
 
   if (options_.cuda_graph) {

@@ -9,11 +9,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/core/checked_math.h"
 #include "framework/core/error.h"
+#include "framework/device/allocator.h"
 #include "framework/io/json.h"
 #include "framework/runtime/session.h"
 #include "tools/moegraph/bench_plot.h"
 #include "tools/moegraph/commands.h"
+#include "tools/moegraph/flag_checks.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/bench/moe_bench_cuda.h"
 #endif
@@ -49,6 +52,10 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 int bench_moe(const BenchMoeArgs& a) {
+  // A CUDA build on a machine without a GPU: the user's environment, said before any CUDA call.
+  MG_CHECK(cuda_device_count() > 0,
+           "bench moe times the CUDA expert backends and this machine has no CUDA GPU; run it "
+           "on a machine with one (bench e2e --device cpu times a whole model on the CPU)");
   MoEBenchOptions o;
   if (a.hidden || a.inter || a.experts || a.topk) {
     MG_CHECK(a.hidden > 0 && a.inter > 0 && a.experts > 0 && a.topk > 0,
@@ -76,7 +83,8 @@ int bench_moe(const BenchMoeArgs& a) {
     } catch (const std::exception&) {
       MG_FAIL("--tokens: '{}' is not a number", t);
     }
-    MG_CHECK(v > 0, "--tokens: {} is not a positive token count", v);
+    MG_CHECK(v > 0 && v <= kMaxTokensPerForward, "--tokens: {} is out of range [1, {}]", v,
+             kMaxTokensPerForward);
     o.tokens.push_back(v);
   }
   o.backends = a.backends == "all"
@@ -226,15 +234,18 @@ Command add_bench_command(CLI::App& app) {
                 "Named shapes, comma-separated: all, mixtral, qwen3-30b-a3b, deepseek-v3, "
                 "gpt-oss-120b")
       ->capture_default_str();
-  m->add_option("--hidden", moe->hidden, "Custom shape: hidden size");
-  m->add_option("--inter", moe->inter, "Custom shape: expert intermediate size");
-  m->add_option("--experts", moe->experts, "Custom shape: experts");
-  m->add_option("--topk", moe->topk, "Custom shape: experts per token");
+  m->add_option("--hidden", moe->hidden, "Custom shape: hidden size")->check(int_range(1, 65536));
+  m->add_option("--inter", moe->inter, "Custom shape: expert intermediate size")
+      ->check(int_range(1, 1 << 20));
+  m->add_option("--experts", moe->experts, "Custom shape: experts")->check(int_range(1, 4096));
+  m->add_option("--topk", moe->topk, "Custom shape: experts per token")->check(int_range(1, 4096));
   m->add_option("--tokens", moe->tokens, "Token counts, comma-separated")->capture_default_str();
   m->add_option("--backend", moe->backends, "all, or backend names, comma-separated")
       ->capture_default_str();
   m->add_option("--dtype", moe->dtype, "bf16 or f16")->capture_default_str();
-  m->add_option("--sets", moe->sets, "Input sets rotated between calls")->capture_default_str();
+  m->add_option("--sets", moe->sets, "Input sets rotated between calls")
+      ->capture_default_str()
+      ->check(int_range(1, 64));
   m->add_option("--target-ms", moe->target_ms, "Timed calls fill about this long (5..400 calls)")
       ->capture_default_str();
   m->add_flag("--no-check", moe->no_check, "Skip comparing the backends' outputs");
@@ -251,15 +262,21 @@ Command add_bench_command(CLI::App& app) {
   e->add_option("model", e2e->model, "Model directory or graph file (default: bundled model)");
   e->add_option("--device", e2e->device, "cpu, cuda or cuda:N")->capture_default_str();
   e->add_option("--dtype", e2e->dtype, "Activation dtype: bf16, f16 or f32");
-  e->add_option("--prompt-tokens", e2e->prompt_tokens, "Prompt length")->capture_default_str();
+  // prompt + decode + 1 is the KV-cache length: each at most half of kMaxSeqLen.
+  e->add_option("--prompt-tokens", e2e->prompt_tokens, "Prompt length")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxSeqLen / 2));
   e->add_option("--decode-tokens", e2e->decode_tokens, "Generated tokens after the first")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, kMaxSeqLen / 2));
   e->add_option("--repeats", e2e->repeats, "Timed runs (after one warm-up run)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, 1000));
   e->add_flag("--cuda-graph", e2e->cuda_graph, "Replay the decode step as a CUDA graph");
   e->add_option("--random-weights", e2e->random_weights,
                 "Fill the weights with random values from this seed instead of reading them "
-                "(for graphs written by make-model --graph-only)");
+                "(for graphs written by make-model --graph-only)")
+      ->check(non_negative_u64());
 
   return [m, e, p, moe, e2e, plot] {
     if (m->parsed()) return bench_moe(*moe);

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <iostream>
 
+#include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/import/hf_importer.h"
 #include "framework/io/graph_loader.h"
 #include "tools/moegraph/commands.h"
+#include "tools/moegraph/flag_checks.h"
 
 namespace mg::cli {
 
@@ -73,7 +75,7 @@ Command add_import_hf_command(CLI::App& app) {
                   fmt::format("KV-cache length recorded in the graph (default: "
                               "min(max_position_embeddings, {}))",
                               kDefaultImportMaxSeqLen))
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_range(0, kMaxSeqLen));
   cmd->add_flag("--quiet", args->quiet, "No per-layer progress on stderr");
   cmd->footer(
       fmt::format("Supported model_type values: {}", fmt::join(hf_supported_model_types(), ", ")));

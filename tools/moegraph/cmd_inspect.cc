@@ -4,11 +4,13 @@
 #include <map>
 
 #include "framework/compile/compiler.h"
+#include "framework/core/checked_math.h"
 #include "framework/graph/graph.h"
 #include "framework/graph/shape_inference.h"
 #include "framework/graph/verifier.h"
 #include "framework/io/graph_loader.h"
 #include "tools/moegraph/commands.h"
+#include "tools/moegraph/flag_checks.h"
 
 namespace mg::cli {
 
@@ -93,7 +95,7 @@ Command add_inspect_command(CLI::App& app) {
   cmd->add_option("--moe-backend", args->moe_backend, "Force an expert backend (with --plan)");
   cmd->add_option("--max-tokens", args->max_tokens, "Largest forward chunk (with --plan)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_range(1, kMaxTokensPerForward));
   return [args] { return inspect(*args); };
 }
 

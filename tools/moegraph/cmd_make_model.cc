@@ -1,9 +1,13 @@
 // `moegraph make-model --family NAME --out DIR`: a model with deterministic random weights.
 #include <iostream>
 
+#include "framework/core/checked_math.h"
 #include "framework/core/error.h"
+#include "framework/core/host_memory.h"
+#include "framework/io/proto_dtype.h"
 #include "models/builders/decoder_builder.h"
 #include "tools/moegraph/commands.h"
+#include "tools/moegraph/flag_checks.h"
 
 namespace mg::cli {
 
@@ -17,6 +21,7 @@ struct MakeModelArgs {
   DecoderSpec spec;
   // Flags the user set explicitly override the family's defaults.
   std::vector<std::pair<CLI::Option*, std::function<void(DecoderSpec&)>>> overrides;
+  std::vector<CLI::Option*> sizes;  // the size flags, named in size errors when set
 };
 
 DType parse_weight_dtype(const std::string& text) {
@@ -24,6 +29,42 @@ DType parse_weight_dtype(const std::string& text) {
   if (text == "bf16") return DType::kBF16;
   if (text == "f16") return DType::kF16;
   MG_FAIL("--dtype: unknown weight dtype '{}' (expected f32, bf16 or f16)", text);
+}
+
+// The most bytes of weights make-model declares in one model (--graph-only): 16 TiB, above the
+// largest open MoE checkpoints (about 2 TB). Without --graph-only the weights are made in memory
+// before they are written, so they must also fit the machine's memory.
+constexpr uint64_t kMaxModelBytes = uint64_t{1} << 44;
+
+// Checks the weights `model` declares before any is made or anything is written: each within
+// kMaxAllocationBytes (run allocates each weight in one piece), their sum within kMaxModelBytes
+// and, when they are made here, within the machine's memory. `flags` names the sizes the user
+// set, for the message.
+void check_weight_bytes(const proto::Model& model, bool graph_only, const std::string& flags) {
+  const std::string hint = flags.empty() ? std::string("the family's defaults")
+                                         : fmt::format("the sizes set ({})", flags);
+  uint64_t total = 0;
+  for (const proto::TensorInfo& t : model.tensors()) {
+    const Shape shape(t.shape().begin(), t.shape().end());
+    const DType dtype = from_proto(t.dtype(), t.name());
+    const std::optional<size_t> bytes = checked_nbytes(shape, dtype);
+    MG_CHECK(bytes && *bytes <= kMaxAllocationBytes,
+             "make-model: weight '{}' {}{} would take more than the {} one tensor may take; "
+             "lower {}",
+             t.name(), dtype_name(dtype), shape_str(shape), byte_size_str(kMaxAllocationBytes),
+             hint);
+    const std::optional<uint64_t> sum = checked_add<uint64_t>(total, *bytes);
+    MG_CHECK(sum && *sum <= kMaxModelBytes,
+             "make-model: the weights would take more than the {} one model may take; lower {}",
+             byte_size_str(kMaxModelBytes), hint);
+    total = *sum;
+  }
+  const uint64_t memory = host_memory_bytes();
+  MG_CHECK(graph_only || memory == 0 || total <= memory,
+           "make-model: the weights would take {}, more than this machine's {} of memory they "
+           "are made in; lower {}, or write the graph only (--graph-only) and run it with "
+           "--random-weights",
+           byte_size_str(total), byte_size_str(memory), hint);
 }
 
 int make_model(MakeModelArgs& a) {
@@ -35,6 +76,14 @@ int make_model(MakeModelArgs& a) {
     if (opt->count() > 0) apply(spec);
   }
   spec.weight_dtype = parse_weight_dtype(a.dtype);
+  std::string flags;
+  for (CLI::Option* opt : a.sizes) {
+    if (opt->count() > 0) {
+      flags += fmt::format("{}{} {}", flags.empty() ? "" : " ", opt->get_name(),
+                           fmt::join(opt->results(), " "));
+    }
+  }
+  check_weight_bytes(build_decoder(spec, /*graph_only=*/true).model(), a.graph_only, flags);
   GraphBuilder b = build_decoder(spec, a.graph_only);
   b.write(a.out);
   std::cout << fmt::format("wrote {} ({} nodes, {} tensors) to {}\n", b.model().name(),
@@ -57,25 +106,33 @@ Command add_make_model_command(CLI::App& app) {
                 "Write only the graph (weights declared, no weight file): run it with "
                 "--random-weights");
   DecoderSpec& s = args->spec;
-  auto size = [&](const char* flag, int64_t DecoderSpec::*field, const char* help) {
-    CLI::Option* opt = cmd->add_option(flag, s.*field, help)->check(CLI::NonNegativeNumber);
+  // Every size has a range (README.md lists them) wide enough for today's largest open models;
+  // the weights' total is checked before anything is made (check_weight_bytes).
+  auto size = [&](const char* flag, int64_t DecoderSpec::*field, int64_t min, int64_t max,
+                  const char* help) {
+    CLI::Option* opt = cmd->add_option(flag, s.*field, help)->check(int_range(min, max));
+    args->sizes.push_back(opt);
     args->overrides.emplace_back(
         opt, [args, field](DecoderSpec& spec) { spec.*field = args->spec.*field; });
   };
-  size("--layers", &DecoderSpec::layers, "Decoder layers");
-  size("--hidden", &DecoderSpec::hidden, "Hidden size");
-  size("--heads", &DecoderSpec::heads, "Attention heads");
-  size("--kv-heads", &DecoderSpec::kv_heads, "KV heads");
-  size("--head-dim", &DecoderSpec::head_dim, "Head dimension");
-  size("--inter", &DecoderSpec::intermediate, "Dense MLP width");
-  size("--vocab", &DecoderSpec::vocab, "Vocabulary size");
-  size("--max-seq-len", &DecoderSpec::max_seq_len, "Longest sequence");
-  size("--experts", &DecoderSpec::experts, "Routed experts (MoE families)");
-  size("--topk", &DecoderSpec::top_k, "Experts per token (MoE families)");
-  size("--moe-inter", &DecoderSpec::moe_intermediate, "Expert width (MoE families)");
-  size("--shared-inter", &DecoderSpec::shared_intermediate, "Shared expert width (MoE families)");
-  size("--first-dense", &DecoderSpec::first_dense_layers, "Leading dense layers (MoE families)");
-  CLI::Option* seed = cmd->add_option("--seed", s.seed, "Random seed")->capture_default_str();
+  size("--layers", &DecoderSpec::layers, 1, 1024, "Decoder layers");
+  size("--hidden", &DecoderSpec::hidden, 1, 65536, "Hidden size");
+  size("--heads", &DecoderSpec::heads, 1, 1024, "Attention heads");
+  size("--kv-heads", &DecoderSpec::kv_heads, 1, 1024, "KV heads");
+  size("--head-dim", &DecoderSpec::head_dim, 1, 4096, "Head dimension");
+  size("--inter", &DecoderSpec::intermediate, 1, 1 << 20, "Dense MLP width");
+  size("--vocab", &DecoderSpec::vocab, 1, 1 << 24, "Vocabulary size");
+  size("--max-seq-len", &DecoderSpec::max_seq_len, 1, kMaxSeqLen, "Longest sequence");
+  size("--experts", &DecoderSpec::experts, 1, 4096, "Routed experts (MoE families)");
+  size("--topk", &DecoderSpec::top_k, 1, 4096, "Experts per token (MoE families)");
+  size("--moe-inter", &DecoderSpec::moe_intermediate, 1, 1 << 20, "Expert width (MoE families)");
+  size("--shared-inter", &DecoderSpec::shared_intermediate, 0, 1 << 20,
+       "Shared expert width (MoE families)");
+  size("--first-dense", &DecoderSpec::first_dense_layers, 0, 1024,
+       "Leading dense layers (MoE families)");
+  CLI::Option* seed = cmd->add_option("--seed", s.seed, "Random seed")
+                          ->capture_default_str()
+                          ->check(non_negative_u64());
   args->overrides.emplace_back(seed, [args](DecoderSpec& spec) { spec.seed = args->spec.seed; });
   CLI::Option* tie = cmd->add_flag("--tie-embeddings", s.tie_embeddings, "lm_head = embedding");
   args->overrides.emplace_back(

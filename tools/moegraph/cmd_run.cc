@@ -4,11 +4,14 @@
 #include <optional>
 #include <thread>
 
+#include "framework/core/checked_math.h"
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 #include "framework/io/npy.h"
 #include "framework/runtime/local_ranks.h"
 #include "framework/runtime/session.h"
 #include "tools/moegraph/commands.h"
+#include "tools/moegraph/flag_checks.h"
 
 namespace mg::cli {
 
@@ -75,6 +78,8 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
     MG_CHECK(a.moe_dispatch == "allgather",
              "--moe-dispatch: unknown value '{}' (expected allgather or alltoall)", a.moe_dispatch);
   }
+  MG_CHECK(a.tp <= kMaxRanks / a.dp, "--tp {} x --dp {} is more than the {} ranks one run may have",
+           a.tp, a.dp, kMaxRanks);
   const int world = a.tp * a.dp;
   MG_CHECK(world > 1 || !a.ep, "--ep needs more than one rank (--tp or --dp > 1)");
   compile.max_tokens = std::max<int64_t>(compile.max_tokens, static_cast<int64_t>(prompt.size()));
@@ -188,13 +193,14 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "Tokens to generate")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_range(0, kMaxSeqLen));
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--dtype", args->dtype,
                   "Activation dtype: bf16, f16 or f32 (default: f32 on cpu, bf16 on cuda; the "
                   "CPU runs f32 only)");
-  cmd->add_option("--threads", args->threads, "CPU threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", args->threads,
+                  "CPU threads (default: all cores; at most 4 per core, at least 64)")
+      ->check(int_range(0, max_threads()));
   cmd->add_option("--dump-logits", args->dump_logits,
                   "Write the prompt's logits as float32 [T, vocab] to this .npy file");
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")
@@ -202,7 +208,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--top-k", args->top_k, "Sample among the k most likely tokens (0: all)")
       ->capture_default_str();
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling threshold")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Sampling seed")
+      ->capture_default_str()
+      ->check(non_negative_u64());
   cmd->add_flag("--profile", args->profile, "Print per-op timings");
   cmd->add_flag("--cuda-graph", args->cuda_graph,
                 "Capture the decode step as a CUDA graph and replay it (CUDA devices)");
@@ -210,23 +218,24 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--max-tokens", args->max_tokens,
                   "Largest chunk of tokens per forward (prefill runs in chunks of this size)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_range(1, kMaxTokensPerForward));
   cmd->add_option("--max-seq-len", args->max_seq_len,
                   "KV cache length (default: the model's max_seq_len)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_range(0, kMaxSeqLen));
   cmd->add_option("--random-weights", args->random_weights,
                   "Fill the weights with random values from this seed instead of reading them "
-                  "(for graphs written by make-model --graph-only; output is noise)");
+                  "(for graphs written by make-model --graph-only; output is noise)")
+      ->check(non_negative_u64());
   cmd->add_option("--moe-backend", args->moe_backend,
                   "Force this expert backend on every MoE node (error if it does not fit)");
   cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (CPU: threads; MoE experts are split)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_range(1, kMaxRanks));
   cmd->add_option("--dp", args->dp,
                   "Data-parallel ranks (CPU: threads; each runs its own prompt, MoE tokens are "
                   "exchanged)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_range(1, kMaxRanks));
   cmd->add_flag("--ep", args->ep,
                 "Expert parallelism over the tp x dp ranks (whole experts per rank)");
   cmd->add_option("--moe-dispatch", args->moe_dispatch,

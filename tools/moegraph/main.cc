@@ -2,6 +2,7 @@
 // 1 internal failure.
 #include <cstdio>
 #include <iostream>
+#include <new>
 
 #include "framework/core/error.h"
 #include "framework/core/logging.h"
@@ -38,7 +39,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "moegraph: error: " << e.what() << "\n(run 'moegraph --help' for usage)\n";
+    // One line, like every other error: "moegraph: error: --tp: 0 is out of range [1, 64] ...".
+    std::cerr << "moegraph: error: " << e.what() << " (run 'moegraph --help' for usage)\n";
     return 2;
   }
 
@@ -50,6 +52,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const mg::Error& e) {
     std::cerr << "moegraph: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // An allocation the size checks let through (framework/core/checked_math.h) but the system
+    // refused: the machine's state, not a bug.
+    std::cerr << "moegraph: error: out of memory (free some memory, or use a smaller model, "
+                 "--max-seq-len or --max-tokens)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "moegraph: internal error: " << e.what() << "\n";

@@ -1,5 +1,7 @@
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 #include <stdlib.h>
 
@@ -42,10 +44,20 @@ class ImportedGraphs {
   }
 
   std::filesystem::path import(const std::filesystem::path& hf_dir) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "moegraph-hf-XXXXXX").string();
+    // TMPDIR is the user's environment: a missing or unwritable one is their error (exit 2),
+    // with what to do, not a std::filesystem_error.
+    std::error_code ec;
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+    const char* tmpdir = std::getenv("TMPDIR");
+    MG_CHECK(!ec,
+             "cannot import '{}': TMPDIR ('{}') is not a directory; set TMPDIR to a writable "
+             "directory, or import once with 'moegraph import-hf' and run the result",
+             hf_dir.string(), tmpdir ? tmpdir : "");
+    std::string pattern = (tmp / "moegraph-hf-XXXXXX").string();
     MG_CHECK(mkdtemp(pattern.data()) != nullptr,
-             "cannot create a temporary directory for the graph imported from '{}'",
-             hf_dir.string());
+             "cannot import '{}': cannot create a directory in {} ({}); set TMPDIR to a writable "
+             "directory, or import once with 'moegraph import-hf' and run the result",
+             hf_dir.string(), tmp.string(), std::strerror(errno));
     dirs_.emplace_back(pattern);
     return import_hf_to_dir(hf_dir, dirs_.back());
   }

@@ -1,8 +1,8 @@
 // CPU implementations of streams, events and the allocator.
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 
+#include "framework/core/host_memory.h"
 #include "framework/device/allocator.h"
 #include "framework/device/cpu/cpu_device.h"
 
@@ -36,12 +36,7 @@ class CpuAllocator final : public Allocator {
  public:
   Device device() const override { return Device::cpu(); }
   std::shared_ptr<Buffer> allocate(size_t bytes, Stream*) override {
-    const size_t padded = (bytes + 63) / 64 * 64 + 64;
-    void* p = std::aligned_alloc(64, padded);
-    MG_ASSERT(p != nullptr, "out of host memory allocating {} bytes", padded);
-    std::memset(p, 0, padded);
-    std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
-    return std::make_shared<Buffer>(p, bytes, Device::cpu(), std::move(owner));
+    return allocate_host_buffer(bytes, "host buffer");
   }
 };
 

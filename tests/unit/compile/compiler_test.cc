@@ -109,12 +109,28 @@ TEST(Compiler, CorruptSafetensorsHeader) {
   EXPECT_THAT(err, HasSubstr("model.safetensors"));
 }
 
-TEST(Compiler, RejectsNonPositiveMaxTokens) {
+TEST(Compiler, RejectsMaxTokensOutOfRange) {
   const auto dir = testing::temp_dir("model");
+  const auto graph = testing::write_model(dir, testing::small_spec());
   CompileOptions options;
   options.max_tokens = 0;
-  EXPECT_THAT(compile_error(testing::write_model(dir, testing::small_spec()), options),
-              HasSubstr("max_tokens must be positive"));
+  EXPECT_THAT(compile_error(graph, options),
+              HasSubstr("max_tokens (--max-tokens): 0 is out of range [1, 16777216]"));
+  options.max_tokens = int64_t{1} << 57;  // once: wrapped sizes and an internal error
+  EXPECT_THAT(compile_error(graph, options), HasSubstr("out of range [1, 16777216]"));
+}
+
+// Library callers get the checks the command's flags have: --max-seq-len's range, and the
+// graph's own info.max_seq_len.
+TEST(Compiler, RejectsMaxSeqLenOutOfRange) {
+  const auto dir = testing::temp_dir("model");
+  const auto graph = testing::write_model(dir, testing::small_spec());
+  CompileOptions options;
+  options.max_seq_len = int64_t{1} << 57;
+  EXPECT_THAT(compile_error(graph, options),
+              HasSubstr("max_seq_len (--max-seq-len): 144115188075855872 is out of range"));
+  options.max_seq_len = -1;
+  EXPECT_THAT(compile_error(graph, options), HasSubstr("out of range [0, 2147483647]"));
 }
 
 }  // namespace
