@@ -2,6 +2,8 @@
 #include <iostream>
 
 #include "framework/core/error.h"
+#include "framework/graph/shape_inference.h"
+#include "framework/graph/verifier.h"
 #include "models/builders/decoder_builder.h"
 #include "tools/moegraph/commands.h"
 
@@ -26,6 +28,20 @@ DType parse_weight_dtype(const std::string& text) {
   MG_FAIL("--dtype: unknown weight dtype '{}' (expected f32, bf16 or f16)", text);
 }
 
+// Runs the checks `run` starts with (graph verifier and shape inference, which check every op's
+// params against its inputs) on the graph before anything is written, so that make-model never
+// writes a model that run refuses. The flags' own checks (build_decoder) name the flag; this
+// catches the combinations they do not cover and names the node.
+void check_graph_runs(const proto::Model& model, const std::filesystem::path& graph_file) {
+  Graph graph(model, graph_file);
+  try {
+    verify_graph(graph);
+    infer_shapes(graph);
+  } catch (const Error& e) {
+    MG_FAIL("these flags make a graph that run would refuse: {}", e.what());
+  }
+}
+
 int make_model(MakeModelArgs& a) {
   const Family& family = find_family(a.family);
   DecoderSpec spec;
@@ -35,8 +51,11 @@ int make_model(MakeModelArgs& a) {
     if (opt->count() > 0) apply(spec);
   }
   spec.weight_dtype = parse_weight_dtype(a.dtype);
+  const std::filesystem::path out(a.out);
+  check_graph_runs(build_decoder(spec, /*graph_only=*/true).model(),
+                   out / GraphBuilder::kGraphFile);
   GraphBuilder b = build_decoder(spec, a.graph_only);
-  b.write(a.out);
+  b.write(out);
   std::cout << fmt::format("wrote {} ({} nodes, {} tensors) to {}\n", b.model().name(),
                            b.model().nodes_size(), b.model().tensors_size(), a.out);
   return 0;
