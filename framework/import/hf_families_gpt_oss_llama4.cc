@@ -114,6 +114,14 @@ CommonConfig import_llama4(ImportGraph& g, const ConfigReader& c, const LayerPro
   std::vector<int64_t> moe_layers;
   if (const auto listed = c.integers_opt("moe_layers")) {
     moe_layers = *listed;
+    for (size_t i = 0; i < moe_layers.size(); ++i) {
+      const bool ascending = i == 0 || moe_layers[i] > moe_layers[i - 1];
+      if (moe_layers[i] < 0 || moe_layers[i] >= cc.layers || !ascending) {
+        c.fail("moe_layers", fmt::format("expected distinct ascending layer indices in [0, {}), "
+                                         "found {} at position {}",
+                                         cc.layers, moe_layers[i], i));
+      }
+    }
   } else {
     const int64_t step = c.integer_or("interleave_moe_layer_step", 1);
     if (step <= 0) c.fail("interleave_moe_layer_step", "expected a positive integer");

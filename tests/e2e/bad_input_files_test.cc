@@ -420,6 +420,11 @@ TEST(SilentGarbage, ImportHfValidatesConfigValues) {
        [](nlohmann::json& c) { c["num_local_experts"] = -4; },
        {"config.json", "num_local_experts"}},
       {"llama4", [](nlohmann::json& c) { c["attn_scale"] = 1e300; }, {"config.json", "attn_scale"}},
+      {"llama4",
+       [](nlohmann::json& c) {
+         c["moe_layers"] = {0, 0, 7};
+       },
+       {"config.json", "moe_layers", "found 0 at position 1"}},
       {"granitemoe",
        [](nlohmann::json& c) { c["residual_multiplier"] = 1e300; },
        {"config.json", "residual_multiplier"}},
