@@ -114,6 +114,18 @@ void check_output_path(const std::filesystem::path& path, std::string_view flag)
            flag_prefix(flag), name, file_kind_name(st.st_mode));
 }
 
+void check_output_dir(const std::filesystem::path& dir, std::string_view flag) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return;
+    MG_FAIL("{}{}: cannot inspect the output folder ({})", flag_prefix(flag), dir.string(),
+            errno_text(err));
+  }
+  MG_CHECK(S_ISDIR(st.st_mode), "{}{}: is {}, not a directory", flag_prefix(flag), dir.string(),
+           file_kind_name(st.st_mode));
+}
+
 void write_file_atomically(const std::filesystem::path& path,
                            std::span<const std::span<const uint8_t>> pieces,
                            std::string_view flag) {

@@ -51,6 +51,10 @@ UniqueFd open_regular_file_for_reading(const std::filesystem::path& path);
 // Call it before long work so a bad output path fails fast; write_file_atomically calls it too.
 void check_output_path(const std::filesystem::path& path, std::string_view flag = {});
 
+// Throws mg::Error unless `dir` is missing (it is created later) or a directory (a symlink to one
+// is fine): "--out: /tmp/x: is a FIFO, not a directory".
+void check_output_dir(const std::filesystem::path& dir, std::string_view flag = {});
+
 // Writes the concatenated `pieces` to `path` through a new temporary file in the same directory
 // renamed over `path`, so readers that still map an older version of the file keep a valid
 // mapping (truncating a mapped file in place would make them fault). Only regular files or

@@ -270,7 +270,17 @@ TEST(BadOutputPaths, MakeModelAndImportHfIntoFoldersHoldingSpecialFiles) {
       {(out / "model.pbtxt").string(), "is a FIFO"});
   EXPECT_TRUE(is_a_fifo(out / "model.pbtxt"));
 
+  // The output folder itself must be a folder.
+  make_fifo(out / "not-a-dir");
+  expect_quick_clean_error(run_timed({"make-model", "--family", "llama", "--out",
+                                      (out / "not-a-dir").string(), "--graph-only"}),
+                           {"--out: ", "not-a-dir: is a FIFO, not a directory"});
+
   const auto dir = copy_fixture("import-target", "mixtral");
+  std::ofstream(dir / "file") << "x";
+  expect_quick_clean_error(
+      run_timed({"import-hf", dir.string(), "-o", (dir / "file").string(), "--quiet"}),
+      {"-o: ", "is a regular file, not a directory"});
   std::filesystem::create_directory(dir / "out");
   std::filesystem::create_symlink(dir / "config.json", dir / "out" / "model.pbtxt");
   expect_quick_clean_error(run_timed(import_args(dir)),

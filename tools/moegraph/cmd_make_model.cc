@@ -4,6 +4,7 @@
 #include "framework/core/error.h"
 #include "framework/graph/shape_inference.h"
 #include "framework/graph/verifier.h"
+#include "framework/io/regular_file.h"
 #include "models/builders/decoder_builder.h"
 #include "tools/moegraph/commands.h"
 
@@ -52,6 +53,7 @@ int make_model(MakeModelArgs& a) {
   }
   spec.weight_dtype = parse_weight_dtype(a.dtype);
   const std::filesystem::path out(a.out);
+  check_output_dir(out, "--out");
   check_graph_runs(build_decoder(spec, /*graph_only=*/true).model(),
                    out / GraphBuilder::kGraphFile);
   GraphBuilder b = build_decoder(spec, a.graph_only);

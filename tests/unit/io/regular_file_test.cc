@@ -83,6 +83,17 @@ TEST(RegularFile, OutputPathsMustBeRegularOrMissing) {
   EXPECT_TRUE(throws_error_with([&] { check_output_path(dir, "--png"); }, {"is a directory"}));
 }
 
+TEST(RegularFile, OutputFoldersMustBeFoldersOrMissing) {
+  const auto dir = testing::temp_dir("regular-file-dirs");
+  check_output_dir(dir / "new", "--out");
+  check_output_dir(dir, "--out");
+  std::filesystem::create_directory_symlink(dir, dir / "link");
+  check_output_dir(dir / "link", "--out");
+  const auto fifo = fifo_in(dir, "fifo");
+  EXPECT_TRUE(throws_error_with([&] { check_output_dir(fifo, "-o"); },
+                                {"-o: ", "fifo: is a FIFO, not a directory"}));
+}
+
 TEST(RegularFile, AtomicWritesNeverReplaceSpecialFiles) {
   const auto dir = testing::temp_dir("regular-file-atomic");
   const auto fifo = fifo_in(dir, "out.npy");
