@@ -105,7 +105,14 @@ void check_output_path(const std::filesystem::path& path, std::string_view flag)
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     const int err = errno;
-    if (err == ENOENT) return;  // a new file; a missing folder is reported when creating it
+    if (err == ENOENT) {
+      // A new file: its folder must exist (checked here so the CLI fails before running).
+      const std::filesystem::path parent = path.parent_path();
+      struct stat dir {};
+      MG_CHECK(parent.empty() || (::stat(parent.c_str(), &dir) == 0 && S_ISDIR(dir.st_mode)),
+               "{}{}: the folder {} does not exist", flag_prefix(flag), name, parent.string());
+      return;
+    }
     MG_FAIL("{}{}: cannot inspect the output path ({})", flag_prefix(flag), name, errno_text(err));
   }
   MG_CHECK(S_ISREG(st.st_mode),

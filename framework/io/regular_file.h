@@ -46,7 +46,8 @@ std::string_view file_kind_name(uint32_t st_mode);
 // (or "file not found", "cannot open for reading (...)").
 UniqueFd open_regular_file_for_reading(const std::filesystem::path& path);
 
-// Throws mg::Error unless `path` is missing or a regular file that is not a symlink. `flag` names
+// Throws mg::Error unless `path` is a regular file that is not a symlink, or is missing from a
+// folder that exists. `flag` names
 // the option or config the path came from (e.g. "--dump-logits"); empty when there is none.
 // Call it before long work so a bad output path fails fast; write_file_atomically calls it too.
 void check_output_path(const std::filesystem::path& path, std::string_view flag = {});

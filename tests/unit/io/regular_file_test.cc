@@ -67,6 +67,8 @@ TEST(RegularFile, FileKindNames) {
 TEST(RegularFile, OutputPathsMustBeRegularOrMissing) {
   const auto dir = testing::temp_dir("regular-file-out");
   check_output_path(dir / "new.npy", "--dump-logits");  // missing: fine
+  EXPECT_TRUE(throws_error_with([&] { check_output_path(dir / "no" / "x.npy", "--dump-logits"); },
+                                {"--dump-logits: ", "x.npy: the folder ", "does not exist"}));
   testing::write_bytes(dir / "old.npy", "old");
   check_output_path(dir / "old.npy", "--dump-logits");  // regular: fine
   const auto fifo = fifo_in(dir, "fifo.npy");
