@@ -1,6 +1,7 @@
 #include "framework/runtime/session.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "framework/compile/compiler.h"
@@ -236,11 +237,12 @@ namespace {
 int32_t sample_finite(Sampler& sampler, std::span<const float> logits, int step, int32_t position) {
   const int64_t bad =
       find_non_finite(logits.data(), static_cast<int64_t>(logits.size()), DType::kF32);
-  MG_CHECK(bad < 0,
-           "step {} produced non-finite logits (position {}, token {}: {}); the weights may "
-           "hold NaN or inf: run with --check-weights to find the tensor",
-           step, position, bad, bad < 0 ? 0.0f : logits[static_cast<size_t>(bad)]);
-  return sampler.sample(logits);
+  if (bad < 0) return sampler.sample(logits);
+  const float v = logits[static_cast<size_t>(bad)];
+  MG_FAIL(
+      "step {} produced non-finite logits (position {}, token {}: {}); the weights may hold NaN "
+      "or inf: run with --check-weights to find the tensor",
+      step, position, bad, std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"));
 }
 
 }  // namespace
