@@ -4,6 +4,37 @@
 
 namespace mg {
 
+namespace {
+
+// info.vocab_size bounds the token ids the runtime accepts (and, on GPUs, the only bound the
+// embedding gather has), and says how wide the logits are: a decoder's `logits` output and every
+// embedding table indexed by the graph's token ids must have exactly that many rows/columns.
+void check_vocab_size(const Graph& graph) {
+  const proto::Model& m = graph.model();
+  const int64_t vocab = m.info().vocab_size();
+  const std::string file = graph.file_label();
+  for (const proto::ValueInfo& out : m.outputs()) {
+    if (out.name() != "logits") continue;
+    const Shape& shape = graph.value(out.name()).type->shape;
+    MG_CHECK(!shape.empty() && shape.back() == vocab,
+             "{}: info.vocab_size is {} but graph output 'logits' has {} columns", file, vocab,
+             shape.empty() ? 0 : shape.back());
+  }
+  for (int i : graph.order()) {
+    const proto::Node& n = graph.node(i);
+    if (n.op() != "embedding" || n.inputs_size() < 2) continue;
+    const GraphValue& ids = graph.value(n.inputs(0));
+    const GraphValue& table = graph.value(n.inputs(1));
+    if (ids.source != ValueSource::kGraphInput || table.source != ValueSource::kWeight) continue;
+    const Shape& shape = table.type->shape;
+    MG_CHECK(!shape.empty() && shape[0] == vocab,
+             "{}: info.vocab_size is {} but embedding table '{}' (node '{}') has {} rows", file,
+             vocab, table.name, n.name(), shape.empty() ? 0 : shape[0]);
+  }
+}
+
+}  // namespace
+
 void infer_shapes(Graph& graph) {
   for (int i : graph.order()) {
     const proto::Node& n = graph.node(i);
@@ -32,6 +63,7 @@ void infer_shapes(Graph& graph) {
     MG_CHECK(inferred == want, "{}: graph output '{}' is declared as {} but computes {}",
              graph.file_label(), out.name(), value_type_str(want), value_type_str(inferred));
   }
+  check_vocab_size(graph);
 }
 
 }  // namespace mg

@@ -21,6 +21,16 @@ Shape shape_from_proto(const google::protobuf::RepeatedField<int64_t>& dims) {
   return s;
 }
 
+// A graph input's or output's shape: each dimension is -1 (the token count T) or a size >= 0.
+void check_declared_shape(const proto::ValueInfo& v, std::string_view file, std::string_view what) {
+  for (int i = 0; i < v.shape_size(); ++i) {
+    MG_CHECK(v.shape(i) >= -1,
+             "{}: {} '{}' has dimension {} = {} in its shape (expected -1 for the token count "
+             "T, or a size >= 0)",
+             file, what, v.name(), i, v.shape(i));
+  }
+}
+
 void add_declared_values(Graph& graph, std::unordered_map<std::string, GraphValue>& values) {
   const proto::Model& m = graph.model();
   const std::string file = graph.file_label();
@@ -28,6 +38,7 @@ void add_declared_values(Graph& graph, std::unordered_map<std::string, GraphValu
     MG_CHECK(!in.name().empty(), "{}: a graph input has no name", file);
     MG_CHECK(!values.contains(in.name()), "{}: graph input '{}' is declared twice", file,
              in.name());
+    check_declared_shape(in, file, "graph input");
     GraphValue v;
     v.name = in.name();
     v.source = ValueSource::kGraphInput;
@@ -161,6 +172,7 @@ void verify_graph(Graph& graph) {
   }
 
   for (const proto::ValueInfo& out : graph.model().outputs()) {
+    check_declared_shape(out, file, "graph output");
     auto it = values.find(out.name());
     MG_CHECK(it != values.end() && it->second.source == ValueSource::kNodeOutput,
              "{}: graph output '{}' is not produced by any node", file, out.name());

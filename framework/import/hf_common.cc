@@ -10,6 +10,22 @@ double yarn_mscale(double factor, double mscale) {
   return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
 
+float finite_float_param(const ConfigReader& c, std::string_view key, double value) {
+  const float f = static_cast<float>(value);
+  if (!std::isfinite(value) || !std::isfinite(f)) {
+    c.fail(key, fmt::format("expected a finite number, found {}", value));
+  }
+  return f;
+}
+
+float positive_float_param(const ConfigReader& c, std::string_view key, double value) {
+  const float f = static_cast<float>(value);
+  if (!std::isfinite(value) || !std::isfinite(f) || !(f > 0.0f)) {
+    c.fail(key, fmt::format("expected a positive finite number, found {}", value));
+  }
+  return f;
+}
+
 namespace {
 
 // Fills `rope` from the object holding the RoPE parameters (`r`; the top-level config for
@@ -24,6 +40,7 @@ void read_scaling(const ConfigReader& r, const std::string& type, int64_t max_po
   if (type == "linear") {
     s.set_type(proto::RopeScaling::LINEAR);
     rope.factor = r.number("factor");
+    positive_float_param(r, "factor", rope.factor);
     s.set_factor(rope.factor);
     return;
   }
@@ -37,23 +54,39 @@ void read_scaling(const ConfigReader& r, const std::string& type, int64_t max_po
   if (type == "yarn") {
     s.set_type(proto::RopeScaling::YARN);
     rope.factor = r.number_or("factor", static_cast<double>(max_position) / original);
+    positive_float_param(r, "factor", rope.factor);
     s.set_factor(rope.factor);
     // transformers: `get("beta_fast") or 32`, so 0 means the default too.
-    if (const auto v = r.number_opt("beta_fast"); v && *v != 0.0) s.set_beta_fast(*v);
-    if (const auto v = r.number_opt("beta_slow"); v && *v != 0.0) s.set_beta_slow(*v);
+    if (const auto v = r.number_opt("beta_fast"); v && *v != 0.0) {
+      s.set_beta_fast(positive_float_param(r, "beta_fast", *v));
+    }
+    if (const auto v = r.number_opt("beta_slow"); v && *v != 0.0) {
+      s.set_beta_slow(positive_float_param(r, "beta_slow", *v));
+    }
     if (r.has("truncate")) s.set_truncate(r.boolean_or("truncate", true));
-    if (const auto v = r.number_opt("attention_factor")) s.set_attention_factor(*v);
+    if (const auto v = r.number_opt("attention_factor")) {
+      s.set_attention_factor(positive_float_param(r, "attention_factor", *v));
+    }
     s.set_mscale(r.number_or("mscale", 0.0));
+    finite_float_param(r, "mscale", s.mscale());
     rope.mscale_all_dim = r.number_or("mscale_all_dim", 0.0);
+    finite_float_param(r, "mscale_all_dim", rope.mscale_all_dim);
     s.set_mscale_all_dim(rope.mscale_all_dim);
     return;
   }
   if (type == "llama3") {
     s.set_type(proto::RopeScaling::LLAMA3);
     rope.factor = r.number("factor");
+    positive_float_param(r, "factor", rope.factor);
     s.set_factor(rope.factor);
     s.set_low_freq_factor(r.number("low_freq_factor"));
+    positive_float_param(r, "low_freq_factor", s.low_freq_factor());
     s.set_high_freq_factor(r.number("high_freq_factor"));
+    positive_float_param(r, "high_freq_factor", s.high_freq_factor());
+    if (s.high_freq_factor() < s.low_freq_factor()) {
+      r.fail("high_freq_factor", fmt::format("{} is below low_freq_factor {}", s.high_freq_factor(),
+                                             s.low_freq_factor()));
+    }
     return;
   }
   r.fail("rope_type", fmt::format("RoPE type '{}' is not supported (expected default, linear, "
@@ -102,8 +135,8 @@ CommonConfig read_common(const ConfigReader& c, const CommonDefaults& defaults) 
   if (cc.head_dim <= 0) {
     c.fail("head_dim", fmt::format("expected a positive integer, found {}", cc.head_dim));
   }
-  cc.rms_eps = static_cast<float>(c.number_or("rms_norm_eps", defaults.rms_eps));
-  if (!(cc.rms_eps > 0.0f)) c.fail("rms_norm_eps", "expected a positive number");
+  cc.rms_eps =
+      positive_float_param(c, "rms_norm_eps", c.number_or("rms_norm_eps", defaults.rms_eps));
   cc.tie_embeddings = c.boolean_or("tie_word_embeddings", false);
   cc.max_position_embeddings =
       c.integer_or("max_position_embeddings", defaults.max_position_embeddings);

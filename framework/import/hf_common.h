@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "framework/import/config_reader.h"
@@ -28,6 +29,12 @@ RopeConfig read_rope(const ConfigReader& c, int64_t max_position_embeddings, dou
 
 // transformers' yarn_get_mscale: 1 for factor <= 1, else 0.1 * mscale * ln(factor) + 1.
 double yarn_mscale(double factor, double mscale);
+
+// Config values that become float params of graph nodes: checked here so that the error names
+// the config key rather than a node of the graph import-hf would write. Both return `value`
+// narrowed to float; it must be finite as a float (and, for the first, > 0).
+float positive_float_param(const ConfigReader& c, std::string_view key, double value);
+float finite_float_param(const ConfigReader& c, std::string_view key, double value);
 
 // Per-layer attention mask kind.
 struct LayerAttention {

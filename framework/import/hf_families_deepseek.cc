@@ -38,8 +38,8 @@ DeepseekConfig read_deepseek(const ConfigReader& c, double default_scaling_facto
   if (d.first_dense > 0) d.dense_inter = c.positive("intermediate_size");
   d.shared_inter = d.moe_inter * c.integer_or("n_shared_experts", 0);
   if (d.shared_inter < 0) c.fail("n_shared_experts", "expected a non-negative integer");
-  d.routed_scaling_factor =
-      static_cast<float>(c.number_or("routed_scaling_factor", default_scaling_factor));
+  d.routed_scaling_factor = positive_float_param(
+      c, "routed_scaling_factor", c.number_or("routed_scaling_factor", default_scaling_factor));
 
   MlaAttention& a = d.mla;
   a.hidden = cc.hidden;
@@ -117,7 +117,8 @@ CommonConfig build_deepseek(
   return cc;
 }
 
-void read_groups(const ConfigReader& c, int64_t experts, proto::MoERoutingParams& r) {
+void read_groups(const ConfigReader& c, int64_t experts, int64_t top_k,
+                 proto::MoERoutingParams& r) {
   const int64_t groups = c.positive("n_group");
   const int64_t kept = c.positive("topk_group");
   if (experts % groups != 0) {
@@ -125,6 +126,11 @@ void read_groups(const ConfigReader& c, int64_t experts, proto::MoERoutingParams
   }
   if (kept > groups) {
     c.fail("topk_group", fmt::format("keeps {} groups of only {}", kept, groups));
+  }
+  if (top_k > kept * (experts / groups)) {
+    c.fail("topk_group", fmt::format("the {} kept groups of {} experts hold fewer than "
+                                     "num_experts_per_tok = {} experts",
+                                     kept, experts / groups, top_k));
   }
   r.set_num_groups(groups);
   r.set_groups_kept(kept);
@@ -151,7 +157,7 @@ CommonConfig import_deepseek_v2(ImportGraph& g, const ConfigReader& c,
       r.set_method(proto::GROUPED_TOPK);
       r.set_score_function(proto::MOE_SCORE_SOFTMAX);
       r.set_group_score(proto::MOE_GROUP_MAX);
-      read_groups(c, d.experts, r);
+      read_groups(c, d.experts, d.top_k, r);
     }
   });
 }
@@ -171,7 +177,7 @@ CommonConfig import_deepseek_v3(ImportGraph& g, const ConfigReader& c,
         r.set_score_function(proto::MOE_SCORE_SIGMOID);
         r.set_group_score(proto::MOE_GROUP_SUM_TOP2);
         r.set_renormalize(renormalize);
-        read_groups(c, d.experts, r);
+        read_groups(c, d.experts, d.top_k, r);
         r.set_has_score_correction_bias(true);
         in.score_correction_bias = g.weight(mlp + "gate.e_score_correction_bias", {d.experts});
       });

@@ -39,6 +39,8 @@ CommonConfig import_gpt_oss(ImportGraph& g, const ConfigReader& c, const LayerPr
   } else {
     // transformers' default: even layers slide, odd layers see everything.
     const int64_t window = c.integer_or("sliding_window", 128);
+    if (window <= 0)
+      c.fail("sliding_window", fmt::format("expected a positive integer, found {}", window));
     for (int64_t i = 0; i < cc.layers; i += 2) masks[i].sliding_window = window;
   }
 
@@ -112,6 +114,14 @@ CommonConfig import_llama4(ImportGraph& g, const ConfigReader& c, const LayerPro
   std::vector<int64_t> moe_layers;
   if (const auto listed = c.integers_opt("moe_layers")) {
     moe_layers = *listed;
+    for (size_t i = 0; i < moe_layers.size(); ++i) {
+      const bool ascending = i == 0 || moe_layers[i] > moe_layers[i - 1];
+      if (moe_layers[i] < 0 || moe_layers[i] >= cc.layers || !ascending) {
+        c.fail("moe_layers", fmt::format("expected distinct ascending layer indices in [0, {}), "
+                                         "found {} at position {}",
+                                         cc.layers, moe_layers[i], i));
+      }
+    }
   } else {
     const int64_t step = c.integer_or("interleave_moe_layer_step", 1);
     if (step <= 0) c.fail("interleave_moe_layer_step", "expected a positive integer");
@@ -130,10 +140,10 @@ CommonConfig import_llama4(ImportGraph& g, const ConfigReader& c, const LayerPro
   }
   const bool qk_norm = c.boolean_or("use_qk_norm", true);
   const bool temperature_tuning = c.boolean_or("attn_temperature_tuning", true);
-  const float attn_scale = static_cast<float>(c.number_or("attn_scale", 0.1));
-  const float floor_scale = static_cast<float>(c.number_or("floor_scale", 8192));
-  if (temperature_tuning && !(floor_scale > 0.0f))
-    c.fail("floor_scale", "expected a positive number");
+  const float attn_scale = finite_float_param(c, "attn_scale", c.number_or("attn_scale", 0.1));
+  const float floor_scale =
+      temperature_tuning ? positive_float_param(c, "floor_scale", c.number_or("floor_scale", 8192))
+                         : 8192.0f;
   const bool bias = c.boolean_or("attention_bias", false);
 
   DecoderSkeleton s;

@@ -205,6 +205,7 @@ CommonConfig import_olmoe(ImportGraph& g, const ConfigReader& c, const LayerProg
   const bool bias = c.boolean_or("attention_bias", false);
   const std::optional<double> clip = c.number_opt("clip_qkv");
   if (clip && !(*clip > 0.0)) c.fail("clip_qkv", "expected a positive number or null");
+  if (clip) positive_float_param(c, "clip_qkv", *clip);
 
   DecoderSkeleton s;
   s.on_layer = on_layer;
@@ -242,9 +243,9 @@ CommonConfig import_granitemoe(ImportGraph& g, const ConfigReader& c,
   if (shared_inter < 0) c.fail("shared_intermediate_size", "expected a non-negative integer");
   const bool bias = c.boolean_or("attention_bias", false);
   const auto multiplier = [&](const char* key) {
-    const double v = c.number_or(key, 1.0);
-    if (!std::isfinite(v) || v == 0.0) c.fail(key, "expected a finite non-zero number");
-    return static_cast<float>(v);
+    const float v = finite_float_param(c, key, c.number_or(key, 1.0));
+    if (v == 0.0f) c.fail(key, "expected a finite non-zero number");
+    return v;
   };
   const float attention_multiplier = multiplier("attention_multiplier");
 

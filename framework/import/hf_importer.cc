@@ -4,6 +4,8 @@
 #include <system_error>
 
 #include "framework/core/error.h"
+#include "framework/graph/shape_inference.h"
+#include "framework/graph/verifier.h"
 #include "framework/import/config_reader.h"
 #include "framework/import/hf_checkpoint.h"
 #include "framework/import/hf_families.h"
@@ -39,6 +41,26 @@ bool is_hf_checkpoint_dir(const std::filesystem::path& dir) {
   std::error_code ec;
   return std::filesystem::is_directory(dir, ec) && std::filesystem::exists(dir / "config.json", ec);
 }
+
+namespace {
+
+// Runs the checks `run` starts with (graph verifier, shape inference: every op's params against
+// its inputs) on the imported graph before it is written, so import-hf never writes a graph that
+// run refuses. The families' readers check each config value that becomes a param and name its
+// key; this catches the combinations they miss and names config.json and the node.
+void check_graph_runs(const proto::Model& model, const std::filesystem::path& graph_dir,
+                      const std::filesystem::path& config_path) {
+  Graph graph(model, graph_dir / "model.pbtxt");
+  try {
+    verify_graph(graph);
+    infer_shapes(graph);
+  } catch (const Error& e) {
+    MG_FAIL("{}: these config values make a graph that run would refuse: {}", config_path.string(),
+            e.what());
+  }
+}
+
+}  // namespace
 
 HfImportResult import_hf_checkpoint(const std::filesystem::path& hf_dir,
                                     const HfImportOptions& options) {
@@ -86,6 +108,7 @@ HfImportResult import_hf_checkpoint(const std::filesystem::path& hf_dir,
                             ? options.max_seq_len
                             : std::min(cc.max_position_embeddings, kDefaultImportMaxSeqLen));
   info->set_eos_token_id(cc.eos_token_id);
+  check_graph_runs(m, graph_dir, checkpoint.config_path());
 
   HfImportResult result;
   result.model = std::move(m);

@@ -15,8 +15,8 @@ namespace mg {
 
 class MappedFile {
  public:
-  // Maps `path` read-only. Throws mg::Error naming the path when it is missing, a directory,
-  // unreadable or empty.
+  // Maps `path` read-only. Throws mg::Error naming the path when it is missing, not a regular
+  // file (a FIFO, directory or device: see regular_file.h), unreadable or empty.
   static std::shared_ptr<MappedFile> open(const std::filesystem::path& path);
 
   ~MappedFile();
@@ -38,11 +38,5 @@ class MappedFile {
   const uint8_t* data_;
   size_t size_;
 };
-
-// Writes `bytes` to `path` through a temporary file in the same directory renamed over `path`, so
-// readers that still map an older version of the file keep a valid mapping (truncating a mapped
-// file in place would make them fault). Throws mg::Error naming the path on I/O errors.
-void write_file_atomically(const std::filesystem::path& path,
-                           std::span<const std::span<const uint8_t>> pieces);
 
 }  // namespace mg

@@ -9,6 +9,7 @@
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/io/mmap_file.h"
+#include "framework/io/regular_file.h"
 
 namespace mg {
 

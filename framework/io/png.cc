@@ -1,9 +1,9 @@
 #include "framework/io/png.h"
 
 #include <array>
-#include <fstream>
 
 #include "framework/core/error.h"
+#include "framework/io/regular_file.h"
 
 namespace mg {
 
@@ -87,9 +87,8 @@ std::vector<uint8_t> encode_png_rgb(int width, int height, std::span<const uint8
 void write_png_rgb(const std::filesystem::path& path, int width, int height,
                    std::span<const uint8_t> rgb) {
   const std::vector<uint8_t> bytes = encode_png_rgb(width, height, rgb);
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  MG_CHECK(f.good(), "could not write the PNG file {}", path.string());
+  const std::span<const uint8_t> piece(bytes);
+  write_file_atomically(path, std::span<const std::span<const uint8_t>>(&piece, 1));
 }
 
 }  // namespace mg

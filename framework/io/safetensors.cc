@@ -12,6 +12,7 @@
 #include "framework/core/error.h"
 #include "framework/io/json.h"
 #include "framework/io/mmap_file.h"
+#include "framework/io/regular_file.h"
 
 namespace mg {
 

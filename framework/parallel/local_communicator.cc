@@ -248,8 +248,13 @@ class LocalCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(s_.mutex);
       std::unique_ptr<LocalCommGroup>& child = s_.children[key];
-      if (!child)
+      if (!child) {
         child = std::make_unique<LocalCommGroup>(static_cast<int>(key.size()), s_.timeout);
+        // A group made after its parent was aborted is born aborted: the rank that failed will
+        // never join it, so the others must not wait out the timeout there. (Groups that exist
+        // when the parent aborts are reached by abort_locked; both happen under this lock.)
+        if (!s_.abort_reason.empty()) child->abort(s_.abort_reason);
+      }
       comm = &child->communicator(static_cast<int>(me - key.begin()));
     }
     subgroups_.emplace(std::move(key), comm);

@@ -9,7 +9,8 @@
 // needs (reductions add in rank order 0, 1, ..., so every rank gets the same bits whatever the
 // timing) and waits again before anyone reuses a buffer. Ranks that call different collectives
 // or sizes get an mg::Error naming both calls; a rank that never arrives makes the others fail
-// after the group's timeout instead of hanging; abort() fails every waiting rank at once.
+// after the group's timeout instead of hanging; abort() fails every waiting rank at once, in
+// this group and every sub-group, including those made after the abort.
 #pragma once
 
 #include <chrono>
@@ -34,7 +35,8 @@ class LocalCommGroup {
   int size() const;
   // The communicator of `rank`, used by that rank's thread only.
   Communicator& communicator(int rank);
-  // Every collective waiting now or called later throws mg::Error with `why`.
+  // Every collective waiting now or called later throws mg::Error with `why`, in this group and
+  // in every sub-group made from it, before or after the abort.
   void abort(const std::string& why);
 
   struct State;

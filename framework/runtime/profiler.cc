@@ -1,13 +1,13 @@
 #include "framework/runtime/profiler.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
+#include "framework/io/regular_file.h"
 
 namespace mg {
 
@@ -82,10 +82,8 @@ void Profiler::write_trace(const std::filesystem::path& file, const std::vector<
                      {"tid", e.rank},
                      {"args", {{"tokens", e.tokens}}}});
   }
-  std::ofstream out(file);
-  MG_CHECK(out.good(), "cannot write trace file '{}'", file.string());
-  out << nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() << "\n";
-  MG_CHECK(out.good(), "error writing trace file '{}'", file.string());
+  write_file_atomically(
+      file, nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() + "\n");
 }
 
 }  // namespace mg

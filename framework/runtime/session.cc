@@ -1,9 +1,11 @@
 #include "framework/runtime/session.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "framework/compile/compiler.h"
+#include "framework/core/finite.h"
 #include "framework/core/logging.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
@@ -245,6 +247,24 @@ const Tensor& Session::forward(std::span<const int32_t> token_ids,
   return logits_;
 }
 
+namespace {
+
+// Samples the next token from a row of logits that must be finite: NaN compares false with
+// everything, so argmax over NaN logits "chooses" token 0 and generation would go on with
+// garbage and exit 0. `step` counts sampled tokens (0: the one after the prompt).
+int32_t sample_finite(Sampler& sampler, std::span<const float> logits, int step, int32_t position) {
+  const int64_t bad =
+      find_non_finite(logits.data(), static_cast<int64_t>(logits.size()), DType::kF32);
+  if (bad < 0) return sampler.sample(logits);
+  const float v = logits[static_cast<size_t>(bad)];
+  MG_FAIL(
+      "step {} produced non-finite logits (position {}, token {}: {}); the weights may hold NaN "
+      "or inf: run with --check-weights to find the tensor",
+      step, position, bad, std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"));
+}
+
+}  // namespace
+
 GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& options) {
   const ExecutionPlan& p = *plan_;
   MG_CHECK(!prompt.empty(), "the prompt is empty");
@@ -264,7 +284,8 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   const int64_t vocab = p.values[p.logits].type.shape.back();
   auto t0 = std::chrono::steady_clock::now();
   const Tensor& logits = forward(prompt, positions, Logits::kLastRow);
-  int32_t next = sampler.sample(std::span<const float>(logits.data<float>(), vocab));
+  int32_t next = sample_finite(sampler, std::span<const float>(logits.data<float>(), vocab), 0,
+                               static_cast<int32_t>(prompt.size()) - 1);
   result.prefill_seconds = seconds_since(t0);
 
   const int64_t eos = p.info.eos_token_id();
@@ -277,7 +298,8 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
     if (options.stop_at_eos && eos >= 0 && next == eos) break;
     const Tensor& step =
         forward(std::span<const int32_t>(&next, 1), std::span<const int32_t>(&pos, 1));
-    next = sampler.sample(std::span<const float>(step.data<float>(), vocab));
+    next = sample_finite(sampler, std::span<const float>(step.data<float>(), vocab),
+                         static_cast<int>(result.tokens.size()), pos);
     ++pos;
   }
   result.decode_seconds = seconds_since(t1);

@@ -39,6 +39,19 @@ std::string moe_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const s
   const std::string name = fmt::format("layers.{}.moe", layer);
   const int64_t E = spec.experts, H = spec.hidden, I = spec.moe_intermediate;
   const int64_t Is = spec.shared_intermediate;
+  // The MoE op would refuse these too, but naming a graph node; these name the make-model flags.
+  MG_CHECK(E >= 1 && spec.top_k >= 1 && spec.top_k <= E,
+           "--topk ({}) must be between 1 and --experts ({})", spec.top_k, E);
+  MG_CHECK(I > 0, "--moe-inter must be positive, got {}", I);
+  if (style.num_groups > 0) {
+    MG_CHECK(E % style.num_groups == 0,
+             "--experts ({}) must be a multiple of the {} expert groups of family {}", E,
+             style.num_groups, spec.family);
+    MG_CHECK(spec.top_k <= style.groups_kept * (E / style.num_groups),
+             "--topk ({}) must be at most the {} experts of the {} groups family {} keeps",
+             spec.top_k, style.groups_kept * (E / style.num_groups), style.groups_kept,
+             spec.family);
+  }
   const std::string router = b.weight(name + ".router.weight", {E, H}, spread(H));
   const std::string router_bias =
       style.router_bias ? b.weight(name + ".router.bias", {E}, 0.5f) : "";

@@ -1,7 +1,6 @@
 // `moegraph bench moe` (one MoE layer per backend against its floor, ops/moe/bench) and
 // `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model).
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -13,6 +12,7 @@
 #include "framework/core/error.h"
 #include "framework/device/allocator.h"
 #include "framework/io/json.h"
+#include "framework/io/regular_file.h"
 #include "framework/runtime/session.h"
 #include "tools/moegraph/bench_plot.h"
 #include "tools/moegraph/commands.h"
@@ -52,6 +52,9 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 int bench_moe(const BenchMoeArgs& a) {
+  // Output paths fail before the minutes of timing, not after.
+  if (!a.json.empty()) check_output_path(a.json, "--json");
+  if (!a.png.empty()) check_output_path(a.png, "--png");
   // A CUDA build on a machine without a GPU: the user's environment, said before any CUDA call.
   MG_CHECK(cuda_device_count() > 0,
            "bench moe times the CUDA expert backends and this machine has no CUDA GPU; run it "
@@ -135,8 +138,7 @@ int bench_moe(const BenchMoeArgs& a) {
                              {"check_error", p.check_error}});
     }
     if (!a.json.empty()) {
-      std::ofstream(a.json) << j.dump(1) << "\n";
-      MG_CHECK(std::ifstream(a.json).good(), "--json: could not write {}", a.json);
+      write_file_atomically(a.json, j.dump(1) + "\n", "--json");
       std::cout << "results written to " << a.json << "\n";
     }
     if (!a.png.empty()) {
@@ -161,6 +163,7 @@ struct BenchPlotArgs {
 };
 
 int bench_plot(const BenchPlotArgs& a) {
+  check_output_path(a.png, "--png");
   plot_moe_bench(load_json_file(a.json), a.png);
   std::cout << "plot written to " << a.png << "\n";
   return 0;

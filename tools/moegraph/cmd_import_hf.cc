@@ -9,6 +9,7 @@
 #include "framework/core/error.h"
 #include "framework/import/hf_importer.h"
 #include "framework/io/graph_loader.h"
+#include "framework/io/regular_file.h"
 #include "tools/moegraph/commands.h"
 #include "tools/moegraph/flag_checks.h"
 
@@ -37,6 +38,7 @@ int import_hf(const ImportArgs& a) {
     };
   }
   const std::filesystem::path out(a.out_dir);
+  check_output_dir(out, "-o");
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   MG_CHECK(!ec, "-o: cannot create output directory '{}': {}", a.out_dir, ec.message());

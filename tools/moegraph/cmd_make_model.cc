@@ -5,6 +5,9 @@
 #include "framework/core/error.h"
 #include "framework/core/host_memory.h"
 #include "framework/io/proto_dtype.h"
+#include "framework/graph/shape_inference.h"
+#include "framework/graph/verifier.h"
+#include "framework/io/regular_file.h"
 #include "models/builders/decoder_builder.h"
 #include "tools/moegraph/commands.h"
 #include "tools/moegraph/flag_checks.h"
@@ -67,6 +70,20 @@ void check_weight_bytes(const proto::Model& model, bool graph_only, const std::s
            byte_size_str(total), byte_size_str(memory), hint);
 }
 
+// Runs the checks `run` starts with (graph verifier and shape inference, which check every op's
+// params against its inputs) on the graph before anything is written, so that make-model never
+// writes a model that run refuses. The flags' own checks (build_decoder) name the flag; this
+// catches the combinations they do not cover and names the node.
+void check_graph_runs(const proto::Model& model, const std::filesystem::path& graph_file) {
+  Graph graph(model, graph_file);
+  try {
+    verify_graph(graph);
+    infer_shapes(graph);
+  } catch (const Error& e) {
+    MG_FAIL("these flags make a graph that run would refuse: {}", e.what());
+  }
+}
+
 int make_model(MakeModelArgs& a) {
   const Family& family = find_family(a.family);
   DecoderSpec spec;
@@ -83,9 +100,13 @@ int make_model(MakeModelArgs& a) {
                            fmt::join(opt->results(), " "));
     }
   }
-  check_weight_bytes(build_decoder(spec, /*graph_only=*/true).model(), a.graph_only, flags);
+  const std::filesystem::path out(a.out);
+  check_output_dir(out, "--out");
+  const proto::Model declared = build_decoder(spec, /*graph_only=*/true).model();
+  check_weight_bytes(declared, a.graph_only, flags);
+  check_graph_runs(declared, out / GraphBuilder::kGraphFile);
   GraphBuilder b = build_decoder(spec, a.graph_only);
-  b.write(a.out);
+  b.write(out);
   std::cout << fmt::format("wrote {} ({} nodes, {} tensors) to {}\n", b.model().name(),
                            b.model().nodes_size(), b.model().tensors_size(), a.out);
   return 0;

@@ -8,6 +8,8 @@
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
 #include "framework/io/npy.h"
+#include "framework/io/regular_file.h"
+#include "framework/io/weight_scan.h"
 #include "framework/runtime/local_ranks.h"
 #include "framework/runtime/session.h"
 #include "tools/moegraph/commands.h"
@@ -40,6 +42,7 @@ struct RunArgs {
   bool ep = false;
   std::string moe_dispatch = "allgather";
   std::optional<uint64_t> random_weights;
+  bool check_weights = false;
 };
 
 std::vector<int32_t> positions_for(size_t n) {
@@ -123,6 +126,19 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
   return 0;
 }
 
+// --check-weights: scans every weight of the graph for NaN and infinity before running, and
+// names the first tensor that holds one.
+void check_weights_are_finite(const std::filesystem::path& graph, bool random_weights) {
+  MG_CHECK(!random_weights,
+           "--check-weights scans the weight files, which --random-weights does not read");
+  int64_t checked = 0;
+  const std::optional<NonFiniteWeight> bad = find_non_finite_weight(graph, &checked);
+  MG_CHECK(!bad,
+           "--check-weights: weight tensor '{}' (file {}) holds a NaN or infinity at element {}",
+           bad->tensor, bad->file, bad->element);
+  std::cout << fmt::format("--check-weights: {} weight tensors, all finite\n", checked);
+}
+
 // --dtype: "bf16", "f16" or "f32" (the names make-model takes too).
 DType parse_activation_dtype(const std::string& text) {
   if (text == "bf16") return DType::kBF16;
@@ -132,8 +148,12 @@ DType parse_activation_dtype(const std::string& text) {
 }
 
 int run(const RunArgs& a) {
+  // Output paths fail before the model is loaded and run, not after.
+  if (!a.dump_logits.empty()) check_output_path(a.dump_logits, "--dump-logits");
+  if (!a.trace.empty()) check_output_path(a.trace, "--trace");
   const std::filesystem::path graph = resolve_model(a.model);
   const std::vector<int32_t> prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
+  if (a.check_weights) check_weights_are_finite(graph, a.random_weights.has_value());
   CompileOptions compile;
   compile.device = Device::parse(a.device);
   if (!a.dtype.empty()) compile.activation_dtype = parse_activation_dtype(a.dtype);
@@ -226,6 +246,9 @@ Command add_run_command(CLI::App& app) {
                   "Fill the weights with random values from this seed instead of reading them "
                   "(for graphs written by make-model --graph-only; output is noise)")
       ->check(non_negative_u64());
+  cmd->add_flag("--check-weights", args->check_weights,
+                "Scan every weight for NaN and infinity before running; name the first tensor "
+                "that holds one");
   cmd->add_option("--moe-backend", args->moe_backend,
                   "Force this expert backend on every MoE node (error if it does not fit)");
   cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (CPU: threads; MoE experts are split)")

@@ -1,4 +1,5 @@
 #include "ops/nn/add/add.h"
+#include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
 #include "ops/registry.h"
 #ifdef MG_WITH_CUDA
@@ -42,6 +43,8 @@ class AddOp final : public OpDef {
 
   std::vector<ValueType> infer(const proto::Node& node,
                                std::span<const std::optional<ValueType>> inputs) const override {
+    const proto::AddParams& p = node.add();
+    if (p.has_scale()) expect_finite(p.scale(), "add", "scale");
     const ValueType& a = require_input(inputs, 0, "a");
     const ValueType& b = require_input(inputs, 1, "b");
     expect_activation(a, "input a");

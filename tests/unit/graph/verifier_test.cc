@@ -176,5 +176,27 @@ TEST_F(VerifierTest, TooManyInputs) {
   EXPECT_THAT(err, HasSubstr("has 3 inputs, the op takes at most 2"));
 }
 
+// Issue 18: declared shapes hold -1 (T) or sizes; -5 used to be taken for T.
+TEST_F(VerifierTest, NegativeDimensionOtherThanTokens) {
+  std::string err = check([](proto::Model& m) { m.mutable_outputs(0)->set_shape(0, -5); });
+  EXPECT_THAT(err, HasSubstr("bad.pbtxt: graph output 'logits' has dimension 0 = -5"));
+  err = check([](proto::Model& m) { m.mutable_inputs(1)->add_shape(-7); });
+  EXPECT_THAT(err, HasSubstr("graph input 'positions' has dimension 1 = -7"));
+}
+
+// Issue 18: info.vocab_size bounds the ids the runtime accepts; it must match the graph.
+TEST_F(VerifierTest, VocabSizeMustMatchLogitsAndEmbedding) {
+  std::string err = check([](proto::Model& m) { m.mutable_info()->set_vocab_size(100); });
+  EXPECT_THAT(err, HasSubstr("info.vocab_size is 100 but graph output 'logits' has 96 columns"));
+  // An embedding table with fewer rows than the vocabulary (the logits still match).
+  err = check([](proto::Model& m) {
+    for (proto::TensorInfo& t : *m.mutable_tensors()) {
+      if (t.name() == "embed_tokens.weight") t.set_shape(0, 90);
+    }
+  });
+  EXPECT_THAT(err, HasSubstr("info.vocab_size is 96 but embedding table 'embed_tokens.weight'"));
+  EXPECT_THAT(err, HasSubstr("has 90 rows"));
+}
+
 }  // namespace
 }  // namespace mg

@@ -190,7 +190,7 @@ TEST_F(GraphLoaderTest, UnknownExtensionMissingFileAndDirectory) {
                                 {"absent.pbtxt: file not found"}));
   std::filesystem::create_directories(dir_ / "dir.pb");
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "dir.pb"); },
-                                {"dir.pb: expected a regular file, found a directory"}));
+                                {"dir.pb: is a directory, not a regular file"}));
 }
 
 TEST_F(GraphLoaderTest, ParseFromMemoryMatchesLoad) {

@@ -45,7 +45,7 @@ TEST(MappedFileTest, RejectsMissingDirectoryAndEmpty) {
   EXPECT_TRUE(throws_error_with([&] { MappedFile::open(dir / "absent.bin"); },
                                 {"absent.bin", "file not found"}));
   EXPECT_TRUE(throws_error_with([&] { MappedFile::open(dir); },
-                                {dir.string(), "expected a regular file, found a directory"}));
+                                {dir.string(), "is a directory, not a regular file"}));
   write_bytes(dir / "empty.bin", "");
   EXPECT_TRUE(throws_error_with([&] { MappedFile::open(dir / "empty.bin"); },
                                 {"empty.bin", "expected a non-empty file, found 0 bytes"}));

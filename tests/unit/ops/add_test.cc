@@ -1,8 +1,12 @@
+#include <cmath>
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include "ops/nn/add/add.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
+#include "tests/unit/moe/moe_test_util.h"
 
 namespace mg {
 namespace {
@@ -28,6 +32,19 @@ TEST(AddOp, RejectsShapeMismatch) {
   EXPECT_THROW(testing::infer_op(node, {ValueType{DType::kF32, {kTokens, 4}},
                                         ValueType{DType::kF32, {kTokens, 5}}}),
                Error);
+}
+
+// Every other op refuses NaN params; add used to accept `scale: nan` and turn every output into
+// NaN, which the model then "sampled" as token 0 with exit 0.
+TEST(AddOp, RejectsANonFiniteScale) {
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    proto::Node node;
+    node.set_op("add");
+    node.mutable_add()->set_scale(bad);
+    EXPECT_MG_ERROR(testing::infer_op(node, {ValueType{DType::kF32, {kTokens, 4}},
+                                             ValueType{DType::kF32, {kTokens, 4}}}),
+                    "add: scale must be finite");
+  }
 }
 
 }  // namespace

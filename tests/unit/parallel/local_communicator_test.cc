@@ -1,6 +1,8 @@
 #include "framework/parallel/local_communicator.h"
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -165,6 +167,44 @@ TEST(LocalComm, AMissingRankTimesOutInsteadOfHanging) {
                   "rank 0 waited 50 ms in barrier for ranks that never came");
   // The group stays failed.
   EXPECT_MG_ERROR(group.communicator(1).barrier(), "never came");
+}
+
+// `run --dp 2 --prompt-ids 1,300` used to wait out the timeout about half of the time: rank 0
+// failed (and aborted the world) before rank 1 asked for a sub-group, which was then made fresh
+// and waited for rank 0 forever. A group made after the abort must be born aborted, at every
+// depth.
+TEST(LocalComm, SubgroupsMadeAfterAnAbortAreBornAborted) {
+  LocalCommGroup group(3, std::chrono::seconds(10));
+  group.abort("rank 0 failed");
+  const auto start = std::chrono::steady_clock::now();
+  Communicator& comm = group.communicator(1);
+  const std::vector<int> pair = {0, 1};
+  Communicator& sub = comm.subgroup(pair);
+  EXPECT_MG_ERROR(sub.barrier(), "rank 0 failed");
+  const std::vector<int> one_and_two = {1, 2};
+  Communicator& other = comm.subgroup(one_and_two);
+  const std::vector<int> both = {0, 1};
+  EXPECT_MG_ERROR(other.subgroup(both).barrier(), "rank 0 failed");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// The same race through threads: the failing rank aborts while the others are about to make a
+// sub-group, in either order; every run ends at once with the failing rank's error.
+TEST(LocalComm, AnAbortReachesSubgroupsWhateverTheTiming) {
+  for (int it = 0; it < 50; ++it) {
+    LocalCommGroup group(2, std::chrono::seconds(10));
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_MG_ERROR(run_ranks(group,
+                              [&](int rank, Communicator& comm) {
+                                if (rank == 0) throw Error("token id 300 is out of range");
+                                if (it % 2 == 0)
+                                  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                                const std::vector<int> both = {0, 1};
+                                comm.subgroup(both).barrier();
+                              }),
+                    "token id 300");
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2)) << "run " << it;
+  }
 }
 
 TEST(LocalComm, RejectsBadArguments) {

@@ -3,10 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "framework/compile/compiler.h"
+#include "framework/io/safetensors.h"
 #include "framework/runtime/session.h"
 #include "tests/testing/model_fixture.h"
 #include "tests/testing/test_util.h"
@@ -169,6 +171,39 @@ TEST_F(SessionTest, ProfilerRecordsEveryNodeAndWritesATrace) {
   const nlohmann::json trace = nlohmann::json::parse(in);
   ASSERT_EQ(trace["traceEvents"].size(), nodes + 1);
   EXPECT_EQ(trace["traceEvents"][0]["ph"], "X");
+}
+
+// Issue 18: NaN compares false with everything, so argmax over all-NaN logits used to "choose"
+// token 0 and generation went on, exit 0. Greedy or sampled, a non-finite row is an error that
+// names the step and position.
+TEST_F(SessionTest, NonFiniteLogitsAreNeverSampled) {
+  const auto weights = graph_.parent_path() / "model.safetensors";
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  {
+    const auto file = SafetensorsFile::open(weights);
+    for (const SafetensorsEntry& e : file->entries()) {
+      const Tensor src = file->tensor(e);
+      Tensor copy = Tensor::empty_cpu(src.dtype(), src.shape());
+      std::memcpy(copy.raw(), src.raw(), src.nbytes());
+      if (e.name == "lm_head.weight") std::memset(copy.raw(), 0xff, copy.nbytes());  // NaN
+      tensors.emplace_back(e.name, copy);
+    }
+  }
+  write_safetensors(weights, tensors);
+  auto s = open();
+  for (float temperature : {0.0f, 0.8f}) {
+    GenerateOptions gen;
+    gen.max_new_tokens = 3;
+    gen.sampling.temperature = temperature;
+    try {
+      s->generate(prompt_, gen);
+      ADD_FAILURE() << "generate sampled from NaN logits (temperature " << temperature << ")";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("step 0 produced non-finite logits (position 10, token 0: "
+                                      "NaN)"));
+      EXPECT_THAT(e.what(), HasSubstr("--check-weights"));
+    }
+  }
 }
 
 }  // namespace
