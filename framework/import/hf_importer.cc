@@ -4,8 +4,6 @@
 #include <system_error>
 
 #include "framework/core/error.h"
-#include "framework/graph/shape_inference.h"
-#include "framework/graph/verifier.h"
 #include "framework/import/config_reader.h"
 #include "framework/import/hf_checkpoint.h"
 #include "framework/import/hf_families.h"
@@ -42,28 +40,7 @@ bool is_hf_checkpoint_dir(const std::filesystem::path& dir) {
   return std::filesystem::is_directory(dir, ec) && std::filesystem::exists(dir / "config.json", ec);
 }
 
-namespace {
-
-// Runs the checks `run` starts with (graph verifier, shape inference: every op's params against
-// its inputs) on the imported graph before it is written, so import-hf never writes a graph that
-// run refuses. The families' readers check each config value that becomes a param and name its
-// key; this catches the combinations they miss and names config.json and the node.
-void check_graph_runs(const proto::Model& model, const std::filesystem::path& graph_dir,
-                      const std::filesystem::path& config_path) {
-  Graph graph(model, graph_dir / "model.pbtxt");
-  try {
-    verify_graph(graph);
-    infer_shapes(graph);
-  } catch (const Error& e) {
-    MG_FAIL("{}: these config values make a graph that run would refuse: {}", config_path.string(),
-            e.what());
-  }
-}
-
-}  // namespace
-
-HfImportResult import_hf_checkpoint(const std::filesystem::path& hf_dir,
-                                    const HfImportOptions& options) {
+HfImportResult build_hf_graph(const std::filesystem::path& hf_dir, const HfImportOptions& options) {
   const HfCheckpoint checkpoint(hf_dir);
   const ConfigReader config(checkpoint.config(), checkpoint.config_path());
   const std::string model_type = config.string("model_type");
@@ -108,7 +85,6 @@ HfImportResult import_hf_checkpoint(const std::filesystem::path& hf_dir,
                             ? options.max_seq_len
                             : std::min(cc.max_position_embeddings, kDefaultImportMaxSeqLen));
   info->set_eos_token_id(cc.eos_token_id);
-  check_graph_runs(m, graph_dir, checkpoint.config_path());
 
   HfImportResult result;
   result.model = std::move(m);
@@ -116,20 +92,9 @@ HfImportResult import_hf_checkpoint(const std::filesystem::path& hf_dir,
   result.num_layers = cc.layers;
   result.weight_bytes = checkpoint.total_bytes();
   result.unused_tensors = g.unused_keys();
+  result.config_path = checkpoint.config_path();
+  result.graph_dir = graph_dir;
   return result;
-}
-
-std::filesystem::path import_hf_to_dir(const std::filesystem::path& hf_dir,
-                                       const std::filesystem::path& out_dir,
-                                       HfImportOptions options) {
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  MG_CHECK(!ec, "cannot create output directory '{}': {}", out_dir.string(), ec.message());
-  options.graph_dir = out_dir;
-  const HfImportResult result = import_hf_checkpoint(hf_dir, options);
-  const std::filesystem::path graph = out_dir / "model.pbtxt";
-  save_graph(graph, result.model);
-  return graph;
 }
 
 }  // namespace mg

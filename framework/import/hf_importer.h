@@ -37,10 +37,18 @@ struct HfImportResult {
   int64_t num_layers = 0;
   size_t weight_bytes = 0;                  // of the checkpoint's tensors
   std::vector<std::string> unused_tensors;  // checkpoint tensors the graph does not read
+  std::filesystem::path config_path;        // the checkpoint's config.json
+  std::filesystem::path graph_dir;          // where weight paths are relative to
 };
 
+// Imports and checks the graph as `run` would (verifier, shape inference) before returning it.
 HfImportResult import_hf_checkpoint(const std::filesystem::path& hf_dir,
                                     const HfImportOptions& options = {});
+
+// The import without that check: the checkpoint and config are validated, the graph is not run
+// through the compiler's passes. For the fuzz target (which links no ops); use the above.
+HfImportResult build_hf_graph(const std::filesystem::path& hf_dir,
+                              const HfImportOptions& options = {});
 
 // Imports and writes out_dir/model.pbtxt (creating out_dir); returns the graph path.
 std::filesystem::path import_hf_to_dir(const std::filesystem::path& hf_dir,

@@ -1,11 +1,12 @@
-// libFuzzer target: bytes -> a Hugging Face checkpoint folder -> import_hf_checkpoint.
+// libFuzzer target: bytes -> a Hugging Face checkpoint folder -> build_hf_graph (the importer
+// without the compile check that import_hf_checkpoint adds).
 //
 // Input layout: byte 0 picks one committed fixture family (tests/fixtures/hf/<family>, whose
 // model.safetensors the folder links to); the rest is config.json, optionally followed by
 // kIndexSeparator and a model.safetensors.index.json. The importer must either refuse with
 // mg::Error or return a graph; any crash, sanitizer report or other exception type is a
-// finding. (Whether an accepted graph compiles is checked by the importer itself and its tests:
-// linking the compiler here would instrument every op.)
+// finding. (import_hf_checkpoint then runs the compiler's checks on the graph; linking them
+// here would instrument every op.)
 //
 // The fixtures are found under $MG_FUZZ_HF_FIXTURES, else the source tree this was built from.
 #include <algorithm>
@@ -82,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   try {
-    const mg::HfImportResult result = mg::import_hf_checkpoint(dir);
+    const mg::HfImportResult result = mg::build_hf_graph(dir);
     // An accepted import names layers and weights that exist.
     if (result.num_layers < 0 || result.model.tensors_size() == 0) std::abort();
   } catch (const mg::Error&) {

@@ -4,9 +4,8 @@
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/core/host_memory.h"
+#include "framework/graph/graph_check.h"
 #include "framework/io/proto_dtype.h"
-#include "framework/graph/shape_inference.h"
-#include "framework/graph/verifier.h"
 #include "framework/io/regular_file.h"
 #include "models/builders/decoder_builder.h"
 #include "tools/moegraph/commands.h"
@@ -70,20 +69,6 @@ void check_weight_bytes(const proto::Model& model, bool graph_only, const std::s
            byte_size_str(total), byte_size_str(memory), hint);
 }
 
-// Runs the checks `run` starts with (graph verifier and shape inference, which check every op's
-// params against its inputs) on the graph before anything is written, so that make-model never
-// writes a model that run refuses. The flags' own checks (build_decoder) name the flag; this
-// catches the combinations they do not cover and names the node.
-void check_graph_runs(const proto::Model& model, const std::filesystem::path& graph_file) {
-  Graph graph(model, graph_file);
-  try {
-    verify_graph(graph);
-    infer_shapes(graph);
-  } catch (const Error& e) {
-    MG_FAIL("these flags make a graph that run would refuse: {}", e.what());
-  }
-}
-
 int make_model(MakeModelArgs& a) {
   const Family& family = find_family(a.family);
   DecoderSpec spec;
@@ -104,7 +89,7 @@ int make_model(MakeModelArgs& a) {
   check_output_dir(out, "--out");
   const proto::Model declared = build_decoder(spec, /*graph_only=*/true).model();
   check_weight_bytes(declared, a.graph_only, flags);
-  check_graph_runs(declared, out / GraphBuilder::kGraphFile);
+  check_graph_runs(declared, out / GraphBuilder::kGraphFile, "these flags");
   GraphBuilder b = build_decoder(spec, a.graph_only);
   b.write(out);
   std::cout << fmt::format("wrote {} ({} nodes, {} tensors) to {}\n", b.model().name(),
