@@ -15,6 +15,8 @@ root="$(realpath -m "$2")"
 seconds="$3"
 workers="$4"
 
+# fuzz_hf_config and its seeds read the committed HF fixtures of this checkout.
+export MG_FUZZ_HF_FIXTURES="$repo/tests/fixtures/hf"
 "$build/tests/fuzz/make_fuzz_seeds" "$root/seeds" > /dev/null
 mkdir -p "$root/artifacts" "$root/logs"
 

@@ -4,6 +4,7 @@
 // fixture's config.json, and for the first family also a variant with a shard index)
 // Seeds are generated, not committed: the build folder holds them (docs/formats.md, "Fuzzing").
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
@@ -121,7 +122,9 @@ void write_npy_seeds(const std::filesystem::path& dir) {
 }
 
 void write_hf_seeds(const std::filesystem::path& dir) {
-  const std::filesystem::path fixtures = std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf";
+  const char* env = std::getenv("MG_FUZZ_HF_FIXTURES");  // as fuzz_hf_config reads it
+  const std::filesystem::path fixtures =
+      env ? std::filesystem::path(env) : std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf";
   std::vector<std::filesystem::path> families;
   for (const auto& e : std::filesystem::directory_iterator(fixtures)) {
     if (std::filesystem::exists(e.path() / "model.safetensors")) families.push_back(e.path());
