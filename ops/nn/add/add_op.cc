@@ -1,6 +1,6 @@
+#include "framework/op/op_registry.h"
 #include "ops/nn/add/add.h"
 #include "ops/nn/op_helpers.h"
-#include "ops/registry.h"
 #ifdef MG_WITH_CUDA
 #include "ops/nn/cuda_kernels.h"
 #endif
