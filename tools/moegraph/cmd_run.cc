@@ -118,14 +118,6 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
   return 0;
 }
 
-// --dtype: "bf16", "f16" or "f32" (the names make-model takes too).
-DType parse_activation_dtype(const std::string& text) {
-  if (text == "bf16") return DType::kBF16;
-  if (text == "f16") return DType::kF16;
-  if (text == "f32") return DType::kF32;
-  MG_FAIL("--dtype: unknown dtype '{}' (expected bf16, f16 or f32)", text);
-}
-
 int run(const RunArgs& a) {
   const std::filesystem::path graph = resolve_model(a.model);
   const std::vector<int32_t> prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
