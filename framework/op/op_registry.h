@@ -2,10 +2,11 @@
 //
 // The framework defines what an op is and looks ops up by name; it knows no op itself. The
 // built-in ops live under ops/ and are added by ops/builtin_ops.h's register_builtin_ops(), which
-// every program calls before it loads or compiles a graph (the moegraph command, the test mains,
-// the fuzz targets). Registration is explicit because static-initialiser registration from a
-// static library is dropped by the linker, and because the framework library must not depend on
-// the ops library (the build enforces the direction: docs/architecture.md, "Layering").
+// every program that verifies or compiles graphs calls first (the moegraph command, the test
+// mains; the fuzz targets only parse, and link the framework alone). Registration is explicit
+// because static-initialiser registration from a static library is dropped by the linker, and
+// because the framework library must not depend on the ops library (the build enforces the
+// direction: docs/architecture.md, "Layering").
 #pragma once
 
 #include <memory>
