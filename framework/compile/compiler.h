@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "framework/compile/compile_options.h"
 #include "framework/compile/execution_plan.h"
-#include "ops/compile_options.h"
 
 namespace mg {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "framework/graph/graph.h"
-#include "ops/op_kernel.h"
+#include "framework/op/op_kernel.h"
 
 namespace mg {
 

@@ -1,5 +1,6 @@
 // Pass 2: per-op parameter checks and shape/dtype inference (see
-// framework/graph/shape_inference.h).
+// framework/graph/shape_inference.h), float activations typed in the activation dtype the options
+// select (activation_dtype_of: F32 on the CPU, BF16 by default on CUDA).
 #include "framework/compile/pass.h"
 #include "framework/graph/shape_inference.h"
 
@@ -9,7 +10,9 @@ namespace {
 class InferShapesPass final : public Pass {
  public:
   std::string_view name() const override { return "infer-shapes"; }
-  void run(CompileState& state) const override { infer_shapes(state.graph); }
+  void run(CompileState& state) const override {
+    infer_shapes(state.graph, activation_dtype_of(state.options));
+  }
 };
 }  // namespace
 

@@ -6,9 +6,9 @@
 #include <string_view>
 #include <vector>
 
+#include "framework/compile/compile_options.h"
 #include "framework/compile/execution_plan.h"
 #include "framework/io/weight_store.h"
-#include "ops/compile_options.h"
 
 namespace mg {
 

@@ -3,10 +3,8 @@
 // it (graph outputs: to the end). Values whose live ranges overlap never share bytes; the others
 // are packed first-fit in order of definition. Offsets are 64-byte aligned.
 //
-// F32 activations (shape inference gives every float value F32) are stored in the activation
-// dtype (activation_dtype_of: F32 on the CPU, BF16 by default on CUDA): their planned types are
-// rewritten to it here, so the arena, the session's views and `inspect --plan` all see the dtype
-// the kernels read and write.
+// Every value is sized in the dtype shape inference recorded, which for float activations is
+// already the activation dtype the kernels read and write (framework/graph/shape_inference.h).
 #include <algorithm>
 
 #include "framework/compile/pass.h"
@@ -43,13 +41,11 @@ class PlanMemoryPass final : public Pass {
 
   void run(CompileState& state) const override {
     ExecutionPlan& plan = *state.plan;
-    const DType compute_dtype = activation_dtype_of(state.options);
     const int num_steps = static_cast<int>(plan.nodes.size());
     std::vector<int> activations;
     for (size_t v = 0; v < plan.values.size(); ++v) {
       PlanValue& pv = plan.values[v];
       if (pv.source == ValueSource::kWeight) continue;
-      if (pv.type.dtype == DType::kF32) pv.type.dtype = compute_dtype;
       pv.first_step = pv.source == ValueSource::kGraphInput ? 0 : num_steps;
       pv.last_step = pv.first_step;
       pv.arena_bytes = bytes_at_max_tokens(pv, plan.max_tokens);

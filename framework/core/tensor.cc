@@ -7,6 +7,7 @@
 #include "framework/core/checked_math.h"
 #include "framework/core/half.h"
 #include "framework/core/host_memory.h"
+#include "framework/core/float_dtype.h"
 
 namespace mg {
 
@@ -70,36 +71,11 @@ Tensor to_f32_cpu(const Tensor& src) {
   Tensor out = Tensor::empty_cpu(DType::kF32, src.shape());
   float* dst = out.data<float>();
   const int64_t n = src.numel();
-  switch (src.dtype()) {
-    case DType::kF32:
-      std::memcpy(dst, src.raw(), src.nbytes());
-      break;
-    case DType::kBF16: {
-      const auto* s = static_cast<const uint16_t*>(src.raw());
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
-      break;
-    }
-    case DType::kF16: {
-      const auto* s = static_cast<const uint16_t*>(src.raw());
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
-      break;
-    }
-    case DType::kF64: {
-      const auto* s = static_cast<const double*>(src.raw());
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
-      break;
-    }
-    case DType::kI64:
-    case DType::kI32:
-    case DType::kI16:
-    case DType::kI8:
-    case DType::kU8:
-    case DType::kBool:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      MG_FAIL("cannot convert {} to F32 (expected a F32, F16, BF16 or F64 tensor)",
-              dtype_name(src.dtype()));
-  }
+  visit_float_dtype(src.dtype(), "the tensor converted to F32", [&](auto tag) {
+    using T = decltype(tag);
+    const T* s = static_cast<const T*>(src.raw());
+    for (int64_t i = 0; i < n; ++i) dst[i] = to_float(s[i]);
+  });
   return out;
 }
 

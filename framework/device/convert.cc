@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "framework/core/half.h"
+#include "framework/core/float_dtype.h"
 #include "framework/device/allocator.h"
 #ifdef MG_WITH_CUDA
 #include "framework/device/cuda/convert_cuda.h"
@@ -20,16 +20,11 @@ bool is_activation_float(DType dtype) {
 
 // dst[i] = src[i] for F32 host data into F32, F16 or BF16.
 void store_f32_as(const float* src, int64_t n, DType dtype, void* dst) {
-  if (dtype == DType::kF32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  auto* out = static_cast<uint16_t*>(dst);
-  if (dtype == DType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(src[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = float_to_fp16(src[i]);
-  }
+  visit_float_dtype(dtype, "the converted tensor", [&](auto tag) {
+    using T = decltype(tag);
+    T* out = static_cast<T*>(dst);
+    for (int64_t i = 0; i < n; ++i) out[i] = from_float<T>(src[i]);
+  });
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #include "framework/device/random_fill.h"
 
-#include "framework/core/half.h"
+#include "framework/core/float_dtype.h"
 #ifdef MG_WITH_CUDA
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
@@ -20,26 +20,11 @@ void fill_uniform(const Tensor& t, uint64_t seed, float center, float scale, Str
   }
   (void)stream;  // CPU work is done on return
   MG_CHECK(t.device().is_cpu(), "fill_uniform: no generator for {}", t.device().str());
-  switch (t.dtype()) {
-    case DType::kF32: {
-      float* p = t.data<float>();
-      for (int64_t i = 0; i < n; ++i) p[i] = uniform_at(seed, i, center, scale);
-      return;
-    }
-    case DType::kBF16: {
-      auto* p = static_cast<uint16_t*>(t.raw());
-      for (int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(uniform_at(seed, i, center, scale));
-      return;
-    }
-    case DType::kF16: {
-      auto* p = static_cast<uint16_t*>(t.raw());
-      for (int64_t i = 0; i < n; ++i) p[i] = float_to_fp16(uniform_at(seed, i, center, scale));
-      return;
-    }
-    default:
-      break;
-  }
-  MG_FAIL("fill_uniform: {} is not a float tensor (F32, F16 or BF16)", t.str());
+  visit_float_dtype(t.dtype(), "fill_uniform's tensor", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(t.raw());
+    for (int64_t i = 0; i < n; ++i) p[i] = from_float<T>(uniform_at(seed, i, center, scale));
+  });
 }
 
 }  // namespace mg

@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ops/registry.h"
+#include "framework/op/op_registry.h"
 #include "proto/model.pb.h"
 
 namespace mg {

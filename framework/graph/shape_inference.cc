@@ -33,9 +33,21 @@ void check_vocab_size(const Graph& graph) {
   }
 }
 
+// The dtype a value the ops type as `inferred` is stored in.
+DType stored_dtype(DType inferred, DType activation_dtype) {
+  return inferred == DType::kF32 ? activation_dtype : inferred;
+}
+
 }  // namespace
 
-void infer_shapes(Graph& graph) {
+void infer_shapes(Graph& graph, DType activation_dtype) {
+  MG_ASSERT(activation_dtype == DType::kF32 || activation_dtype == DType::kF16 ||
+                activation_dtype == DType::kBF16,
+            "activation dtype {} is not F32, F16 or BF16", dtype_name(activation_dtype));
+  for (const proto::ValueInfo& in : graph.model().inputs()) {
+    std::optional<ValueType>& type = graph.mutable_value(in.name()).type;
+    type->dtype = stored_dtype(type->dtype, activation_dtype);
+  }
   for (int i : graph.order()) {
     const proto::Node& n = graph.node(i);
     const OpDef* def = OpRegistry::global().find(n.op());
@@ -51,7 +63,10 @@ void infer_shapes(Graph& graph) {
     }
     MG_ASSERT(static_cast<int>(outputs.size()) == n.outputs_size(), "op {} inferred {} outputs",
               n.op(), outputs.size());
-    for (int k = 0; k < n.outputs_size(); ++k) graph.mutable_value(n.outputs(k)).type = outputs[k];
+    for (int k = 0; k < n.outputs_size(); ++k) {
+      outputs[k].dtype = stored_dtype(outputs[k].dtype, activation_dtype);
+      graph.mutable_value(n.outputs(k)).type = outputs[k];
+    }
   }
   for (const proto::ValueInfo& out : graph.model().outputs()) {
     const ValueType& inferred = *graph.value(out.name()).type;
@@ -60,7 +75,10 @@ void infer_shapes(Graph& graph) {
     const ValueType want{from_proto(out.dtype(), fmt::format("{}: graph output '{}'",
                                                              graph.file_label(), out.name())),
                          declared};
-    MG_CHECK(inferred == want, "{}: graph output '{}' is declared as {} but computes {}",
+    // A declared F32 output is stored in the activation dtype like every F32 activation (the
+    // session converts the logits back to F32 when it copies them out).
+    const ValueType stored{stored_dtype(want.dtype, activation_dtype), want.shape};
+    MG_CHECK(inferred == stored, "{}: graph output '{}' is declared as {} but computes {}",
              graph.file_label(), out.name(), value_type_str(want), value_type_str(inferred));
   }
   check_vocab_size(graph);

@@ -73,6 +73,9 @@ void check_node(Graph& graph, int i, std::unordered_map<std::string, GraphValue>
   const std::string file = graph.file_label();
   MG_CHECK(!n.name().empty(), "{}: node #{} (op {}) has no name", file, i, n.op());
   const std::string label = graph.node_label(i);
+  MG_ASSERT(!OpRegistry::global().empty(),
+            "no ops are registered: the program must call register_builtin_ops() "
+            "(ops/builtin_ops.h) before it loads or compiles a graph");
   const OpDef* def = OpRegistry::global().find(n.op());
   MG_CHECK(def != nullptr, "{}: unknown op '{}' (known ops: {})", label, n.op(),
            fmt::join(OpRegistry::global().names(), ", "));

@@ -8,10 +8,10 @@
 #include <span>
 #include <vector>
 
+#include "framework/compile/compile_options.h"
 #include "framework/compile/execution_plan.h"
 #include "framework/runtime/profiler.h"
 #include "framework/runtime/sampler.h"
-#include "ops/compile_options.h"
 
 namespace mg {
 

@@ -3,10 +3,10 @@
 
 #include "framework/device/convert.h"
 #include "framework/device/stream.h"
+#include "framework/op/op_registry.h"
 #include "ops/moe/moe_params.h"
 #include "ops/moe/oracle/oracle.h"
 #include "ops/moe/runner/moe_runner.h"
-#include "ops/registry.h"
 
 namespace mg {
 

@@ -7,8 +7,8 @@
 #include <optional>
 #include <span>
 
+#include "framework/op/op_registry.h"
 #include "ops/moe/config.h"
-#include "ops/registry.h"
 #include "proto/model.pb.h"
 
 namespace mg {

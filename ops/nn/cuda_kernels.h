@@ -10,8 +10,8 @@
 
 #include <memory>
 
+#include "framework/op/op_registry.h"
 #include "ops/nn/attention/attention_cpu.h"
-#include "ops/registry.h"
 
 namespace mg {
 

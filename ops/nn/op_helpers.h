@@ -6,7 +6,7 @@
 #include <span>
 #include <string_view>
 
-#include "ops/registry.h"
+#include "framework/op/op_registry.h"
 
 namespace mg {
 

@@ -19,7 +19,7 @@
 
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
-#include "ops/registry.h"
+#include "framework/op/op_registry.h"
 #include "tests/testing/test_util.h"
 #ifdef MG_WITH_CUDA
 #include "framework/device/cuda/cuda_check.h"

@@ -17,6 +17,7 @@ namespace {
 
 using testing::CommandResult;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::run_moegraph;
 using ::testing::StartsWith;
 
@@ -71,6 +72,22 @@ TEST(Cli, InspectPrintsGraphAndPlan) {
   EXPECT_THAT(r.out, HasSubstr("nodes ("));
   EXPECT_THAT(r.out, HasSubstr("plan for"));
   EXPECT_THAT(r.out, HasSubstr("kernel: "));
+}
+
+// The graph is typed as it runs on the device asked for (no GPU needed without --plan).
+TEST(Cli, InspectShowsTheActivationDtypeOfTheDevice) {
+  const CommandResult cpu = run_moegraph({"inspect"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_THAT(cpu.out, HasSubstr("activations in F32 on cpu"));
+  EXPECT_THAT(cpu.out, HasSubstr("output logits F32[T, "));
+  const CommandResult cuda = run_moegraph({"inspect", "--device", "cuda"});
+  ASSERT_EQ(cuda.exit_code, 0) << cuda.err;
+  EXPECT_THAT(cuda.out, HasSubstr("activations in BF16 on cuda:0"));
+  EXPECT_THAT(cuda.out, HasSubstr("output logits BF16[T, "));
+  EXPECT_THAT(cuda.out, Not(HasSubstr("F32[T")));
+  const CommandResult f16 = run_moegraph({"inspect", "--device", "cuda", "--dtype", "f16"});
+  ASSERT_EQ(f16.exit_code, 0) << f16.err;
+  EXPECT_THAT(f16.out, HasSubstr("output logits F16[T, "));
 }
 
 // models/README.md records the commands; the committed files must be what they write.

@@ -16,8 +16,8 @@
 #include "framework/import/hf_importer.h"
 #include "framework/io/json.h"
 #include "framework/io/npy.h"
+#include "framework/op/op_registry.h"
 #include "framework/runtime/session.h"
-#include "ops/registry.h"
 #include "tests/testing/command.h"
 #include "tests/testing/test_util.h"
 

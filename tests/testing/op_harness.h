@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "ops/registry.h"
+#include "framework/op/op_registry.h"
 
 namespace mg::testing {
 

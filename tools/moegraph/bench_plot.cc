@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
-#include "framework/io/png.h"
+#include "tools/bench/png.h"
 
 namespace mg::cli {
 

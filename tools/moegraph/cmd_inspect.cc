@@ -1,5 +1,6 @@
-// `moegraph inspect MODEL [--plan]`: print the graph, and with --plan the compiled plan
-// (kernel choices, MoE oracle decisions with reasons, arena layout).
+// `moegraph inspect MODEL [--plan]`: print the graph, its values typed as they run on --device
+// (float activations in the activation dtype), and with --plan the compiled plan (kernel choices,
+// MoE oracle decisions with reasons, arena layout).
 #include <iostream>
 #include <map>
 
@@ -20,6 +21,7 @@ struct InspectArgs {
   std::string model;
   bool plan = false;
   std::string device = "cpu";
+  std::string dtype;
   std::string moe_backend;
   int64_t max_tokens = 512;
 };
@@ -67,15 +69,20 @@ void print_graph(const Graph& g) {
 
 int inspect(const InspectArgs& a) {
   const std::filesystem::path path = resolve_model(a.model);
+  CompileOptions options;
+  options.device = Device::parse(a.device);
+  if (!a.dtype.empty()) options.activation_dtype = parse_activation_dtype(a.dtype);
+  options.moe_backend = a.moe_backend;
+  options.max_tokens = a.max_tokens;
+  // The graph's float activations are printed in the dtype they run in on this device.
+  const DType activation_dtype = activation_dtype_of(options);
   Graph graph(load_graph(path), path);
   verify_graph(graph);
-  infer_shapes(graph);
+  infer_shapes(graph, activation_dtype);
+  std::cout << fmt::format("activations in {} on {}\n", dtype_name(activation_dtype),
+                           options.device.str());
   print_graph(graph);
   if (a.plan) {
-    CompileOptions options;
-    options.device = Device::parse(a.device);
-    options.moe_backend = a.moe_backend;
-    options.max_tokens = a.max_tokens;
     auto plan = compile_graph_file(path, options);
     std::cout << "\n" << plan->describe();
   }
@@ -90,8 +97,11 @@ Command add_inspect_command(CLI::App& app) {
   cmd->add_option("MODEL", args->model, "Graph file or directory; default: the bundled model");
   cmd->add_flag("--plan", args->plan,
                 "Compile and print the plan: kernels, MoE backend choices with reasons, memory");
-  cmd->add_option("--device", args->device, "Device to compile for (with --plan)")
+  cmd->add_option("--device", args->device,
+                  "Device to type the activations and, with --plan, to compile for")
       ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype,
+                  "Activation dtype: bf16, f16 or f32 (default: f32 on cpu, bf16 on cuda)");
   cmd->add_option("--moe-backend", args->moe_backend, "Force an expert backend (with --plan)");
   cmd->add_option("--max-tokens", args->max_tokens, "Largest forward chunk (with --plan)")
       ->capture_default_str()

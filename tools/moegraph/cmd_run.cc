@@ -139,14 +139,6 @@ void check_weights_are_finite(const std::filesystem::path& graph, bool random_we
   std::cout << fmt::format("--check-weights: {} weight tensors, all finite\n", checked);
 }
 
-// --dtype: "bf16", "f16" or "f32" (the names make-model takes too).
-DType parse_activation_dtype(const std::string& text) {
-  if (text == "bf16") return DType::kBF16;
-  if (text == "f16") return DType::kF16;
-  if (text == "f32") return DType::kF32;
-  MG_FAIL("--dtype: unknown dtype '{}' (expected bf16, f16 or f32)", text);
-}
-
 int run(const RunArgs& a) {
   // Output paths fail before the model is loaded and run, not after.
   if (!a.dump_logits.empty()) check_output_path(a.dump_logits, "--dump-logits");

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "framework/core/dtype.h"
+
 namespace mg::cli {
 
 using Command = std::function<int()>;
@@ -22,5 +24,9 @@ std::filesystem::path resolve_model(const std::string& model);
 
 // Parses "1,2,3" (spaces allowed). Throws mg::Error naming the bad element.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+
+// --dtype of run and inspect: "bf16", "f16" or "f32" (the names make-model takes too). Throws
+// mg::Error for another name.
+DType parse_activation_dtype(const std::string& text);
 
 }  // namespace mg::cli

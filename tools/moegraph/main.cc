@@ -6,6 +6,8 @@
 
 #include "framework/core/error.h"
 #include "framework/core/logging.h"
+#include "framework/op/op_registry.h"
+#include "ops/builtin_ops.h"
 #include "tools/moegraph/commands.h"
 
 namespace mg::cli {
@@ -13,6 +15,7 @@ Command add_import_hf_command(CLI::App& app);  // cmd_import_hf.cc
 }  // namespace mg::cli
 
 int main(int argc, char** argv) {
+  mg::register_builtin_ops(mg::OpRegistry::global());
   CLI::App app{"moegraph: a graph-based Mixture-of-Experts inference engine", "moegraph"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "moegraph 0.1.0");

@@ -106,4 +106,11 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
   return ids;
 }
 
+DType parse_activation_dtype(const std::string& text) {
+  if (text == "bf16") return DType::kBF16;
+  if (text == "f16") return DType::kF16;
+  if (text == "f32") return DType::kF32;
+  MG_FAIL("--dtype: unknown dtype '{}' (expected bf16, f16 or f32)", text);
+}
+
 }  // namespace mg::cli

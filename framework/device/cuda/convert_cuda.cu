@@ -2,6 +2,7 @@
 #include "framework/device/cuda/convert_cuda.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/dtype_dispatch.h"
 
 namespace mg::cuda {
 
@@ -23,24 +24,16 @@ void launch(void* dst, const void* src, int64_t n, cudaStream_t stream) {
   MG_CUDA_CHECK_LAUNCH();
 }
 
-template <typename Dst>
-void launch_from(DType src_dtype, void* dst, const void* src, int64_t n, cudaStream_t stream) {
-  if (src_dtype == DType::kF32) return launch<Dst, float>(dst, src, n, stream);
-  if (src_dtype == DType::kF16) return launch<Dst, __half>(dst, src, n, stream);
-  if (src_dtype == DType::kBF16) return launch<Dst, __nv_bfloat16>(dst, src, n, stream);
-  MG_ASSERT(false, "convert_cuda: source dtype {} is not F32, F16 or BF16", dtype_name(src_dtype));
-}
-
 }  // namespace
 
 void convert_cuda(DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t n,
                   cudaStream_t stream) {
   if (n <= 0 || (dst == src && dst_dtype == src_dtype)) return;
-  if (dst_dtype == DType::kF32) return launch_from<float>(src_dtype, dst, src, n, stream);
-  if (dst_dtype == DType::kF16) return launch_from<__half>(src_dtype, dst, src, n, stream);
-  if (dst_dtype == DType::kBF16) return launch_from<__nv_bfloat16>(src_dtype, dst, src, n, stream);
-  MG_ASSERT(false, "convert_cuda: destination dtype {} is not F32, F16 or BF16",
-            dtype_name(dst_dtype));
+  dispatch_float_dtype(dst_dtype, [&](auto dst_tag) {
+    dispatch_float_dtype(src_dtype, [&](auto src_tag) {
+      launch<decltype(dst_tag), decltype(src_tag)>(dst, src, n, stream);
+    });
+  });
 }
 
 }  // namespace mg::cuda

@@ -1,6 +1,6 @@
 #include "ops/moe/oracle/unquantized.h"
 
-#include "framework/core/half.h"
+#include "framework/core/float_dtype.h"
 #include "ops/moe/experts/cpu_batched_experts.h"
 #include "ops/moe/experts/cpu_eigen_experts.h"
 #include "ops/moe/experts/cpu_monolithic_experts.h"
@@ -17,38 +17,11 @@ namespace {
 template <typename Fn>
 void with_reader(const Tensor& t, Fn&& fn) {
   MG_CHECK(t.device().is_cpu(), "expert weight {} must be in host memory", t.str());
-  switch (t.dtype()) {
-    case DType::kF32: {
-      const float* p = static_cast<const float*>(t.raw());
-      fn([p](int64_t i) { return p[i]; });
-      return;
-    }
-    case DType::kF64: {
-      const double* p = static_cast<const double*>(t.raw());
-      fn([p](int64_t i) { return static_cast<float>(p[i]); });
-      return;
-    }
-    case DType::kBF16: {
-      const uint16_t* p = static_cast<const uint16_t*>(t.raw());
-      fn([p](int64_t i) { return bf16_to_float(p[i]); });
-      return;
-    }
-    case DType::kF16: {
-      const uint16_t* p = static_cast<const uint16_t*>(t.raw());
-      fn([p](int64_t i) { return fp16_to_float(p[i]); });
-      return;
-    }
-    case DType::kI64:
-    case DType::kI32:
-    case DType::kI16:
-    case DType::kI8:
-    case DType::kU8:
-    case DType::kBool:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      break;
-  }
-  MG_FAIL("unquantized expert weights must be F32, F16, BF16 or F64, got {}", t.str());
+  visit_float_dtype(t.dtype(), fmt::format("unquantized expert weight {}", t.str()), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(t.raw());
+    fn([p](int64_t i) { return to_float(p[i]); });
+  });
 }
 
 // Source row (of the full N1 rows) of row r of this rank's w13 shard.

@@ -4,8 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
-#include "framework/core/half.h"
+#include "framework/core/float_dtype.h"
 #include "ops/moe/moe_params.h"
 
 namespace mg::reference {
@@ -15,26 +16,15 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 double element(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kF32:
-      return static_cast<const float*>(t.raw())[i];
-    case DType::kF64:
-      return static_cast<const double*>(t.raw())[i];
-    case DType::kBF16:
-      return bf16_to_float(static_cast<const uint16_t*>(t.raw())[i]);
-    case DType::kF16:
-      return fp16_to_float(static_cast<const uint16_t*>(t.raw())[i]);
-    case DType::kI64:
-    case DType::kI32:
-    case DType::kI16:
-    case DType::kI8:
-    case DType::kU8:
-    case DType::kBool:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      break;
-  }
-  MG_FAIL("reference: unsupported weight dtype {}", dtype_name(t.dtype()));
+  return visit_float_dtype(t.dtype(), "reference: a weight", [&](auto tag) -> double {
+    using T = decltype(tag);
+    const T x = static_cast<const T*>(t.raw())[i];
+    if constexpr (std::is_same_v<T, double>) {
+      return x;  // all 53 bits, not through float
+    } else {
+      return to_float(x);
+    }
+  });
 }
 
 double sigmoid(double x) {

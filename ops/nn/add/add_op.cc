@@ -1,7 +1,7 @@
+#include "framework/op/op_registry.h"
 #include "ops/nn/add/add.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
-#include "ops/registry.h"
 #ifdef MG_WITH_CUDA
 #include "ops/nn/cuda_kernels.h"
 #endif

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "framework/op/op_registry.h"
 #include "ops/nn/attn_temperature/attn_temperature.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
-#include "ops/registry.h"
 #ifdef MG_WITH_CUDA
 #include "ops/nn/cuda_kernels.h"
 #endif

@@ -2,9 +2,9 @@
 #include <cmath>
 #include <limits>
 
+#include "framework/op/op_registry.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
-#include "ops/registry.h"
 #ifdef MG_WITH_CUDA
 #include "ops/nn/cuda_kernels.h"
 #endif

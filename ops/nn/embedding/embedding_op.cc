@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "framework/op/op_registry.h"
 #include "ops/nn/embedding/embedding.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
-#include "ops/registry.h"
 #ifdef MG_WITH_CUDA
 #include "ops/nn/cuda_kernels.h"
 #endif

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <string>
 
+#include "framework/op/op_registry.h"
 #include "ops/nn/activation.h"
 #include "ops/nn/gated_mlp/gated_mlp.h"
 #include "ops/nn/linear/linear_gemm.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
-#include "ops/registry.h"
 #ifdef MG_WITH_CUDA
 #include "ops/nn/cuda_kernels.h"
 #endif

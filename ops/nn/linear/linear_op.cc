@@ -2,10 +2,10 @@
 // y = (x Wᵀ + b) * scale. CPU kernel: cpu_gemm_xwt (Eigen, parallel over output features).
 #include <algorithm>
 
+#include "framework/op/op_registry.h"
 #include "ops/nn/linear/linear_gemm.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
-#include "ops/registry.h"
 #ifdef MG_WITH_CUDA
 #include "ops/nn/cuda_kernels.h"
 #endif

@@ -1,11 +1,14 @@
 // Compilation: the arena plan never lets live values share bytes, and bad weight files are
 // reported with the graph file, the tensor and what was expected.
 #include <fstream>
+#include <map>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "framework/compile/compiler.h"
+#include "framework/compile/pass.h"
+#include "framework/io/graph_loader.h"
 #include "framework/io/safetensors.h"
 #include "tests/testing/model_fixture.h"
 #include "tests/testing/test_util.h"
@@ -60,6 +63,51 @@ TEST(Compiler, EveryNodeHasAKernelAndWeightsAreF32) {
     }
   }
   EXPECT_THAT(plan->describe(), HasSubstr("layers.1.mlp"));
+}
+
+// The value types after the compile's verify and infer-shapes passes (no device is touched, so a
+// CUDA compile's types are checked here without a GPU): name -> "BF16[T, 64]".
+std::map<std::string, std::string> inferred_types(const std::filesystem::path& graph_file,
+                                                  const CompileOptions& options) {
+  CompileState state{Graph(load_graph(graph_file), graph_file), options, nullptr, nullptr};
+  make_verify_pass()->run(state);
+  make_infer_shapes_pass()->run(state);
+  std::map<std::string, std::string> types;
+  for (int i : state.graph.order()) {
+    for (const std::string& out : state.graph.node(i).outputs()) {
+      types[out] = value_type_str(*state.graph.value(out).type);
+    }
+  }
+  types["token_ids"] = value_type_str(*state.graph.value("token_ids").type);
+  return types;
+}
+
+// `inspect` and the kernels see the dtype that runs: float activations are typed in the compile's
+// activation dtype (the ops infer F32; the CUDA default is BF16), integer values keep theirs.
+TEST(Compiler, ShapeInferenceTypesActivationsInTheActivationDtype) {
+  const auto dir = testing::temp_dir("model");
+  const auto file = testing::write_model(dir, testing::small_spec());
+  CompileOptions cuda;
+  cuda.device = Device::cuda(0);
+  CompileOptions cuda_f16 = cuda;
+  cuda_f16.activation_dtype = DType::kF16;
+  for (const auto& [options, dtype] :
+       {std::pair{CompileOptions{}, std::string("F32")}, std::pair{cuda, std::string("BF16")},
+        std::pair{cuda_f16, std::string("F16")}}) {
+    const auto types = inferred_types(file, options);
+    EXPECT_EQ(types.at("logits"), dtype + "[T, 96]") << options.device.str();
+    EXPECT_EQ(types.at("token_ids"), "I32[T]");
+    for (const auto& [name, type] : types) {
+      if (name == "token_ids") continue;
+      EXPECT_TRUE(type.starts_with(dtype + "["))
+          << name << " is " << type << ", expected " << dtype;
+    }
+  }
+  // The CPU kernels compute in F32 only: asking it for BF16 fails before anything is typed.
+  CompileOptions cpu_bf16;
+  cpu_bf16.activation_dtype = DType::kBF16;
+  EXPECT_THAT(compile_error(file, cpu_bf16),
+              HasSubstr("activation dtype BF16 is not supported on cpu"));
 }
 
 TEST(Compiler, MissingWeightFile) {

@@ -2,9 +2,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
+#include "framework/core/float_dtype.h"
 #include "framework/core/half.h"
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
@@ -70,6 +72,34 @@ TEST(Tensor, ToF32ConvertsHalfTypes) {
   EXPECT_EQ(f.data<float>()[1], -2.25f);
   EXPECT_NEAR(f.data<float>()[2], 1e-3f, 1e-5f);
   EXPECT_THROW(to_f32_cpu(Tensor::empty_cpu(DType::kI32, {2})), Error);
+}
+
+// One visitor serves every host loop over float data: each float dtype maps to a host type of its
+// size whose conversions round-trip (F16 and BF16 through their bit patterns), others throw.
+TEST(FloatDtype, VisitorMapsEachFloatDtypeToItsHostType) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    const auto [size, back, bits] = visit_float_dtype(dtype, "x", [](auto tag) {
+      using T = decltype(tag);
+      const T x = from_float<T>(-2.75f);
+      uint64_t raw = 0;
+      std::memcpy(&raw, &x, sizeof x);
+      return std::tuple{sizeof(T), to_float(x), raw};
+    });
+    EXPECT_EQ(size, dtype_size(dtype)) << dtype_name(dtype);
+    EXPECT_EQ(back, -2.75f) << dtype_name(dtype);
+    if (dtype == DType::kBF16) {
+      EXPECT_EQ(bits, float_to_bf16(-2.75f));
+    }
+    if (dtype == DType::kF16) {
+      EXPECT_EQ(bits, float_to_fp16(-2.75f));
+    }
+  }
+  try {
+    visit_float_dtype(DType::kI32, "the input", [](auto) {});
+    ADD_FAILURE() << "I32 was visited";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "the input must be F32, F16, BF16 or F64, got I32");
+  }
 }
 
 TEST(ThreadPool, CoversTheRangeExactlyOnce) {

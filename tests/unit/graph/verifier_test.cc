@@ -57,6 +57,13 @@ TEST_F(VerifierTest, ValidGraphGetsATopologicalOrder) {
     for (const std::string& out : g.node(i).outputs()) produced.insert(out);
   }
   EXPECT_EQ(value_type_str(*g.value("logits").type), "F32[T, 96]");
+
+  // Typed for a BF16 compile, the float activations (the declared F32 logits included) are BF16.
+  Graph bf16(graph.model(), graph_file_);
+  verify_graph(bf16);
+  infer_shapes(bf16, DType::kBF16);
+  EXPECT_EQ(value_type_str(*bf16.value("logits").type), "BF16[T, 96]");
+  EXPECT_EQ(value_type_str(*bf16.value("token_ids").type), "I32[T]");
 }
 
 TEST_F(VerifierTest, UnknownOp) {

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "framework/core/error.h"
-#include "framework/io/png.h"
+#include "tools/bench/png.h"
 
 namespace mg {
 namespace {

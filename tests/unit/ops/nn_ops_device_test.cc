@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "framework/device/allocator.h"
-#include "ops/registry.h"
+#include "framework/op/op_registry.h"
 #include "tests/unit/ops/nn_test_util.h"
 
 namespace mg {

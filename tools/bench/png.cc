@@ -1,4 +1,4 @@
-#include "framework/io/png.h"
+#include "tools/bench/png.h"
 
 #include <array>
 

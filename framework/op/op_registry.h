@@ -1,8 +1,12 @@
 // The op registry: op name -> OpDef (parameter checks, shape inference, kernel creation).
 //
-// Every op lives in its own folder under ops/ and registers itself from ops/registry.cc, so the
-// full list of ops is readable in one place (static-initialiser registration would be dropped
-// by the linker from a static library).
+// The framework defines what an op is and looks ops up by name; it knows no op itself. The
+// built-in ops live under ops/ and are added by ops/builtin_ops.h's register_builtin_ops(), which
+// every program that verifies or compiles graphs calls first (the moegraph command, the test
+// mains; the fuzz targets only parse, and link the framework alone). Registration is explicit
+// because static-initialiser registration from a static library is dropped by the linker, and
+// because the framework library must not depend on the ops library (the build enforces the
+// direction: docs/architecture.md, "Layering").
 #pragma once
 
 #include <memory>
@@ -13,10 +17,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "framework/compile/compile_options.h"
 #include "framework/core/dtype.h"
 #include "framework/core/tensor.h"
-#include "ops/compile_options.h"
-#include "ops/op_kernel.h"
+#include "framework/op/op_kernel.h"
 #include "proto/model.pb.h"
 
 namespace mg {
@@ -79,12 +83,15 @@ class OpDef {
 
 class OpRegistry {
  public:
-  // The registry with every built-in op.
-  static const OpRegistry& global();
+  // The process's registry, consulted by the verifier, shape inference and the compiler. Empty
+  // until the program registers its ops (register_builtin_ops); fill it before starting threads
+  // that compile or load graphs, it is not locked.
+  static OpRegistry& global();
 
   void add(std::unique_ptr<OpDef> def);
   // Null if no op has this name.
   const OpDef* find(std::string_view op) const;
+  bool empty() const { return defs_.empty(); }
   std::vector<std::string> names() const;
 
  private:

@@ -1,8 +1,8 @@
-#include "ops/registry.h"
+#include "framework/op/op_registry.h"
 
 #include <algorithm>
 
-#include "ops/all_ops.h"
+#include "framework/core/error.h"
 
 namespace mg {
 
@@ -12,12 +12,9 @@ std::string value_type_str(const ValueType& type) {
   return fmt::format("{}[{}]", dtype_name(type.dtype), fmt::join(dims, ", "));
 }
 
-const OpRegistry& OpRegistry::global() {
-  static const OpRegistry* registry = [] {
-    auto* r = new OpRegistry();
-    register_all_ops(*r);
-    return r;
-  }();
+OpRegistry& OpRegistry::global() {
+  // Leaked on purpose: statics that look ops up while the program exits never see it destroyed.
+  static OpRegistry* registry = new OpRegistry();
   return *registry;
 }
 
