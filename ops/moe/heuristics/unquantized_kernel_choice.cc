@@ -313,13 +313,12 @@ std::string check_cuda_kernel_request(const CudaMoEProblem& p, const CudaDeviceT
 }
 
 CudaKernelChoice choose_cuda_kernels(const CudaMoEProblem& p, int64_t M, const CudaDeviceTraits& d,
-                                     const CudaKernelRequest& request) {
+                                     const CudaKernelRequest& request, std::string* reason) {
   MG_ASSERT(M > 0, "choose_cuda_kernels for {} tokens", M);
   CudaKernelChoice c;
-  std::string why;
   if (request.pipeline) {
     c.pipeline = *request.pipeline;
-    why = "pipeline forced (" + request.str() + ")";
+    if (reason != nullptr) *reason = "pipeline forced (" + request.str() + ")";
   } else {
     const int64_t experts = std::max<int64_t>(1, p.local_experts);
     const double rows = static_cast<double>(M) * p.top_k / experts;
@@ -328,8 +327,10 @@ CudaKernelChoice choose_cuda_kernels(const CudaMoEProblem& p, int64_t M, const C
     for (const PipelineRule& rule : kPipelineRules) {
       if (!rule.applies(in)) continue;
       c.pipeline = rule.pipeline;
-      why = "pipeline " +
-            rule_reason(rule.id, rule.when, cuda_moe_pipeline_name(rule.pipeline), rule.evidence);
+      if (reason != nullptr) {
+        *reason = "pipeline " + rule_reason(rule.id, rule.when,
+                                            cuda_moe_pipeline_name(rule.pipeline), rule.evidence);
+      }
       break;
     }
   }
@@ -338,10 +339,7 @@ CudaKernelChoice choose_cuda_kernels(const CudaMoEProblem& p, int64_t M, const C
              "CUDA MoE kernel '{}': the decode kernels take at most {} tokens, not {}",
              request.str(), kDecodeKernelMaxTokens, M);
   }
-  if (c.pipeline != CudaMoEPipeline::kGrouped) {
-    c.reason = std::move(why);
-    return c;
-  }
+  if (c.pipeline != CudaMoEPipeline::kGrouped) return c;
   const GroupedGemmProblem gemms[2] = {grouped_gemm1(p, M), grouped_gemm2(p, M)};
   const std::optional<GroupedGemmKernel> forced[2] = {request.gemm1, request.gemm2};
   GroupedGemmKernel chosen[2] = {};
@@ -352,15 +350,16 @@ CudaKernelChoice choose_cuda_kernels(const CudaMoEProblem& p, int64_t M, const C
       MG_CHECK(no.empty(), "CUDA MoE kernel '{}' cannot run {} tokens: GEMM{}: {}", request.str(),
                M, i + 1, no);
       chosen[i] = *forced[i];
-      gemm_why = fmt::format("forced ({})", cuda::grouped_gemm_kernel_name(chosen[i]));
+      if (reason != nullptr) {
+        gemm_why = fmt::format("forced ({})", cuda::grouped_gemm_kernel_name(chosen[i]));
+      }
     } else {
-      chosen[i] = choose_grouped_gemm_kernel(gemms[i], d, &gemm_why);
+      chosen[i] = choose_grouped_gemm_kernel(gemms[i], d, reason != nullptr ? &gemm_why : nullptr);
     }
-    why += fmt::format("; GEMM{} {}", i + 1, gemm_why);
+    if (reason != nullptr) *reason += fmt::format("; GEMM{} {}", i + 1, gemm_why);
   }
   c.gemm1 = chosen[0];
   c.gemm2 = chosen[1];
-  c.reason = std::move(why);
   return c;
 }
 

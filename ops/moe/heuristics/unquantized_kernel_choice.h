@@ -93,9 +93,6 @@ struct CudaKernelChoice {
   CudaMoEPipeline pipeline = CudaMoEPipeline::kGrouped;
   cuda::GroupedGemmKernel gemm1 = cuda::GroupedGemmKernel::kMma16;  // grouped pipeline only
   cuda::GroupedGemmKernel gemm2 = cuda::GroupedGemmKernel::kMma16;
-  // Why, citing the table rows (or "forced"), e.g.
-  // "pipeline P4 (grouped: ...); GEMM1 T2 (tma: ...); GEMM2 T2 (tma: ...)".
-  std::string reason;
 
   std::string name() const;  // "decode", "cublas", "grouped_tma+tma"
 };
@@ -121,9 +118,12 @@ std::string check_cuda_kernel_request(const CudaMoEProblem& problem, const CudaD
                                       const CudaKernelRequest& request);
 
 // The kernels that run M > 0 tokens. Throws mg::Error when a forced part cannot run these M
-// tokens (decode above 16 tokens, TMA below 64 rows), saying why.
+// tokens (decode above 16 tokens, TMA below 64 rows), saying why. `reason` (may be null: the
+// forward's call, which formats nothing) gets why, citing the table rows or "forced", e.g.
+// "pipeline P4 (otherwise -> grouped; ...); GEMM1 G3 (...); GEMM2 G3 (...)".
 CudaKernelChoice choose_cuda_kernels(const CudaMoEProblem& problem, int64_t M,
                                      const CudaDeviceTraits& device,
-                                     const CudaKernelRequest& request);
+                                     const CudaKernelRequest& request,
+                                     std::string* reason = nullptr);
 
 }  // namespace mg

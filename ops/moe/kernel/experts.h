@@ -65,6 +65,10 @@ struct ExpertsBuild {
   CanonicalExpertWeights weights;
   // [E] F32 when config.routing().has_score_correction_bias (monolithic routing needs it).
   Tensor score_correction_bias;
+  // A forced kernel of backends that choose among kernels ("" or "auto": their own choice; the
+  // names are the backend's, e.g. ops/moe/heuristics/unquantized_kernel_choice.h for cuda_moe).
+  // Passed checked (ExpertsBackend::check_kernel).
+  std::string_view kernel;
 };
 
 // What the oracle knows about one experts class. Every check returns "" when the class
@@ -83,6 +87,15 @@ class ExpertsBackend {
   virtual std::string check_routing(const RoutingConfig& routing) const { return {}; }
   virtual std::string check_parallel(const ParallelConfig& parallel) const = 0;
   virtual std::string check_shape(const ExpertsShape& shape) const = 0;
+  // A forced kernel (ExpertsBuild::kernel, requested as `backend:kernel`): "" when `kernel` names
+  // one of this backend's kernels and it can run `shape` on `device`, else why. Backends without
+  // a kernel choice take none.
+  virtual std::string check_kernel(std::string_view kernel, const ExpertsShape& shape,
+                                   Device device) const {
+    return kernel.empty() || kernel == "auto"
+               ? std::string()
+               : std::string(name()) + " runs one kernel and takes no kernel request";
+  }
 
   virtual std::unique_ptr<Experts> create(ExpertsBuild build) const = 0;
 };

@@ -128,25 +128,28 @@ TEST(KernelChoice, DecodeUpToEightTokens) {
   const CudaMoEProblem p = problem_of(kPinnedH100[1]);
   EXPECT_EQ(auto_choice(p, 8, kH100), "decode");
   EXPECT_EQ(auto_choice(p, 9, kH100), "grouped_mma16+mma16");
-  const CudaKernelChoice c = choose_cuda_kernels(p, 8, kH100, {});
-  EXPECT_NE(c.reason.find("P1"), std::string::npos) << c.reason;
-  EXPECT_NE(c.reason.find("moegraph bench moe"), std::string::npos) << c.reason;
+  std::string why;
+  choose_cuda_kernels(p, 8, kH100, {}, &why);
+  EXPECT_EQ(why.substr(0, 12), "pipeline P1 ") << why;
+  EXPECT_NE(why.find("moegraph bench moe"), std::string::npos) << why;
+  choose_cuda_kernels(p, 9, kH100, {}, &why);
+  EXPECT_NE(why.find("; GEMM1 G4 (<= 16 rows -> mma16;"), std::string::npos) << why;
+  EXPECT_NE(why.find("; GEMM2 G4 "), std::string::npos) << why;
 }
 
 TEST(KernelChoice, CublasRowsAtTheirThresholds) {
   // mixtral: 8 experts, k 2, GEMM1 2 rows · 28672 · 4096 flop: 128 rows per expert at M 512.
   const CudaMoEProblem mixtral = problem_of(kPinnedH100[0]);
   EXPECT_EQ(auto_choice(mixtral, 511, kH100), "grouped_tma+tma");
-  const CudaKernelChoice at = choose_cuda_kernels(mixtral, 512, kH100, {});
-  EXPECT_EQ(at.name(), "cublas");  // 30 GFLOP per expert: P2
-  EXPECT_NE(at.reason.find("P2"), std::string::npos) << at.reason;
+  std::string why;
+  EXPECT_EQ(choose_cuda_kernels(mixtral, 512, kH100, {}, &why).name(), "cublas");  // 30 GFLOP
+  EXPECT_EQ(why.substr(0, 12), "pipeline P2 ") << why;
   // A small-expert shape with < 128 experts between 4 and 12 GFLOP: P3.
   const CudaMoEProblem mid{64, 2048, 1024, 8, true, DType::kBF16};   // 128 rows at M 1024: 1.07
   EXPECT_EQ(auto_choice(mid, 1024, kH100), "grouped_tma+tma");       // GFLOP: below 4
   const CudaMoEProblem mid4{64, 4096, 2048, 8, true, DType::kBF16};  // 4.3 GFLOP at 128 rows
-  const CudaKernelChoice p3 = choose_cuda_kernels(mid4, 1024, kH100, {});
-  EXPECT_EQ(p3.name(), "cublas");
-  EXPECT_NE(p3.reason.find("P3"), std::string::npos) << p3.reason;
+  EXPECT_EQ(choose_cuda_kernels(mid4, 1024, kH100, {}, &why).name(), "cublas");
+  EXPECT_EQ(why.substr(0, 12), "pipeline P3 ") << why;
   // The same with 128 experts stays grouped.
   const CudaMoEProblem many{128, 4096, 2048, 8, true, DType::kBF16};
   EXPECT_EQ(auto_choice(many, 2048, kH100), "grouped_wgmma+tma");
@@ -202,8 +205,10 @@ TEST(KernelChoice, ForcedKernelsRunOrSayWhyNot) {
   const CudaMoEProblem qwen = problem_of(kPinnedH100[1]);
   // Forced choices win over the table (which picks decode for 8 tokens).
   auto forced = [&](const char* name, int64_t M) {
-    const CudaKernelChoice c = choose_cuda_kernels(qwen, M, kH100, parse_cuda_kernel_request(name));
-    EXPECT_NE(c.reason.find("forced"), std::string::npos) << c.reason;
+    std::string why;
+    const CudaKernelChoice c =
+        choose_cuda_kernels(qwen, M, kH100, parse_cuda_kernel_request(name), &why);
+    EXPECT_NE(why.find("forced"), std::string::npos) << why;
     return c.name();
   };
   EXPECT_EQ(forced("grouped_tma", 8), "grouped_tma+tma");  // 64 rows: TMA's A box

@@ -103,7 +103,7 @@ TEST(Oracle, NothingFitsListsEveryBackendWithItsReason) {
   const std::vector<const ExpertsBackend*> cuda = unquantized_priority(Device::cuda(0));
   if (built_with_cuda()) {
     ASSERT_EQ(cuda.size(), 3u);
-    EXPECT_EQ(cuda[0]->name(), "cuda_fused");
+    EXPECT_EQ(cuda[0]->name(), "cuda_moe");
     EXPECT_EQ(cuda[1]->name(), "cuda_grouped");
     EXPECT_EQ(cuda[2]->name(), "cuda_cublas");
   } else {
