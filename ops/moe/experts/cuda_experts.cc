@@ -50,10 +50,11 @@ std::string check_kernel_request(std::string_view kernel, const ExpertsShape& sh
 
 class CudaMoEExperts final : public ExpertsMonolithic {
  public:
-  CudaMoEExperts(const MoEConfig& config, const ExpertsShape& shape,
+  CudaMoEExperts(const ExpertsBackend& backend, const MoEConfig& config, const ExpertsShape& shape,
                  const CanonicalExpertWeights& weights, const Tensor& score_correction_bias,
                  Device device, std::string_view kernel)
-      : shape_(shape),
+      : ExpertsMonolithic(backend),
+        shape_(shape),
         problem_(CudaMoEProblem::of(shape)),
         device_(cuda_device_traits(device)),
         request_(parse_cuda_kernel_request(kernel)),
@@ -65,8 +66,6 @@ class CudaMoEExperts final : public ExpertsMonolithic {
       copy_tensor(bias_, to_f32_cpu(score_correction_bias));
     }
   }
-
-  std::string_view name() const override { return "cuda_moe"; }
 
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
@@ -171,18 +170,16 @@ class CudaMoEExperts final : public ExpertsMonolithic {
 
 class CudaGroupedExperts final : public ExpertsModular {
  public:
-  CudaGroupedExperts(const ExpertsShape& shape, const CanonicalExpertWeights& weights,
-                     Device device, std::string_view kernel)
-      : shape_(shape),
+  CudaGroupedExperts(const ExpertsBackend& backend, const ExpertsShape& shape,
+                     const CanonicalExpertWeights& weights, Device device, std::string_view kernel)
+      : ExpertsModular(backend),
+        shape_(shape),
         problem_(CudaMoEProblem::of(shape)),
         device_(cuda_device_traits(device)),
         request_(parse_cuda_kernel_request(kernel)),
         weights_(weights, shape, device) {
     request_.pipeline = CudaMoEPipeline::kGrouped;  // its only pipeline
   }
-
-  std::string_view name() const override { return "cuda_grouped"; }
-  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
 
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
@@ -210,11 +207,13 @@ class CudaGroupedExperts final : public ExpertsModular {
 
 class CudaCublasExperts final : public ExpertsModular {
  public:
-  CudaCublasExperts(const ExpertsShape& shape, const CanonicalExpertWeights& weights, Device device)
-      : shape_(shape), weights_(weights, shape, device), gemms_(shape_, weights_, device) {}
+  CudaCublasExperts(const ExpertsBackend& backend, const ExpertsShape& shape,
+                    const CanonicalExpertWeights& weights, Device device)
+      : ExpertsModular(backend),
+        shape_(shape),
+        weights_(weights, shape, device),
+        gemms_(shape_, weights_, device) {}
 
-  std::string_view name() const override { return "cuda_cublas"; }
-  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
   bool graph_capturable() const override { return false; }  // reads the expert counts back
 
   size_t workspace_bytes(int64_t max_rows) const override {
@@ -270,7 +269,7 @@ class CudaMoEBackend final : public CudaBackendBase {
         {CudaMoEPipeline::kDecode, CudaMoEPipeline::kGrouped, CudaMoEPipeline::kCublas});
   }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CudaMoEExperts>(build.config, build.shape, build.weights,
+    return std::make_unique<CudaMoEExperts>(*this, build.config, build.shape, build.weights,
                                             build.score_correction_bias, build.device,
                                             build.kernel);
   }
@@ -289,7 +288,7 @@ class CudaGroupedBackend final : public CudaBackendBase {
     return check_kernel_request(kernel, shape, device, {CudaMoEPipeline::kGrouped});
   }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CudaGroupedExperts>(build.shape, build.weights, build.device,
+    return std::make_unique<CudaGroupedExperts>(*this, build.shape, build.weights, build.device,
                                                 build.kernel);
   }
 };
@@ -311,7 +310,7 @@ class CudaCublasBackend final : public CudaBackendBase {
     return {};
   }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CudaCublasExperts>(build.shape, build.weights, build.device);
+    return std::make_unique<CudaCublasExperts>(*this, build.shape, build.weights, build.device);
   }
 };
 
