@@ -10,6 +10,7 @@
 // variants an H100 runs must have run.
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <set>
 
 #include "ops/moe/moe_params.h"
@@ -90,6 +91,14 @@ TEST(CudaMoEKernelVariants, EveryVariantMatchesTheReferenceOrSaysWhyNot) {
       ExpertsShape shape = local_experts_shape(config, ParallelConfig());
       shape.dtype = d.dtype;
       const CudaMoEProblem problem = CudaMoEProblem::of(shape);
+      // The same inputs and reference for every variant.
+      constexpr int64_t kTokens[] = {1, 16, 300};
+      std::vector<std::vector<Tensor>> inputs;
+      std::vector<std::vector<float>> expected;
+      for (int64_t M : kTokens) {
+        inputs.push_back(rounded_inputs(n, testing::random_tensor({M, s.H}, seed++), d.dtype));
+        expected.push_back(reference::moe_forward(config, inputs.back()));
+      }
       for (const std::string& variant : every_request()) {
         SCOPED_TRACE(std::string(s.family) + " " + variant);
         const CudaKernelRequest request = parse_cuda_kernel_request(variant);
@@ -106,10 +115,10 @@ TEST(CudaMoEKernelVariants, EveryVariantMatchesTheReferenceOrSaysWhyNot) {
           continue;
         }
         DeviceOp op(n.node, n.inputs, d.dtype, 256, "cuda_moe:" + variant);
-        for (int64_t M : {1, 16, 300}) {
+        for (size_t i = 0; i < std::size(kTokens); ++i) {
+          const int64_t M = kTokens[i];
+          const std::vector<Tensor>& in = inputs[i];
           SCOPED_TRACE("M=" + std::to_string(M));
-          const Tensor x = testing::random_tensor({M, s.H}, seed++);
-          const std::vector<Tensor> in = rounded_inputs(n, x, d.dtype);
           std::string now;
           try {
             choose_cuda_kernels(problem, M, device, request);
@@ -127,8 +136,7 @@ TEST(CudaMoEKernelVariants, EveryVariantMatchesTheReferenceOrSaysWhyNot) {
             continue;
           }
           const std::vector<Tensor> out = op.run(in);
-          EXPECT_LE(testing::normalized_error(values(out[0]), reference::moe_forward(config, in)),
-                    d.tolerance);
+          EXPECT_LE(testing::normalized_error(values(out[0]), expected[i]), d.tolerance);
           ran.insert(fmt::format("{} {} {}", s.family, dtype_name(d.dtype), variant));
         }
       }
