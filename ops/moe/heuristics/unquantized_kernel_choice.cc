@@ -162,18 +162,18 @@ GroupedGemmProblem grouped_gemm2(const CudaMoEProblem& p, int64_t M) {
 
 std::string CudaKernelRequest::str() const {
   if (is_auto()) return "auto";
-  std::string out(cuda_moe_pipeline_name(pipeline.value_or(CudaMoEPipeline::kGrouped)));
-  if (gemm1 && gemm2) {
-    out += "_" + std::string(cuda::grouped_gemm_kernel_name(*gemm1));
-    if (*gemm1 != *gemm2) out += "+" + std::string(cuda::grouped_gemm_kernel_name(*gemm2));
-  }
-  return out;
+  const std::string_view pipe =
+      cuda_moe_pipeline_name(pipeline.value_or(CudaMoEPipeline::kGrouped));
+  if (!gemm1 || !gemm2) return std::string(pipe);
+  if (*gemm1 == *gemm2) return fmt::format("{}_{}", pipe, cuda::grouped_gemm_kernel_name(*gemm1));
+  return fmt::format("{}_{}+{}", pipe, cuda::grouped_gemm_kernel_name(*gemm1),
+                     cuda::grouped_gemm_kernel_name(*gemm2));
 }
 
 std::vector<std::string> kernel_request_names() {
   std::vector<std::string> out = {"auto", "decode", "cublas", "grouped"};
   for (GroupedGemmKernel k : cuda::kAllGroupedGemmKernels) {
-    out.push_back("grouped_" + std::string(cuda::grouped_gemm_kernel_name(k)));
+    out.push_back(fmt::format("grouped_{}", cuda::grouped_gemm_kernel_name(k)));
   }
   return out;
 }
