@@ -106,31 +106,19 @@ class MoEOp final : public OpDef {
                                weight(moe_input::kW2), weight(moe_input::kW2Bias)};
     MoEKernelBuild build =
         build_moe_kernel(config, parallel, device, dtype, requested, raw, score_bias);
-    std::optional<Router> router;
-    std::optional<SharedExperts> shared;
-    if (device.is_cuda()) {
-      router.emplace(Router::on_cuda(config.routing(), config.hidden_size(), dtype,
-                                     weight(moe_input::kRouterWeight), router_bias, score_bias));
-      if (config.shared().present()) {
-        MG_CHECK(parallel.tp_size() == 1, "op moe: shared experts on CUDA run one rank only");
-        shared.emplace(SharedExperts::on_cuda(
-            config.shared(), config.hidden_size(), dtype, weight(moe_input::kSharedGate),
-            weight(moe_input::kSharedUp), weight(moe_input::kSharedDown),
-            weight(moe_input::kSharedExpertGate)));
-      }
-    } else {
-      router.emplace(config.routing(), config.hidden_size(), weight(moe_input::kRouterWeight),
-                     router_bias, score_bias);
-      if (config.shared().present()) {
-        shared.emplace(config.shared(), config.hidden_size(), parallel.tp_size(),
-                       parallel.tp_rank(), weight(moe_input::kSharedGate),
-                       weight(moe_input::kSharedUp), weight(moe_input::kSharedDown),
-                       weight(moe_input::kSharedExpertGate));
-      }
+    std::unique_ptr<Router> router =
+        make_router(device, config.routing(), config.hidden_size(), dtype,
+                    weight(moe_input::kRouterWeight), router_bias, score_bias);
+    std::unique_ptr<SharedExperts> shared;
+    if (config.shared().present()) {
+      shared = make_shared_experts(
+          device, config.shared(), config.hidden_size(), dtype, parallel.tp_size(),
+          parallel.tp_rank(), weight(moe_input::kSharedGate), weight(moe_input::kSharedUp),
+          weight(moe_input::kSharedDown), weight(moe_input::kSharedExpertGate));
     }
     std::string description = build.choice.describe();
     if (!parallel.is_single_rank()) description += "\n  parallel: " + parallel.str();
-    auto runner = std::make_unique<MoERunner>(config, parallel, std::move(*router),
+    auto runner = std::make_unique<MoERunner>(config, parallel, std::move(router),
                                               std::move(build.kernel), std::move(shared));
     return std::make_unique<MoEKernel>(std::move(runner), dtype, config.hidden_size(),
                                        config.shared().present(), std::move(description));

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -22,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ops/moe/cuda/grouped_gemm_cuda.h"
+#include "ops/moe/heuristics/unquantized_kernel_choice.h"
 #endif
 
 namespace mg {
@@ -101,10 +104,36 @@ struct GemmCase {
   }
 };
 
-// Runs one case; returns the normalised error over the written rows (inf when an element is not
-// finite) and sets `untouched` to whether the rows outside the experts kept the poison bytes.
 template <typename T>
-double run_case(const GemmCase& c, uint32_t seed, bool& untouched) {
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) {
+    return DType::kF32;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return DType::kF16;
+  } else {
+    return DType::kBF16;
+  }
+}
+
+CudaDeviceTraits this_gpu() {
+  return {90, 132, cuda::grouped_gemm_sm90a_kernels()};
+}
+
+// The case as the kernel choice sees it.
+template <typename T>
+GroupedGemmProblem problem_of(const GemmCase& c) {
+  int64_t rows = c.first_row + c.extra_rows;
+  for (int32_t r : c.rows_per_expert) rows += r;
+  const bool gated = c.epilogue == GroupedEpilogue::kActivation && cuda::is_gated(c.kind);
+  return {c.n, c.k, rows, static_cast<int64_t>(c.rows_per_expert.size()), gated, dtype_of<T>()};
+}
+
+// Runs one case on `kernel` (nullopt: the one the heuristics choose); returns the normalised
+// error over the written rows (inf when an element is not finite) and sets `untouched` to whether
+// the rows outside the experts kept the poison bytes.
+template <typename T>
+double run_case(const GemmCase& c, uint32_t seed, bool& untouched,
+                std::optional<cuda::GroupedGemmKernel> kernel = std::nullopt) {
   const int64_t num_experts = static_cast<int64_t>(c.rows_per_expert.size());
   std::vector<int32_t> offsets(num_experts + 1, c.first_row);
   for (int64_t e = 0; e < num_experts; ++e) offsets[e + 1] = offsets[e] + c.rows_per_expert[e];
@@ -144,7 +173,9 @@ double run_case(const GemmCase& c, uint32_t seed, bool& untouched) {
   args.k = c.k;
   args.epilogue = c.epilogue;
   args.act.kind = c.kind;
-  cuda::launch_grouped_gemm<T>(args, nullptr);
+  cuda::launch_grouped_gemm<T>(
+      args, kernel ? *kernel : choose_grouped_gemm_kernel(problem_of<T>(c), this_gpu(), nullptr),
+      nullptr);
   MG_CUDA_CHECK(cudaDeviceSynchronize());
 
   std::vector<T> out(max_rows * c.n);
@@ -270,6 +301,52 @@ TEST(CudaGroupedGemm, MatchesReference) {
     } else {
       ADD_FAILURE() << "no grouped GEMM for " << dtype_name(d.dtype);
     }
+  }
+}
+
+// Every kernel on every case of the grid that it can run (grouped_gemm_kernel_check: mma16 any,
+// mma32/mma128 plain, mma64 gated, wgmma/tma on sm_90a, tma where its boxes fit, ffma F32); the
+// ones it cannot run are refused by the launcher with an error, never run wrong.
+template <typename T>
+void check_grid_every_kernel(double tolerance, std::set<std::string>& ran) {
+  uint32_t seed = 4600;
+  for (const GemmCase& c : case_grid()) {
+    for (cuda::GroupedGemmKernel kernel : cuda::kAllGroupedGemmKernels) {
+      SCOPED_TRACE(c.describe() + " kernel " + std::string(cuda::grouped_gemm_kernel_name(kernel)));
+      const std::string why = grouped_gemm_kernel_check(kernel, problem_of<T>(c), this_gpu());
+      bool untouched = false;
+      if (!why.empty()) {
+        // (Without rows nothing launches, so nothing is refused.)
+        if (problem_of<T>(c).max_rows > 0) {
+          EXPECT_THROW(run_case<T>(c, ++seed, untouched, kernel), Error) << why;
+        }
+        continue;
+      }
+      EXPECT_LT(run_case<T>(c, ++seed, untouched, kernel), tolerance);
+      EXPECT_TRUE(untouched) << "a row outside the experts' rows was written";
+      ran.insert(std::string(cuda::grouped_gemm_kernel_name(kernel)));
+    }
+  }
+}
+
+TEST(CudaGroupedGemm, EveryKernelMatchesReference) {
+  MG_REQUIRE_GPU();
+  for (const testing::DtypeTolerance& d : testing::cuda_dtypes()) {
+    SCOPED_TRACE(dtype_name(d.dtype));
+    std::set<std::string> ran;
+    if (d.dtype == DType::kF32) {
+      check_grid_every_kernel<float>(d.tolerance, ran);
+      EXPECT_EQ(ran, std::set<std::string>({"ffma"}));
+      continue;
+    }
+    if (d.dtype == DType::kBF16) {
+      check_grid_every_kernel<__nv_bfloat16>(d.tolerance, ran);
+    } else {
+      check_grid_every_kernel<__half>(d.tolerance, ran);
+    }
+    std::set<std::string> expected = {"mma16", "mma32", "mma64", "mma128"};
+    if (cuda::grouped_gemm_sm90a_kernels()) expected.insert({"wgmma", "tma"});
+    EXPECT_EQ(ran, expected);
   }
 }
 

@@ -337,7 +337,7 @@ TEST(CudaCli, RunsTheBundledMoEModelOnTheGpu) {
   const testing::CommandResult plan =
       testing::run_moegraph({"inspect", "--plan", "--device", "cuda"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  EXPECT_THAT(plan.out, HasSubstr("cuda_fused"));
+  EXPECT_THAT(plan.out, HasSubstr("cuda_moe"));
 }
 
 TEST(CudaCli, RunsTheBundledDenseModelOnTheGpu) {

@@ -1,4 +1,4 @@
-// op "moe" on CUDA: every expert backend of the oracle's CUDA list (cuda_fused, cuda_grouped,
+// op "moe" on CUDA: every expert backend of the oracle's CUDA list (cuda_moe, cuda_grouped,
 // cuda_cublas) against the fp64 reference layer, for every family shape of the CPU op tests, in
 // BF16, F16 and F32, over token counts that cross the decode/grouped switch and the shared-experts
 // stream threshold. Inputs are rounded through the dtype first (the router weight and shared
@@ -22,7 +22,7 @@ using testing::cuda_dtypes;
 using testing::DeviceOp;
 using testing::round_through;
 
-constexpr const char* kCudaBackends[] = {"cuda_fused", "cuda_grouped", "cuda_cublas"};
+constexpr const char* kCudaBackends[] = {"cuda_moe", "cuda_grouped", "cuda_cublas"};
 
 // The node's inputs as the GPU sees them: x and every weight rounded through `dtype` (the plan
 // places the router weight and shared experts in it, the experts convert theirs to it), but the
@@ -53,7 +53,8 @@ TEST(CudaMoE, EveryFamilyMatchesTheReferenceOnEveryBackend) {
     for (const auto& d : cuda_dtypes()) {
       for (const char* backend : kCudaBackends) {
         DeviceOp op(n.node, n.inputs, d.dtype, 256, backend);
-        // 1..16: the fused backend's decode kernels; 17+: its grouped GEMMs; 300 > the
+        // 1, 3: cuda_moe's decode kernels (up to 8 tokens, pipeline row P1 of
+        // ops/moe/heuristics/unquantized_kernel_choice.cc); 16+: its grouped GEMMs; 300 > the
         // shared-experts stream threshold (256).
         for (int64_t M : {1, 3, 16, 17, 64, 300}) {
           const Tensor x = testing::random_tensor({M, 32}, seed++);
@@ -88,16 +89,16 @@ TEST(CudaMoE, ManyExpertsAndOddSizesMatchTheReference) {
   }
 }
 
-// Big experts and many rows per expert: cuda_fused hands the GEMMs to cuBLASLt
-// (cuda_experts.cc, fused_path), so its output is cuda_cublas's bit for bit, and the grouped GEMM
-// agrees within BF16 rounding.
-TEST(CudaMoE, FusedBackendTakesTheCublasPathForLargeBatches) {
+// Big experts and many rows per expert: cuda_moe hands the GEMMs to cuBLASLt
+// (pipeline row P3 of ops/moe/heuristics/unquantized_kernel_choice.cc), so its output is
+// cuda_cublas's bit for bit, and the grouped GEMM agrees within BF16 rounding.
+TEST(CudaMoE, CudaMoETakesTheCublasPathForLargeBatches) {
   MG_REQUIRE_GPU();
   const int64_t H = 2048, I = 2048, M = 512;  // E 4, k 2: 256 rows and 4.3 GFLOP per expert
   const MoENode n = make_moe_node("mixtral", 7800, /*E=*/4, /*k=*/2, H, I);
   const Tensor x = testing::random_tensor({M, H}, 7801);
   const std::vector<Tensor> in = rounded_inputs(n, x, DType::kBF16);
-  DeviceOp fused(n.node, n.inputs, DType::kBF16, 256, "cuda_fused");
+  DeviceOp fused(n.node, n.inputs, DType::kBF16, 256, "cuda_moe");
   DeviceOp cublas(n.node, n.inputs, DType::kBF16, 256, "cuda_cublas");
   DeviceOp grouped(n.node, n.inputs, DType::kBF16, 256, "cuda_grouped");
   const Tensor a = fused.run(in)[0], b = cublas.run(in)[0], c = grouped.run(in)[0];
@@ -107,12 +108,12 @@ TEST(CudaMoE, FusedBackendTakesTheCublasPathForLargeBatches) {
   EXPECT_LE(testing::normalized_error(values(a), values(c)), 1e-2);
 }
 
-TEST(CudaMoE, OracleChoosesTheFusedBackendAndSaysWhy) {
+TEST(CudaMoE, OracleChoosesCudaMoEAndSaysWhy) {
   MG_REQUIRE_GPU();
   const MoENode n = make_moe_node("deepseek_v3", 7900);
   DeviceOp op(n.node, n.inputs, DType::kBF16);
   const std::string plan = op.kernel().describe();
-  EXPECT_NE(plan.find("cuda_fused"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("cuda_moe"), std::string::npos) << plan;
   EXPECT_NE(plan.find("cuda_grouped: fits, lower priority"), std::string::npos) << plan;
   EXPECT_NE(plan.find("cuda_cublas: fits, lower priority"), std::string::npos) << plan;
 }

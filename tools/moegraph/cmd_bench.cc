@@ -30,6 +30,7 @@ struct BenchMoeArgs {
   int64_t hidden = 0, inter = 0, experts = 0, topk = 0;
   std::string tokens = "1,16,64,256,1024,4096,16384";
   std::string backends = "all";
+  std::string kernels;  // cuda_moe kernels, timed as backends cuda_moe:KERNEL
   std::string dtype = "bf16";
   int sets = 4;
   double target_ms = 200;
@@ -90,9 +91,15 @@ int bench_moe(const BenchMoeArgs& a) {
              kMaxTokensPerForward);
     o.tokens.push_back(v);
   }
-  o.backends = a.backends == "all"
-                   ? std::vector<std::string>{"cuda_fused", "cuda_grouped", "cuda_cublas"}
-                   : split_list(a.backends);
+  if (a.backends != "all") {
+    o.backends = split_list(a.backends);
+  } else if (a.kernels.empty()) {
+    o.backends = {"cuda_moe", "cuda_grouped", "cuda_cublas"};
+  }
+  // Forced kernels (ops/moe/heuristics/unquantized_kernel_choice.h): `--kernel grouped_tma` times
+  // backend cuda_moe:grouped_tma; one that cannot run a shape is an error saying why.
+  for (const std::string& kernel : split_list(a.kernels))
+    o.backends.push_back("cuda_moe:" + kernel);
   MG_CHECK(a.dtype == "bf16" || a.dtype == "f16", "--dtype: expected bf16 or f16, got '{}'",
            a.dtype);
   o.dtype = a.dtype == "bf16" ? DType::kBF16 : DType::kF16;
@@ -245,6 +252,10 @@ Command add_bench_command(CLI::App& app) {
   m->add_option("--tokens", moe->tokens, "Token counts, comma-separated")->capture_default_str();
   m->add_option("--backend", moe->backends, "all, or backend names, comma-separated")
       ->capture_default_str();
+  m->add_option("--kernel", moe->kernels,
+                "cuda_moe kernels to time, comma-separated (each as backend cuda_moe:KERNEL; "
+                "--backend then defaults to none): auto, decode, cublas, grouped, grouped_K or "
+                "grouped_K1+K2 with K one of mma16, mma32, mma64, mma128, wgmma, tma, ffma");
   m->add_option("--dtype", moe->dtype, "bf16 or f16")->capture_default_str();
   m->add_option("--sets", moe->sets, "Input sets rotated between calls")
       ->capture_default_str()

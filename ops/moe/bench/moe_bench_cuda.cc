@@ -181,15 +181,20 @@ std::vector<MoEBenchPoint> run_moe_bench(
       Tensor first_out;
       const cuda::RouteParams route = route_params(config.routing());
       for (const std::string& name : o.backends) {
-        auto it = std::find_if(list.begin(), list.end(),
-                               [&](const ExpertsBackend* b) { return b->name() == name; });
-        MG_CHECK(it != list.end(), "bench moe: unknown CUDA backend '{}'", name);
+        // "backend" or "backend:kernel" (a forced kernel, `bench moe --kernel`).
+        const BackendRequest request = split_backend_request(name);
+        auto it = std::find_if(list.begin(), list.end(), [&](const ExpertsBackend* b) {
+          return b->name() == request.backend;
+        });
+        MG_CHECK(it != list.end(), "bench moe: unknown CUDA backend '{}'", request.backend);
         const ExpertsBackend& backend = **it;
-        const std::string why =
+        std::string why =
             check_backend(backend, OracleQuery{kGpu, config, quant, parallel, shape, name});
-        MG_CHECK(why.empty(), "bench moe: backend {} does not take {}: {}", name, sh.name, why);
-        FusedMoEKernel kernel(make_prepare_finalize(parallel, shape),
-                              backend.create(ExpertsBuild{config, shape, kGpu, w, Tensor()}));
+        if (why.empty()) why = backend.check_kernel(request.kernel, shape, kGpu);
+        MG_CHECK(why.empty(), "bench moe: {} does not take {}: {}", name, sh.name, why);
+        FusedMoEKernel kernel(
+            make_prepare_finalize(parallel, shape),
+            backend.create(ExpertsBuild{config, shape, kGpu, w, Tensor(), request.kernel}));
         const size_t ws_bytes = kernel.workspace_bytes(M);
         Tensor ws =
             empty_tensor(kGpu, DType::kU8, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 64))});

@@ -32,7 +32,9 @@ const std::vector<MoEBenchShape>& moe_bench_shapes();
 struct MoEBenchOptions {
   std::vector<MoEBenchShape> shapes;
   std::vector<int64_t> tokens;
-  std::vector<std::string> backends;  // names from the CUDA oracle list
+  // Names from the CUDA oracle list, or `backend:kernel` to force one of its kernels
+  // (`cuda_moe:grouped_tma`; ops/moe/heuristics/unquantized_kernel_choice.h names them).
+  std::vector<std::string> backends;
   DType dtype = DType::kBF16;
   int sets = 4;
   double target_ms = 200.0;

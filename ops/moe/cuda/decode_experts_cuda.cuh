@@ -1,5 +1,5 @@
-// Kernels of decode_experts_cuda.h, included by decode_experts_cuda_<dtype>.cu (and the scratch
-// benchmark, which launches the tile variants directly). nvcc only.
+// Kernels of decode_experts_cuda.h, included by decode_experts_cuda_<dtype>.cu (launch_tiled takes
+// explicit tiles, for sweeping them). nvcc only.
 //
 // Decode is bound by weight bytes, not arithmetic: at M = 1 the up kernel reads k * 2I * H weights
 // to produce k * I numbers. So both kernels are GEMVs in which a warp streams a few weight rows in
@@ -416,7 +416,9 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
   }
 }
 
-// Tile sizes of the launches; the defaults are the best measured on an H100 over the four models.
+// Tile sizes of the launches; the defaults were the best of the kernel author's sweep on an H100
+// over the four bench shapes (a harness not in the repository; `moegraph bench moe --kernel decode
+// --tokens 1,4,16` times the defaults on the whole layer).
 struct Tiles {
   // Act columns per up CTA; 0: 64 for inter >= 2048, else 32 at M = 1 and 16 above (qwen3's
   // I = 768 needs small tiles to give every SM work). Each within 4% of the best of 16 / 32 / 64.
@@ -533,8 +535,8 @@ void launch_down(const DownParams& p, const Tiles& tiles, cudaStream_t stream) {
 // The chosen variants. Up: a warp item is one gated unit (gate and up row) or two plain units, of
 // four 16-byte vectors each, i.e. eight loads per lane in flight. Down: two rows of four vectors,
 // or four rows of two when the act rows of a pair group far overflow L1 (Mixtral, I = 14336, at
-// NT 8: 229 KB): then every act vector read serves four weight rows instead of two (measured 15-25%
-// faster there, 5-20% slower where act stays in L1 or near it: GPT-OSS at 46 KB).
+// NT 8: 229 KB): then every act vector read serves four weight rows instead of two (15-25% faster
+// there, 5-20% slower where act stays in L1 or near it, GPT-OSS at 46 KB, in the same sweep).
 template <typename T, int NT>
 void launch_chunk(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, const Tiles& tiles,
                   cudaStream_t stream) {
@@ -559,7 +561,7 @@ namespace mg::cuda {
 
 namespace decode {
 
-// launch_decode_experts with explicit tiles (the scratch benchmark sweeps them).
+// launch_decode_experts with explicit tiles (for sweeping them).
 template <typename T>
 void launch_tiled(const DecodeExpertsArgs& args, const Tiles& tiles, cudaStream_t stream) {
   if (args.num_tokens <= 0) return;

@@ -56,10 +56,10 @@ inline std::string decode_experts_check(int64_t hidden, int64_t inter) {
   return "";
 }
 
-// The most tokens the decode kernels are meant for: above it the backend switches to the grouped
-// GEMM. Measured on an H100 (bf16): up to 16 tokens the kernels stream the touched experts at
-// 81-99% of the bandwidth floor on Mixtral, Qwen3-30B-A3B, DeepSeek-V3 and GPT-OSS; at 32,
-// Mixtral's experts serve 16 tokens each, the fp32 FMA path turns compute-bound and falls to 48%.
+// The most tokens the decode kernels take (their shared-memory pair groups are sized for it). The
+// cuda_moe backend sends them at most 8 (row P1 of ops/moe/heuristics/unquantized_kernel_choice.cc:
+// at 16 the grouped GEMMs match or beat them on 3 of the 4 bench shapes); `cuda_moe:decode` forces
+// them up to 16. `moegraph bench moe --tokens 1,8,16 --kernel decode,grouped` compares the two.
 inline constexpr int64_t kDecodeMaxTokens = 16;
 
 }  // namespace mg::cuda

@@ -4,17 +4,17 @@
 // ceil(rows_e / BM) tiles over expert_offsets (find_tile). Tiles are ordered in groups of kGroupM
 // m tiles so that CTAs running together share weight tiles (m) and activation tiles (n) in L2.
 //
-// BF16/F16, tensor cores with fp32 accumulators:
-// - grouped_gemm_tma.cuh (sm_90a, above 16 rows per expert): persistent CTAs, one per SM, take
+// BF16/F16, tensor cores with fp32 accumulators (the caller names the kernel, GroupedGemmKernel;
+// ops/moe/heuristics/unquantized_kernel_choice.h chooses it):
+// - grouped_gemm_tma.cuh (tma, sm_90a): persistent CTAs, one per SM, take
 //   tiles from a device counter; a producer warp feeds a 4-stage ring of 128 × 256-weight-row
 //   tiles by TMA on mbarriers, two consumer warpgroups run wgmma m64n256k16 and store (GEMM2
 //   through shared memory) while the next tile loads.
-// - grouped_gemm_mma.cuh: mma.sync for the decode tiles (up to 16 rows per expert: weight
-//   streaming) and, without sm_90a, for every size; grid = an upper bound of (m tile, n tile)
-//   pairs, CTAs past the last real tile exit; multi-stage cp.async into XOR-swizzled shared memory.
-// - grouped_gemm_wgmma.cuh: the cp.async-fed wgmma kernel of the large tiles, on sm_90a where the
-//   TMA kernel's boxes do not fit (plain N < 256) and where it measured faster (gated, long K).
-// F32: a plain shared-memory tiled FFMA kernel here, the exact reference mode.
+// - grouped_gemm_mma.cuh (mma16/32/64/128, any sm_80+ GPU): mma.sync tiles of 16 to 128 rows;
+//   grid = an upper bound of (m tile, n tile) pairs, CTAs past the last real tile exit;
+//   multi-stage cp.async into XOR-swizzled shared memory.
+// - grouped_gemm_wgmma.cuh (wgmma, sm_90a): the cp.async-fed wgmma kernel of 128 x 256 tiles.
+// F32 (ffma): a plain shared-memory tiled FFMA kernel here, the exact reference mode.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -143,21 +143,22 @@ void launch_mma(const GroupedGemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK_LAUNCH();
 }
 
-// Tile configs (chosen by launch_mma_by_size from bf16 sweeps of every config over the four model
-// shapes on an H100; .scratch-gemm/NOTES.md):
-// - decode: 16-row tiles; the weights are nearly all the bytes, so narrow N (enough CTAs to
-//   stream weights) and 8 stages (80 KB, two CTAs per SM) keep ~160 KB of loads in flight per SM.
-// - bm32 / mid: 32- and 64-row tiles with 4 warps, 4 stages, two CTAs per SM: one CTA's prologue
-//   and epilogue overlap the other's main loop, which wins for short K and moderate rows.
-// - large: 128 rows × 256 weight rows (gated: 128 output columns, plain: 256), 4 stages of
-//   48 KB; wgmma on sm_90a (grouped_gemm_wgmma.cuh); the mma.sync plain tile (8 warps of 64 × 64)
-//   where it measured faster (K <= 2048) or without sm_90a.
+// Tile configs of the mma.sync kernel (GroupedGemmKernel::kMma16 / 32 / 64 / 128; which one runs
+// is chosen in ops/moe/heuristics/unquantized_kernel_choice.cc):
+// - mma16: 16-row tiles for decode-sized groups; the weights are nearly all the bytes, so narrow
+//   N (enough CTAs to stream weights) and 8 stages (80 KB, two CTAs per SM) keep ~160 KB of loads
+//   in flight per SM.
+// - mma32 (plain) / mma64 (gated): 32- and 64-row tiles with 4 warps, 4 stages, two CTAs per SM:
+//   one CTA's prologue and epilogue overlap the other's main loop (short K, moderate rows).
+// - mma128 (plain): 128 rows x 256 columns, 8 warps of 64 x 64, 4 stages of 48 KB.
 using DecodeGatedTile = MmaTile<16, 32, 1, 2, 8, 2>;
 using DecodePlainTile = MmaTile<16, 64, 1, 4, 8, 2>;
 using Bm32PlainTile = MmaTile<32, 128, 1, 4, 4, 2>;
 using MidGatedTile = MmaTile<64, 64, 2, 2, 4, 2>;
-using MidPlainTile = MmaTile<64, 128, 2, 2, 4, 2>;
 using LargePlainTile = MmaTile<128, 256, 2, 4, 4, 1>;
+
+static_assert(TmaTile::BK == kTmaBoxK && TmaTile::BRows == kTmaWeightBoxRows && kTmaBoxRows == 64,
+              "grouped_gemm_kernels.h's TMA box constants");
 
 // True when the loaded cubin holds the sm_90a kernels (wgmma and TMA, compiled under the same
 // MG_GROUPED_GEMM_WGMMA): the wgmma kernel's body needs >= 128 registers (the 128 accumulators
@@ -167,7 +168,7 @@ template <typename T>
 bool wgmma_available() {
   static const bool available = [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, grouped_gemm_wgmma_kernel<T, false, 1>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, grouped_gemm_wgmma_kernel<T, false>) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
@@ -176,14 +177,16 @@ bool wgmma_available() {
   return available;
 }
 
-template <typename T, bool Gated, int InFlight = 1>
+template <typename T, bool Gated>
 void launch_wgmma(const GroupedGemmArgs& args, cudaStream_t stream) {
+  MG_CHECK(wgmma_available<T>(),
+           "grouped GEMM: wgmma needs the sm_90a kernels, which this GPU or build lacks");
   const int64_t m_bound = m_tiles_bound(args, WgmmaTile::BM);
   constexpr int kBN = Gated ? WgmmaTile::BRows / 2 : WgmmaTile::BRows;
   const int64_t n_tiles = (args.n + kBN - 1) / kBN;
   const int64_t blocks = m_bound * n_tiles;
   MG_CHECK(blocks <= INT32_MAX, "grouped GEMM: {} tiles exceed the grid", blocks);
-  auto* kernel = grouped_gemm_wgmma_kernel<T, Gated, InFlight>;
+  auto* kernel = grouped_gemm_wgmma_kernel<T, Gated>;
   MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      WgmmaTile::kSmemBytes));
   kernel<<<static_cast<unsigned>(blocks), WgmmaTile::kThreads, WgmmaTile::kSmemBytes, stream>>>(
@@ -191,12 +194,19 @@ void launch_wgmma(const GroupedGemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK_LAUNCH();
 }
 
-// The persistent TMA kernel: one CTA per SM (fewer when the problem has fewer tiles); the tensor
-// maps are encoded here, on the host, for this launch's pointers and sizes.
-template <typename T, bool Gated, bool kDynamic = true, bool kStaged = true>
+// The persistent TMA kernel: one CTA per SM (fewer when the problem has fewer tiles), tiles from
+// the dynamic scheduler; the tensor maps are encoded here, on the host, for this launch's pointers
+// and sizes. Plain GEMMs (GEMM2) store through shared memory (kStaged), gated GEMM1 (64 outputs a
+// thread after the activation) straight from the accumulators, which was faster there in the
+// kernel author's sweeps (H100, the four bench shapes; a harness not in the repository).
+template <typename T, bool Gated>
 void launch_tma(const GroupedGemmArgs& args, cudaStream_t stream) {
-  MG_ASSERT(tma_shape_ok(args, Gated), "grouped GEMM: N {} K {} rows {} too small for TMA boxes",
-            args.n, args.k, args.max_rows);
+  MG_CHECK(wgmma_available<T>(),
+           "grouped GEMM: tma needs the sm_90a kernels, which this GPU or build lacks");
+  MG_CHECK(tma_shape_ok(args, Gated),
+           "grouped GEMM: tma's boxes need K >= 64, N >= {} and >= 64 rows, not N {} K {} rows {}",
+           Gated ? TmaTile::BRows / 2 : TmaTile::BRows, args.n, args.k, args.max_rows);
+  constexpr bool kStaged = !Gated;
   const int64_t m_bound = m_tiles_bound(args, TmaTile::BM);
   constexpr int kBN = Gated ? TmaTile::BRows / 2 : TmaTile::BRows;
   const int64_t n_tiles = (args.n + kBN - 1) / kBN;
@@ -207,56 +217,46 @@ void launch_tma(const GroupedGemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const CUtensorMap map_a = tma_map_a<T>(args);
   const CUtensorMap map_b = tma_map_b<T, Gated>(args);
-  auto* kernel = grouped_gemm_tma_kernel<T, Gated, kDynamic, kStaged>;
+  auto* kernel = grouped_gemm_tma_kernel<T, Gated, kStaged>;
   constexpr int kSmem = TmaTile::smem_bytes<kStaged>();
   MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t blocks = std::min<int64_t>(sms, tiles);
   kernel<<<static_cast<unsigned>(blocks), TmaTile::kThreads, kSmem, stream>>>(
-      map_a, map_b, args, static_cast<int>(n_tiles), kDynamic ? tile_counter_slot() : 0u);
+      map_a, map_b, args, static_cast<int>(n_tiles), tile_counter_slot());
   MG_CUDA_CHECK_LAUNCH();
 }
 
-// Picks the kernel from the average rows per expert (max_rows / E) and K, from bf16 sweeps of
-// every kernel over the four model shapes on an H100 (.scratch-gemm/NOTES.md):
-// - up to 16 rows per expert: the decode tiles (weight streaming);
-// - above, on sm_90a wherever its boxes fit: the persistent TMA kernel with the dynamic tile
-//   scheduler; plain (GEMM2) stores through shared memory, gated (GEMM1: 64 outputs a thread
-//   after the activation) straight from the accumulators, which measured faster there. Gated
-//   K >= 4096 with 128 to 512 rows per expert stays on the cp.async wgmma kernel: 16% faster on
-//   deepseek-v3 at 4096 tokens in two runs, 1-9% at deepseek-v3 16384 and mixtral 1024 tokens
-//   (within the runs' noise there).
-// - without sm_90a (or N below the TMA boxes): the older rules: gated GEMM1 keeps 64-row tiles
-//   up to large problems (its 2·BN weight rows already make the mid tile wide); short K favours
-//   the small tiles (two CTAs per SM hide the per-tile prologue and epilogue).
+// Runs `kernel` (BF16/F16). A kernel without a tile of this kind is an error naming the ones that
+// have one (the heuristics never send one here; a test or a forced request may).
 template <typename T, bool Gated>
-void launch_mma_by_size(const GroupedGemmArgs& args, cudaStream_t stream) {
-  const int64_t rows_per_expert = args.max_rows / args.num_experts;
-  if (rows_per_expert > 16 && tma_shape_ok(args, Gated) && wgmma_available<T>()) {
-    if constexpr (Gated) {
-      if (args.k >= 4096 && rows_per_expert >= 128 && rows_per_expert <= 512) {
-        return launch_wgmma<T, true>(args, stream);
+void launch_tensor_core(const GroupedGemmArgs& args, GroupedGemmKernel kernel,
+                        cudaStream_t stream) {
+  const std::string_view name = grouped_gemm_kernel_name(kernel);
+  switch (kernel) {
+    case GroupedGemmKernel::kTma:
+      return launch_tma<T, Gated>(args, stream);
+    case GroupedGemmKernel::kWgmma:
+      return launch_wgmma<T, Gated>(args, stream);
+    case GroupedGemmKernel::kMma16:
+      if constexpr (Gated) {
+        return launch_mma<T, DecodeGatedTile, true>(args, stream);
+      } else {
+        return launch_mma<T, DecodePlainTile, false>(args, stream);
       }
-      return launch_tma<T, true, /*kDynamic=*/true, /*kStaged=*/false>(args, stream);
-    } else {
-      return launch_tma<T, false, /*kDynamic=*/true, /*kStaged=*/true>(args, stream);
-    }
+    case GroupedGemmKernel::kMma64:
+      if constexpr (Gated) return launch_mma<T, MidGatedTile, true>(args, stream);
+      break;
+    case GroupedGemmKernel::kMma32:
+      if constexpr (!Gated) return launch_mma<T, Bm32PlainTile, false>(args, stream);
+      break;
+    case GroupedGemmKernel::kMma128:
+      if constexpr (!Gated) return launch_mma<T, LargePlainTile, false>(args, stream);
+      break;
+    case GroupedGemmKernel::kFfma:
+      MG_FAIL("grouped GEMM: ffma runs F32 only; BF16/F16 run mma16/32/64/128, wgmma or tma");
   }
-  if constexpr (Gated) {
-    if (rows_per_expert <= 16) return launch_mma<T, DecodeGatedTile, true>(args, stream);
-    if (rows_per_expert <= 256 || args.k <= 2048 || !wgmma_available<T>()) {
-      return launch_mma<T, MidGatedTile, true>(args, stream);
-    }
-    return launch_wgmma<T, true>(args, stream);
-  } else {
-    if (rows_per_expert <= 16) return launch_mma<T, DecodePlainTile, false>(args, stream);
-    if (rows_per_expert <= 64 || args.k <= 1024) {
-      return launch_mma<T, Bm32PlainTile, false>(args, stream);
-    }
-    if (args.k <= 2048 || !wgmma_available<T>()) {
-      return launch_mma<T, LargePlainTile, false>(args, stream);
-    }
-    return launch_wgmma<T, false>(args, stream);
-  }
+  MG_FAIL("grouped GEMM: {} has no {} tile ({})", name, Gated ? "gated" : "plain",
+          Gated ? "gated: mma16, mma64, wgmma, tma" : "plain: mma16, mma32, mma128, wgmma, tma");
 }
 
 template <bool Gated>
@@ -273,17 +273,20 @@ void launch_f32(const GroupedGemmArgs& args, cudaStream_t stream) {
 }  // namespace grouped_gemm
 
 template <typename T>
-void launch_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
+void launch_grouped_gemm(const GroupedGemmArgs& args, GroupedGemmKernel kernel,
+                         cudaStream_t stream) {
   const std::string reason = grouped_gemm_check(args.n, args.k);
   MG_CHECK(reason.empty(), "grouped GEMM: {}", reason);
   if (args.num_experts <= 0 || args.max_rows <= 0) return;
   const bool gated = args.epilogue == GroupedEpilogue::kActivation && is_gated(args.act.kind);
   if constexpr (std::is_same_v<T, float>) {
+    MG_CHECK(kernel == GroupedGemmKernel::kFfma, "grouped GEMM: F32 runs ffma only, not {}",
+             grouped_gemm_kernel_name(kernel));
     return gated ? grouped_gemm::launch_f32<true>(args, stream)
                  : grouped_gemm::launch_f32<false>(args, stream);
   } else {
-    return gated ? grouped_gemm::launch_mma_by_size<T, true>(args, stream)
-                 : grouped_gemm::launch_mma_by_size<T, false>(args, stream);
+    return gated ? grouped_gemm::launch_tensor_core<T, true>(args, kernel, stream)
+                 : grouped_gemm::launch_tensor_core<T, false>(args, kernel, stream);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ops/moe/cuda/grouped_gemm_kernels.h"
 #include "ops/moe/cuda/moe_cuda_types.h"
 
 namespace mg::cuda {
@@ -43,11 +44,19 @@ struct GroupedGemmArgs {
   MoEActParams act;  // kActivation only
 };
 
-// T = __nv_bfloat16 or __half: tensor cores with fp32 accumulation, epilogue in fp32, one rounding.
-// T = float: a plain fp32 CUDA-core kernel (correctness mode; no TF32).
-// Rows of c outside [offsets[0], offsets[E]) are not written.
+// Runs `kernel` (grouped_gemm_kernels.h; ops/moe/heuristics/unquantized_kernel_choice.h chooses
+// it): T = __nv_bfloat16 or __half: tensor cores with fp32 accumulation, epilogue in fp32, one
+// rounding; T = float: kFfma only, a plain fp32 CUDA-core kernel (correctness mode; no TF32).
+// A kernel that cannot run the GEMM (no tile of its kind, no sm_90a kernels, TMA boxes larger than
+// the problem) is an mg::Error saying why. Rows of c outside [offsets[0], offsets[E]) are not
+// written.
 template <typename T>
-void launch_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+void launch_grouped_gemm(const GroupedGemmArgs& args, GroupedGemmKernel kernel,
+                         cudaStream_t stream);
+
+// Whether the loaded binary holds the sm_90a kernels (wgmma, tma) for the current GPU: false on
+// GPUs other than sm_90 and in builds without CUDA architecture 90a. Asked once per process.
+bool grouped_gemm_sm90a_kernels();
 
 // Host: "" when the shape is supported, else a short reason (e.g. "K must be a multiple of 8").
 std::string grouped_gemm_check(int64_t n, int64_t k);

@@ -2,7 +2,7 @@
 #include "ops/moe/cuda/grouped_gemm_cuda.cuh"
 
 namespace mg::cuda {
-template void launch_grouped_gemm<float>(const GroupedGemmArgs&, cudaStream_t);
+template void launch_grouped_gemm<float>(const GroupedGemmArgs&, GroupedGemmKernel, cudaStream_t);
 
 // Shared by every dtype; lives here so that it is compiled once.
 std::string grouped_gemm_check(int64_t n, int64_t k) {

@@ -24,11 +24,12 @@
 // Tiles: expert e owns ceil(rows_e / 128) m tiles (find_tile); tile t of the launch is
 // (m tile, n tile) in groups of kGroupM m tiles × every n tile, m fastest, so tiles that run
 // together share an expert's weight tile (its m tiles) and A rows (the n tiles) in L2.
-// kDynamic: a CTA takes its next tile from a device counter (atomicAdd by the producer, handed to
-// the consumers through shared-memory slots), so the tiles in flight stay a window of
-// consecutive tiles however much the CTAs' speeds differ. The static order (CTA b takes b,
-// b + grid, ...) let CTAs drift apart over many tiles, and the ones sharing a weight tile then
-// read it from DRAM each: up to 1.5x slower on deepseek-v3 shapes (.scratch-gemm/NOTES.md).
+// Scheduling: a CTA takes its next tile from a device counter (atomicAdd by the producer, handed
+// to the consumers through shared-memory slots), so the tiles in flight stay a window of
+// consecutive tiles however much the CTAs' speeds differ. A static order (CTA b takes b,
+// b + grid, ...), which the first version ran, let CTAs drift apart over many tiles, and the
+// ones sharing a weight tile then read it from DRAM each (up to 1.5x slower on deepseek-v3
+// shapes in the kernel author's sweeps, a harness not in the repository).
 // A tile with <= 64 rows loads only the first A box and its second consumer warpgroup skips the
 // wgmmas (it still frees the stages), so an expert's short last tile costs half the MMA time.
 //
@@ -317,8 +318,8 @@ __device__ __forceinline__ void persistent_tile_coords(int tile, int m_tiles, in
 
 #endif  // MG_GROUPED_GEMM_WGMMA
 
-// kDynamic / kStaged: see the file comment (tile scheduler, epilogue).
-template <typename T, bool Gated, bool kDynamic, bool kStaged>
+// kStaged: see the file comment (epilogue).
+template <typename T, bool Gated, bool kStaged>
 __global__ void __launch_bounds__(TmaTile::kThreads, 1)
     grouped_gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a,
                             const __grid_constant__ CUtensorMap map_b, const GroupedGemmArgs args,
@@ -397,38 +398,31 @@ __global__ void __launch_bounds__(TmaTile::kThreads, 1)
       }
       __syncwarp();
     };
-    if constexpr (kDynamic) {
-      unsigned* counter = g_tile_counters[counter_slot];
-      int next = 0;
+    unsigned* counter = g_tile_counters[counter_slot];
+    int next = 0;
+    if (lane == 0) next = static_cast<int>(atomicAdd(&counter[0], 1u));
+    next = __shfl_sync(0xffffffffu, next, 0);
+    for (uint32_t i = 0;; ++i) {
+      const int tile = next;
+      if (lane == 0) {  // hand the tile (or the end mark, tile >= num_tiles) to the consumers
+        const uint32_t slot = i % kSlots;
+        mbar_wait(slot_empty_bar + slot * 8, ((i / kSlots) & 1) ^ 1);
+        st_shared_u32(tile_slots + slot * 4, static_cast<uint32_t>(tile));
+        mbar_arrive(slot_full_bar + slot * 8);  // release: the slot's value is visible
+      }
+      if (tile >= num_tiles) break;
+      // The next tile's index is fetched while this tile's loads are issued.
       if (lane == 0) next = static_cast<int>(atomicAdd(&counter[0], 1u));
+      produce(tile);
       next = __shfl_sync(0xffffffffu, next, 0);
-      for (uint32_t i = 0;; ++i) {
-        const int tile = next;
-        if (lane == 0) {  // hand the tile (or the end mark, tile >= num_tiles) to the consumers
-          const uint32_t slot = i % kSlots;
-          mbar_wait(slot_empty_bar + slot * 8, ((i / kSlots) & 1) ^ 1);
-          st_shared_u32(tile_slots + slot * 4, static_cast<uint32_t>(tile));
-          mbar_arrive(slot_full_bar + slot * 8);  // release: the slot's value is visible
-        }
-        if (tile >= num_tiles) break;
-        // The next tile's index is fetched while this tile's loads are issued.
-        if (lane == 0) next = static_cast<int>(atomicAdd(&counter[0], 1u));
-        produce(tile);
-        next = __shfl_sync(0xffffffffu, next, 0);
-      }
-      if (lane == 0) {
-        // Every CTA has taken its last tile once all have counted themselves here: the last
-        // one resets the slot for the launch that takes it next.
-        __threadfence();
-        if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
-          atomicExch(&counter[0], 0u);
-          atomicExch(&counter[1], 0u);
-        }
-      }
-    } else {
-      for (int tile = static_cast<int>(blockIdx.x); tile < num_tiles;
-           tile += static_cast<int>(gridDim.x)) {
-        produce(tile);
+    }
+    if (lane == 0) {
+      // Every CTA has taken its last tile once all have counted themselves here: the last
+      // one resets the slot for the launch that takes it next.
+      __threadfence();
+      if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
+        atomicExch(&counter[0], 0u);
+        atomicExch(&counter[1], 0u);
       }
     }
   } else {
@@ -485,21 +479,14 @@ __global__ void __launch_bounds__(TmaTile::kThreads, 1)
         store_wgmma_tile<T, Gated>(acc, args, work, n_tile * BN, warp_row0 + (lane >> 2));
       }
     };
-    if constexpr (kDynamic) {
-      for (uint32_t i = 0;; ++i) {
-        const uint32_t slot = i % kSlots;
-        mbar_wait(slot_full_bar + slot * 8, (i / kSlots) & 1);
-        const int tile = static_cast<int>(ld_shared_u32(tile_slots + slot * 4));
-        __syncwarp();
-        if (lane == 0) mbar_arrive(slot_empty_bar + slot * 8);
-        if (tile >= num_tiles) break;
-        consume(tile);
-      }
-    } else {
-      for (int tile = static_cast<int>(blockIdx.x); tile < num_tiles;
-           tile += static_cast<int>(gridDim.x)) {
-        consume(tile);
-      }
+    for (uint32_t i = 0;; ++i) {
+      const uint32_t slot = i % kSlots;
+      mbar_wait(slot_full_bar + slot * 8, (i / kSlots) & 1);
+      const int tile = static_cast<int>(ld_shared_u32(tile_slots + slot * 4));
+      __syncwarp();
+      if (lane == 0) mbar_arrive(slot_empty_bar + slot * 8);
+      if (tile >= num_tiles) break;
+      consume(tile);
     }
   }
 #endif  // MG_GROUPED_GEMM_WGMMA

@@ -201,12 +201,13 @@ __device__ __forceinline__ void store_wgmma_tile(const float (&acc)[128],
 
 #endif  // MG_GROUPED_GEMM_WGMMA
 
-// InFlight: wgmma groups left running across the next barrier (1: tensor cores never wait for
-// the barrier, loads run Stages - 2 tiles ahead; 0: loads run Stages - 1 tiles ahead).
-template <typename T, bool Gated, int InFlight>
+template <typename T, bool Gated>
 __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     grouped_gemm_wgmma_kernel(const GroupedGemmArgs args, int m_tiles_bound, int n_tiles) {
 #ifdef MG_GROUPED_GEMM_WGMMA
+  // wgmma groups left running across the next barrier: with one, tensor cores never wait for the
+  // barrier and loads run Stages - 2 tiles ahead.
+  constexpr int InFlight = 1;
   constexpr int BM = WgmmaTile::BM, BK = WgmmaTile::BK, kStages = WgmmaTile::Stages;
   constexpr int BN = Gated ? WgmmaTile::BRows / 2 : WgmmaTile::BRows;  // output columns
   constexpr int kABytes = WgmmaTile::kABytes, kStageBytes = WgmmaTile::kStageBytes;

@@ -29,13 +29,12 @@ struct Scratch {
 
 class CpuBatchedExperts final : public ExpertsModular {
  public:
-  CpuBatchedExperts(ExpertsShape shape, CanonicalExpertWeights weights)
-      : shape_(std::move(shape)), weights_(std::move(weights)) {
+  CpuBatchedExperts(const ExpertsBackend& backend, ExpertsShape shape,
+                    CanonicalExpertWeights weights)
+      : ExpertsModular(backend), shape_(std::move(shape)), weights_(std::move(weights)) {
     check_canonical_weights(weights_, shape_);
   }
 
-  std::string_view name() const override { return "cpu_batched"; }
-  ActivationFormat activation_format() const override { return ActivationFormat::kBatched; }
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
     Scratch(ws, shape_, max_rows);
@@ -87,7 +86,7 @@ class CpuBatchedBackend final : public ExpertsBackend {
   std::string check_parallel(const ParallelConfig&) const override { return {}; }
   std::string check_shape(const ExpertsShape&) const override { return {}; }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CpuBatchedExperts>(build.shape, std::move(build.weights));
+    return std::make_unique<CpuBatchedExperts>(*this, build.shape, std::move(build.weights));
   }
 };
 

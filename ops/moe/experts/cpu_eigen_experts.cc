@@ -67,13 +67,11 @@ int64_t build_expert_offsets(const ExpertsShape& s, const int32_t* topk_ids, int
 
 class CpuEigenExperts final : public ExpertsModular {
  public:
-  CpuEigenExperts(ExpertsShape shape, CanonicalExpertWeights weights)
-      : shape_(std::move(shape)), weights_(std::move(weights)) {
+  CpuEigenExperts(const ExpertsBackend& backend, ExpertsShape shape, CanonicalExpertWeights weights)
+      : ExpertsModular(backend), shape_(std::move(shape)), weights_(std::move(weights)) {
     check_canonical_weights(weights_, shape_);
   }
 
-  std::string_view name() const override { return "cpu_eigen"; }
-  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
     Scratch(ws, shape_, max_rows);
@@ -149,7 +147,7 @@ class CpuEigenBackend final : public ExpertsBackend {
   std::string check_parallel(const ParallelConfig&) const override { return {}; }
   std::string check_shape(const ExpertsShape&) const override { return {}; }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CpuEigenExperts>(build.shape, std::move(build.weights));
+    return std::make_unique<CpuEigenExperts>(*this, build.shape, std::move(build.weights));
   }
 };
 

@@ -32,9 +32,10 @@ struct Scratch {
 
 class CpuMonolithicExperts final : public ExpertsMonolithic {
  public:
-  CpuMonolithicExperts(ExpertsShape shape, RoutingConfig routing, CanonicalExpertWeights weights,
-                       Tensor score_correction_bias)
-      : shape_(std::move(shape)),
+  CpuMonolithicExperts(const ExpertsBackend& backend, ExpertsShape shape, RoutingConfig routing,
+                       CanonicalExpertWeights weights, Tensor score_correction_bias)
+      : ExpertsMonolithic(backend),
+        shape_(std::move(shape)),
         routing_(routing),
         weights_(std::move(weights)),
         score_correction_bias_(std::move(score_correction_bias)) {
@@ -46,7 +47,6 @@ class CpuMonolithicExperts final : public ExpertsMonolithic {
         "cpu_monolithic needs the score-correction bias [{}] F32", routing_.num_experts);
   }
 
-  std::string_view name() const override { return "cpu_monolithic"; }
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
     Scratch(ws, shape_, routing_, max_rows);
@@ -118,7 +118,7 @@ class CpuMonolithicBackend final : public ExpertsBackend {
   std::string check_parallel(const ParallelConfig&) const override { return {}; }
   std::string check_shape(const ExpertsShape&) const override { return {}; }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CpuMonolithicExperts>(build.shape, build.config.routing(),
+    return std::make_unique<CpuMonolithicExperts>(*this, build.shape, build.config.routing(),
                                                   std::move(build.weights),
                                                   std::move(build.score_correction_bias));
   }

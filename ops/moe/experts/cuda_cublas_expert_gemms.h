@@ -1,5 +1,5 @@
 // The expert MLPs as per-expert cuBLASLt GEMMs, shared by the cuda_cublas backend and the
-// cuda_fused backend's large-batch path:
+// cuda_moe backend's large-batch path:
 //   align -> gather -> [read the expert offsets back: one host sync] -> per expert
 //   GEMM1 (bias in the epilogue) -> activation over all rows -> per expert GEMM2 -> combine.
 // cuBLASLt's Hopper kernels win once every expert has many rows (docs/performance.md), and the

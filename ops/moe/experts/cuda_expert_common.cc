@@ -2,6 +2,7 @@
 
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
+#include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
 #include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/moe/cuda/grouped_gemm_cuda.h"
@@ -43,6 +44,14 @@ std::string cuda_check_grouped_shape(const ExpertsShape& shape) {
 
 cuda::MoEActParams cuda_act_params(const ActivationConfig& a) {
   return {static_cast<cuda::MoEActKind>(a.kind), a.swiglu_alpha, a.swiglu_limit};
+}
+
+CudaDeviceTraits cuda_device_traits(Device device) {
+  int major = 0, minor = 0, sms = 0;
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index));
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index));
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index));
+  return {major * 10 + minor, sms, cuda::grouped_gemm_sm90a_kernels()};
 }
 
 namespace {
@@ -91,7 +100,8 @@ GroupedScratch::GroupedScratch(Workspace& ws, const ExpertsShape& shape, int64_t
 
 void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& w, const void* x,
                          int64_t M, const int32_t* ids, const float* weights,
-                         const GroupedScratch& sc, void* out, Stream* stream) {
+                         const GroupedScratch& sc, cuda::GroupedGemmKernel gemm1,
+                         cuda::GroupedGemmKernel gemm2, void* out, Stream* stream) {
   if (M == 0) return;
   const cudaStream_t s = cuda::native(stream);
   const int64_t k = shape.top_k, P = M * k, H = shape.hidden_size, I = shape.intermediate_size;
@@ -112,7 +122,7 @@ void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& w, 
     g1.k = H;
     g1.epilogue = cuda::GroupedEpilogue::kActivation;
     g1.act = cuda_act_params(shape.activation);
-    cuda::launch_grouped_gemm<T>(g1, s);
+    cuda::launch_grouped_gemm<T>(g1, gemm1, s);
     cuda::GroupedGemmArgs g2 = g1;
     g2.a = sc.h_perm;
     g2.b = w.w2.raw();
@@ -121,7 +131,7 @@ void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& w, 
     g2.n = H;
     g2.k = I;
     g2.epilogue = cuda::GroupedEpilogue::kBias;
-    cuda::launch_grouped_gemm<T>(g2, s);
+    cuda::launch_grouped_gemm<T>(g2, gemm2, s);
     cuda::launch_moe_combine<T>(sc.y_perm, sc.align, ids, weights, w.map(), w.b2(), M, k, H, out,
                                 s);
   });

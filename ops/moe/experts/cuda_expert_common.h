@@ -9,6 +9,7 @@
 #include "framework/device/device.h"
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/moe_cuda_types.h"
+#include "ops/moe/heuristics/unquantized_kernel_choice.h"
 #include "ops/moe/kernel/expert_weights.h"
 #include "ops/moe/kernel/experts.h"
 
@@ -23,6 +24,10 @@ std::string cuda_check_parallel(const ParallelConfig& parallel);
 std::string cuda_check_grouped_shape(const ExpertsShape& shape);
 
 cuda::MoEActParams cuda_act_params(const ActivationConfig& activation);
+
+// What the kernel choice reads of `device`: compute capability, SM count, and whether the
+// loaded binary holds its sm_90a kernels.
+CudaDeviceTraits cuda_device_traits(Device device);
 
 // One rank's expert weights in the activation dtype on the GPU, in the canonical layout
 // (w13 [E_local, N1, H], w2 [E_local, H, I], biases [E_local, N1] / [E_local, H]), and the global
@@ -50,9 +55,11 @@ struct GroupedScratch {
 };
 
 // out [M, H] = sum_j w[t, j] Expert_{ids[t, j]}(x[t]) over this rank's experts, with the grouped
-// GEMMs. `x` is already scaled for Llama-4 (weights 1) by the caller.
+// GEMMs `gemm1` and `gemm2` (the kernel choice's). `x` is already scaled for Llama-4 (weights 1)
+// by the caller.
 void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& weights, const void* x,
                          int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights,
-                         const GroupedScratch& scratch, void* out, Stream* stream);
+                         const GroupedScratch& scratch, cuda::GroupedGemmKernel gemm1,
+                         cuda::GroupedGemmKernel gemm2, void* out, Stream* stream);
 
 }  // namespace mg

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/experts/cuda_cublas_expert_gemms.h"
 #include "ops/moe/experts/cuda_expert_common.h"
+#include "ops/moe/heuristics/unquantized_kernel_choice.h"
 #include "ops/moe/router/router_cuda.h"
 #include "ops/nn/linear/linear_gemm_cuda.h"
 
@@ -24,44 +26,38 @@ namespace mg {
 
 namespace {
 
-// ---- cuda_fused ------------------------------------------------------------------------------
+// ---- cuda_moe --------------------------------------------------------------------------------
 
-// Which pipeline the fused backend runs for a batch, from the measurements in
-// docs/performance.md and the grouped GEMM's sweeps (.scratch-gemm/NOTES.md; H100, bf16):
-//   decode   M <= kFusedDecodeMaxTokens: the two weight-streaming decode kernels (at 16 tokens
-//            the grouped GEMM already matches or beats them on 3 of the 4 reference shapes);
-//   cublas   every expert has >= 128 rows on average and its GEMM1 is >= 12 GFLOP: there
-//            cuBLASLt's per-expert GEMMs still win; the persistent TMA grouped GEMM1 + GEMM2
-//            alone take longer than the whole cuBLAS layer (gpt-oss-120b 16384 tokens, 17 GFLOP
-//            per expert: 7.0 ms vs 6.8 ms; mixtral 1024 tokens, 60 GFLOP: 1.8 ms vs 1.5 ms;
-//            deepseek-v3 16384 tokens, 30 GFLOP: 25.2 ms vs 22.1 ms). Also from 4 GFLOP when
-//            there are fewer than 128 experts: the rule before the TMA kernel, not re-measured;
-//   grouped  everything else. With >= 128 experts of 4-12 GFLOP the grouped GEMMs beat the 2·E
-//            per-expert launches: qwen3-30b-a3b 16384 tokens (6.4 GFLOP per expert): 2.5 ms of
-//            GEMMs vs a 3.8 ms cuBLAS layer; gpt-oss-120b 4096 tokens (4.2 GFLOP): 2.9 ms vs
-//            4.0 ms; deepseek-v3 4096 tokens (7.5 GFLOP): 9.9 ms vs 11.5 ms.
-enum class FusedPath { kDecode, kGrouped, kCublas };
-constexpr int64_t kFusedDecodeMaxTokens = 8;
-static_assert(kFusedDecodeMaxTokens <= cuda::kDecodeMaxTokens);
+static_assert(kDecodeKernelMaxTokens == cuda::kDecodeMaxTokens);
 
-FusedPath fused_path(const ExpertsShape& shape, int64_t M) {
-  if (M <= kFusedDecodeMaxTokens) return FusedPath::kDecode;
-  const int64_t experts = std::max<int64_t>(1, shape.num_local_experts());
-  const double rows_per_expert = static_cast<double>(M) * shape.top_k / experts;
-  const double gemm1_flops = 2.0 * rows_per_expert * shape.w13_rows() * shape.hidden_size;
-  if (rows_per_expert >= 128) {
-    if (gemm1_flops >= 12e9) return FusedPath::kCublas;
-    if (gemm1_flops >= 4e9 && experts < 128) return FusedPath::kCublas;
+// "" when `kernel` parses and can run `shape` on `device` for some token count, else why.
+// `pipelines`: the pipelines the backend has (cuda_grouped only the grouped one).
+std::string check_kernel_request(std::string_view kernel, const ExpertsShape& shape, Device device,
+                                 std::initializer_list<CudaMoEPipeline> pipelines) {
+  CudaKernelRequest request;
+  try {
+    request = parse_cuda_kernel_request(kernel);
+  } catch (const Error& e) {
+    return e.what();
   }
-  return FusedPath::kGrouped;
+  if (request.pipeline &&
+      std::find(pipelines.begin(), pipelines.end(), *request.pipeline) == pipelines.end()) {
+    return fmt::format("'{}' is not one of this backend's kernels", kernel);
+  }
+  if (!device.is_cuda()) return {};  // the device check refuses it
+  return check_cuda_kernel_request(CudaMoEProblem::of(shape), cuda_device_traits(device), request);
 }
 
-class CudaFusedExperts final : public ExpertsMonolithic {
+class CudaMoEExperts final : public ExpertsMonolithic {
  public:
-  CudaFusedExperts(const MoEConfig& config, const ExpertsShape& shape,
-                   const CanonicalExpertWeights& weights, const Tensor& score_correction_bias,
-                   Device device)
-      : shape_(shape),
+  CudaMoEExperts(const ExpertsBackend& backend, const MoEConfig& config, const ExpertsShape& shape,
+                 const CanonicalExpertWeights& weights, const Tensor& score_correction_bias,
+                 Device device, std::string_view kernel)
+      : ExpertsMonolithic(backend),
+        shape_(shape),
+        problem_(CudaMoEProblem::of(shape)),
+        device_(cuda_device_traits(device)),
+        request_(parse_cuda_kernel_request(kernel)),
         weights_(weights, shape, device),
         cublas_(shape_, weights_, device),
         route_(route_params(config.routing())) {
@@ -71,27 +67,29 @@ class CudaFusedExperts final : public ExpertsMonolithic {
     }
   }
 
-  std::string_view name() const override { return "cuda_fused"; }
-
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
-    Scratch(ws, shape_, max_rows);
+    Scratch(ws, shape_, max_rows, decode_max_tokens(), std::nullopt);
     return ws.bytes();
   }
 
   void apply(const DispatchedLogits& t, Workspace& ws, const MoEExecContext& ctx) override {
     const int64_t M = t.num_tokens, k = shape_.top_k, H = shape_.hidden_size;
-    Scratch sc(ws, shape_, M);
-    if (M == 0) return;
+    if (M == 0) {
+      Scratch(ws, shape_, M, decode_max_tokens(), CudaMoEPipeline::kDecode);
+      return;
+    }
+    // The one place a cuda_moe forward's kernels are chosen (unquantized_kernel_choice.h).
+    const CudaKernelChoice choice = choose_cuda_kernels(problem_, M, device_, request_);
+    Scratch sc(ws, shape_, M, decode_max_tokens(), choice.pipeline);
     const cudaStream_t s = cuda::native(ctx.stream);
-    const FusedPath path = fused_path(shape_, M);
     cuda::dispatch_float_dtype(shape_.dtype, [&](auto tag) {
       using T = decltype(tag);
       // Router logits are F32 on every device (router_cuda.h).
       cuda::launch_moe_route<float>(route_, t.router_logits, M,
                                     bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
                                     sc.weights, s);
-      if (path == FusedPath::kDecode) {
+      if (choice.pipeline == CudaMoEPipeline::kDecode) {
         cuda::DecodeExpertsArgs d;
         d.x = t.hidden;
         d.topk_ids = sc.ids;
@@ -117,18 +115,25 @@ class CudaFusedExperts final : public ExpertsMonolithic {
         cuda::launch_moe_scale_input<T>(t.hidden, sc.weights, M, k, H, sc.x_scaled, sc.weights, s);
         x = sc.x_scaled;
       }
-      if (path == FusedPath::kCublas) {
+      if (choice.pipeline == CudaMoEPipeline::kCublas) {
         cublas_.run(x, M, sc.ids, sc.weights, *sc.grouped, *sc.cublas, t.expert_output, ctx.stream);
       } else {
-        run_grouped_experts(shape_, weights_, x, M, sc.ids, sc.weights, *sc.grouped,
-                            t.expert_output, ctx.stream);
+        run_grouped_experts(shape_, weights_, x, M, sc.ids, sc.weights, *sc.grouped, choice.gemm1,
+                            choice.gemm2, t.expert_output, ctx.stream);
       }
     });
   }
 
  private:
-  // The sizing pass (max tokens) carves every path's scratch; a call carves what its path uses,
-  // which is never more.
+  // The decode kernels' scratch rows: the auto choice sends them at most 8 tokens, a forced
+  // `decode` up to 16.
+  int64_t decode_max_tokens() const {
+    return request_.pipeline == CudaMoEPipeline::kDecode ? kDecodeKernelMaxTokens
+                                                         : kAutoDecodeMaxTokens;
+  }
+
+  // The sizing pass (max tokens, no pipeline) carves every pipeline's scratch; a call carves what
+  // its pipeline uses, which is never more.
   struct Scratch {
     int32_t* ids;
     float* weights;
@@ -137,21 +142,24 @@ class CudaFusedExperts final : public ExpertsMonolithic {
     std::optional<GroupedScratch> grouped;
     std::optional<CublasExpertGemms::Scratch> cublas;
 
-    Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M) {
+    Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M, int64_t decode_max_tokens,
+            std::optional<CudaMoEPipeline> pipeline) {
       const int64_t k = shape.top_k, es = dtype_size(shape.dtype);
-      const FusedPath path = fused_path(shape, M);
       ids = ws.take<int32_t>(M * k);
       weights = ws.take<float>(M * k);
-      const int64_t decode_rows = std::min(M, kFusedDecodeMaxTokens) * k;
+      const int64_t decode_rows = std::min(M, decode_max_tokens) * k;
       decode_act = ws.take<std::byte>(decode_rows * shape.intermediate_size * es);
       x_scaled = ws.take<std::byte>(shape.weight_on_input ? M * shape.hidden_size * es : 0);
-      const bool sizing = ws.is_sizing();
-      grouped.emplace(ws, shape, path != FusedPath::kDecode || sizing ? M : 0);
-      cublas.emplace(ws, shape, path == FusedPath::kCublas || sizing ? M : 0);
+      const bool all = !pipeline.has_value();
+      grouped.emplace(ws, shape, all || *pipeline != CudaMoEPipeline::kDecode ? M : 0);
+      cublas.emplace(ws, shape, all || *pipeline == CudaMoEPipeline::kCublas ? M : 0);
     }
   };
 
   ExpertsShape shape_;
+  CudaMoEProblem problem_;
+  CudaDeviceTraits device_;
+  CudaKernelRequest request_;
   CudaExpertWeights weights_;
   CublasExpertGemms cublas_;
   cuda::RouteParams route_;
@@ -162,12 +170,16 @@ class CudaFusedExperts final : public ExpertsMonolithic {
 
 class CudaGroupedExperts final : public ExpertsModular {
  public:
-  CudaGroupedExperts(const ExpertsShape& shape, const CanonicalExpertWeights& weights,
-                     Device device)
-      : shape_(shape), weights_(weights, shape, device) {}
-
-  std::string_view name() const override { return "cuda_grouped"; }
-  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
+  CudaGroupedExperts(const ExpertsBackend& backend, const ExpertsShape& shape,
+                     const CanonicalExpertWeights& weights, Device device, std::string_view kernel)
+      : ExpertsModular(backend),
+        shape_(shape),
+        problem_(CudaMoEProblem::of(shape)),
+        device_(cuda_device_traits(device)),
+        request_(parse_cuda_kernel_request(kernel)),
+        weights_(weights, shape, device) {
+    request_.pipeline = CudaMoEPipeline::kGrouped;  // its only pipeline
+  }
 
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
@@ -177,12 +189,17 @@ class CudaGroupedExperts final : public ExpertsModular {
 
   void apply(const DispatchedTokens& t, Workspace& ws, const MoEExecContext& ctx) override {
     GroupedScratch sc(ws, shape_, t.num_tokens);
+    if (t.num_tokens == 0) return;
+    const CudaKernelChoice choice = choose_cuda_kernels(problem_, t.num_tokens, device_, request_);
     run_grouped_experts(shape_, weights_, t.hidden, t.num_tokens, t.topk_ids, t.topk_weights, sc,
-                        t.expert_output, ctx.stream);
+                        choice.gemm1, choice.gemm2, t.expert_output, ctx.stream);
   }
 
  private:
   ExpertsShape shape_;
+  CudaMoEProblem problem_;
+  CudaDeviceTraits device_;
+  CudaKernelRequest request_;
   CudaExpertWeights weights_;
 };
 
@@ -190,11 +207,13 @@ class CudaGroupedExperts final : public ExpertsModular {
 
 class CudaCublasExperts final : public ExpertsModular {
  public:
-  CudaCublasExperts(const ExpertsShape& shape, const CanonicalExpertWeights& weights, Device device)
-      : shape_(shape), weights_(weights, shape, device), gemms_(shape_, weights_, device) {}
+  CudaCublasExperts(const ExpertsBackend& backend, const ExpertsShape& shape,
+                    const CanonicalExpertWeights& weights, Device device)
+      : ExpertsModular(backend),
+        shape_(shape),
+        weights_(weights, shape, device),
+        gemms_(shape_, weights_, device) {}
 
-  std::string_view name() const override { return "cuda_cublas"; }
-  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
   bool graph_capturable() const override { return false; }  // reads the expert counts back
 
   size_t workspace_bytes(int64_t max_rows) const override {
@@ -231,9 +250,9 @@ class CudaBackendBase : public ExpertsBackend {
   }
 };
 
-class CudaFusedBackend final : public CudaBackendBase {
+class CudaMoEBackend final : public CudaBackendBase {
  public:
-  std::string_view name() const override { return "cuda_fused"; }
+  std::string_view name() const override { return "cuda_moe"; }
   bool is_monolithic() const override { return true; }
   ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
   std::string check_routing(const RoutingConfig& routing) const override {
@@ -243,9 +262,16 @@ class CudaFusedBackend final : public CudaBackendBase {
     std::string why = cuda::decode_experts_check(shape.hidden_size, shape.intermediate_size);
     return why.empty() ? cuda_check_grouped_shape(shape) : why;
   }
+  std::string check_kernel(std::string_view kernel, const ExpertsShape& shape,
+                           Device device) const override {
+    return check_kernel_request(
+        kernel, shape, device,
+        {CudaMoEPipeline::kDecode, CudaMoEPipeline::kGrouped, CudaMoEPipeline::kCublas});
+  }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CudaFusedExperts>(build.config, build.shape, build.weights,
-                                              build.score_correction_bias, build.device);
+    return std::make_unique<CudaMoEExperts>(*this, build.config, build.shape, build.weights,
+                                            build.score_correction_bias, build.device,
+                                            build.kernel);
   }
 };
 
@@ -257,8 +283,13 @@ class CudaGroupedBackend final : public CudaBackendBase {
   std::string check_shape(const ExpertsShape& shape) const override {
     return cuda_check_grouped_shape(shape);
   }
+  std::string check_kernel(std::string_view kernel, const ExpertsShape& shape,
+                           Device device) const override {
+    return check_kernel_request(kernel, shape, device, {CudaMoEPipeline::kGrouped});
+  }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CudaGroupedExperts>(build.shape, build.weights, build.device);
+    return std::make_unique<CudaGroupedExperts>(*this, build.shape, build.weights, build.device,
+                                                build.kernel);
   }
 };
 
@@ -279,14 +310,14 @@ class CudaCublasBackend final : public CudaBackendBase {
     return {};
   }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CudaCublasExperts>(build.shape, build.weights, build.device);
+    return std::make_unique<CudaCublasExperts>(*this, build.shape, build.weights, build.device);
   }
 };
 
 }  // namespace
 
-const ExpertsBackend& cuda_fused_backend() {
-  static const CudaFusedBackend backend;
+const ExpertsBackend& cuda_moe_backend() {
+  static const CudaMoEBackend backend;
   return backend;
 }
 

@@ -7,9 +7,10 @@
 //   monolithic  DispatchedLogits (router logits) -> expert_output: routing and the experts in
 //               one call (the decode fast path on GPUs)
 //
-// Each experts class comes with an ExpertsBackend: its name, form and activation format, the
-// support checks the oracle runs before building it, and the factory that converts the
-// canonical weights into the class's own layout.
+// Each experts class comes with an ExpertsBackend, its one descriptor: the name, form and
+// activation format, the support checks the oracle runs before building it, and the factory that
+// converts the canonical weights into the class's own layout. The experts it builds read their
+// name and form from it (Experts::backend()), so they are written down once.
 #pragma once
 
 #include <cstddef>
@@ -25,33 +26,46 @@
 
 namespace mg {
 
+class ExpertsBackend;
+
 class Experts {
  public:
   virtual ~Experts() = default;
-  virtual std::string_view name() const = 0;
-  virtual bool is_monolithic() const = 0;
-  virtual ActivationFormat activation_format() const = 0;
+  // The backend that built these experts: name, form, activation format.
+  const ExpertsBackend& backend() const { return backend_; }
+  std::string_view name() const;
+  bool is_monolithic() const;
+  ActivationFormat activation_format() const;
   // Scratch for an apply() with at most `max_rows` input rows (standard: tokens; batched:
   // max_tokens_per_expert).
   virtual size_t workspace_bytes(int64_t max_rows) const = 0;
   // False for experts that read device results back to the host during apply().
   virtual bool graph_capturable() const { return true; }
+
+ protected:
+  explicit Experts(const ExpertsBackend& backend) : backend_(backend) {}
+
+ private:
+  const ExpertsBackend& backend_;
 };
 
 class ExpertsModular : public Experts {
  public:
-  bool is_monolithic() const final { return false; }
   // Writes tokens.expert_output (see DispatchedTokens); scratch from `ws`.
   virtual void apply(const DispatchedTokens& tokens, Workspace& ws, const MoEExecContext& ctx) = 0;
+
+ protected:
+  explicit ExpertsModular(const ExpertsBackend& backend);
 };
 
 class ExpertsMonolithic : public Experts {
  public:
-  bool is_monolithic() const final { return true; }
-  ActivationFormat activation_format() const final { return ActivationFormat::kStandard; }
   // expert_output [M, H] = sum_j w_j Expert_{id_j}(x) with ids/weights routed from the logits
   // (local experts only).
   virtual void apply(const DispatchedLogits& tokens, Workspace& ws, const MoEExecContext& ctx) = 0;
+
+ protected:
+  explicit ExpertsMonolithic(const ExpertsBackend& backend);
 };
 
 // Everything a backend needs to build its experts for one node on one rank.
@@ -65,6 +79,10 @@ struct ExpertsBuild {
   CanonicalExpertWeights weights;
   // [E] F32 when config.routing().has_score_correction_bias (monolithic routing needs it).
   Tensor score_correction_bias;
+  // A forced kernel of backends that choose among kernels ("" or "auto": their own choice; the
+  // names are the backend's, e.g. ops/moe/heuristics/unquantized_kernel_choice.h for cuda_moe).
+  // Passed checked (ExpertsBackend::check_kernel).
+  std::string_view kernel = {};
 };
 
 // What the oracle knows about one experts class. Every check returns "" when the class
@@ -83,8 +101,38 @@ class ExpertsBackend {
   virtual std::string check_routing(const RoutingConfig& routing) const { return {}; }
   virtual std::string check_parallel(const ParallelConfig& parallel) const = 0;
   virtual std::string check_shape(const ExpertsShape& shape) const = 0;
+  // A forced kernel (ExpertsBuild::kernel, requested as `backend:kernel`): "" when `kernel` names
+  // one of this backend's kernels and it can run `shape` on `device`, else why. Backends without
+  // a kernel choice take none.
+  virtual std::string check_kernel(std::string_view kernel, const ExpertsShape& shape,
+                                   Device device) const {
+    return kernel.empty() || kernel == "auto"
+               ? std::string()
+               : std::string(name()) + " runs one kernel and takes no kernel request";
+  }
 
+  // Experts built here take `*this` as their backend().
   virtual std::unique_ptr<Experts> create(ExpertsBuild build) const = 0;
 };
+
+inline ExpertsModular::ExpertsModular(const ExpertsBackend& backend) : Experts(backend) {
+  MG_ASSERT(!backend.is_monolithic(), "modular experts built by monolithic backend {}",
+            backend.name());
+}
+inline ExpertsMonolithic::ExpertsMonolithic(const ExpertsBackend& backend) : Experts(backend) {
+  MG_ASSERT(backend.is_monolithic() && backend.activation_format() == ActivationFormat::kStandard,
+            "monolithic experts take standard tokens from a monolithic backend, not {}",
+            backend.name());
+}
+
+inline std::string_view Experts::name() const {
+  return backend_.name();
+}
+inline bool Experts::is_monolithic() const {
+  return backend_.is_monolithic();
+}
+inline ActivationFormat Experts::activation_format() const {
+  return backend_.activation_format();
+}
 
 }  // namespace mg

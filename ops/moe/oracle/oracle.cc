@@ -29,6 +29,12 @@ std::string verdict_list(const std::vector<BackendVerdict>& verdicts) {
 
 }  // namespace
 
+BackendRequest split_backend_request(std::string_view requested) {
+  const size_t colon = requested.find(':');
+  if (colon == std::string_view::npos) return {requested, {}};
+  return {requested.substr(0, colon), requested.substr(colon + 1)};
+}
+
 std::string check_backend(const ExpertsBackend& b, const OracleQuery& q) {
   auto failed = [](std::string_view check, std::string reason) {
     return reason.empty() ? reason : fmt::format("{}: {}", check, reason);
@@ -59,17 +65,22 @@ OracleChoice select_backend(std::span<const ExpertsBackend* const> priority, con
     choice.verdicts.push_back({std::string(b->name()), check_backend(*b, q)});
   }
   if (!is_auto(q.requested)) {
+    const BackendRequest request = split_backend_request(q.requested);
     for (size_t i = 0; i < priority.size(); ++i) {
-      if (priority[i]->name() != q.requested) continue;
+      if (priority[i]->name() != request.backend) continue;
       MG_CHECK(choice.verdicts[i].reason.empty(),
                "MoE backend '{}' was requested but cannot run "
                "this node: {}",
-               q.requested, choice.verdicts[i].reason);
+               request.backend, choice.verdicts[i].reason);
+      const std::string why = priority[i]->check_kernel(request.kernel, q.shape, q.device);
+      MG_CHECK(why.empty(), "MoE backend '{}' was requested with kernel '{}', which cannot run: {}",
+               request.backend, request.kernel, why);
       choice.backend = priority[i];
       choice.requested = true;
+      choice.kernel = std::string(request.kernel);
       return choice;
     }
-    MG_FAIL("unknown MoE backend '{}' for {}; known backends: {}", q.requested, q.device.str(),
+    MG_FAIL("unknown MoE backend '{}' for {}; known backends: {}", request.backend, q.device.str(),
             names_of(priority));
   }
   for (size_t i = 0; i < priority.size(); ++i) {
@@ -88,8 +99,10 @@ OracleChoice select_backend(std::span<const ExpertsBackend* const> priority, con
 }
 
 std::string OracleChoice::describe() const {
-  std::string s = fmt::format("{} ({}, prepare/finalize {})", backend ? backend->name() : "none",
-                              requested ? "requested" : "auto", prepare_finalize);
+  std::string s =
+      fmt::format("{} ({}{}, prepare/finalize {})", backend ? backend->name() : "none",
+                  requested ? "requested" : "auto",
+                  kernel.empty() ? std::string() : ", kernel " + kernel, prepare_finalize);
   for (const BackendVerdict& v : verdicts) {
     if (backend && v.name == backend->name()) continue;
     s += fmt::format(
@@ -125,9 +138,12 @@ MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& p
   const OracleQuery query{device, config, quant, parallel, shape, requested};
   MoEKernelBuild out;
   out.choice = select_backend(priority, query);
-  ExpertsBuild build{config, shape, device,
+  ExpertsBuild build{config,
+                     shape,
+                     device,
                      convert_unquantized_weights(config, parallel, shape, raw),
-                     score_correction_bias};
+                     score_correction_bias,
+                     out.choice.kernel};
   std::unique_ptr<Experts> experts = out.choice.backend->create(std::move(build));
   out.kernel =
       std::make_unique<FusedMoEKernel>(make_prepare_finalize(parallel, shape), std::move(experts));

@@ -10,7 +10,9 @@
 //      activation format); the first failing check is its reason;
 //   3. a requested backend (the node's `backend` param, or CompileOptions::moe_backend, which
 //      wins) is used if it passes, and is an error naming the failed check if not - never a
-//      silent fallback; an unknown name is an error listing the known ones;
+//      silent fallback; an unknown name is an error listing the known ones. `backend:kernel`
+//      also forces one of the backend's kernels (ExpertsBackend::check_kernel; e.g.
+//      `cuda_moe:grouped_tma`);
 //   4. otherwise the first backend that passes wins; when none does, the error lists every
 //      backend with its reason.
 #pragma once
@@ -38,6 +40,13 @@ struct OracleQuery {
   std::string_view requested;
 };
 
+// A request "backend" or "backend:kernel".
+struct BackendRequest {
+  std::string_view backend;
+  std::string_view kernel;  // "" when none is forced
+};
+BackendRequest split_backend_request(std::string_view requested);
+
 struct BackendVerdict {
   std::string name;
   // "" when the backend fits, else "<check>: <why>" ("device: runs on the CPU only, not cuda:0").
@@ -47,6 +56,7 @@ struct BackendVerdict {
 struct OracleChoice {
   const ExpertsBackend* backend = nullptr;
   bool requested = false;  // chosen because it was asked for
+  std::string kernel;      // the forced kernel of a `backend:kernel` request, else ""
   std::string prepare_finalize;
   // Every backend of the priority list, in order.
   std::vector<BackendVerdict> verdicts;

@@ -49,7 +49,7 @@ std::vector<const ExpertsBackend*> unquantized_priority(Device device) {
       return {&cpu_eigen_backend(), &cpu_batched_backend(), &cpu_monolithic_backend()};
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
-      return {&cuda_fused_backend(), &cuda_grouped_backend(), &cuda_cublas_backend()};
+      return {&cuda_moe_backend(), &cuda_grouped_backend(), &cuda_cublas_backend()};
 #else
       return {};
 #endif

@@ -3,7 +3,8 @@
 // Priority per device:
 //   CPU   cpu_eigen (modular, standard), cpu_batched (modular, batched: the all_to_all
 //         dispatch), cpu_monolithic (routing + experts per token; by request)
-//   CUDA  none yet (the CUDA backends come with the CUDA issue)
+//   CUDA  cuda_moe (monolithic: chooses its kernels per batch), cuda_grouped, cuda_cublas
+//         (ops/moe/experts/cuda_experts.h)
 // Conversion: every CPU backend reads the canonical layout, so conversion is the canonical
 // shard of this rank: F32, w13 [E_local, N1_local, H] with gate rows then up rows (GPT-OSS's
 // interleaved rows and the transposed GPT-OSS / Llama-4 layouts are undone here), the rank's

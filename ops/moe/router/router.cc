@@ -5,11 +5,6 @@
 #include "ops/nn/linear/linear_gemm.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/router/router_cuda.h"
-#else
-namespace mg {
-// Never constructed without CUDA; complete so that the unique_ptr member compiles.
-class RouterCuda {};
-}  // namespace mg
 #endif
 
 namespace mg {
@@ -24,14 +19,17 @@ void expect_f32(const Tensor& t, const Shape& shape, std::string_view what) {
 
 }  // namespace
 
-Router::Router(RoutingConfig config, int64_t hidden_size, Tensor weight, Tensor router_bias,
-               Tensor score_correction_bias)
-    : config_(config),
-      hidden_size_(hidden_size),
+Router::Router(RoutingConfig config, int64_t hidden_size)
+    : config_(std::move(config)), hidden_size_(hidden_size) {
+  config_.validate();
+}
+
+CpuRouter::CpuRouter(RoutingConfig config, int64_t hidden_size, Tensor weight, Tensor router_bias,
+                     Tensor score_correction_bias)
+    : Router(std::move(config), hidden_size),
       weight_(std::move(weight)),
       router_bias_(std::move(router_bias)),
       score_correction_bias_(std::move(score_correction_bias)) {
-  config_.validate();
   const int64_t E = config_.num_experts;
   expect_f32(weight_, {E, hidden_size_}, "weight");
   if (config_.has_router_bias) expect_f32(router_bias_, {E}, "bias");
@@ -40,55 +38,12 @@ Router::Router(RoutingConfig config, int64_t hidden_size, Tensor weight, Tensor 
   }
 }
 
-Router Router::on_cuda(RoutingConfig config, int64_t hidden_size, DType dtype, const Tensor& weight,
-                       const Tensor& router_bias, const Tensor& score_correction_bias) {
-#ifdef MG_WITH_CUDA
-  config.validate();
-  // The CPU members stay empty: every call goes to the CUDA router.
-  Router r(config, hidden_size);
-  r.cuda_ = std::make_unique<RouterCuda>(config, hidden_size, dtype, weight, router_bias,
-                                         score_correction_bias);
-  return r;
-#else
-  MG_FAIL("the MoE router on CUDA needs a build with CUDA (MG_CUDA=ON)");
-#endif
-}
-
-Router::Router(RoutingConfig config, int64_t hidden_size)
-    : config_(config), hidden_size_(hidden_size) {}
-Router::~Router() = default;
-Router::Router(Router&&) noexcept = default;
-Router& Router::operator=(Router&&) noexcept = default;
-
-const float* Router::score_correction_bias() const {
-#ifdef MG_WITH_CUDA
-  if (cuda_) return cuda_->score_correction_bias();
-#endif
+const float* CpuRouter::score_correction_bias() const {
   return config_.has_score_correction_bias ? score_correction_bias_.data<float>() : nullptr;
 }
 
-DType Router::logits_dtype() const {
-#ifdef MG_WITH_CUDA
-  if (cuda_) return cuda_->dtype();
-#endif
-  return DType::kF32;
-}
-
-size_t Router::gate_workspace_bytes() const {
-#ifdef MG_WITH_CUDA
-  if (cuda_) return cuda_->gate_workspace_bytes();
-#endif
-  return 0;
-}
-
-void Router::gate(const void* x_in, int64_t num_tokens, void* logits_out,
-                  const RouterRun& run) const {
-#ifdef MG_WITH_CUDA
-  if (cuda_) {
-    return cuda_->gate(x_in, num_tokens, logits_out, run.blas_workspace, run.blas_workspace_bytes,
-                       run.stream);
-  }
-#endif
+void CpuRouter::gate(const void* x_in, int64_t num_tokens, void* logits_out,
+                     const RouterRun& run) const {
   const float* x = static_cast<const float*>(x_in);
   float* logits = static_cast<float*>(logits_out);
   const int64_t E = config_.num_experts;
@@ -100,17 +55,32 @@ void Router::gate(const void* x_in, int64_t num_tokens, void* logits_out,
   }
 }
 
-int64_t Router::route_scratch_floats(int64_t num_tokens) const {
-  return cuda_ ? 0 : routing_scratch_floats(config_, num_tokens);
+int64_t CpuRouter::route_scratch_floats(int64_t num_tokens) const {
+  return routing_scratch_floats(config_, num_tokens);
 }
 
-void Router::route(const void* logits, int64_t num_tokens, int32_t* ids, float* weights,
-                   float* scratch, const RouterRun& run) const {
-#ifdef MG_WITH_CUDA
-  if (cuda_) return cuda_->route(logits, num_tokens, ids, weights, run.stream);
-#endif
+void CpuRouter::route(const void* logits, int64_t num_tokens, int32_t* ids, float* weights,
+                      float* scratch, const RouterRun& run) const {
   route_rows(config_, static_cast<const float*>(logits), num_tokens, score_correction_bias(), ids,
              weights, scratch, run.pool);
+}
+
+std::unique_ptr<Router> make_router(Device device, const RoutingConfig& config, int64_t hidden_size,
+                                    DType dtype, const Tensor& weight, const Tensor& router_bias,
+                                    const Tensor& score_correction_bias) {
+  switch (device.type) {
+    case DeviceType::kCPU:
+      return std::make_unique<CpuRouter>(config, hidden_size, weight, router_bias,
+                                         score_correction_bias);
+    case DeviceType::kCUDA:
+#ifdef MG_WITH_CUDA
+      return std::make_unique<CudaRouter>(config, hidden_size, dtype, weight, router_bias,
+                                          score_correction_bias);
+#else
+      MG_FAIL("the MoE router on {} needs a build with CUDA (MG_CUDA=ON)", device.str());
+#endif
+  }
+  MG_FAIL("the MoE router has no class for {}", device.str());
 }
 
 }  // namespace mg

@@ -59,10 +59,10 @@ Tensor upload_f32(const Tensor& host, Device device) {
 
 }  // namespace
 
-RouterCuda::RouterCuda(const RoutingConfig& config, int64_t hidden_size, DType dtype,
+CudaRouter::CudaRouter(const RoutingConfig& config, int64_t hidden_size, DType dtype,
                        const Tensor& weight, const Tensor& router_bias,
                        const Tensor& score_correction_bias)
-    : dtype_(dtype),
+    : Router(config, hidden_size),
       params_(route_params(config)),
       weight_(weight),
       router_bias_(config.has_router_bias ? upload_f32(router_bias, weight.device()) : Tensor()),
@@ -80,22 +80,21 @@ RouterCuda::RouterCuda(const RoutingConfig& config, int64_t hidden_size, DType d
             config.num_experts, hidden_size, weight_.str());
 }
 
-const float* RouterCuda::score_correction_bias() const {
+const float* CudaRouter::score_correction_bias() const {
   return score_correction_bias_.defined() ? score_correction_bias_.data<float>() : nullptr;
 }
 
-void RouterCuda::gate(const void* x, int64_t num_tokens, void* logits, void* workspace,
-                      size_t workspace_bytes, Stream* stream) const {
+void CudaRouter::gate(const void* x, int64_t num_tokens, void* logits, const RouterRun& run) const {
   if (num_tokens == 0) return;
-  gemm_.run(x, num_tokens, weight_.raw(), logits, 1.0f, workspace, workspace_bytes,
-            cuda::native(stream));
+  gemm_.run(x, num_tokens, weight_.raw(), logits, 1.0f, run.blas_workspace,
+            run.blas_workspace_bytes, cuda::native(run.stream));
 }
 
-void RouterCuda::route(const void* logits, int64_t num_tokens, int32_t* ids, float* weights,
-                       Stream* stream) const {
+void CudaRouter::route(const void* logits, int64_t num_tokens, int32_t* ids, float* weights, float*,
+                       const RouterRun& run) const {
   if (num_tokens == 0) return;
   cuda::launch_moe_route<float>(params_, logits, num_tokens, score_correction_bias(), ids, weights,
-                                cuda::native(stream));
+                                cuda::native(run.stream));
 }
 
 }  // namespace mg

@@ -2,33 +2,8 @@
 
 #include "framework/device/stream.h"
 #include "framework/parallel/communicator.h"
-#ifdef MG_WITH_CUDA
-#include "framework/device/cuda/cuda_device.h"
-#include "framework/device/cuda/dtype_dispatch.h"
-#include "ops/moe/cuda/moe_elementwise_cuda.h"
-#endif
 
 namespace mg {
-
-namespace {
-
-// y [n] += x [n] on the stream's device, in `dtype`.
-void accumulate(void* y, const void* x, int64_t n, DType dtype, Stream* stream) {
-#ifdef MG_WITH_CUDA
-  if (stream != nullptr && stream->device().is_cuda()) {
-    cuda::dispatch_float_dtype(dtype, [&](auto t) {
-      cuda::launch_moe_accumulate<decltype(t)>(y, x, n, cuda::native(stream));
-    });
-    return;
-  }
-#endif
-  MG_ASSERT(dtype == DType::kF32, "MoE on the CPU runs in F32, not {}", dtype_name(dtype));
-  float* yf = static_cast<float*>(y);
-  const float* xf = static_cast<const float*>(x);
-  for (int64_t i = 0; i < n; ++i) yf[i] += xf[i];
-}
-
-}  // namespace
 
 // Per-step arrays of the runner; the kernel's scratch follows in the same workspace.
 struct MoERunner::Buffers {
@@ -41,17 +16,17 @@ struct MoERunner::Buffers {
 
   Buffers(Workspace& ws, const MoERunner& r, int64_t n) {
     const int64_t E = r.config_.num_experts(), k = r.config_.top_k();
-    logits = ws.take<std::byte>(n * E * dtype_size(r.router_.logits_dtype()));
+    logits = ws.take<std::byte>(n * E * dtype_size(r.router_->logits_dtype()));
     ids = ws.take<int32_t>(n * k);
     weights = ws.take<float>(n * k);
-    route = ws.take<float>(r.router_.route_scratch_floats(n));
+    route = ws.take<float>(r.router_->route_scratch_floats(n));
     shared = ws.take<std::byte>(r.shared_ ? n * r.config_.hidden_size() * dtype_size(r.dtype_) : 0);
-    blas = ws.take<std::byte>(static_cast<int64_t>(r.router_.gate_workspace_bytes()));
+    blas = ws.take<std::byte>(static_cast<int64_t>(r.router_->gate_workspace_bytes()));
   }
 };
 
-MoERunner::MoERunner(MoEConfig config, ParallelConfig parallel, Router router,
-                     std::unique_ptr<FusedMoEKernel> kernel, std::optional<SharedExperts> shared)
+MoERunner::MoERunner(MoEConfig config, ParallelConfig parallel, std::unique_ptr<Router> router,
+                     std::unique_ptr<FusedMoEKernel> kernel, std::unique_ptr<SharedExperts> shared)
     : config_(std::move(config)),
       parallel_(parallel),
       dp_ranks_(parallel.dp_group()),
@@ -104,7 +79,7 @@ void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
            "planned for fewer tokens than a DP rank now has?)",
            step, step_bytes(step), workspace_bytes);
   const int64_t steps = (max_dp + step - 1) / step;
-  const bool has_side = ctx.side_stream != nullptr && shared_.has_value();
+  const bool has_side = ctx.side_stream != nullptr && shared_ != nullptr;
   const MoEExecContext kctx{ctx.pool, ctx.stream, dp_comm};
 
   for (int64_t s = 0; s < steps; ++s) {
@@ -122,8 +97,8 @@ void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
       ctx.fork->record(*ctx.stream);
       ctx.fork->wait_on(*ctx.side_stream);
     }
-    const RouterRun rr{ctx.pool, ctx.stream, b.blas, router_.gate_workspace_bytes()};
-    router_.gate(xs, n, b.logits, rr);
+    const RouterRun rr{ctx.pool, ctx.stream, b.blas, router_->gate_workspace_bytes()};
+    router_->gate(xs, n, b.logits, rr);
     // On a GPU this is queued on the side stream and overlaps the routed experts; CPU streams
     // run it right here.
     if (shared_) {
@@ -138,7 +113,7 @@ void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
       args.router_logits = reinterpret_cast<const float*>(b.logits);  // F32 (router.h)
       kernel_->apply_monolithic(args, ws, kctx);
     } else {
-      router_.route(b.logits, n, b.ids, b.weights, b.route, rr);
+      router_->route(b.logits, n, b.ids, b.weights, b.route, rr);
       args.topk_ids = b.ids;
       args.topk_weights = b.weights;
       kernel_->apply(args, ws, kctx);
@@ -152,7 +127,7 @@ void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
     if (shared_ && reduce_tp && kernel_->output_is_reduced()) {
       tp_comm->all_reduce(b.shared, n * H, dtype_, ReduceOp::kSum, ctx.stream);
     }
-    if (shared_) accumulate(os, b.shared, n * H, dtype_, ctx.stream);
+    if (shared_) shared_->add_output(os, b.shared, n * H, ctx.stream);
     if (reduce_tp && !kernel_->output_is_reduced()) {
       tp_comm->all_reduce(os, n * H, dtype_, ReduceOp::kSum, ctx.stream);
     }

@@ -48,8 +48,9 @@ struct MoERunContext {
 
 class MoERunner {
  public:
-  MoERunner(MoEConfig config, ParallelConfig parallel, Router router,
-            std::unique_ptr<FusedMoEKernel> kernel, std::optional<SharedExperts> shared);
+  // `shared` is null when the node has no shared experts.
+  MoERunner(MoEConfig config, ParallelConfig parallel, std::unique_ptr<Router> router,
+            std::unique_ptr<FusedMoEKernel> kernel, std::unique_ptr<SharedExperts> shared);
 
   const FusedMoEKernel& kernel() const { return *kernel_; }
   const ParallelConfig& parallel() const { return parallel_; }
@@ -71,10 +72,10 @@ class MoERunner {
   // World ranks of this rank's DP and TP groups (computed once: no allocation per forward).
   std::vector<int> dp_ranks_;
   std::vector<int> tp_ranks_;
-  Router router_;
+  std::unique_ptr<Router> router_;
   std::unique_ptr<FusedMoEKernel> kernel_;
-  std::optional<SharedExperts> shared_;
-  DType dtype_;  // of the activations
+  std::unique_ptr<SharedExperts> shared_;  // or null
+  DType dtype_;                            // of the activations
 };
 
 }  // namespace mg

@@ -7,21 +7,16 @@
 #include "ops/nn/linear/linear_gemm.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/runner/shared_experts_cuda.h"
-#else
-namespace mg {
-// Never constructed without CUDA; complete so that the unique_ptr member compiles.
-class SharedExpertsCuda {};
-}  // namespace mg
 #endif
 
 namespace mg {
 
-struct SharedExperts::Scratch {
+struct CpuSharedExperts::Scratch {
   float* h;     // [M, N1s]
   float* a;     // [M, Is]
   float* gate;  // [M]
 
-  Scratch(Workspace& ws, const SharedExperts& s, int64_t M) {
+  Scratch(Workspace& ws, const CpuSharedExperts& s, int64_t M) {
     const int64_t N1 =
         is_gated(s.activation_.kind) ? 2 * s.intermediate_size_ : s.intermediate_size_;
     h = ws.take<float>(M * N1);
@@ -30,9 +25,9 @@ struct SharedExperts::Scratch {
   }
 };
 
-SharedExperts::SharedExperts(const SharedExpertsConfig& config, int64_t hidden_size, int tp_size,
-                             int tp_rank, const Tensor& gate, const Tensor& up, const Tensor& down,
-                             const Tensor& expert_gate)
+CpuSharedExperts::CpuSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size,
+                                   int tp_size, int tp_rank, const Tensor& gate, const Tensor& up,
+                                   const Tensor& down, const Tensor& expert_gate)
     : activation_(config.activation), hidden_size_(hidden_size) {
   const int64_t Is = config.intermediate_size, H = hidden_size;
   MG_CHECK(Is % tp_size == 0,
@@ -57,40 +52,14 @@ SharedExperts::SharedExperts(const SharedExpertsConfig& config, int64_t hidden_s
   }
 }
 
-SharedExperts SharedExperts::on_cuda(const SharedExpertsConfig& config, int64_t hidden_size,
-                                     DType dtype, const Tensor& gate, const Tensor& up,
-                                     const Tensor& down, const Tensor& expert_gate) {
-#ifdef MG_WITH_CUDA
-  SharedExperts s;
-  s.activation_ = config.activation;
-  s.hidden_size_ = hidden_size;
-  s.intermediate_size_ = config.intermediate_size;
-  s.cuda_ =
-      std::make_unique<SharedExpertsCuda>(config, hidden_size, dtype, gate, up, down, expert_gate);
-  return s;
-#else
-  MG_FAIL("shared experts on CUDA need a build with CUDA (MG_CUDA=ON)");
-#endif
-}
-
-SharedExperts::~SharedExperts() = default;
-SharedExperts::SharedExperts(SharedExperts&&) noexcept = default;
-SharedExperts& SharedExperts::operator=(SharedExperts&&) noexcept = default;
-
-size_t SharedExperts::workspace_bytes(int64_t max_tokens) const {
-#ifdef MG_WITH_CUDA
-  if (cuda_) return cuda_->workspace_bytes(max_tokens);
-#endif
+size_t CpuSharedExperts::workspace_bytes(int64_t max_tokens) const {
   Workspace ws = Workspace::sizing();
   Scratch(ws, *this, max_tokens);
   return ws.bytes();
 }
 
-void SharedExperts::forward(const void* x_in, int64_t M, void* out_, Workspace& ws,
-                            ThreadPool* pool, Stream* stream) const {
-#ifdef MG_WITH_CUDA
-  if (cuda_) return cuda_->forward(x_in, M, out_, ws, stream);
-#endif
+void CpuSharedExperts::forward(const void* x_in, int64_t M, void* out_, Workspace& ws,
+                               ThreadPool* pool, Stream*) const {
   const float* x = static_cast<const float*>(x_in);
   float* out = static_cast<float*>(out_);
   Scratch sc(ws, *this, M);
@@ -109,6 +78,34 @@ void SharedExperts::forward(const void* x_in, int64_t M, void* out_, Workspace& 
     const float s = sigmoid(sc.gate[t]);
     for (int64_t h = 0; h < H; ++h) out[t * H + h] *= s;
   }
+}
+
+void CpuSharedExperts::add_output(void* y_in, const void* x_in, int64_t n, Stream*) const {
+  float* y = static_cast<float*>(y_in);
+  const float* x = static_cast<const float*>(x_in);
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+std::unique_ptr<SharedExperts> make_shared_experts(Device device, const SharedExpertsConfig& config,
+                                                   int64_t hidden_size, DType dtype, int tp_size,
+                                                   int tp_rank, const Tensor& gate,
+                                                   const Tensor& up, const Tensor& down,
+                                                   const Tensor& expert_gate) {
+  switch (device.type) {
+    case DeviceType::kCPU:
+      return std::make_unique<CpuSharedExperts>(config, hidden_size, tp_size, tp_rank, gate, up,
+                                                down, expert_gate);
+    case DeviceType::kCUDA:
+#ifdef MG_WITH_CUDA
+      MG_CHECK(tp_size == 1, "op moe: shared experts on CUDA run one rank only, not tp {}",
+               tp_size);
+      return std::make_unique<CudaSharedExperts>(config, hidden_size, dtype, gate, up, down,
+                                                 expert_gate);
+#else
+      MG_FAIL("shared experts on {} need a build with CUDA (MG_CUDA=ON)", device.str());
+#endif
+  }
+  MG_FAIL("shared experts have no class for {}", device.str());
 }
 
 }  // namespace mg

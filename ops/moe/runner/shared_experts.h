@@ -6,55 +6,70 @@
 // With tensor parallelism (tp_size > 1) each TP rank holds a slice of Is and produces a partial
 // sum; the runner adds it to the routed output before the TP all-reduce (the sigmoid gate is a
 // per-token scalar, so it distributes over the slices).
+//
+// SharedExperts is the interface the runner calls; make_shared_experts builds the class of the
+// device: CpuSharedExperts (here, F32 on the thread pool) or CudaSharedExperts
+// (shared_experts_cuda.h: cuBLASLt GEMMs queued on a stream).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 #include "framework/core/tensor.h"
+#include "framework/device/device.h"
 #include "ops/moe/config.h"
 #include "ops/moe/kernel/workspace.h"
 
 namespace mg {
 
-class SharedExpertsCuda;
 class Stream;
 class ThreadPool;
 
 class SharedExperts {
  public:
+  virtual ~SharedExperts() = default;
+
+  virtual size_t workspace_bytes(int64_t max_tokens) const = 0;
+  // out [M, H] = this rank's share of shared(x [M, H]), in the activation dtype (F32 on the
+  // CPU), run on `pool` / queued on `stream` (the runner's side stream on a GPU).
+  virtual void forward(const void* x, int64_t num_tokens, void* out, Workspace& ws,
+                       ThreadPool* pool, Stream* stream) const = 0;
+  // y [n] += shared_out [n] (the routed output plus this one), on `stream`.
+  virtual void add_output(void* y, const void* shared_out, int64_t n, Stream* stream) const = 0;
+};
+
+class CpuSharedExperts final : public SharedExperts {
+ public:
   // gate [Is, H] (gated activations only), up [Is, H], down [H, Is], expert_gate [1, H] iff
   // config.has_gate; host F32. Keeps its own copy of this TP rank's slice. Throws mg::Error when
   // Is does not split over tp_size.
-  SharedExperts(const SharedExpertsConfig& config, int64_t hidden_size, int tp_size, int tp_rank,
-                const Tensor& gate, const Tensor& up, const Tensor& down,
-                const Tensor& expert_gate);
-  // On a CUDA device, one rank (no TP slicing): the same weights in `dtype` on that device, as
-  // the plan places them. Throws mg::Error for an activation the CUDA path lacks.
-  static SharedExperts on_cuda(const SharedExpertsConfig& config, int64_t hidden_size, DType dtype,
-                               const Tensor& gate, const Tensor& up, const Tensor& down,
-                               const Tensor& expert_gate);
-  ~SharedExperts();
-  SharedExperts(SharedExperts&&) noexcept;
-  SharedExperts& operator=(SharedExperts&&) noexcept;
+  CpuSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size, int tp_size, int tp_rank,
+                   const Tensor& gate, const Tensor& up, const Tensor& down,
+                   const Tensor& expert_gate);
 
-  size_t workspace_bytes(int64_t max_tokens) const;
-  // out [M, H] = this rank's share of shared(x [M, H]), in the activation dtype (F32 on the
-  // CPU). On CUDA it is queued on `stream` (the runner's side stream).
+  size_t workspace_bytes(int64_t max_tokens) const override;
   void forward(const void* x, int64_t num_tokens, void* out, Workspace& ws, ThreadPool* pool,
-               Stream* stream) const;
+               Stream* stream) const override;
+  void add_output(void* y, const void* shared_out, int64_t n, Stream* stream) const override;
 
  private:
   struct Scratch;
-  SharedExperts() = default;
 
   ActivationConfig activation_;
   int64_t hidden_size_;
-  int64_t intermediate_size_;                // this rank's slice
-  Tensor w13_;                               // [N1s, H]
-  Tensor w2_;                                // [H, Is]
-  Tensor expert_gate_;                       // [H] or undefined
-  std::unique_ptr<SharedExpertsCuda> cuda_;  // set by on_cuda()
+  int64_t intermediate_size_;  // this rank's slice
+  Tensor w13_;                 // [N1s, H]
+  Tensor w2_;                  // [H, Is]
+  Tensor expert_gate_;         // [H] or undefined
 };
+
+// The shared experts of `device` for TP rank `tp_rank` of `tp_size`: weights as the plan places
+// them (CPU: host F32; CUDA: `dtype` on that device, one rank). Throws mg::Error for what the
+// device's class lacks (CUDA: tensor parallelism, an activation) or a device this build lacks.
+std::unique_ptr<SharedExperts> make_shared_experts(Device device, const SharedExpertsConfig& config,
+                                                   int64_t hidden_size, DType dtype, int tp_size,
+                                                   int tp_rank, const Tensor& gate,
+                                                   const Tensor& up, const Tensor& down,
+                                                   const Tensor& expert_gate);
 
 }  // namespace mg

@@ -27,13 +27,13 @@ Tensor concat_rows(const Tensor& gate, const Tensor& up, bool gated) {
 
 }  // namespace
 
-struct SharedExpertsCuda::Scratch {
+struct CudaSharedExperts::Scratch {
   std::byte* h;     // [M, N1s]
   std::byte* a;     // [M, Is]
   std::byte* gate;  // [M]
   std::byte* blas;  // cuBLAS workspace
 
-  Scratch(Workspace& ws, const SharedExpertsCuda& s, int64_t M) {
+  Scratch(Workspace& ws, const CudaSharedExperts& s, int64_t M) {
     const int64_t es = dtype_size(s.dtype_), Is = s.config_.intermediate_size;
     h = ws.take<std::byte>(M * s.w13_.dim(0) * es);
     a = ws.take<std::byte>(M * Is * es);
@@ -42,7 +42,7 @@ struct SharedExpertsCuda::Scratch {
   }
 };
 
-SharedExpertsCuda::SharedExpertsCuda(const SharedExpertsConfig& config, int64_t hidden_size,
+CudaSharedExperts::CudaSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size,
                                      DType dtype, const Tensor& gate, const Tensor& up,
                                      const Tensor& down, const Tensor& expert_gate)
     : config_(config),
@@ -59,13 +59,13 @@ SharedExpertsCuda::SharedExpertsCuda(const SharedExpertsConfig& config, int64_t 
   if (config.has_gate) gemm_gate_.emplace(dtype, hidden_size, 1, nullptr, up.device().index);
 }
 
-size_t SharedExpertsCuda::workspace_bytes(int64_t max_tokens) const {
+size_t CudaSharedExperts::workspace_bytes(int64_t max_tokens) const {
   Workspace ws = Workspace::sizing();
   Scratch(ws, *this, max_tokens);
   return ws.bytes();
 }
 
-void SharedExpertsCuda::forward(const void* x, int64_t M, void* out, Workspace& ws,
+void CudaSharedExperts::forward(const void* x, int64_t M, void* out, Workspace& ws, ThreadPool*,
                                 Stream* stream) const {
   Scratch sc(ws, *this, M);
   if (M == 0) return;
@@ -82,6 +82,13 @@ void SharedExpertsCuda::forward(const void* x, int64_t M, void* out, Workspace& 
   gemm_gate_->run(x, M, expert_gate_.raw(), sc.gate, 1.0f, sc.blas, blas_bytes, s);
   cuda::dispatch_float_dtype(dtype_, [&](auto t) {
     cuda::launch_moe_scale_rows_sigmoid<decltype(t)>(out, sc.gate, M, H, s);
+  });
+}
+
+void CudaSharedExperts::add_output(void* y, const void* shared_out, int64_t n,
+                                   Stream* stream) const {
+  cuda::dispatch_float_dtype(dtype_, [&](auto t) {
+    cuda::launch_moe_accumulate<decltype(t)>(y, shared_out, n, cuda::native(stream));
   });
 }
 

@@ -1,4 +1,5 @@
-// The CUDA half of SharedExperts (shared_experts.h), one rank:
+// The shared experts on CUDA (shared_experts.h's SharedExperts; make_shared_experts builds it),
+// one rank:
 //   h   [M, N1s] = x . [gate; up]^T      one cuBLASLt GEMM over the concatenated weights
 //   a   [M, Is]  = act(h)                 launch_moe_activation
 //   out [M, H]   = a . down^T             cuBLASLt
@@ -14,22 +15,25 @@
 #include "framework/core/tensor.h"
 #include "ops/moe/config.h"
 #include "ops/moe/kernel/workspace.h"
+#include "ops/moe/runner/shared_experts.h"
 #include "ops/nn/linear/linear_gemm_cuda.h"
 
 namespace mg {
 
 class Stream;
 
-class SharedExpertsCuda {
+class CudaSharedExperts final : public SharedExperts {
  public:
   // gate [Is, H] (gated activations), up [Is, H], down [H, Is], expert_gate [1, H] iff
   // config.has_gate: `dtype` tensors on one CUDA device.
-  SharedExpertsCuda(const SharedExpertsConfig& config, int64_t hidden_size, DType dtype,
+  CudaSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size, DType dtype,
                     const Tensor& gate, const Tensor& up, const Tensor& down,
                     const Tensor& expert_gate);
 
-  size_t workspace_bytes(int64_t max_tokens) const;
-  void forward(const void* x, int64_t num_tokens, void* out, Workspace& ws, Stream* stream) const;
+  size_t workspace_bytes(int64_t max_tokens) const override;
+  void forward(const void* x, int64_t num_tokens, void* out, Workspace& ws, ThreadPool* pool,
+               Stream* stream) const override;
+  void add_output(void* y, const void* shared_out, int64_t n, Stream* stream) const override;
 
  private:
   struct Scratch;

@@ -68,6 +68,35 @@ TEST(Oracle, AcceptsARequestThatFits) {
   EXPECT_EQ(select_cpu(q.get("auto")).backend->name(), "cpu_eigen");
 }
 
+// `backend:kernel` forces one of the backend's kernels; backends with one kernel take none.
+TEST(Oracle, KernelRequestsGoToTheBackend) {
+  EXPECT_EQ(split_backend_request("cuda_moe:grouped_tma").backend, "cuda_moe");
+  EXPECT_EQ(split_backend_request("cuda_moe:grouped_tma").kernel, "grouped_tma");
+  EXPECT_EQ(split_backend_request("cpu_eigen").kernel, "");
+  Query q;
+  EXPECT_MG_ERROR(select_cpu(q.get("cpu_eigen:fast")),
+                  "MoE backend 'cpu_eigen' was requested with kernel 'fast', which cannot run: "
+                  "cpu_eigen runs one kernel and takes no kernel request");
+  const OracleChoice c = select_cpu(q.get("cpu_eigen:auto"));
+  EXPECT_EQ(c.backend->name(), "cpu_eigen");
+  EXPECT_EQ(c.kernel, "auto");
+  EXPECT_EQ(c.describe().substr(0, 42), "cpu_eigen (requested, kernel auto, prepare");
+  EXPECT_MG_ERROR(select_cpu(q.get("triton:x")), "unknown MoE backend 'triton'");
+}
+
+// The experts a backend builds read their name and form from it.
+TEST(Oracle, ExpertsReadTheirDescriptorFromTheirBackend) {
+  Query q;
+  for (const ExpertsBackend* b : unquantized_priority(Device::cpu())) {
+    const std::unique_ptr<Experts> e = b->create(ExpertsBuild{
+        q.config, q.shape, Device::cpu(), moe_test::random_weights(q.config, 5), Tensor()});
+    EXPECT_EQ(&e->backend(), b);
+    EXPECT_EQ(e->name(), b->name());
+    EXPECT_EQ(e->is_monolithic(), b->is_monolithic());
+    EXPECT_EQ(e->activation_format(), b->activation_format());
+  }
+}
+
 TEST(Oracle, RefusesARequestThatDoesNotFitWithTheFailedCheck) {
   Query q;
   EXPECT_MG_ERROR(select_cpu(q.get("cpu_batched")),
@@ -103,7 +132,7 @@ TEST(Oracle, NothingFitsListsEveryBackendWithItsReason) {
   const std::vector<const ExpertsBackend*> cuda = unquantized_priority(Device::cuda(0));
   if (built_with_cuda()) {
     ASSERT_EQ(cuda.size(), 3u);
-    EXPECT_EQ(cuda[0]->name(), "cuda_fused");
+    EXPECT_EQ(cuda[0]->name(), "cuda_moe");
     EXPECT_EQ(cuda[1]->name(), "cuda_grouped");
     EXPECT_EQ(cuda[2]->name(), "cuda_cublas");
   } else {

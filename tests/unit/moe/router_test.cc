@@ -288,7 +288,7 @@ TEST(RouterGate, LogitsAreXTimesWeightTransposedPlusBias) {
   const int64_t H = 7, M = 3;
   Tensor w = testing::random_tensor({5, H}, 1);
   Tensor b = testing::random_tensor({5}, 2);
-  Router router(c, H, w, b, Tensor());
+  CpuRouter router(c, H, w, b, Tensor());
   const std::vector<float> x = testing::random_floats(M * H, 3);
   std::vector<float> logits(M * 5);
   ThreadPool pool(2);
