@@ -35,9 +35,11 @@ std::string ConfigReader::string(std::string_view key) const {
   return json_string(*obj_, key, label_);
 }
 
-int64_t ConfigReader::positive(std::string_view key) const {
+int64_t ConfigReader::positive(std::string_view key, int64_t max) const {
   const int64_t v = integer(key);
-  if (v <= 0) fail(key, fmt::format("expected a positive integer, found {}", v));
+  if (v <= 0 || v > max) {
+    fail(key, fmt::format("expected a positive integer of at most {}, found {}", max, v));
+  }
   return v;
 }
 

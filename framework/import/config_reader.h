@@ -16,6 +16,13 @@
 
 namespace mg {
 
+// The bound of size-like config values (hidden, intermediate, vocab, layers, heads, windows):
+// 2^24, above every released model's (the largest vocabularies are ~262k entries).
+inline constexpr int64_t kMaxConfigSize = int64_t{1} << 24;
+// The bound of expert counts: the importer lists every expert's tensors before it finds one
+// missing, so this bounds that list (released models have at most a few hundred experts).
+inline constexpr int64_t kMaxConfigExperts = 65536;
+
 class ConfigReader {
  public:
   // `obj` must outlive the reader. `label` names the file (and nested key) in errors.
@@ -34,8 +41,9 @@ class ConfigReader {
   int64_t integer(std::string_view key) const;
   double number(std::string_view key) const;
   std::string string(std::string_view key) const;
-  // A positive integer.
-  int64_t positive(std::string_view key) const;
+  // A positive integer, at most `max`: every size-like config value is bounded before anything is
+  // sized from it (the fuzzer found an olmoe num_experts of 4e10 that sized a 6 TB vector).
+  int64_t positive(std::string_view key, int64_t max = kMaxConfigSize) const;
 
   // Optional values: the default when missing or null; a value of the wrong type is an error.
   int64_t integer_or(std::string_view key, int64_t fallback) const;

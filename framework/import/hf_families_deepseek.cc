@@ -30,14 +30,19 @@ DeepseekConfig read_deepseek(const ConfigReader& c, double default_scaling_facto
   d.common =
       read_common(c, {.rms_eps = 1e-6, .rope_theta = 10000.0, .max_position_embeddings = 4096});
   const CommonConfig& cc = d.common;
-  d.experts = c.positive(c.pick({"n_routed_experts", "num_local_experts", "num_experts"}));
+  d.experts = c.positive(c.pick({"n_routed_experts", "num_local_experts", "num_experts"}),
+                         kMaxConfigExperts);
   d.top_k = read_top_k(c, d.experts);
   d.moe_inter = c.positive("moe_intermediate_size");
   d.first_dense = c.integer_or("first_k_dense_replace", default_first_dense);
   if (d.first_dense < 0) c.fail("first_k_dense_replace", "expected a non-negative integer");
   if (d.first_dense > 0) d.dense_inter = c.positive("intermediate_size");
-  d.shared_inter = d.moe_inter * c.integer_or("n_shared_experts", 0);
-  if (d.shared_inter < 0) c.fail("n_shared_experts", "expected a non-negative integer");
+  const int64_t shared_experts = c.integer_or("n_shared_experts", 0);
+  if (shared_experts < 0 || shared_experts > kMaxConfigExperts) {
+    c.fail("n_shared_experts",
+           fmt::format("expected a non-negative integer of at most {}", kMaxConfigExperts));
+  }
+  d.shared_inter = d.moe_inter * shared_experts;  // <= 2^24 * 2^16: no overflow
   d.routed_scaling_factor = positive_float_param(
       c, "routed_scaling_factor", c.number_or("routed_scaling_factor", default_scaling_factor));
 

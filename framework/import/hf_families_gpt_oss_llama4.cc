@@ -28,7 +28,8 @@ CommonConfig import_gpt_oss(ImportGraph& g, const ConfigReader& c, const LayerPr
   const CommonConfig cc = read_common(
       c,
       {.rms_eps = 1e-5, .rope_theta = 150000.0, .head_dim = 64, .max_position_embeddings = 131072});
-  const int64_t experts = c.positive(c.pick({"num_local_experts", "num_experts"}));
+  const int64_t experts =
+      c.positive(c.pick({"num_local_experts", "num_experts"}), kMaxConfigExperts);
   const int64_t top_k =
       read_top_k(c, experts, c.pick({"num_experts_per_tok", "experts_per_token"}));
   const int64_t inter = c.positive("intermediate_size");
@@ -93,7 +94,7 @@ CommonConfig import_llama4(ImportGraph& g, const ConfigReader& c, const LayerPro
                                           .max_position_embeddings = 4096 * 32});
   const bool multimodal = g.has("language_model.model.embed_tokens.weight");
   const std::string model_prefix = multimodal ? "language_model.model." : "model.";
-  const int64_t experts = c.positive("num_local_experts");
+  const int64_t experts = c.positive("num_local_experts", kMaxConfigExperts);
   const int64_t top_k = read_top_k(c, experts);
   if (top_k != 1)
     c.fail("num_experts_per_tok", fmt::format("Llama-4 routing needs 1, found {}", top_k));

@@ -78,7 +78,10 @@ CommonConfig import_qwen_moe(ImportGraph& g, const ConfigReader& c, const LayerP
       read_common(c, {.rms_eps = 1e-6, .rope_theta = 10000.0, .max_position_embeddings = 32768});
   const std::string_view experts_key = c.pick({"num_experts", "num_local_experts"});
   const int64_t experts = c.integer(experts_key);
-  if (experts < 0) c.fail(experts_key, "expected a non-negative integer");
+  if (experts < 0 || experts > kMaxConfigExperts) {
+    c.fail(experts_key,
+           fmt::format("expected a non-negative integer of at most {}", kMaxConfigExperts));
+  }
   const std::vector<bool> sparse = qwen_sparse_layers(c, cc.layers, experts);
   const bool any_sparse = std::find(sparse.begin(), sparse.end(), true) != sparse.end();
   const bool any_dense = std::find(sparse.begin(), sparse.end(), false) != sparse.end();
@@ -159,7 +162,8 @@ int64_t read_top_k(const ConfigReader& c, int64_t experts, std::string_view key)
 CommonConfig import_mixtral(ImportGraph& g, const ConfigReader& c, const LayerProgress& on_layer) {
   const CommonConfig cc =
       read_common(c, {.rms_eps = 1e-5, .rope_theta = 1e6, .max_position_embeddings = 4096 * 32});
-  const int64_t experts = c.positive(c.pick({"num_local_experts", "num_experts"}));
+  const int64_t experts =
+      c.positive(c.pick({"num_local_experts", "num_experts"}), kMaxConfigExperts);
   const int64_t top_k = read_top_k(c, experts);
   const int64_t inter = c.positive("intermediate_size");
   const int64_t window = c.integer_or("sliding_window", 0);
@@ -198,7 +202,8 @@ CommonConfig import_qwen3_moe(ImportGraph& g, const ConfigReader& c,
 CommonConfig import_olmoe(ImportGraph& g, const ConfigReader& c, const LayerProgress& on_layer) {
   const CommonConfig cc =
       read_common(c, {.rms_eps = 1e-5, .rope_theta = 10000.0, .max_position_embeddings = 4096});
-  const int64_t experts = c.positive(c.pick({"num_experts", "num_local_experts"}));
+  const int64_t experts =
+      c.positive(c.pick({"num_experts", "num_local_experts"}), kMaxConfigExperts);
   const int64_t top_k = read_top_k(c, experts);
   const int64_t inter = c.positive("intermediate_size");
   const bool norm_topk = c.boolean_or("norm_topk_prob", false);
@@ -236,7 +241,7 @@ CommonConfig import_granitemoe(ImportGraph& g, const ConfigReader& c,
                                const LayerProgress& on_layer) {
   const CommonConfig cc =
       read_common(c, {.rms_eps = 1e-6, .rope_theta = 10000.0, .max_position_embeddings = 2048});
-  const int64_t experts = c.positive("num_local_experts");
+  const int64_t experts = c.positive("num_local_experts", kMaxConfigExperts);
   const int64_t top_k = read_top_k(c, experts);
   const int64_t inter = c.positive("intermediate_size");
   const int64_t shared_inter = c.integer_or("shared_intermediate_size", 0);

@@ -288,6 +288,22 @@ TEST(HfBadCheckpoint, InconsistentConfigValue) {
   expect_clean_error(import(dir), {"key 'num_experts_per_tok': 9 experts per token"});
 }
 
+// Found by fuzz_hf_config: an expert count of 4e10 listed every expert's tensors (a 6 TB vector)
+// before finding the first missing one. Every size-like config value has a bound.
+TEST(HfBadCheckpoint, HugeSizesAreBoundedBeforeAnythingIsSized) {
+  const auto dir = copy_fixture("huge-experts", "olmoe");
+  nlohmann::json config = read_config(dir);
+  config["num_experts"] = 42949672964;
+  write_config(dir, config);
+  expect_clean_error(import(dir), {"key 'num_experts': expected a positive integer of at most "
+                                   "65536, found 42949672964"});
+  config["num_experts"] = 8;
+  config["num_hidden_layers"] = int64_t{1} << 40;
+  write_config(dir, config);
+  expect_clean_error(import(dir), {"key 'num_hidden_layers': expected a positive integer of at "
+                                   "most 16777216"});
+}
+
 TEST(HfBadCheckpoint, BadJson) {
   const auto dir = copy_fixture("bad-json");
   write_text(dir / "config.json", "{\"model_type\": \"mixtral\",");
