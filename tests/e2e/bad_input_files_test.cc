@@ -391,7 +391,7 @@ TEST(SilentGarbage, MakeModelValidatesBeforeWriting) {
                            {"--experts (6)", "groups"});
   expect_quick_clean_error(run_timed({"make-model", "--family", "mixtral", "--out", out.string(),
                                       "--topk", "0", "--graph-only"}),
-                           {"--topk (0)"});
+                           {"--topk", "0"});
   EXPECT_FALSE(std::filesystem::exists(out / "model.pbtxt"));
 }
 
