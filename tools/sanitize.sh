@@ -13,7 +13,7 @@ labels="${MG_SANITIZE_LABELS:-unit|e2e}"
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMG_CUDA=OFF \
   -DMG_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=all"
-cmake --build "$build" -j "$jobs"
+cmake --build "$build" -j "$jobs" --target moegraph mg_unit_tests mg_e2e_tests
 
 # detect_leaks: every test process must free what it allocated; allocator_may_return_null: a refused
 # huge allocation is std::bad_alloc as in a normal build (the bad-input tests expect that error

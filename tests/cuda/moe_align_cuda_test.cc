@@ -5,8 +5,10 @@
 // from 1 pair (decode) to 131072 pairs (the multi-block path), one expert taking everything.
 #include <gtest/gtest.h>
 
+#ifdef MG_WITH_CUDA  // the CUDA headers exist only where the toolkit is installed
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#endif
 
 #include <algorithm>
 #include <cmath>

@@ -5,8 +5,10 @@
 // weights within 1e-5 relative. Then rows with NaN, +-inf, no finite logit and exact ties.
 #include <gtest/gtest.h>
 
+#ifdef MG_WITH_CUDA  // the CUDA headers exist only where the toolkit is installed
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#endif
 
 #include <cmath>
 #include <cstring>

@@ -118,8 +118,10 @@ Command add_make_model_command(CLI::App& app) {
                   const char* help) {
     CLI::Option* opt = cmd->add_option(flag, s.*field, help)->check(int_range(min, max));
     args->sizes.push_back(opt);
+    // A raw pointer: the lambda is stored in *args, so a shared_ptr here would be a cycle that is
+    // never freed (LeakSanitizer reported it); the command holds args for as long as it runs.
     args->overrides.emplace_back(
-        opt, [args, field](DecoderSpec& spec) { spec.*field = args->spec.*field; });
+        opt, [a = args.get(), field](DecoderSpec& spec) { spec.*field = a->spec.*field; });
   };
   size("--layers", &DecoderSpec::layers, 1, 1024, "Decoder layers");
   size("--hidden", &DecoderSpec::hidden, 1, 65536, "Hidden size");
