@@ -141,10 +141,11 @@ Command add_make_model_command(CLI::App& app) {
   CLI::Option* seed = cmd->add_option("--seed", s.seed, "Random seed")
                           ->capture_default_str()
                           ->check(non_negative_u64());
-  args->overrides.emplace_back(seed, [args](DecoderSpec& spec) { spec.seed = args->spec.seed; });
+  MakeModelArgs* a = args.get();  // as in size(): no shared_ptr inside *args
+  args->overrides.emplace_back(seed, [a](DecoderSpec& spec) { spec.seed = a->spec.seed; });
   CLI::Option* tie = cmd->add_flag("--tie-embeddings", s.tie_embeddings, "lm_head = embedding");
   args->overrides.emplace_back(
-      tie, [args](DecoderSpec& spec) { spec.tie_embeddings = args->spec.tie_embeddings; });
+      tie, [a](DecoderSpec& spec) { spec.tie_embeddings = a->spec.tie_embeddings; });
   return [args] {
     args->spec.family = args->family;
     return make_model(*args);
