@@ -7,6 +7,7 @@
 #   CORPUS_ROOT:    corpora live in CORPUS_ROOT/<target>; seeds are regenerated into
 #                   CORPUS_ROOT/seeds; findings go to CORPUS_ROOT/artifacts.
 # Each worker is one libFuzzer process (-jobs/-workers), so CPU time = SECONDS x WORKERS.
+# MG_FUZZ_TARGETS (default: all four) picks the targets, e.g. "fuzz_hf_config".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -22,8 +23,9 @@ mkdir -p "$root/artifacts" "$root/logs"
 
 declare -A corpus=([fuzz_safetensors]=safetensors [fuzz_graph_loader]=graph [fuzz_npy]=npy
                    [fuzz_hf_config]=hf)
+targets="${MG_FUZZ_TARGETS:-fuzz_safetensors fuzz_graph_loader fuzz_npy fuzz_hf_config}"
 pids=()
-for target in fuzz_safetensors fuzz_graph_loader fuzz_npy fuzz_hf_config; do
+for target in $targets; do
   c="${corpus[$target]}"
   mkdir -p "$root/$c" "$root/logs/$target"
   # -jobs = -workers: that many processes fuzz the shared corpus for the whole time (a job
@@ -38,7 +40,7 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 
 printf '%-18s %8s %12s %10s %s\n' target cpu_s executions cov/ft findings
-for target in fuzz_safetensors fuzz_graph_loader fuzz_npy fuzz_hf_config; do
+for target in $targets; do
   logs="$root/logs/$target"
   execs=$(cat "$logs"/fuzz-*.log 2>/dev/null | grep -h 'stat::number_of_executed_units' |
           awk '{s += $2} END {print s + 0}')
