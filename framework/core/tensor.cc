@@ -5,9 +5,9 @@
 #include <numeric>
 
 #include "framework/core/checked_math.h"
+#include "framework/core/float_dtype.h"
 #include "framework/core/half.h"
 #include "framework/core/host_memory.h"
-#include "framework/core/float_dtype.h"
 
 namespace mg {
 

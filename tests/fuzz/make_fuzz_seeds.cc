@@ -3,10 +3,10 @@
 // (hf seeds: one per committed HF fixture, in fuzz_hf_config's layout: a family byte, the
 // fixture's config.json, and for the first family also a variant with a shard index)
 // Seeds are generated, not committed: the build folder holds them (docs/formats.md, "Fuzzing").
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -138,8 +138,9 @@ void write_hf_seeds(const std::filesystem::path& dir) {
     seed += config.str();
     std::ofstream(dir / (families[i].filename().string() + ".seed"), std::ios::binary) << seed;
     if (i == 0) {
-      seed += "\n#index#\n{\"metadata\": {}, \"weight_map\": {\"model.embed_tokens.weight\": "
-              "\"model.safetensors\"}}";
+      seed +=
+          "\n#index#\n{\"metadata\": {}, \"weight_map\": {\"model.embed_tokens.weight\": "
+          "\"model.safetensors\"}}";
       std::ofstream(dir / (families[i].filename().string() + "_index.seed"), std::ios::binary)
           << seed;
     }
