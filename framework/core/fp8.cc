@@ -90,4 +90,12 @@ uint8_t float_to_fp8_e5m2(float f) {
   return encode(kE5M2, f);
 }
 
+float quantize_fp8_e4m3_group(const float* x, int64_t n, uint8_t* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = std::max(amax, kFp8ActAmaxFloor) / kFp8E4M3Max;
+  for (int64_t i = 0; i < n; ++i) q[i] = float_to_fp8_e4m3(x[i] / scale);
+  return scale;
+}
+
 }  // namespace mg

@@ -21,4 +21,18 @@ uint8_t float_to_fp8_e4m3(float f);
 float fp8_e5m2_to_float(uint8_t code);
 uint8_t float_to_fp8_e5m2(float f);
 
+// Dynamic FP8 activation quantisation, one group (DeepSeek-V3's act_quant, HF's FP8Linear, vLLM's
+// per-token-group quant: one group is 128 consecutive channels of one token):
+//   amax  = max |x[i]|                                  (fp32)
+//   scale = max(amax, kFp8ActAmaxFloor) / 448           (fp32 division; the floor is vLLM's eps:
+//                                                        an all-zero group gets a finite scale
+//                                                        and zero codes, where DeepSeek's kernel
+//                                                        would divide by zero)
+//   q[i]  = e4m3(x[i] / scale)                          (fp32 division, then RNE)
+// so that x[i] ~ fp8_e4m3_to_float(q[i]) * scale. Every step is one IEEE operation, which the CUDA
+// kernels repeat in the same order: both devices give the same codes and scales bit for bit.
+// Returns the scale. x must be finite.
+inline constexpr float kFp8ActAmaxFloor = 1e-10f;
+float quantize_fp8_e4m3_group(const float* x, int64_t n, uint8_t* q);
+
 }  // namespace mg

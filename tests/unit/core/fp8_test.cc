@@ -94,5 +94,23 @@ TEST(Fp8, OverflowUnderflowAndSpecialsFollowTorch) {
   EXPECT_TRUE(std::isnan(fp8_e5m2_to_float(float_to_fp8_e5m2(NAN))));
 }
 
+TEST(Fp8, ActivationGroupQuantisationUsesAmaxOver448) {
+  // amax 3.5 -> scale 3.5/448 = 1/128: every value is x * 128 rounded to e4m3.
+  const float x[5] = {3.5f, -1.0f, 0.01f, 0.0f, -3.5f};
+  uint8_t q[5];
+  const float scale = quantize_fp8_e4m3_group(x, 5, q);
+  EXPECT_EQ(scale, 3.5f / 448.0f);
+  EXPECT_EQ(q[0], 0x7E);  // 448
+  EXPECT_EQ(q[4], 0xFE);  // -448
+  EXPECT_EQ(fp8_e4m3_to_float(q[1]), -128.0f);
+  EXPECT_EQ(q[2], float_to_fp8_e4m3(0.01f / scale));
+  EXPECT_EQ(q[3], 0x00);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(fp8_e4m3_to_float(q[i]) * scale, x[i], 0.07f * 3.5f);
+  // An all-zero group gets the floor's finite scale and zero codes.
+  const float zeros[3] = {0.0f, 0.0f, 0.0f};
+  EXPECT_EQ(quantize_fp8_e4m3_group(zeros, 3, q), kFp8ActAmaxFloor / 448.0f);
+  EXPECT_EQ(q[0] | q[1] | q[2], 0);
+}
+
 }  // namespace
 }  // namespace mg
