@@ -33,6 +33,10 @@ struct CompileOptions {
   // scales, biases) in 1 ± 0.05. Weights of at least kDeviceRandomWeightElements elements are
   // made on the compile device, in their declared dtype; smaller ones on the host.
   std::optional<uint64_t> random_weights;
+  // Quantized weights whose checkpoint quantizes the activations too (ACT_QUANT_DYNAMIC: W8A8)
+  // do so when true; false keeps every activation in the compute dtype (W8A16: the weights are
+  // still read quantized). moegraph --activation-quant none.
+  bool quantize_activations = true;
 };
 
 // Random weights this large are generated where they are used (a 30B-parameter model would take

@@ -23,9 +23,14 @@ struct PlanValue {
   size_t arena_bytes = 0;
   int first_step = 0;
   int last_step = 0;
-  // Weights: as placed for compute-placement consumers and as loaded for raw consumers.
+  // Weights: as placed for compute-placement consumers and as loaded for raw consumers. For a
+  // quantized weight, raw_weight holds the codes (for consumers that take them, with `quant`),
+  // `dequantized` their host F32 values for raw consumers that do not take codes, and `weight`
+  // those values placed for compute consumers.
   Tensor weight;
   Tensor raw_weight;
+  WeightQuantization quant;
+  Tensor dequantized;
 };
 
 struct PlanNode {

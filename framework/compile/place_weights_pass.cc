@@ -8,10 +8,13 @@
 
 #include "framework/compile/pass.h"
 #include "framework/core/checked_math.h"
+#include "framework/core/fp8.h"
 #include "framework/core/logging.h"
+#include "framework/core/quant.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/random_fill.h"
+#include "framework/graph/tensor_quantization.h"
 #include "framework/io/proto_dtype.h"
 
 namespace mg {
@@ -67,6 +70,46 @@ Tensor random_weight(const proto::TensorInfo& info, const Graph& graph, Device d
   return t;
 }
 
+// Random codes and scales for quantized tensor `info` whose values come out like random_weight's
+// (uniform in +-1/sqrt(C)): codes uniform over the E4M3 range, every scale 1 / (448 sqrt(C)) times
+// a factor in [0.5, 1.5) so that groups differ.
+std::pair<Tensor, WeightQuantization> random_quantized_weight(const proto::TensorInfo& info,
+                                                              const GroupShape& group,
+                                                              uint64_t seed) {
+  const Shape shape(info.shape().begin(), info.shape().end());
+  Tensor values = Tensor::empty_cpu(DType::kF32, shape);
+  fill_uniform(values, mix64(seed ^ fnv1a(info.name())), 0.0f, kFp8E4M3Max, nullptr);
+  Tensor codes = Tensor::empty_cpu(DType::kF8E4M3, shape);
+  const float* v = values.data<float>();
+  uint8_t* c = fp8_codes(codes);
+  for (int64_t i = 0; i < values.numel(); ++i) c[i] = float_to_fp8_e4m3(v[i]);
+  WeightQuantization q;
+  q.group = group;
+  q.scale = Tensor::empty_cpu(DType::kF32, scale_shape_for(shape, group));
+  fill_uniform(q.scale, mix64(seed ^ fnv1a(info.quantization().scale())), 1.0f, 0.5f, nullptr);
+  const float base = 1.0f / (kFp8E4M3Max * std::sqrt(static_cast<float>(shape.back())));
+  float* sc = q.scale.data<float>();
+  for (int64_t i = 0; i < q.scale.numel(); ++i) sc[i] *= base;
+  return {std::move(codes), std::move(q)};
+}
+
+// Loads (or generates) quantized weight `info` into `v`: codes in raw_weight, scales in quant.
+void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& graph,
+                    CompileState& state) {
+  const GroupShape group = *graph.value(v.name).type->quant_group;
+  if (state.options.random_weights) {
+    std::tie(v.raw_weight, v.quant) =
+        random_quantized_weight(info, group, *state.options.random_weights);
+  } else {
+    v.raw_weight = state.weights->load(info);
+    const GraphValue& scale = graph.value(info.quantization().scale());
+    v.quant.scale = to_f32_cpu(state.weights->load(graph.model().tensors(scale.tensor_index)));
+    v.quant.group = group;
+  }
+  v.quant.activation = activation_quant_of(info.quantization());
+  v.quant.activation_group = info.quantization().activation_group();
+}
+
 class PlaceWeightsPass final : public Pass {
  public:
   std::string_view name() const override { return "place-weights"; }
@@ -92,6 +135,7 @@ class PlaceWeightsPass final : public Pass {
 
     for (const proto::ValueInfo& in : graph.model().inputs()) add_value(*plan, graph, in.name());
     size_t placed_bytes = 0;
+    int dequantized = 0;
     for (int i : graph.order()) {
       const proto::Node& n = graph.node(i);
       const auto specs = OpRegistry::global().find(n.op())->inputs();
@@ -99,15 +143,27 @@ class PlaceWeightsPass final : public Pass {
         if (n.inputs(k).empty()) continue;
         PlanValue& v = plan->values[add_value(*plan, graph, n.inputs(k))];
         if (v.source != ValueSource::kWeight) continue;
+        const proto::TensorInfo& info = graph.model().tensors(graph.value(v.name).tensor_index);
         if (!v.raw_weight.defined()) {
-          const proto::TensorInfo& info = graph.model().tensors(graph.value(v.name).tensor_index);
-          v.raw_weight =
-              state.options.random_weights
-                  ? random_weight(info, graph, state.options.device, *state.options.random_weights)
-                  : state.weights->load(info);
+          if (info.has_quantization()) {
+            load_quantized(v, info, graph, state);
+          } else {
+            v.raw_weight = state.options.random_weights
+                               ? random_weight(info, graph, state.options.device,
+                                               *state.options.random_weights)
+                               : state.weights->load(info);
+          }
         }
+        if (v.quant.defined()) {
+          if (specs[k].takes_quantized) continue;
+          if (!v.dequantized.defined()) {
+            v.dequantized = dequantize_cpu(v.raw_weight, v.quant);
+            ++dequantized;
+          }
+        }
+        const Tensor& raw = v.quant.defined() ? v.dequantized : v.raw_weight;
         if (specs[k].placement == WeightPlacement::kCompute && !v.weight.defined()) {
-          v.weight = place_for_compute(v.raw_weight, compute_dtype, state.options.device);
+          v.weight = place_for_compute(raw, compute_dtype, state.options.device);
           placed_bytes += v.weight.nbytes();
         }
       }
@@ -115,6 +171,11 @@ class PlaceWeightsPass final : public Pass {
     }
     MG_LOG_INFO("compile", "{}: placed {:.1f} MiB of {} weights on {}", graph.file_label(),
                 placed_bytes / 1048576.0, dtype_name(compute_dtype), state.options.device.str());
+    if (dequantized > 0) {
+      MG_LOG_INFO("compile",
+                  "{}: dequantized {} quantized weights for ops without a quantized kernel",
+                  graph.file_label(), dequantized);
+    }
     state.plan = std::move(plan);
   }
 };

@@ -26,20 +26,27 @@ class SelectKernelsPass final : public Pass {
       node.op = n.op();
       std::vector<std::optional<ValueType>> types(specs.size());
       std::vector<Tensor> weights(specs.size());
+      std::vector<WeightQuantization> quant(specs.size());
       node.inputs.assign(specs.size(), -1);
       for (int k = 0; k < n.inputs_size(); ++k) {
         if (n.inputs(k).empty()) continue;
         const int v = plan.find_value(n.inputs(k));
         node.inputs[k] = v;
-        types[k] = plan.values[v].type;
-        if (plan.values[v].source == ValueSource::kWeight) {
-          weights[k] = specs[k].placement == WeightPlacement::kRaw ? plan.values[v].raw_weight
-                                                                   : plan.values[v].weight;
+        const PlanValue& pv = plan.values[v];
+        types[k] = input_view(pv.type, specs[k]);
+        if (pv.source != ValueSource::kWeight) continue;
+        if (pv.quant.defined() && specs[k].takes_quantized) {
+          weights[k] = pv.raw_weight;
+          quant[k] = pv.quant;
+        } else if (specs[k].placement == WeightPlacement::kRaw) {
+          weights[k] = pv.quant.defined() ? pv.dequantized : pv.raw_weight;
+        } else {
+          weights[k] = pv.weight;
         }
       }
       for (const std::string& out : n.outputs()) node.outputs.push_back(plan.find_value(out));
 
-      KernelContext ctx{n, state.options, types, weights};
+      KernelContext ctx{n, state.options, types, weights, quant};
       try {
         node.kernel = def->create_kernel(ctx);
       } catch (const Error& e) {
@@ -56,7 +63,11 @@ class SelectKernelsPass final : public Pass {
       plan.nodes.push_back(std::move(node));
     }
     // Kernels hold what they need; drop the plan's references to the loaded (mmapped) tensors.
-    for (PlanValue& v : plan.values) v.raw_weight = Tensor();
+    for (PlanValue& v : plan.values) {
+      v.raw_weight = Tensor();
+      v.dequantized = Tensor();
+      v.quant = WeightQuantization();
+    }
   }
 };
 

@@ -23,3 +23,16 @@ GraphValue& Graph::mutable_value(const std::string& name) {
 }
 
 }  // namespace mg
+
+namespace mg {
+
+ValueType input_view(const ValueType& type, const InputSpec& spec) {
+  ValueType t = type;
+  if (t.quant_group && !spec.takes_quantized) {
+    t.dtype = DType::kF32;
+    t.quant_group.reset();
+  }
+  return t;
+}
+
+}  // namespace mg

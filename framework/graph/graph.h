@@ -30,6 +30,11 @@ struct GraphValue {
   int tensor_index = -1;
 };
 
+// The type op input `spec` sees for a value of `type`: a quantized weight (quant_group set) is
+// seen as stored by an input that takes quantized weights and as its dequantized F32 values by
+// every other input (the place-weights pass dequantizes it for them).
+ValueType input_view(const ValueType& type, const InputSpec& spec);
+
 class Graph {
  public:
   // Takes the parsed model; `source_file` names the graph file in errors and is the base for

@@ -53,7 +53,8 @@ void infer_shapes(Graph& graph, DType activation_dtype) {
     const OpDef* def = OpRegistry::global().find(n.op());
     std::vector<std::optional<ValueType>> inputs(def->inputs().size());
     for (int k = 0; k < n.inputs_size(); ++k) {
-      if (!n.inputs(k).empty()) inputs[k] = graph.value(n.inputs(k)).type;
+      if (!n.inputs(k).empty())
+        inputs[k] = input_view(*graph.value(n.inputs(k)).type, def->inputs()[k]);
     }
     std::vector<ValueType> outputs;
     try {

@@ -3,6 +3,7 @@
 #include <queue>
 #include <unordered_set>
 
+#include "framework/graph/tensor_quantization.h"
 #include "framework/io/proto_dtype.h"
 
 namespace mg {
@@ -64,6 +65,16 @@ void add_declared_values(Graph& graph, std::unordered_map<std::string, GraphValu
     v.type = ValueType{from_proto(t.dtype(), fmt::format("{}: tensor '{}'", file, t.name())),
                        Shape(t.shape().begin(), t.shape().end())};
     values.emplace(t.name(), std::move(v));
+  }
+  // Quantized tensors, once every scale tensor they may name is declared.
+  for (const proto::TensorInfo& t : m.tensors()) {
+    if (!t.has_quantization()) continue;
+    auto scale = values.find(t.quantization().scale());
+    const proto::TensorInfo* scale_info =
+        scale != values.end() && scale->second.source == ValueSource::kWeight
+            ? &m.tensors(scale->second.tensor_index)
+            : nullptr;
+    values.at(t.name()).type->quant_group = check_tensor_quantization(m, t, scale_info, file);
   }
 }
 

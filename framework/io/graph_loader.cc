@@ -60,8 +60,9 @@ void check_version(const proto::Model& model, std::string_view name) {
            "{}: missing format_version (expected format_version: {} at the top of the file)", name,
            kGraphFormatVersion);
   MG_CHECK(model.format_version() <= kGraphFormatVersion,
-           "{}: format_version {} was written by a newer moegraph (this build reads version {})",
-           name, model.format_version(), kGraphFormatVersion);
+           "{}: format_version {} was written by a newer moegraph (this build reads versions {} to "
+           "{})",
+           name, model.format_version(), kOldestGraphFormatVersion, kGraphFormatVersion);
 }
 
 // Paths of fields the schema does not know, e.g. "nodes[3].#21" (at most `limit` of them).

@@ -13,12 +13,14 @@
 namespace mg {
 
 // The format_version this build reads and writes.
-inline constexpr uint32_t kGraphFormatVersion = 1;
+inline constexpr uint32_t kGraphFormatVersion = 2;
+// Files of every version from 1 up to kGraphFormatVersion load (proto/model.proto lists them).
+inline constexpr uint32_t kOldestGraphFormatVersion = 1;
 
 // Loads `path` by its extension: ".pbtxt" text, ".pb" binary. Throws mg::Error naming the file:
 // "model.pbtxt:12:5: <message>" for text syntax errors, "model.pb: not a valid binary moegraph
 // graph (...)" for binary ones, and errors for a missing, empty or unknown-extension file and for a
-// format_version other than kGraphFormatVersion.
+// format_version this build does not read (0, or newer than kGraphFormatVersion).
 proto::Model load_graph(const std::filesystem::path& path);
 
 // Parse `data` as text or binary; `name` stands for the file in error messages. The same checks as

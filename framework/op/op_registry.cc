@@ -9,7 +9,9 @@ namespace mg {
 std::string value_type_str(const ValueType& type) {
   std::vector<std::string> dims;
   for (int64_t d : type.shape) dims.push_back(d == kTokens ? "T" : std::to_string(d));
-  return fmt::format("{}[{}]", dtype_name(type.dtype), fmt::join(dims, ", "));
+  std::string s = fmt::format("{}[{}]", dtype_name(type.dtype), fmt::join(dims, ", "));
+  if (type.quant_group) s += fmt::format(" (scales {})", type.quant_group->str());
+  return s;
 }
 
 OpRegistry& OpRegistry::global() {

@@ -19,6 +19,7 @@
 
 #include "framework/compile/compile_options.h"
 #include "framework/core/dtype.h"
+#include "framework/core/quant.h"
 #include "framework/core/tensor.h"
 #include "framework/op/op_kernel.h"
 #include "proto/model.pb.h"
@@ -30,9 +31,12 @@ inline constexpr int64_t kTokens = -1;
 struct ValueType {
   DType dtype = DType::kF32;
   Shape shape;
+  // Set for the codes of a quantized weight as an op that takes quantized weights sees them
+  // (InputSpec::takes_quantized): the scales' group. Other ops see the dequantized F32 type.
+  std::optional<GroupShape> quant_group = std::nullopt;
   bool operator==(const ValueType&) const = default;
 };
-// "F32[T, 64]"
+// "F32[T, 64]", "F8_E4M3[8, 64, 32] (scales [128, 128])"
 std::string value_type_str(const ValueType& type);
 
 enum class InputKind {
@@ -51,6 +55,9 @@ struct InputSpec {
   InputKind kind = InputKind::kActivation;
   bool optional = false;
   WeightPlacement placement = WeightPlacement::kCompute;
+  // Weights: the op's kernel takes a quantized tensor as it is stored (codes, with the scales in
+  // KernelContext::weight_quant). When false, the place-weights pass dequantizes it first.
+  bool takes_quantized = false;
 };
 
 // Handed to OpDef::create_kernel.
@@ -61,6 +68,9 @@ struct KernelContext {
   std::span<const std::optional<ValueType>> input_types;
   // Per input: the placed weight tensor, or undefined for activations / absent inputs.
   std::span<const Tensor> weights;
+  // Per input (or empty): the scales of a quantized weight taken as stored (takes_quantized), else
+  // undefined.
+  std::span<const WeightQuantization> weight_quant = {};
 };
 
 class OpDef {

@@ -44,6 +44,10 @@ struct DecoderSpec {
   int64_t first_dense_layers = 0;  // leading layers that use the dense MLP
   uint64_t seed = 0;
   DType weight_dtype = DType::kBF16;
+  // Expert weights (w13, w2) quantized to FP8 by GraphBuilder::quantize_fp8 with this scheme;
+  // MOE_QUANT_UNQUANTIZED keeps them in weight_dtype. FP8 schemes quantize activations
+  // dynamically (W8A8) per 128 channels (block) or per token.
+  proto::MoEQuantScheme moe_quant = proto::MOE_QUANT_UNQUANTIZED;
 };
 
 // Builds one layer's FFN from `x` ([T, hidden], already normalised); returns its output's name.

@@ -1,8 +1,12 @@
 #include "models/builders/graph_builder.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
+#include "framework/core/fp8.h"
 #include "framework/core/half.h"
+#include "framework/device/convert.h"
 #include "framework/device/random_uniform.h"
 #include "framework/io/graph_loader.h"
 #include "framework/io/proto_dtype.h"
@@ -71,6 +75,63 @@ std::string GraphBuilder::weight_as(const std::string& name, Shape shape, float 
   }
   tensors_.emplace_back(name, std::move(t));
   return name;
+}
+
+void GraphBuilder::quantize_fp8(const std::string& name, GroupShape group,
+                                ActivationQuant activation, int64_t activation_group) {
+  proto::TensorInfo* info = nullptr;
+  for (proto::TensorInfo& t : *model_.mutable_tensors()) {
+    if (t.name() == name) info = &t;
+  }
+  MG_ASSERT(info != nullptr, "quantize_fp8: no weight '{}'", name);
+  const Shape shape(info->shape().begin(), info->shape().end());
+  const Shape scale_shape = scale_shape_for(shape, group);
+  info->set_dtype(proto::F8_E4M3);
+  proto::TensorQuantization* q = info->mutable_quantization();
+  q->set_scale(name + ".scale");
+  q->set_group_rows(group.rows);
+  q->set_group_cols(group.cols);
+  q->set_activation(activation == ActivationQuant::kDynamic ? proto::ACT_QUANT_DYNAMIC
+                                                            : proto::ACT_QUANT_NONE);
+  if (activation == ActivationQuant::kDynamic) q->set_activation_group(activation_group);
+  proto::TensorInfo* scale_info = model_.add_tensors();
+  scale_info->set_name(name + ".scale");
+  scale_info->set_dtype(proto::F32);
+  for (int64_t d : scale_shape) scale_info->add_shape(d);
+  scale_info->set_file(kWeightFile);
+  if (graph_only_) return;
+
+  auto it = std::find_if(tensors_.begin(), tensors_.end(),
+                         [&](const auto& entry) { return entry.first == name; });
+  MG_ASSERT(it != tensors_.end(), "quantize_fp8: no values for '{}'", name);
+  const Tensor values = to_f32_cpu(it->second);
+  Tensor codes = Tensor::empty_cpu(DType::kF8E4M3, shape);
+  Tensor scale = Tensor::empty_cpu(DType::kF32, scale_shape);
+  const int64_t R = shape[shape.size() - 2], C = shape.back();
+  const int64_t gr = group.rows_in(R), gc = group.cols_in(C);
+  const int64_t sr = scale_shape[scale_shape.size() - 2], sc = scale_shape.back();
+  const float* v = values.data<float>();
+  for (int64_t m = 0; m < values.numel() / (R * C); ++m) {
+    for (int64_t br = 0; br < sr; ++br) {
+      for (int64_t bc = 0; bc < sc; ++bc) {
+        float amax = 0.0f;
+        for (int64_t r = br * gr; r < std::min(R, (br + 1) * gr); ++r) {
+          for (int64_t c = bc * gc; c < std::min(C, (bc + 1) * gc); ++c)
+            amax = std::max(amax, std::fabs(v[(m * R + r) * C + c]));
+        }
+        const float s = std::max(amax, kFp8ActAmaxFloor) / kFp8E4M3Max;
+        scale.data<float>()[(m * sr + br) * sc + bc] = s;
+        for (int64_t r = br * gr; r < std::min(R, (br + 1) * gr); ++r) {
+          for (int64_t c = bc * gc; c < std::min(C, (bc + 1) * gc); ++c) {
+            const int64_t i = (m * R + r) * C + c;
+            fp8_codes(codes)[i] = float_to_fp8_e4m3(v[i] / s);
+          }
+        }
+      }
+    }
+  }
+  it->second = std::move(codes);
+  tensors_.emplace_back(name + ".scale", std::move(scale));
 }
 
 void GraphBuilder::input(const std::string& name, proto::DType dtype, Shape shape) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/core/quant.h"
 #include "framework/core/tensor.h"
 #include "proto/model.pb.h"
 
@@ -30,6 +31,13 @@ class GraphBuilder {
   std::string weight(const std::string& name, Shape shape, float spread, float center = 0.0f);
   std::string weight_as(const std::string& name, Shape shape, float spread, float center,
                         DType dtype);
+
+  // Quantizes weight `name` (made by weight()) to F8_E4M3 as checkpoint quantizers do: per group
+  // of `group`, scale = amax / 448 and code = e4m3(value / scale). The codes replace the tensor
+  // and the scales become tensor `name + ".scale"` (F32), named by its TensorInfo.quantization
+  // with `activation` / `activation_group` for its consumer. Graph only: declared, not computed.
+  void quantize_fp8(const std::string& name, GroupShape group, ActivationQuant activation,
+                    int64_t activation_group);
 
   void input(const std::string& name, proto::DType dtype, Shape shape);
   void output(const std::string& name, proto::DType dtype, Shape shape);

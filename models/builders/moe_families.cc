@@ -34,6 +34,28 @@ struct MoEStyle {
   bool shared_gate = false;  // Qwen2-MoE's sigmoid shared-expert gate
 };
 
+// w13 / w2 as FP8 of spec.moe_quant: 128 x 128 blocks and per-128-channel activations (DeepSeek-
+// V3's format), one scale per row or per projection (w2: per matrix) with per-token activations.
+void quantize_experts_fp8(GraphBuilder& b, const DecoderSpec& spec, const std::string& w13,
+                          const std::string& w2, int64_t I) {
+  switch (spec.moe_quant) {
+    case proto::MOE_QUANT_FP8_BLOCK:
+      b.quantize_fp8(w13, GroupShape::block(128, 128), ActivationQuant::kDynamic, 128);
+      b.quantize_fp8(w2, GroupShape::block(128, 128), ActivationQuant::kDynamic, 128);
+      return;
+    case proto::MOE_QUANT_FP8_PER_CHANNEL:
+      b.quantize_fp8(w13, GroupShape::per_channel(), ActivationQuant::kDynamic, -1);
+      b.quantize_fp8(w2, GroupShape::per_channel(), ActivationQuant::kDynamic, -1);
+      return;
+    case proto::MOE_QUANT_FP8_PER_TENSOR:
+      b.quantize_fp8(w13, GroupShape{I, -1}, ActivationQuant::kDynamic, -1);
+      b.quantize_fp8(w2, GroupShape::per_tensor(), ActivationQuant::kDynamic, -1);
+      return;
+    default:
+      MG_FAIL("make-model quantizes experts to FP8 (fp8-block, fp8-channel, fp8-tensor) only");
+  }
+}
+
 std::string moe_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const std::string& x,
                     const MoEStyle& style) {
   const std::string name = fmt::format("layers.{}.moe", layer);
@@ -67,6 +89,13 @@ std::string moe_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const s
       style.expert_biases ? b.weight(name + ".experts.w13_bias", {E, 2 * I}, 0.1f) : "";
   const std::string w2_bias =
       style.expert_biases ? b.weight(name + ".experts.w2_bias", {E, H}, 0.1f) : "";
+  if (spec.moe_quant != proto::MOE_QUANT_UNQUANTIZED) {
+    MG_CHECK(!style.transposed && !style.interleaved,
+             "--quant: family {} stores its experts transposed / interleaved, which the FP8 "
+             "schemes do not take",
+             spec.family);
+    quantize_experts_fp8(b, spec, w13, w2, I);
+  }
   std::string shared_gate, shared_up, shared_down, shared_expert_gate;
   if (Is > 0) {
     shared_gate = b.weight(name + ".shared.gate_proj.weight", {Is, H}, spread(H));
@@ -90,6 +119,7 @@ std::string moe_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const s
                                         : proto::MOE_LAYOUT_CANONICAL);
   p->set_has_w13_bias(style.expert_biases);
   p->set_has_w2_bias(style.expert_biases);
+  p->set_quant_scheme(spec.moe_quant);
   proto::MoERoutingParams* r = p->mutable_routing();
   r->set_method(style.method);
   r->set_renormalize(style.renormalize);

@@ -194,6 +194,8 @@ std::string_view quant_scheme_name(QuantScheme scheme) {
       return "fp8_per_tensor";
     case QuantScheme::kFp8Block:
       return "fp8_block";
+    case QuantScheme::kFp8PerChannel:
+      return "fp8_per_channel";
     case QuantScheme::kInt8WeightOnly:
       return "int8_weight_only";
     case QuantScheme::kInt4WeightOnly:

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "framework/core/dtype.h"
+#include "framework/core/quant.h"
 
 namespace mg {
 
@@ -96,22 +97,13 @@ enum class QuantScheme : uint8_t {
   kUnquantized,
   kFp8PerTensor,
   kFp8Block,
+  kFp8PerChannel,
   kInt8WeightOnly,
   kInt4WeightOnly,
   kMxfp4,
   kNvfp4,
 };
 std::string_view quant_scheme_name(QuantScheme scheme);
-
-// Granularity of one scale: a block of rows x cols elements; -1 spans the whole dimension.
-struct GroupShape {
-  int64_t rows = -1;
-  int64_t cols = -1;
-  static GroupShape per_tensor() { return {-1, -1}; }
-  static GroupShape per_token() { return {1, -1}; }
-  static GroupShape per_channel() { return {-1, 1}; }
-  bool operator==(const GroupShape&) const = default;
-};
 
 // How one GEMM operand (weights or activations) is stored: element type and, when quantised,
 // its scales. The oracle matches (weight key, activation key) pairs against what each expert

@@ -102,10 +102,14 @@ class MoEOp final : public OpDef {
     // CompileOptions::moe_backend (moegraph --moe-backend) wins over the node's own choice.
     const std::string& requested =
         ctx.options.moe_backend.empty() ? config.backend() : ctx.options.moe_backend;
+    auto quant = [&](size_t i) {
+      return i < ctx.weight_quant.size() ? ctx.weight_quant[i] : WeightQuantization();
+    };
     const RawExpertWeights raw{weight(moe_input::kW13), weight(moe_input::kW13Bias),
-                               weight(moe_input::kW2), weight(moe_input::kW2Bias)};
-    MoEKernelBuild build =
-        build_moe_kernel(config, parallel, device, dtype, requested, raw, score_bias);
+                               weight(moe_input::kW2),  weight(moe_input::kW2Bias),
+                               quant(moe_input::kW13),  quant(moe_input::kW2)};
+    MoEKernelBuild build = build_moe_kernel(config, parallel, device, dtype, requested, raw,
+                                            score_bias, ctx.options.quantize_activations);
     std::unique_ptr<Router> router =
         make_router(device, config.routing(), config.hidden_size(), dtype,
                     weight(moe_input::kRouterWeight), router_bias, score_bias);

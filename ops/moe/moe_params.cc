@@ -16,9 +16,11 @@ constexpr InputSpec kInputs[] = {
     // logit or bias would change which experts win close selections).
     {"router_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
     {"score_correction_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
-    {"w13", InputKind::kWeight, false, WeightPlacement::kRaw},
+    // Expert weights: taken quantized as stored; the oracle module of the node's quant scheme
+    // converts them for its backend.
+    {"w13", InputKind::kWeight, false, WeightPlacement::kRaw, /*takes_quantized=*/true},
     {"w13_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
-    {"w2", InputKind::kWeight, false, WeightPlacement::kRaw},
+    {"w2", InputKind::kWeight, false, WeightPlacement::kRaw, /*takes_quantized=*/true},
     {"w2_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
     {"shared_gate", InputKind::kWeight, true},
     {"shared_up", InputKind::kWeight, true},
@@ -113,6 +115,8 @@ QuantScheme quant_scheme_from_proto(proto::MoEQuantScheme q) {
       return QuantScheme::kFp8PerTensor;
     case proto::MOE_QUANT_FP8_BLOCK:
       return QuantScheme::kFp8Block;
+    case proto::MOE_QUANT_FP8_PER_CHANNEL:
+      return QuantScheme::kFp8PerChannel;
     case proto::MOE_QUANT_INT8_WEIGHT_ONLY:
       return QuantScheme::kInt8WeightOnly;
     case proto::MOE_QUANT_INT4_WEIGHT_ONLY:
@@ -240,12 +244,68 @@ void check_input(const ValueType& type, size_t index, const Shape& shape,
       layout.empty() ? input_name(index)
                      : fmt::format("input {} ({}, {} layout)", index, kInputs[index].name, layout);
   expect_shape(type, shape, what);
-  expect_float(type, what);
+  if (!type.quant_group) expect_float(type, what);
 }
 
 void check_required(std::span<const std::optional<ValueType>> inputs, size_t index,
                     const Shape& shape, std::string_view layout = {}) {
   check_input(require_input(inputs, index, kInputs[index].name), index, shape, layout);
+}
+
+// The scale groups an FP8 scheme accepts for w13 (`gated_rows`: I for a gated activation, where a
+// per-tensor checkpoint keeps one scale per projection) or w2 (0), or why `group` is not one.
+std::string fp8_group_mismatch(QuantScheme scheme, GroupShape group, int64_t gated_rows) {
+  switch (scheme) {
+    case QuantScheme::kFp8Block:
+      return group.rows >= 1 && group.cols >= 1
+                 ? ""
+                 : "FP8_BLOCK needs block scales (group_rows and group_cols >= 1)";
+    case QuantScheme::kFp8PerChannel:
+      return group == GroupShape::per_channel()
+                 ? ""
+                 : "FP8_PER_CHANNEL needs one scale per row (group_rows 1, group_cols -1)";
+    case QuantScheme::kFp8PerTensor:
+      if (group == GroupShape::per_tensor()) return "";
+      if (gated_rows > 0 && group == GroupShape{gated_rows, -1}) return "";
+      return gated_rows > 0 ? fmt::format(
+                                  "FP8_PER_TENSOR needs one scale per matrix (group_rows and "
+                                  "group_cols -1) or per projection (group_rows {}, group_cols -1)",
+                                  gated_rows)
+                            : "FP8_PER_TENSOR needs one scale per matrix (group_rows and "
+                              "group_cols -1)";
+    case QuantScheme::kUnquantized:
+    case QuantScheme::kInt8WeightOnly:
+    case QuantScheme::kInt4WeightOnly:
+    case QuantScheme::kMxfp4:
+    case QuantScheme::kNvfp4:
+      break;
+  }
+  return "not an FP8 scheme";
+}
+
+// w13 / w2 agree with the node's quant_scheme: codes of the scheme's type and scale groups, or
+// plain floats for UNQUANTIZED.
+void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t index) {
+  const QuantScheme scheme = c.quant_scheme();
+  const std::string what = input_name(index);
+  if (scheme == QuantScheme::kUnquantized) {
+    MG_CHECK(!type.quant_group, "{} is quantized ({}) but quant_scheme is UNQUANTIZED", what,
+             value_type_str(type));
+    return;
+  }
+  const bool fp8 = scheme == QuantScheme::kFp8Block || scheme == QuantScheme::kFp8PerChannel ||
+                   scheme == QuantScheme::kFp8PerTensor;
+  if (!fp8) return;  // refused as not supported yet before the inputs are checked
+  MG_CHECK(type.quant_group && type.dtype == DType::kF8E4M3,
+           "quant_scheme {} needs {} quantized to F8_E4M3 (TensorInfo.quantization), got {}",
+           quant_scheme_name(scheme), what, value_type_str(type));
+  MG_CHECK(c.layout() == ExpertLayout::kCanonical && !c.gate_up_interleaved(),
+           "quant_scheme {} needs the canonical expert layout with gate rows before up rows",
+           quant_scheme_name(scheme));
+  const int64_t gated_rows =
+      index == moe_input::kW13 && is_gated(c.activation().kind) ? c.intermediate_size() : 0;
+  const std::string why = fp8_group_mismatch(scheme, *type.quant_group, gated_rows);
+  MG_CHECK(why.empty(), "{} has scales {}, but {}", what, type.quant_group->str(), why);
 }
 
 // An optional input: present iff `wanted` (`when` says when it is read), then checked.
@@ -277,8 +337,10 @@ void check_moe_inputs(const MoEConfig& c, std::span<const std::optional<ValueTyp
   check_optional(inputs, moe_input::kScoreCorrectionBias, c.routing().has_score_correction_bias,
                  "routing.has_score_correction_bias is set", {E});
   check_required(inputs, moe_input::kW13, transposed ? Shape{E, H, N1} : Shape{E, N1, H}, layout);
+  check_expert_weight_quant(c, *inputs[moe_input::kW13], moe_input::kW13);
   check_optional(inputs, moe_input::kW13Bias, c.has_w13_bias(), "has_w13_bias is set", {E, N1});
   check_required(inputs, moe_input::kW2, transposed ? Shape{E, I, H} : Shape{E, H, I}, layout);
+  check_expert_weight_quant(c, *inputs[moe_input::kW2], moe_input::kW2);
   check_optional(inputs, moe_input::kW2Bias, c.has_w2_bias(), "has_w2_bias is set", {E, H});
 
   const bool shared = c.shared().present();

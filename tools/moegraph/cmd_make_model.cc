@@ -19,6 +19,7 @@ struct MakeModelArgs {
   std::string family = "llama";
   std::string out;
   std::string dtype = "bf16";
+  std::string quant = "none";
   bool graph_only = false;
   DecoderSpec spec;
   // Flags the user set explicitly override the family's defaults.
@@ -31,6 +32,17 @@ DType parse_weight_dtype(const std::string& text) {
   if (text == "bf16") return DType::kBF16;
   if (text == "f16") return DType::kF16;
   MG_FAIL("--dtype: unknown weight dtype '{}' (expected f32, bf16 or f16)", text);
+}
+
+proto::MoEQuantScheme parse_moe_quant(const std::string& text) {
+  if (text == "none") return proto::MOE_QUANT_UNQUANTIZED;
+  if (text == "fp8-block") return proto::MOE_QUANT_FP8_BLOCK;
+  if (text == "fp8-channel") return proto::MOE_QUANT_FP8_PER_CHANNEL;
+  if (text == "fp8-tensor") return proto::MOE_QUANT_FP8_PER_TENSOR;
+  MG_FAIL(
+      "--quant: unknown expert quantization '{}' (expected none, fp8-block, fp8-channel or "
+      "fp8-tensor)",
+      text);
 }
 
 // The most bytes of weights make-model declares in one model (--graph-only): 16 TiB, above the
@@ -78,6 +90,7 @@ int make_model(MakeModelArgs& a) {
     if (opt->count() > 0) apply(spec);
   }
   spec.weight_dtype = parse_weight_dtype(a.dtype);
+  spec.moe_quant = parse_moe_quant(a.quant);
   std::string flags;
   for (CLI::Option* opt : a.sizes) {
     if (opt->count() > 0) {
@@ -108,6 +121,12 @@ Command add_make_model_command(CLI::App& app) {
   cmd->add_option("--family", args->family, families_help)->capture_default_str();
   cmd->add_option("--out", args->out, "Output directory")->required();
   cmd->add_option("--dtype", args->dtype, "Weight dtype: f32, bf16 or f16")->capture_default_str();
+  cmd->add_option("--quant", args->quant,
+                  "Expert weights: none, or FP8 E4M3 quantized from the random values with "
+                  "128x128 block scales (fp8-block, DeepSeek-V3's format), one scale per row "
+                  "(fp8-channel) or per projection (fp8-tensor); FP8 models quantize activations "
+                  "dynamically (W8A8)")
+      ->capture_default_str();
   cmd->add_flag("--graph-only", args->graph_only,
                 "Write only the graph (weights declared, no weight file): run it with "
                 "--random-weights");

@@ -37,6 +37,7 @@ struct RunArgs {
   int64_t max_tokens = 512;
   int64_t max_seq_len = 0;
   std::string moe_backend;
+  std::string activation_quant = "dynamic";
   int tp = 1;
   int dp = 1;
   bool ep = false;
@@ -152,6 +153,7 @@ int run(const RunArgs& a) {
   compile.max_tokens = a.max_tokens;
   compile.max_seq_len = a.max_seq_len;
   compile.moe_backend = a.moe_backend;
+  compile.quantize_activations = a.activation_quant == "dynamic";
   compile.random_weights = a.random_weights;
   SessionOptions options;
   options.threads = a.threads > 0
@@ -241,6 +243,11 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--check-weights", args->check_weights,
                 "Scan every weight for NaN and infinity before running; name the first tensor "
                 "that holds one");
+  cmd->add_option("--activation-quant", args->activation_quant,
+                  "Activations of FP8 (W8A8) weights: dynamic (as the checkpoint says) or none "
+                  "(W8A16: weights read as FP8, activations kept in the compute dtype)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"dynamic", "none"}));
   cmd->add_option("--moe-backend", args->moe_backend,
                   "Force this expert backend on every MoE node (error if it does not fit)");
   cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (CPU: threads; MoE experts are split)")

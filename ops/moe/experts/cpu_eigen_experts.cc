@@ -65,12 +65,27 @@ int64_t build_expert_offsets(const ExpertsShape& s, const int32_t* topk_ids, int
   return sc.expert_offsets[E];
 }
 
-class CpuEigenExperts final : public ExpertsModular {
+// F32 canonical weights.
+class F32ExpertMlp final : public CpuExpertMlp {
  public:
-  CpuEigenExperts(const ExpertsBackend& backend, ExpertsShape shape, CanonicalExpertWeights weights)
-      : ExpertsModular(backend), shape_(std::move(shape)), weights_(std::move(weights)) {
+  F32ExpertMlp(ExpertsShape shape, CanonicalExpertWeights weights)
+      : shape_(std::move(shape)), weights_(std::move(weights)) {
     check_canonical_weights(weights_, shape_);
   }
+  void run(int64_t e, float* rows, int64_t n, float* h1, float* act) const override {
+    run_expert_mlp(shape_, expert_matrices(weights_, shape_, e), rows, n, h1, act, rows);
+  }
+
+ private:
+  ExpertsShape shape_;
+  CanonicalExpertWeights weights_;
+};
+
+class CpuPermutedExperts final : public ExpertsModular {
+ public:
+  CpuPermutedExperts(const ExpertsBackend& backend, ExpertsShape shape,
+                     std::unique_ptr<CpuExpertMlp> mlp)
+      : ExpertsModular(backend), shape_(std::move(shape)), mlp_(std::move(mlp)) {}
 
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
@@ -106,9 +121,7 @@ class CpuEigenExperts final : public ExpertsModular {
         const int32_t e = sc.block_expert[b];
         const int64_t p0 = sc.block_begin[b];
         const int64_t n = std::min<int64_t>(kBlockRows, sc.expert_offsets[e + 1] - p0);
-        float* rows = sc.permuted + p0 * H;
-        run_expert_mlp(s, expert_matrices(weights_, s, e), rows, n, sc.h1 + p0 * N1,
-                       sc.act + p0 * I, rows);
+        mlp_->run(e, sc.permuted + p0 * H, n, sc.h1 + p0 * N1, sc.act + p0 * I);
       }
     });
 
@@ -131,7 +144,7 @@ class CpuEigenExperts final : public ExpertsModular {
 
  private:
   ExpertsShape shape_;
-  CanonicalExpertWeights weights_;
+  std::unique_ptr<CpuExpertMlp> mlp_;
 };
 
 class CpuEigenBackend final : public ExpertsBackend {
@@ -147,11 +160,18 @@ class CpuEigenBackend final : public ExpertsBackend {
   std::string check_parallel(const ParallelConfig&) const override { return {}; }
   std::string check_shape(const ExpertsShape&) const override { return {}; }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    return std::make_unique<CpuEigenExperts>(*this, build.shape, std::move(build.weights));
+    return make_cpu_permuted_experts(
+        *this, build.shape, std::make_unique<F32ExpertMlp>(build.shape, std::move(build.weights)));
   }
 };
 
 }  // namespace
+
+std::unique_ptr<Experts> make_cpu_permuted_experts(const ExpertsBackend& backend,
+                                                   ExpertsShape shape,
+                                                   std::unique_ptr<CpuExpertMlp> mlp) {
+  return std::make_unique<CpuPermutedExperts>(backend, std::move(shape), std::move(mlp));
+}
 
 const ExpertsBackend& cpu_eigen_backend() {
   static const CpuEigenBackend backend;

@@ -74,8 +74,8 @@ struct ExpertsBuild {
   const ExpertsShape& shape;
   // Where the experts run (CUDA backends upload their weights there).
   Device device;
-  // This rank's canonical weights; the backend converts (or adopts) them. They are the node's
-  // own copy, so the experts own what they keep.
+  // This rank's canonical weights (unquantized schemes); the backend converts (or adopts) them.
+  // They are the node's own copy, so the experts own what they keep.
   CanonicalExpertWeights weights;
   // [E] F32 when config.routing().has_score_correction_bias (monolithic routing needs it).
   Tensor score_correction_bias;
@@ -83,6 +83,10 @@ struct ExpertsBuild {
   // names are the backend's, e.g. ops/moe/heuristics/unquantized_kernel_choice.h for cuda_moe).
   // Passed checked (ExpertsBackend::check_kernel).
   std::string_view kernel = {};
+  // How weights and activations are stored (the oracle's query). Quantized schemes fill
+  // `quantized` (this rank's, the node's own) instead of `weights`.
+  MoEQuantConfig quant = MoEQuantConfig::unquantized();
+  QuantizedExpertWeights quantized = {};
 };
 
 // What the oracle knows about one experts class. Every check returns "" when the class

@@ -2,6 +2,7 @@
 
 #include "framework/core/logging.h"
 #include "ops/moe/kernel/prepare_finalize.h"
+#include "ops/moe/oracle/fp8.h"
 #include "ops/moe/oracle/unquantized.h"
 
 namespace mg {
@@ -115,35 +116,41 @@ std::string OracleChoice::describe() const {
 void check_quant_scheme_supported(QuantScheme scheme) {
   switch (scheme) {
     case QuantScheme::kUnquantized:
-      return;
     case QuantScheme::kFp8PerTensor:
     case QuantScheme::kFp8Block:
+    case QuantScheme::kFp8PerChannel:
+      return;
     case QuantScheme::kInt8WeightOnly:
     case QuantScheme::kInt4WeightOnly:
     case QuantScheme::kMxfp4:
     case QuantScheme::kNvfp4:
-      MG_FAIL("MoE quant scheme {} is not supported yet (only unquantized experts run today)",
+      MG_FAIL("MoE quant scheme {} is not supported yet (unquantized and FP8 experts run today)",
               quant_scheme_name(scheme));
   }
 }
 
 MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& parallel,
                                 Device device, DType activation_dtype, std::string_view requested,
-                                const RawExpertWeights& raw, const Tensor& score_correction_bias) {
+                                const RawExpertWeights& raw, const Tensor& score_correction_bias,
+                                bool quantize_activations) {
   check_quant_scheme_supported(config.quant_scheme());
   ExpertsShape shape = local_experts_shape(config, parallel);
   shape.dtype = activation_dtype;
-  const MoEQuantConfig quant = MoEQuantConfig::unquantized(activation_dtype);
-  const std::vector<const ExpertsBackend*> priority = unquantized_priority(device);
+  const bool quantized = config.quant_scheme() != QuantScheme::kUnquantized;
+  const MoEQuantConfig quant =
+      quantized ? fp8_quant_config(config, raw, activation_dtype, quantize_activations)
+                : MoEQuantConfig::unquantized(activation_dtype);
+  const std::vector<const ExpertsBackend*> priority =
+      quantized ? fp8_priority(device) : unquantized_priority(device);
   const OracleQuery query{device, config, quant, parallel, shape, requested};
   MoEKernelBuild out;
   out.choice = select_backend(priority, query);
-  ExpertsBuild build{config,
-                     shape,
-                     device,
-                     convert_unquantized_weights(config, parallel, shape, raw),
-                     score_correction_bias,
-                     out.choice.kernel};
+  ExpertsBuild build{config, shape, device, {}, score_correction_bias, out.choice.kernel, quant};
+  if (quantized) {
+    build.quantized = convert_fp8_weights(config, parallel, shape, raw);
+  } else {
+    build.weights = convert_unquantized_weights(config, parallel, shape, raw);
+  }
   std::unique_ptr<Experts> experts = out.choice.backend->create(std::move(build));
   out.kernel =
       std::make_unique<FusedMoEKernel>(make_prepare_finalize(parallel, shape), std::move(experts));

@@ -2,7 +2,7 @@
 // weights for it once, and builds the node's FusedMoEKernel.
 //
 // The selection algorithm is shared by every quant scheme (one module per scheme supplies the
-// priority list and the weight conversion; only unquantized.h exists today):
+// priority list and the weight conversion: unquantized.h, fp8.h):
 //   1. the prepare/finalize follows from the ParallelConfig, and with it the activation format
 //      the experts must take;
 //   2. every backend of the device's priority list runs its support checks in a fixed order
@@ -74,12 +74,15 @@ OracleChoice select_backend(std::span<const ExpertsBackend* const> priority,
                             const OracleQuery& query);
 
 // The node's expert weights as the graph gives them (kRaw: host, any float dtype, the layout of
-// MoEConfig::layout()); biases undefined when absent.
+// MoEConfig::layout(); quantized schemes: the codes with their scales); biases undefined when
+// absent.
 struct RawExpertWeights {
   Tensor w13;
   Tensor w13_bias;
   Tensor w2;
   Tensor w2_bias;
+  WeightQuantization w13_quant = {};
+  WeightQuantization w2_quant = {};
 };
 
 struct MoEKernelBuild {
@@ -94,8 +97,10 @@ void check_quant_scheme_supported(QuantScheme scheme);
 // weights for the chosen backend (the result owns them) and builds the kernel.
 // `requested` as in OracleQuery. `score_correction_bias` [E] F32 when the routing has one.
 // `activation_dtype`: the activations' element type on `device` (activation_dtype_of).
+// `quantize_activations`: CompileOptions::quantize_activations.
 MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& parallel,
                                 Device device, DType activation_dtype, std::string_view requested,
-                                const RawExpertWeights& raw, const Tensor& score_correction_bias);
+                                const RawExpertWeights& raw, const Tensor& score_correction_bias,
+                                bool quantize_activations = true);
 
 }  // namespace mg

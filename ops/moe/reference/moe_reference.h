@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "framework/core/quant.h"
 #include "framework/core/tensor.h"
 #include "ops/moe/config.h"
 
@@ -35,6 +37,18 @@ std::vector<float> experts(const MoEConfig& config, std::span<const float> x, in
                            std::span<const int32_t> ids, std::span<const float> weights,
                            const Tensor& w13, const Tensor& w13_bias, const Tensor& w2,
                            const Tensor& w2_bias);
+
+// experts() for FP8 expert weights in the canonical layout: element (e, r, c) of w13 / w2 is
+// fp8_e4m3_to_float(code) * scale[e, r / rows, c / cols] (moe_reference_fp8.cc). With
+// `activation_group` set (W8A8), each expert's input row and its activation output are replaced
+// by codes x scales of quantize_fp8_e4m3_group over groups of that many channels (-1: the row),
+// computed from their fp32 values; otherwise they are used as they are (W8A16).
+std::vector<float> experts_fp8(const MoEConfig& config, std::span<const float> x, int64_t rows,
+                               std::span<const int32_t> ids, std::span<const float> weights,
+                               const Tensor& w13, const WeightQuantization& w13_quant,
+                               const Tensor& w2, const WeightQuantization& w2_quant,
+                               const Tensor& w13_bias, const Tensor& w2_bias,
+                               std::optional<int64_t> activation_group);
 
 // The whole layer from the node's inputs (indexed as moe_input::*, undefined = absent):
 // gate -> route -> experts -> + shared experts.

@@ -151,22 +151,25 @@ TEST_F(GraphLoaderTest, GarbledBinary) {
   write_bytes(dir_ / "model.pb", std::string("\x10\x01\x78\x01\x32\x02\x48\x01", 8));
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pb"); },
                                 {"model.pb: not a valid binary moegraph graph (fields unknown to "
-                                 "format version 1: #15, nodes[0].#9)"}));
+                                 "format version 2: #15, nodes[0].#9)"}));
   // A text file saved as .pb is not mistaken for a graph.
   write_bytes(dir_ / "model.pb", "format_version: 1\n");
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pb"); },
                                 {"model.pb: not a valid binary moegraph graph"}));
 }
 
-TEST_F(GraphLoaderTest, FormatVersionMustBeCurrent) {
+TEST_F(GraphLoaderTest, FormatVersionMustBeKnown) {
   write_bytes(dir_ / "model.pbtxt", "name: \"x\"\n");
   EXPECT_TRUE(
       throws_error_with([&] { load_graph(dir_ / "model.pbtxt"); },
-                        {"model.pbtxt: missing format_version (expected format_version: 1"}));
-  write_bytes(dir_ / "model.pbtxt", "format_version: 2\n");
+                        {"model.pbtxt: missing format_version (expected format_version: 2"}));
+  write_bytes(dir_ / "model.pbtxt", "format_version: 3\n");
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pbtxt"); },
-                                {"model.pbtxt: format_version 2 was written by a newer moegraph "
-                                 "(this build reads version 1)"}));
+                                {"model.pbtxt: format_version 3 was written by a newer moegraph "
+                                 "(this build reads versions 1 to 2)"}));
+  // Version-1 files (written before quantized tensors existed) still load.
+  write_bytes(dir_ / "model.pbtxt", "format_version: 1\nname: \"old\"\n");
+  EXPECT_EQ(load_graph(dir_ / "model.pbtxt").name(), "old");
   proto::Model newer = sample_model();
   newer.set_format_version(7);
   save_graph(dir_ / "model.pb", newer);

@@ -186,10 +186,13 @@ TEST(Oracle, ChecksRunInOrderAndTheFirstFitWins) {
   EXPECT_EQ(select_backend(list, q.get("e")).backend, &e);
 }
 
-TEST(Oracle, QuantSchemesOtherThanUnquantizedAreNotSupportedYet) {
-  check_quant_scheme_supported(QuantScheme::kUnquantized);
-  EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kFp8Block),
-                  "MoE quant scheme fp8_block is not supported yet");
+TEST(Oracle, QuantSchemesWithoutAnOracleModuleAreNotSupportedYet) {
+  for (QuantScheme s : {QuantScheme::kUnquantized, QuantScheme::kFp8Block,
+                        QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    check_quant_scheme_supported(s);
+  }
+  EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kInt4WeightOnly),
+                  "MoE quant scheme int4_weight_only is not supported yet");
   EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kMxfp4), "mxfp4 is not supported yet");
 }
 

@@ -1,0 +1,57 @@
+#include "framework/core/quant.h"
+
+#include <fmt/format.h>
+
+#include "framework/core/error.h"
+#include "framework/core/fp8.h"
+
+namespace mg {
+
+std::string GroupShape::str() const {
+  if (rows == -1 && cols == -1) return "per tensor";
+  if (rows == 1 && cols == -1) return "per row";
+  return fmt::format("[{}, {}]", rows, cols);
+}
+
+uint8_t* fp8_codes(const Tensor& t) {
+  MG_ASSERT(t.dtype() == DType::kF8E4M3, "tensor {} holds no F8_E4M3 codes", t.str());
+  return static_cast<uint8_t*>(t.raw());
+}
+
+Shape scale_shape_for(const Shape& codes_shape, GroupShape group) {
+  MG_ASSERT(codes_shape.size() >= 2, "quantised tensor of rank {}", codes_shape.size());
+  Shape s(codes_shape.begin(), codes_shape.end() - 2);
+  const int64_t R = codes_shape[codes_shape.size() - 2], C = codes_shape.back();
+  const int64_t gr = group.rows_in(R), gc = group.cols_in(C);
+  MG_ASSERT(gr > 0 && gc > 0, "group {}", group.str());
+  s.push_back(R == 0 ? 0 : (R + gr - 1) / gr);
+  s.push_back(C == 0 ? 0 : (C + gc - 1) / gc);
+  return s;
+}
+
+Tensor dequantize_cpu(const Tensor& codes, const WeightQuantization& q) {
+  MG_ASSERT(codes.device().is_cpu() && codes.dtype() == DType::kF8E4M3 && q.defined() &&
+                q.scale.device().is_cpu() && q.scale.dtype() == DType::kF32 &&
+                q.scale.shape() == scale_shape_for(codes.shape(), q.group),
+            "dequantize: codes {} scale {} group {}", codes.str(),
+            q.scale.defined() ? q.scale.str() : "none", q.group.str());
+  Tensor out = Tensor::empty_cpu(DType::kF32, codes.shape());
+  const int64_t R = codes.dim(-2), C = codes.dim(-1);
+  const int64_t gr = q.group.rows_in(R), gc = q.group.cols_in(C);
+  const int64_t sr = q.scale.dim(-2), sc = q.scale.dim(-1);
+  const int64_t matrices = R * C == 0 ? 0 : codes.numel() / (R * C);
+  const uint8_t* in = fp8_codes(codes);
+  const float* scale = q.scale.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t m = 0; m < matrices; ++m) {
+    for (int64_t r = 0; r < R; ++r) {
+      const float* srow = scale + (m * sr + r / gr) * sc;
+      const int64_t base = (m * R + r) * C;
+      for (int64_t c = 0; c < C; ++c)
+        dst[base + c] = fp8_e4m3_to_float(in[base + c]) * srow[c / gc];
+    }
+  }
+  return out;
+}
+
+}  // namespace mg

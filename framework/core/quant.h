@@ -1,0 +1,68 @@
+// Quantised weights as the framework carries them from the graph file to an op's kernel.
+//
+// A quantised weight is two tensors: its codes (e.g. F8_E4M3 [..., R, C]) and its scales, one
+// per group of `group.rows` x `group.cols` elements of the last two dimensions (-1 spans the whole
+// dimension), with leading dimensions (experts) each holding their own scales:
+//
+//   real[..., r, c] = code_to_float(codes[..., r, c]) * scale[..., r / rows, c / cols]
+//
+// and the instruction for the activations that multiply it (dynamic per-token-group quantisation
+// for W8A8 checkpoints, none for weight-only ones). proto/model.proto (TensorQuantization) is the
+// file format; the place-weights pass hands ops that take quantised weights a WeightQuantization
+// beside the codes, and dequantises for every other consumer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "framework/core/tensor.h"
+
+namespace mg {
+
+// Granularity of one scale: a block of rows x cols elements of the last two dimensions; -1 spans
+// the whole dimension. For a weight stored [out, in] (y = x W^T): [128, 128] is DeepSeek-V3's
+// block, [1, -1] one scale per output channel, [-1, -1] one per matrix. For activations [T, K]:
+// [1, 128] per token per 128 channels, [1, -1] per token.
+struct GroupShape {
+  int64_t rows = -1;
+  int64_t cols = -1;
+  static GroupShape per_tensor() { return {-1, -1}; }
+  static GroupShape per_token() { return {1, -1}; }
+  static GroupShape per_channel() { return {1, -1}; }
+  static GroupShape block(int64_t rows, int64_t cols) { return {rows, cols}; }
+  // The group extent along a dimension of `size` elements (-1 -> size).
+  int64_t rows_in(int64_t size) const { return rows < 0 ? size : rows; }
+  int64_t cols_in(int64_t size) const { return cols < 0 ? size : cols; }
+  // "[128, 128]", "per tensor", "per channel".
+  std::string str() const;
+  bool operator==(const GroupShape&) const = default;
+};
+
+// How the activations a quantised weight multiplies are quantised by its consumer.
+enum class ActivationQuant : uint8_t {
+  kNone,     // kept in the compute dtype (weight-only, W8A16)
+  kDynamic,  // per token per `group` channels, scale = amax / 448, computed per call (W8A8)
+};
+
+// The scales of one quantised weight, as an op's kernel receives them (KernelContext).
+struct WeightQuantization {
+  // F32 on the host, [leading..., ceil(R / rows), ceil(C / cols)].
+  Tensor scale;
+  GroupShape group;
+  ActivationQuant activation = ActivationQuant::kNone;
+  // kDynamic: channels per activation scale (128, or -1 for the whole row).
+  int64_t activation_group = -1;
+
+  bool defined() const { return scale.defined(); }
+};
+
+// The bytes of an F8_E4M3 tensor (its codes); asserts the dtype.
+uint8_t* fp8_codes(const Tensor& t);
+
+// The scale-tensor shape a quantised tensor of `codes_shape` (rank >= 2) needs with `group`.
+Shape scale_shape_for(const Shape& codes_shape, GroupShape group);
+
+// real values as F32 on the host: codes (host F8_E4M3) times their scales (host F32).
+Tensor dequantize_cpu(const Tensor& codes, const WeightQuantization& q);
+
+}  // namespace mg

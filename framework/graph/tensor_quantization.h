@@ -1,0 +1,23 @@
+// Checks of the quantized tensors a graph declares (TensorInfo.quantization, proto/model.proto),
+// run by the verifier: the scale tensor exists, is a float tensor that is not itself quantized
+// and has the shape the group implies; the codes are a type and rank that some op can take; the
+// reserved fields (packed elements, zero points, global scales, static activation scales) are
+// refused as not supported yet. Every message names the file and the tensor.
+#pragma once
+
+#include <string_view>
+
+#include "framework/core/quant.h"
+#include "proto/model.pb.h"
+
+namespace mg {
+
+// The scale group of quantized tensor `t` of `model`, after checking it as above. `scale` is the
+// tensor t.quantization().scale names, or null when the model declares none of that name.
+GroupShape check_tensor_quantization(const proto::Model& model, const proto::TensorInfo& t,
+                                     const proto::TensorInfo* scale, std::string_view file);
+
+// The activation handling `q` asks of the consumer (checked by check_tensor_quantization).
+ActivationQuant activation_quant_of(const proto::TensorQuantization& q);
+
+}  // namespace mg
