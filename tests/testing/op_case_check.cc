@@ -61,15 +61,15 @@ std::optional<float> max_of(const proto::ClampParams& p) {
 std::vector<Tensor> make_inputs(const OpCase& c) {
   std::vector<Tensor> out;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const InputSpec& spec = c.inputs[i];
+    const CaseInput& spec = c.inputs[i];
     switch (spec.fill) {
-      case InputSpec::Fill::kAbsent:
+      case CaseInput::Fill::kAbsent:
         out.emplace_back();
         break;
-      case InputSpec::Fill::kRandom:
+      case CaseInput::Fill::kRandom:
         out.push_back(random_tensor(spec.shape, seed_of(c.name, i), spec.lo, spec.hi));
         break;
-      case InputSpec::Fill::kRandomWithSpecials: {
+      case CaseInput::Fill::kRandomWithSpecials: {
         const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
                                   std::numeric_limits<float>::infinity(),
                                   -std::numeric_limits<float>::infinity(),
@@ -85,7 +85,7 @@ std::vector<Tensor> make_inputs(const OpCase& c) {
         out.push_back(tensor_from(spec.shape, v));
         break;
       }
-      case InputSpec::Fill::kI32: {
+      case CaseInput::Fill::kI32: {
         Tensor t = Tensor::empty_cpu(DType::kI32, spec.shape);
         MG_ASSERT(static_cast<size_t>(t.numel()) == spec.values.size(), "case {}: {} values",
                   c.name, spec.values.size());

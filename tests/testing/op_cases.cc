@@ -12,21 +12,21 @@
 
 namespace mg::testing {
 
-InputSpec random_input(Shape shape, float lo, float hi) {
-  return InputSpec{InputSpec::Fill::kRandom, std::move(shape), lo, hi, {}};
+CaseInput random_input(Shape shape, float lo, float hi) {
+  return CaseInput{CaseInput::Fill::kRandom, std::move(shape), lo, hi, {}};
 }
 
-InputSpec random_input_with_specials(Shape shape, float lo, float hi) {
-  return InputSpec{InputSpec::Fill::kRandomWithSpecials, std::move(shape), lo, hi, {}};
+CaseInput random_input_with_specials(Shape shape, float lo, float hi) {
+  return CaseInput{CaseInput::Fill::kRandomWithSpecials, std::move(shape), lo, hi, {}};
 }
 
-InputSpec i32_input(std::vector<int32_t> values) {
+CaseInput i32_input(std::vector<int32_t> values) {
   const auto n = static_cast<int64_t>(values.size());
-  return InputSpec{InputSpec::Fill::kI32, {n}, 0.0f, 0.0f, std::move(values)};
+  return CaseInput{CaseInput::Fill::kI32, {n}, 0.0f, 0.0f, std::move(values)};
 }
 
-InputSpec absent_input() {
-  return InputSpec{};
+CaseInput absent_input() {
+  return CaseInput{};
 }
 
 namespace {

@@ -21,7 +21,7 @@ namespace mg::testing {
 
 // How one input of a case is made. Floats are seeded by the case's name, so the CPU and a GPU
 // see the same values (a GPU after rounding through its dtype).
-struct InputSpec {
+struct CaseInput {
   enum class Fill {
     kAbsent,              // an optional input left out (attention without sinks)
     kRandom,              // F32, uniform in [lo, hi)
@@ -34,10 +34,10 @@ struct InputSpec {
   std::vector<int32_t> values;
 };
 
-InputSpec random_input(Shape shape, float lo = -1.0f, float hi = 1.0f);
-InputSpec random_input_with_specials(Shape shape, float lo, float hi);
-InputSpec i32_input(std::vector<int32_t> values);
-InputSpec absent_input();
+CaseInput random_input(Shape shape, float lo = -1.0f, float hi = 1.0f);
+CaseInput random_input_with_specials(Shape shape, float lo, float hi);
+CaseInput i32_input(std::vector<int32_t> values);
+CaseInput absent_input();
 
 // How a kernel's output is held against the reference.
 enum class Match {
@@ -55,7 +55,7 @@ enum class Match {
 struct OpCase {
   std::string name;  // "<op> <what>", unique; the trace of every failure
   proto::Node node;
-  std::vector<InputSpec> inputs;  // one per node input, in order
+  std::vector<CaseInput> inputs;  // one per node input, in order
   Match match = Match::kClose;
   double cpu_tolerance = 1e-5;           // the CPU kernel (F32) against the reference
   double device_tolerance_factor = 1.0;  // times the dtype's tolerance on a GPU

@@ -32,8 +32,8 @@ TEST(OpCases, EveryOpIsSweptOverOneTokenManyTokensAndAnOddWidth) {
     const Shape& first = c.inputs.at(0).shape;
     s.one_token |= first.at(0) == 1;
     s.many_tokens |= first.at(0) >= 64;
-    for (const testing::InputSpec& in : c.inputs) {
-      if (in.fill != testing::InputSpec::Fill::kI32 && !in.shape.empty()) {
+    for (const testing::CaseInput& in : c.inputs) {
+      if (in.fill != testing::CaseInput::Fill::kI32 && !in.shape.empty()) {
         s.odd_width |= in.shape.back() % 8 != 0;
       }
     }
