@@ -4,7 +4,8 @@
 // dtype and uploaded, kernel from OpDef::create_kernel, state from create_state) and runs it on
 // host F32/I32 inputs, returning host F32 outputs. Outputs are poisoned with NaN before every run
 // and surrounded by guard bytes that must survive it, so an unwritten element or a write past the
-// end fails the test.
+// end fails the test. expect_cuda_cases_match_reference runs the shared op case table
+// (tests/testing/op_cases.h) through DeviceOp in every dtype.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,14 +13,19 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/op/op_registry.h"
+#include "tests/testing/op_case_check.h"
+#include "tests/testing/op_cases.h"
+#include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #ifdef MG_WITH_CUDA
 #include "framework/device/cuda/cuda_check.h"
@@ -226,6 +232,48 @@ class DeviceOp {
   std::unique_ptr<OpKernel> kernel_;
   std::unique_ptr<OpState> state_;
 };
+
+// The CUDA side of the op case table (tests/testing/op_cases.h): every case of `op` in every
+// dtype of cuda_dtypes(), its inputs rounded through the dtype first (so the reference sees
+// exactly what the kernel sees), against op_reference as the case's Match says. A case marked
+// cpu_only is skipped and its reason printed.
+inline void expect_cuda_cases_match_reference(std::string_view op) {
+  for (const DtypeTolerance& d : cuda_dtypes()) {
+    for (const OpCase* c : op_cases_of(op)) {
+      if (!c->cpu_only.empty()) {
+        if (&d == &cuda_dtypes().front()) {
+          std::cout << "[ CPU ONLY ] " << c->name << ": " << c->cpu_only << "\n";
+        }
+        continue;
+      }
+      SCOPED_TRACE(dtype_trace(d) + " " + c->name);
+      std::vector<Tensor> inputs = make_inputs(*c);
+      for (Tensor& t : inputs) t = round_through(t, d.dtype);
+      DeviceOp device_op(c->node, inputs, d.dtype);
+      const std::vector<Tensor> out = device_op.run(inputs);
+      ASSERT_EQ(out.size(), 1u);
+      const Tensor want = op_reference(c->node, inputs);
+      ASSERT_EQ(out[0].shape(), want.shape());
+      const double tolerance = d.tolerance * c->device_tolerance_factor;
+      switch (c->match) {
+        case Match::kClose:
+          EXPECT_LT(normalized_error(span_of(out[0]), span_of(want)), tolerance);
+          break;
+        case Match::kExact: {
+          const Tensor rounded = round_through(want, d.dtype);
+          expect_same_values(span_of(out[0]), span_of(rounded));
+          break;
+        }
+        case Match::kCloseAndGpuEqualsCpuKernel: {
+          const Tensor cpu = round_through(run_cpu_op(c->node, inputs, c->cpu_threads)[0], d.dtype);
+          expect_same_values(span_of(out[0]), span_of(cpu));
+          EXPECT_LT(normalized_error(span_of(out[0]), span_of(want)), tolerance);
+          break;
+        }
+      }
+    }
+  }
+}
 
 #endif  // MG_WITH_CUDA
 

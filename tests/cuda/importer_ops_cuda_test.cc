@@ -1,7 +1,8 @@
 // The CUDA kernels of the ops that graphs imported from Hugging Face add — clamp (OLMoE's
 // clip_qkv), concat_heads (DeepSeek MLA) and attn_temperature (Llama-4's NoPE layers) — against
-// their CPU kernels and references in BF16, F16 and F32. They leave no error: each output is the
-// CPU's on the same (rounded) input rounded through the dtype, compared exactly.
+// their CPU kernels and references in BF16, F16 and F32, over the shared op case table
+// (tests/testing/op_cases.cc) and by hand. They leave no error: each output is the CPU's on the
+// same (rounded) input rounded through the dtype, compared exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,8 +10,6 @@
 #include <optional>
 
 #include "ops/nn/attn_temperature/attn_temperature.h"
-#include "ops/nn/clamp/clamp.h"
-#include "ops/nn/concat_heads/concat_heads.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/op_harness.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -29,20 +28,6 @@ using testing::cuda_dtypes;
 using testing::DeviceOp;
 using testing::dtype_trace;
 using testing::DtypeTolerance;
-using testing::round_through;
-
-// `got` equals `want` element for element (NaN where `want` is NaN); the count of differences
-// and the first one are reported.
-void expect_same_values(std::span<const float> got, std::span<const float> want) {
-  ASSERT_EQ(got.size(), want.size());
-  size_t differ = 0, first = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
-    if (!same && differ++ == 0) first = i;
-  }
-  EXPECT_EQ(differ, 0u) << "first at element " << first << ": got " << got[first] << ", want "
-                        << want[first];
-}
 
 proto::Node clamp_node(std::optional<float> min, std::optional<float> max) {
   proto::Node node;
@@ -54,45 +39,13 @@ proto::Node clamp_node(std::optional<float> min, std::optional<float> max) {
   return node;
 }
 
-std::string bound_str(std::optional<float> bound) {
-  return bound ? fmt::format("{}", *bound) : "unset";
-}
-
 // The kernel compares in fp32 and rounds once, so its output is the reference's on the same
-// (rounded) input rounded through the dtype: equal in every dtype, NaN and ±inf included.
+// (rounded) input rounded through the dtype: equal in every dtype, NaN and ±inf included (the
+// table's clamp inputs hold NaN, ±inf, -0 and ±1e4; its bounds 0.3, 1.1 and 0.7 are not exact in
+// BF16 or F16, so the bound itself is rounded on store).
 TEST(CudaOps, ClampMatchesReferenceExactly) {
   MG_REQUIRE_GPU();
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  // 0.3, 1.1 and 0.7 are not exact in BF16 or F16: the bound itself is rounded on store.
-  const std::vector<std::pair<std::optional<float>, std::optional<float>>> bounds = {
-      {-0.5f, 0.5f}, {std::nullopt, 0.3f}, {-1.1f, std::nullopt}, {std::nullopt, std::nullopt},
-      {0.7f, 0.7f},  {-8.0f, 8.0f}};
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {1, 7}, {5, 33}, {64, 257}, {300, 4096}};
-  const float specials[] = {nan, kInf, -kInf, -0.0f, 1e4f, -1e4f};
-  uint32_t seed = 1700;
-  for (const DtypeTolerance& d : cuda_dtypes()) {
-    for (auto [rows, cols] : shapes) {
-      for (auto [lo, hi] : bounds) {
-        SCOPED_TRACE(dtype_trace(d) +
-                     fmt::format(" {}x{} min {} max {}", rows, cols, bound_str(lo), bound_str(hi)));
-        const size_t n = static_cast<size_t>(rows * cols);
-        std::vector<float> v = testing::random_floats(n, ++seed, -2.0f, 2.0f);
-        // NaN, ±inf, -0 and far values spread over the tensor, as many as fit.
-        for (size_t i = 0; i < std::size(specials) && i < n; ++i) {
-          v[i * n / std::size(specials)] = specials[i];
-        }
-        const Tensor x = round_through(testing::tensor_from({rows, cols}, v), d.dtype);
-        DeviceOp op(clamp_node(lo, hi), {x}, d.dtype);
-        std::vector<Tensor> out = op.run({x});
-        std::vector<float> ref(n);
-        clamp_reference(x.data<float>(), x.numel(), lo, hi, ref.data());
-        const Tensor want = round_through(testing::tensor_from({rows, cols}, ref), d.dtype);
-        expect_same_values(testing::span_of(out[0]), testing::span_of(want));
-      }
-    }
-  }
+  testing::expect_cuda_cases_match_reference("clamp");
 }
 
 TEST(CudaOps, ClampHandChecked) {
@@ -105,55 +58,19 @@ TEST(CudaOps, ClampHandChecked) {
     SCOPED_TRACE(dtype_trace(d));
     DeviceOp both(clamp_node(-1.0f, 1.0f), {xt}, d.dtype);
     EXPECT_EQ(both.kernel().describe(), fmt::format("cuda {}", dtype_name(d.dtype)));
-    expect_same_values(testing::span_of(both.run({xt})[0]),
-                       std::vector<float>{-1.0f, 0.5f, 1.0f, nan, 1.0f, -1.0f, -0.0f});
+    testing::expect_same_values(testing::span_of(both.run({xt})[0]),
+                                std::vector<float>{-1.0f, 0.5f, 1.0f, nan, 1.0f, -1.0f, -0.0f});
     // Unset bounds leave every value, infinities included, as it is.
     DeviceOp none(clamp_node(std::nullopt, std::nullopt), {xt}, d.dtype);
-    expect_same_values(testing::span_of(none.run({xt})[0]), x);
+    testing::expect_same_values(testing::span_of(none.run({xt})[0]), x);
   }
 }
 
+// m = 1 and m = n, odd widths (element copies in BF16/F16), 4-, 8- and 16-byte units,
+// DeepSeek-V3's widths.
 TEST(CudaOps, ConcatHeadsMatchesReferenceExactly) {
   MG_REQUIRE_GPU();
-  struct Case {
-    int64_t heads, a_dim, b_heads, b_dim;
-  };
-  const std::vector<Case> cases = {
-      {1, 1, 1, 1},
-      {4, 8, 1, 4},      // the DeepSeek fixtures' k = [k_nope, k_rope], one rope key shared
-      {4, 8, 4, 4},      // m = n
-      {3, 5, 1, 3},      // odd widths: element copies in BF16/F16
-      {2, 7, 2, 9},      // odd widths, m = n
-      {2, 6, 2, 2},      // 4- and 8-byte units
-      {16, 128, 1, 64},  // DeepSeek-V3's widths: 16-byte units
-      {128, 128, 1, 64},
-  };
-  uint32_t seed = 1800;
-  for (const DtypeTolerance& d : cuda_dtypes()) {
-    for (const Case& c : cases) {
-      for (int64_t tokens : {1, 7, 64}) {
-        SCOPED_TRACE(dtype_trace(d) + fmt::format(" T={} n={} da={} m={} db={}", tokens, c.heads,
-                                                  c.a_dim, c.b_heads, c.b_dim));
-        proto::Node node;
-        node.set_name("k");
-        node.set_op("concat_heads");
-        node.mutable_concat_heads()->set_num_heads(c.heads);
-        node.mutable_concat_heads()->set_a_head_dim(c.a_dim);
-        node.mutable_concat_heads()->set_b_head_dim(c.b_dim);
-        const Tensor a =
-            round_through(testing::random_tensor({tokens, c.heads * c.a_dim}, ++seed), d.dtype);
-        const Tensor b =
-            round_through(testing::random_tensor({tokens, c.b_heads * c.b_dim}, ++seed), d.dtype);
-        DeviceOp op(node, {a, b}, d.dtype);
-        std::vector<Tensor> out = op.run({a, b});
-        ASSERT_EQ(out[0].shape(), (Shape{tokens, c.heads * (c.a_dim + c.b_dim)}));
-        std::vector<float> ref(static_cast<size_t>(out[0].numel()));
-        concat_heads_reference(a.data<float>(), b.data<float>(), tokens, c.heads, c.a_dim,
-                               c.b_heads, c.b_dim, ref.data());
-        expect_same_values(testing::span_of(out[0]), ref);
-      }
-    }
-  }
+  testing::expect_cuda_cases_match_reference("concat_heads");
 }
 
 // launch_concat_heads<T> on buffers offset by a few elements from cudaMalloc's alignment, so
@@ -244,58 +161,11 @@ proto::Node attn_temperature_node(float attn_scale, float floor_scale) {
   return node;
 }
 
-// Position t of a test: consecutive, on a step of floor((p + 1) / floor_scale), far, and the
-// largest I32 values, in turn.
-int32_t temperature_position(int64_t t, float floor_scale, uint32_t seed) {
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  switch (t % 4) {
-    case 0:
-      return static_cast<int32_t>(t);
-    case 1:
-      return static_cast<int32_t>(std::ceil(floor_scale * static_cast<double>(t + 1))) - 1;
-    case 2:
-      return static_cast<int32_t>((t * 2654435761LL + seed) % kMax);
-    default:
-      return static_cast<int32_t>(kMax - t);
-  }
-}
-
 // The kernel's fp32 factor is the CPU's and its product is x * factor in fp32 rounded once, so
 // its output equals the CPU kernel's on the same (rounded) input rounded through the dtype.
 TEST(CudaOps, AttnTemperatureMatchesTheCpuKernelExactly) {
   MG_REQUIRE_GPU();
-  struct Case {
-    int64_t tokens, dim;
-    float attn_scale, floor_scale;
-  };
-  const std::vector<Case> cases = {
-      {1, 1, 0.1f, 4.0f},              // the Llama-4 fixture's params
-      {1, 8, 0.1f, 8192.0f},           // Llama 4's params, one decode token
-      {7, 33, 0.25f, 8.0f},            // an odd width
-      {40, 128, -0.5f, 3.5f},          // a factor below 1, a fractional floor_scale
-      {129, 257, 1.0f, 1.0f},          // floor_scale 1: a new step at every position
-      {300, 40 * 128, 0.1f, 8192.0f},  // Llama-4 Scout's queries of a prefill
-  };
-  uint32_t seed = 1900;
-  for (const DtypeTolerance& d : cuda_dtypes()) {
-    for (const Case& c : cases) {
-      SCOPED_TRACE(dtype_trace(d) + fmt::format(" T={} D={} attn_scale {} floor_scale {}", c.tokens,
-                                                c.dim, c.attn_scale, c.floor_scale));
-      const proto::Node node = attn_temperature_node(c.attn_scale, c.floor_scale);
-      const Tensor x = round_through(testing::random_tensor({c.tokens, c.dim}, ++seed), d.dtype);
-      std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
-      for (int64_t t = 0; t < c.tokens; ++t) pos[t] = temperature_position(t, c.floor_scale, seed);
-      const Tensor positions = testing::i32_tensor(pos);
-      DeviceOp op(node, {x, positions}, d.dtype);
-      std::vector<Tensor> out = op.run({x, positions});
-      const Tensor want = round_through(testing::run_cpu_op(node, {x, positions})[0], d.dtype);
-      expect_same_values(testing::span_of(out[0]), testing::span_of(want));
-      std::vector<float> ref(static_cast<size_t>(x.numel()));
-      attn_temperature_reference(x.data<float>(), pos.data(), c.tokens, c.dim, c.attn_scale,
-                                 c.floor_scale, ref.data());
-      EXPECT_LT(testing::normalized_error(testing::span_of(out[0]), ref), d.tolerance);
-    }
-  }
+  testing::expect_cuda_cases_match_reference("attn_temperature");
 }
 
 // With x = 1 the F32 output is the factor itself: bit for bit the CPU's fp64 factor rounded to
@@ -310,7 +180,8 @@ TEST(CudaOps, AttnTemperatureFactorIsTheCpusBitForBit) {
     SCOPED_TRACE(fmt::format("attn_scale {} floor_scale {}", attn_scale, floor_scale));
     std::vector<int32_t> pos(static_cast<size_t>(kTokens));
     for (int64_t t = 0; t < kTokens; ++t) {
-      pos[t] = t < 2048 ? static_cast<int32_t>(t) : temperature_position(t, floor_scale, 7);
+      pos[t] =
+          t < 2048 ? static_cast<int32_t>(t) : testing::temperature_position(t, floor_scale, 7);
     }
     const Tensor positions = testing::i32_tensor(pos);
     DeviceOp op(attn_temperature_node(attn_scale, floor_scale), {ones, positions}, DType::kF32);
@@ -319,7 +190,7 @@ TEST(CudaOps, AttnTemperatureFactorIsTheCpusBitForBit) {
     for (int64_t t = 0; t < kTokens; ++t) {
       want[t] = static_cast<float>(attn_temperature_factor(pos[t], attn_scale, floor_scale));
     }
-    expect_same_values(testing::span_of(out[0]), want);
+    testing::expect_same_values(testing::span_of(out[0]), want);
   }
 }
 
@@ -336,7 +207,7 @@ TEST(CudaOps, AttnTemperatureReadsANegativePositionAsZero) {
   const std::vector<Tensor> out = op.run({x, negative});
   const std::vector<Tensor> want =
       testing::run_cpu_op(node, {x, testing::i32_tensor({0, 3, 0, 0})});
-  expect_same_values(testing::span_of(out[0]), testing::span_of(want[0]));
+  testing::expect_same_values(testing::span_of(out[0]), testing::span_of(want[0]));
 }
 
 #endif  // MG_WITH_CUDA

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/nn/attn_temperature/attn_temperature.h"
+#include "tests/testing/op_case_check.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -32,14 +33,10 @@ TEST(AttnTemperatureOp, HandChecked) {
   EXPECT_FLOAT_EQ(y[3], static_cast<float>(1.0 + 0.1 * std::log(3.0)));
 }
 
+// Every attn_temperature case of the shared table (tests/testing/op_cases.cc): positions up
+// to 2^31 - 1, fractional and unit floor_scale.
 TEST(AttnTemperatureOp, MatchesReference) {
-  const Tensor x = testing::random_tensor({20, 24}, 5);
-  const Tensor positions = testing::positions_tensor(20, 100);
-  const auto out = testing::run_cpu_op(temperature_node(0.25f, 8.0f), {x, positions});
-  std::vector<float> ref(static_cast<size_t>(x.numel()));
-  attn_temperature_reference(x.data<float>(), positions.data<int32_t>(), 20, 24, 0.25f, 8.0f,
-                             ref.data());
-  EXPECT_LT(testing::normalized_error(testing::span_of(out[0]), ref), 1e-7);
+  testing::expect_cpu_cases_match_reference("attn_temperature");
 }
 
 TEST(AttnTemperatureOp, RejectsBadParams) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/nn/clamp/clamp.h"
+#include "tests/testing/op_case_check.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -22,17 +23,10 @@ proto::Node clamp_node(std::optional<float> min, std::optional<float> max) {
   return node;
 }
 
+// Every clamp case of the shared table (tests/testing/op_cases.cc), equal to the reference:
+// both, one and no bounds over inputs holding NaN, ±inf, -0 and far values.
 TEST(ClampOp, MatchesReference) {
-  const Tensor x = testing::random_tensor({9, 33}, 4, -2.0f, 2.0f);
-  for (auto [lo, hi] : {std::pair<std::optional<float>, std::optional<float>>{-0.5f, 0.5f},
-                        {std::nullopt, 0.25f},
-                        {-1.0f, std::nullopt},
-                        {std::nullopt, std::nullopt}}) {
-    const auto out = testing::run_cpu_op(clamp_node(lo, hi), {x});
-    std::vector<float> ref(static_cast<size_t>(x.numel()));
-    clamp_reference(x.data<float>(), x.numel(), lo, hi, ref.data());
-    EXPECT_EQ(testing::max_abs_diff(testing::span_of(out[0]), ref), 0.0);
-  }
+  testing::expect_cpu_cases_match_reference("clamp");
 }
 
 TEST(ClampOp, HandCheckedAndNaN) {

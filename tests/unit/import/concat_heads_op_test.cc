@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/nn/concat_heads/concat_heads.h"
+#include "tests/testing/op_case_check.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -28,16 +29,10 @@ TEST(ConcatHeadsOp, HandCheckedSharedHead) {
   EXPECT_EQ(testing::max_abs_diff(testing::span_of(out[0]), expected), 0.0);
 }
 
+// Every concat_heads case of the shared table (tests/testing/op_cases.cc), equal to the
+// reference: per-head b (m = n) and one shared b head (m = 1), odd widths.
 TEST(ConcatHeadsOp, MatchesReference) {
-  for (int64_t b_heads : {1, 4}) {
-    const Tensor a = testing::random_tensor({6, 4 * 16}, 1);
-    const Tensor b = testing::random_tensor({6, b_heads * 8}, 2);
-    const auto out = testing::run_cpu_op(concat_node(4, 16, 8), {a, b});
-    ASSERT_EQ(out[0].shape(), (Shape{6, 4 * 24}));
-    std::vector<float> ref(static_cast<size_t>(6 * 4 * 24));
-    concat_heads_reference(a.data<float>(), b.data<float>(), 6, 4, 16, b_heads, 8, ref.data());
-    EXPECT_EQ(testing::max_abs_diff(testing::span_of(out[0]), ref), 0.0) << b_heads;
-  }
+  testing::expect_cpu_cases_match_reference("concat_heads");
 }
 
 TEST(ConcatHeadsOp, RejectsBadShapes) {

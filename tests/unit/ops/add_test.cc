@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/nn/add/add.h"
+#include "tests/testing/op_case_check.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/moe/moe_test_util.h"
@@ -11,18 +12,9 @@
 namespace mg {
 namespace {
 
+// Every add case of the shared table (tests/testing/op_cases.cc) against add_reference.
 TEST(AddOp, MatchesReferenceWithScale) {
-  proto::Node node;
-  node.set_name("add0");
-  node.set_op("add");
-  node.mutable_add()->set_scale(0.5f);
-  Tensor a = testing::random_tensor({7, 33}, 1);
-  Tensor b = testing::random_tensor({7, 33}, 2);
-  std::vector<Tensor> out = testing::run_cpu_op(node, {a, b});
-  ASSERT_EQ(out.size(), 1u);
-  std::vector<float> ref(static_cast<size_t>(a.numel()));
-  add_reference(a.data<float>(), b.data<float>(), 0.5f, ref.data(), a.numel());
-  EXPECT_LT(testing::normalized_error(testing::span_of(out[0]), ref), 1e-7);
+  testing::expect_cpu_cases_match_reference("add");
 }
 
 TEST(AddOp, RejectsShapeMismatch) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/nn/embedding/embedding.h"
+#include "tests/testing/op_case_check.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -17,31 +18,9 @@ proto::Node embedding_node(std::optional<float> scale) {
   return node;
 }
 
+// Every embedding case of the shared table (tests/testing/op_cases.cc) against the reference.
 TEST(EmbeddingOp, MatchesReference) {
-  struct Case {
-    int64_t vocab, hidden;
-    std::vector<int32_t> ids;
-    std::optional<float> scale;
-  };
-  const std::vector<Case> cases = {
-      {1, 1, {0}, std::nullopt},
-      {37, 13, {36}, std::nullopt},
-      {37, 13, {5, 0, 36, 5, 17}, 2.5f},
-      {1000, 129, {999, 3, 3, 512, 0, 1, 77, 400, 401}, 0.125f},
-  };
-  uint32_t seed = 10;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message()
-                 << "V=" << c.vocab << " H=" << c.hidden << " T=" << c.ids.size());
-    Tensor table = testing::random_tensor({c.vocab, c.hidden}, ++seed);
-    Tensor ids = testing::i32_tensor(c.ids);
-    std::vector<Tensor> out = testing::run_cpu_op(embedding_node(c.scale), {ids, table}, 3);
-    ASSERT_EQ(out[0].shape(), (Shape{static_cast<int64_t>(c.ids.size()), c.hidden}));
-    std::vector<float> ref(static_cast<size_t>(out[0].numel()));
-    embedding_reference(c.ids.data(), static_cast<int64_t>(c.ids.size()), table.data<float>(),
-                        c.vocab, c.hidden, c.scale.value_or(1.0f), ref.data());
-    EXPECT_LT(testing::normalized_error(testing::span_of(out[0]), ref), 1e-7);
-  }
+  testing::expect_cpu_cases_match_reference("embedding");
 }
 
 TEST(EmbeddingOp, RowIsTheTableRowTimesScale) {

@@ -4,6 +4,7 @@
 
 #include "ops/nn/activation.h"
 #include "ops/nn/gated_mlp/gated_mlp.h"
+#include "tests/testing/op_case_check.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -19,29 +20,9 @@ proto::Node gated_mlp_node(proto::Activation activation) {
   return node;
 }
 
+// Every gated_mlp case of the shared table (tests/testing/op_cases.cc): three activations.
 TEST(GatedMlpOp, MatchesReference) {
-  struct Case {
-    int64_t tokens, hidden, inter;
-  };
-  const std::vector<Case> cases = {
-      {1, 1, 1}, {1, 16, 48}, {5, 33, 17}, {17, 64, 200}, {70, 40, 96}};
-  uint32_t seed = 700;
-  for (proto::Activation act : {proto::SILU_GATED, proto::GELU_GATED, proto::GELU_TANH_GATED}) {
-    for (const Case& c : cases) {
-      SCOPED_TRACE(::testing::Message() << proto::Activation_Name(act) << " T=" << c.tokens
-                                        << " H=" << c.hidden << " I=" << c.inter);
-      Tensor x = testing::random_tensor({c.tokens, c.hidden}, ++seed, -2.0f, 2.0f);
-      Tensor gate = testing::random_tensor({c.inter, c.hidden}, ++seed);
-      Tensor up = testing::random_tensor({c.inter, c.hidden}, ++seed);
-      Tensor down = testing::random_tensor({c.hidden, c.inter}, ++seed);
-      std::vector<Tensor> out = testing::run_cpu_op(gated_mlp_node(act), {x, gate, up, down}, 3);
-      ASSERT_EQ(out[0].shape(), x.shape());
-      std::vector<float> ref(static_cast<size_t>(x.numel()));
-      gated_mlp_reference(act, x.data<float>(), c.tokens, c.hidden, c.inter, gate.data<float>(),
-                          up.data<float>(), down.data<float>(), ref.data());
-      EXPECT_LT(testing::normalized_error(testing::span_of(out[0]), ref), 1e-5);
-    }
-  }
+  testing::expect_cpu_cases_match_reference("gated_mlp");
 }
 
 TEST(GatedMlpOp, RejectsUnsupportedActivationByName) {

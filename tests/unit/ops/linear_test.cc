@@ -3,6 +3,7 @@
 #include "framework/core/thread_pool.h"
 #include "ops/nn/linear/linear.h"
 #include "ops/nn/linear/linear_gemm.h"
+#include "tests/testing/op_case_check.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -20,35 +21,9 @@ proto::Node linear_node(bool has_bias, std::optional<float> scale) {
   return node;
 }
 
+// Every linear case of the shared table (tests/testing/op_cases.cc), on 1 to 4 threads.
 TEST(LinearOp, MatchesReference) {
-  struct Case {
-    int64_t tokens, in, out;
-    bool bias;
-    std::optional<float> scale;
-    int threads;
-  };
-  const std::vector<Case> cases = {
-      {1, 1, 1, false, std::nullopt, 1},    {1, 7, 5, true, std::nullopt, 2},
-      {1, 64, 257, false, std::nullopt, 4}, {1, 512, 1000, true, 0.25f, 3},
-      {3, 17, 33, true, 2.0f, 2},           {17, 130, 48, false, std::nullopt, 4},
-      {64, 96, 200, true, 0.5f, 4},         {129, 33, 15, false, 1.5f, 1},
-  };
-  uint32_t seed = 200;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "T=" << c.tokens << " in=" << c.in << " out=" << c.out
-                                      << " bias=" << c.bias << " threads=" << c.threads);
-    Tensor x = testing::random_tensor({c.tokens, c.in}, ++seed);
-    Tensor w = testing::random_tensor({c.out, c.in}, ++seed);
-    Tensor b = c.bias ? testing::random_tensor({c.out}, ++seed) : Tensor();
-    std::vector<Tensor> inputs = {x, w};
-    if (c.bias) inputs.push_back(b);
-    std::vector<Tensor> y = testing::run_cpu_op(linear_node(c.bias, c.scale), inputs, c.threads);
-    ASSERT_EQ(y[0].shape(), (Shape{c.tokens, c.out}));
-    std::vector<float> ref(static_cast<size_t>(c.tokens * c.out));
-    linear_reference(x.data<float>(), c.tokens, c.in, w.data<float>(), c.out,
-                     c.bias ? b.data<float>() : nullptr, c.scale.value_or(1.0f), ref.data());
-    EXPECT_LT(testing::normalized_error(testing::span_of(y[0]), ref), 1e-5);
-  }
+  testing::expect_cpu_cases_match_reference("linear");
 }
 
 TEST(LinearOp, GemmHelperWithAndWithoutPool) {

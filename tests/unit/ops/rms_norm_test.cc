@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/nn/rms_norm/rms_norm.h"
+#include "tests/testing/op_case_check.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -21,32 +22,9 @@ proto::Node rms_norm_node(int64_t group_size, bool has_weight, float eps = 1e-5f
   return node;
 }
 
+// Every rms_norm case of the shared table (tests/testing/op_cases.cc): groups, weightless.
 TEST(RmsNormOp, MatchesReference) {
-  struct Case {
-    int64_t tokens, dim, group;
-    bool weight;
-  };
-  const std::vector<Case> cases = {
-      {1, 1, 0, true},      {1, 7, 0, true},       {5, 33, 0, true},   {3, 64, 16, true},
-      {3, 64, 16, false},   {1, 4096, 0, true},    {17, 96, 32, true}, {4, 30, 3, false},
-      {64, 257, 257, true}, {2, 1024, 128, false},
-  };
-  uint32_t seed = 100;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "T=" << c.tokens << " D=" << c.dim << " G=" << c.group
-                                      << " weight=" << c.weight);
-    const int64_t group = c.group == 0 ? c.dim : c.group;
-    Tensor x = testing::random_tensor({c.tokens, c.dim}, ++seed, -3.0f, 2.0f);
-    Tensor w = c.weight ? testing::random_tensor({group}, ++seed, 0.5f, 1.5f) : Tensor();
-    std::vector<Tensor> inputs = {x};
-    if (c.weight) inputs.push_back(w);
-    std::vector<Tensor> out = testing::run_cpu_op(rms_norm_node(c.group, c.weight), inputs, 3);
-    ASSERT_EQ(out[0].shape(), x.shape());
-    std::vector<float> ref(static_cast<size_t>(x.numel()));
-    rms_norm_reference(x.data<float>(), c.tokens, c.dim, group,
-                       c.weight ? w.data<float>() : nullptr, 1e-5f, ref.data());
-    EXPECT_LT(testing::normalized_error(testing::span_of(out[0]), ref), 1e-6);
-  }
+  testing::expect_cpu_cases_match_reference("rms_norm");
 }
 
 TEST(RmsNormOp, HandComputedRow) {

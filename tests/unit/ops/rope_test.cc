@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "ops/nn/rope/rope.h"
+#include "tests/testing/op_case_check.h"
+#include "tests/testing/op_cases.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/test_util.h"
 #include "tests/unit/ops/nn_test_util.h"
@@ -66,62 +68,16 @@ proto::Node rope_node(const proto::RopeParams& p) {
   return node;
 }
 
-std::vector<proto::RopeParams> all_configs() {
-  std::vector<proto::RopeParams> out;
-  out.push_back(rope_params(1, 2, proto::HALF_SPLIT));
-  out.push_back(rope_params(3, 8, proto::HALF_SPLIT));
-  out.push_back(rope_params(5, 8, proto::INTERLEAVED, 500000.0));
-  proto::RopeParams partial = rope_params(4, 24, proto::HALF_SPLIT);
-  partial.set_rotary_dim(6);  // rotates dims 0..5, keeps 6..23
-  out.push_back(partial);
-  proto::RopeParams tail = rope_params(2, 24, proto::HALF_SPLIT);
-  tail.set_rotary_offset(8);  // DeepSeek MLA: rotates the last 16 dims
-  tail.set_rotary_dim(16);
-  out.push_back(tail);
-  proto::RopeParams linear = rope_params(2, 16, proto::HALF_SPLIT);
-  linear.mutable_scaling()->set_type(proto::RopeScaling::LINEAR);
-  linear.mutable_scaling()->set_factor(4.0);
-  out.push_back(linear);
-  out.push_back(gpt_oss_yarn());
-  out.push_back(deepseek_yarn());
-  proto::RopeParams ds_v2 = deepseek_yarn();
-  ds_v2.mutable_scaling()->set_mscale(0.707);
-  out.push_back(ds_v2);
-  proto::RopeParams explicit_factor = gpt_oss_yarn();
-  explicit_factor.mutable_scaling()->set_attention_factor(0.75);
-  out.push_back(explicit_factor);
-  out.push_back(llama31());
-  proto::RopeParams scout = llama31();  // Llama-4 Scout: equal factors, no smoothing band
-  scout.mutable_scaling()->set_factor(16.0);
-  scout.mutable_scaling()->set_high_freq_factor(1.0);
-  out.push_back(scout);
-  return out;
-}
-
+// Every rope case of the shared table (tests/testing/op_cases.cc): each configuration of
+// rope_configs() at 1, 7 and 40 tokens (two at 300) on decode-like, prefill-like and far positions.
 TEST(RopeOp, MatchesReferenceForEveryPairingAndScaling) {
-  uint32_t seed = 300;
-  for (const proto::RopeParams& p : all_configs()) {
-    for (int64_t tokens : {1, 7, 40}) {
-      SCOPED_TRACE(::testing::Message() << p.ShortDebugString() << " T=" << tokens);
-      const int64_t width = p.num_heads() * p.head_dim();
-      Tensor x = testing::random_tensor({tokens, width}, ++seed);
-      std::vector<int32_t> pos(static_cast<size_t>(tokens));
-      // Decode-like, prefill-like and far positions (angles up to ~1e5 rad).
-      for (int64_t t = 0; t < tokens; ++t)
-        pos[t] = static_cast<int32_t>((t * 7919 + seed) % 131072);
-      Tensor positions = testing::i32_tensor(pos);
-      std::vector<Tensor> out = testing::run_cpu_op(rope_node(p), {x, positions}, 3);
-      ASSERT_EQ(out[0].shape(), x.shape());
-      std::vector<float> ref(static_cast<size_t>(x.numel()));
-      rope_reference(p, x.data<float>(), pos.data(), tokens, ref.data());
-      EXPECT_LT(testing::normalized_error(testing::span_of(out[0]), ref), 1e-5);
-    }
-  }
+  testing::expect_cpu_cases_match_reference("rope");
 }
 
 TEST(RopeOp, KernelFrequenciesMatchReferenceFrequencies) {
-  for (const proto::RopeParams& p : all_configs()) {
-    SCOPED_TRACE(p.ShortDebugString());
+  for (const testing::RopeConfig& config : testing::rope_configs()) {
+    SCOPED_TRACE(config.name);
+    const proto::RopeParams& p = config.params;
     const std::vector<double> kernel = rope_inv_freq(p);
     const std::vector<double> ref = rope_reference_inv_freq(p);
     ASSERT_EQ(kernel.size(), static_cast<size_t>(rope_rotary_dim(p) / 2));
