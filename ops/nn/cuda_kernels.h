@@ -19,8 +19,10 @@ std::unique_ptr<OpKernel> make_embedding_cuda_kernel(const KernelContext& ctx, f
 // group_size 0: the whole row.
 std::unique_ptr<OpKernel> make_rms_norm_cuda_kernel(const KernelContext& ctx, int64_t group_size,
                                                     float eps);
+// `owned_weight` (device, compute dtype): a weight the kernel keeps and uses instead of its
+// weight input (FP8 weights dequantized at build time); undefined: the input is used.
 std::unique_ptr<OpKernel> make_linear_cuda_kernel(const KernelContext& ctx, bool has_bias,
-                                                  float scale);
+                                                  float scale, Tensor owned_weight = Tensor());
 std::unique_ptr<OpKernel> make_rope_cuda_kernel(const KernelContext& ctx,
                                                 const proto::RopeParams& params);
 std::unique_ptr<OpKernel> make_attention_cuda_kernel(const KernelContext& ctx,

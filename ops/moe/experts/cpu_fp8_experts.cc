@@ -3,81 +3,27 @@
 #include <algorithm>
 #include <vector>
 
-#include "framework/core/fp8.h"
 #include "ops/moe/experts/cpu_checks.h"
 #include "ops/moe/experts/cpu_eigen_experts.h"
 #include "ops/moe/experts/cpu_expert_mlp.h"
-#include "ops/nn/linear/linear_gemm.h"
+#include "ops/nn/linear/fp8_gemm_cpu.h"
 
 namespace mg {
 
 namespace {
-
-// Weight rows dequantized per tile: 128 x H floats (3.5 MiB at H = 7168) per thread.
-constexpr int64_t kTileRows = 128;
 
 bool is_fp8_scheme(QuantScheme scheme) {
   return scheme == QuantScheme::kFp8Block || scheme == QuantScheme::kFp8PerChannel ||
          scheme == QuantScheme::kFp8PerTensor;
 }
 
-// Scratch of one thread, grown on first use (the pool's threads are fixed, so this is bounded by
-// threads x (tile + tile output + quantized rows)).
-struct ThreadScratch {
-  std::vector<float> tile;
-  std::vector<float> tile_out;
-  std::vector<float> rows;
-  std::vector<uint8_t> codes;
-};
-ThreadScratch& thread_scratch() {
-  thread_local ThreadScratch scratch;
-  return scratch;
-}
-
-float* grown(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  return v.data();
-}
-
-// y [n, R] = x [n, C] . W^T for FP8 weight matrix `m` ([R, C] codes of expert e with its scales):
-// 128-row tiles dequantized to F32, then the F32 GEMM of the unquantized path.
-void fp8_gemm_xwt(const float* x, int64_t n, const Tensor& codes, const WeightQuantization& q,
-                  int64_t e, float* y) {
+// y [n, R] = x [n, C] . W_e^T for expert e of quantized stack (codes [E, R, C], q).
+void expert_gemm(const float* x, int64_t n, const Tensor& codes, const WeightQuantization& q,
+                 int64_t e, float* y) {
   const int64_t R = codes.dim(1), C = codes.dim(2);
-  const int64_t gr = q.group.rows_in(R), gc = q.group.cols_in(C);
-  const int64_t s_rows = q.scale.dim(1), s_cols = q.scale.dim(2);
-  const uint8_t* w = fp8_codes(codes) + e * R * C;
-  const float* scale = q.scale.data<float>() + e * s_rows * s_cols;
-  ThreadScratch& ts = thread_scratch();
-  for (int64_t r0 = 0; r0 < R; r0 += kTileRows) {
-    const int64_t t = std::min(kTileRows, R - r0);
-    float* tile = grown(ts.tile, t * C);
-    for (int64_t r = 0; r < t; ++r) {
-      const float* srow = scale + ((r0 + r) / gr) * s_cols;
-      const uint8_t* wrow = w + (r0 + r) * C;
-      for (int64_t c = 0; c < C; ++c) tile[r * C + c] = fp8_e4m3_to_float(wrow[c]) * srow[c / gc];
-    }
-    float* out = grown(ts.tile_out, n * t);
-    cpu_gemm_xwt(x, n, C, tile, t, out, nullptr);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(out + i * t, t, y + i * R + r0);
-  }
-}
-
-// rows [n, width] -> codes x scale per token per `group` channels (-1: the whole row), into `out`.
-void fake_quantize_rows(const float* rows, int64_t n, int64_t width, int64_t group, float* out) {
-  const int64_t g = group < 0 ? width : group;
-  ThreadScratch& ts = thread_scratch();
-  if (static_cast<int64_t>(ts.codes.size()) < g) ts.codes.resize(g);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t c0 = 0; c0 < width; c0 += g) {
-      const int64_t len = std::min(g, width - c0);
-      const float* src = rows + i * width + c0;
-      const float scale = quantize_fp8_e4m3_group(src, len, ts.codes.data());
-      for (int64_t c = 0; c < len; ++c) {
-        out[i * width + c0 + c] = fp8_e4m3_to_float(ts.codes[c]) * scale;
-      }
-    }
-  }
+  const int64_t scales_per_expert = q.scale.dim(1) * q.scale.dim(2);
+  cpu_fp8_gemm_xwt(x, n, fp8_codes(codes) + e * R * C,
+                   q.scale.data<float>() + e * scales_per_expert, R, C, q.group, y, nullptr);
 }
 
 void add_bias_rows(float* y, int64_t n, int64_t width, const Tensor& bias, int64_t e) {
@@ -109,18 +55,13 @@ class Fp8ExpertMlp final : public CpuExpertMlp {
   void run(int64_t e, float* rows, int64_t n, float* h1, float* act) const override {
     if (n == 0) return;
     const int64_t H = shape_.hidden_size, I = shape_.intermediate_size, N1 = shape_.w13_rows();
-    ThreadScratch& ts = thread_scratch();
-    const float* x = rows;
-    if (act_quant_) {
-      float* xq = grown(ts.rows, n * std::max(H, I));
-      fake_quantize_rows(rows, n, H, act_group_, xq);
-      x = xq;
-    }
-    fp8_gemm_xwt(x, n, w_.w13, w_.w13_quant, e, h1);
+    // GEMM1 reads the rows quantized in place (GEMM2 overwrites them anyway).
+    if (act_quant_) cpu_fake_quantize_fp8_rows(rows, n, H, act_group_, rows);
+    expert_gemm(rows, n, w_.w13, w_.w13_quant, e, h1);
     add_bias_rows(h1, n, N1, w_.w13_bias, e);
     apply_expert_activation(shape_.activation, h1, n, I, act);
-    if (act_quant_) fake_quantize_rows(act, n, I, act_group_, act);
-    fp8_gemm_xwt(act, n, w_.w2, w_.w2_quant, e, rows);
+    if (act_quant_) cpu_fake_quantize_fp8_rows(act, n, I, act_group_, act);
+    expert_gemm(act, n, w_.w2, w_.w2_quant, e, rows);
     add_bias_rows(rows, n, H, w_.w2_bias, e);
   }
 

@@ -23,8 +23,10 @@ Tensor scaled_bias(const Tensor& bias, float scale) {
 
 class LinearCudaKernel final : public OpKernel {
  public:
-  LinearCudaKernel(DType dtype, int64_t in, int64_t out, Tensor bias, float scale, int device)
+  LinearCudaKernel(DType dtype, int64_t in, int64_t out, Tensor bias, float scale, int device,
+                   Tensor owned_weight)
       : dtype_(dtype),
+        owned_weight_(std::move(owned_weight)),
         bias_(std::move(bias)),
         scale_(scale),
         gemm_(dtype, in, out, bias_.defined() ? bias_.raw() : nullptr, device) {}
@@ -34,7 +36,7 @@ class LinearCudaKernel final : public OpKernel {
   void run(const ExecContext& ctx, std::span<const Tensor> inputs,
            std::span<const Tensor> outputs) override {
     const Tensor& x = inputs[0];
-    const Tensor& weight = inputs[1];
+    const Tensor& weight = owned_weight_.defined() ? owned_weight_ : inputs[1];
     MG_ASSERT(x.dtype() == dtype_ && weight.dtype() == dtype_ && outputs[0].dtype() == dtype_,
               "linear: x {} weight {} y {}, kernel built for {}", x.str(), weight.str(),
               outputs[0].str(), dtype_name(dtype_));
@@ -46,11 +48,18 @@ class LinearCudaKernel final : public OpKernel {
     return cuda::GemmXwt::kWorkspaceBytes;
   }
 
-  std::string describe() const override { return "cuda " + gemm_.describe(); }
+  std::string describe() const override {
+    return "cuda " + gemm_.describe() +
+           (owned_weight_.defined()
+                ? " (FP8 weight dequantized to " + std::string(dtype_name(dtype_)) +
+                      " at build: W8A16; no FP8 GEMM on CUDA yet)"
+                : "");
+  }
 
  private:
   DType dtype_;
-  Tensor bias_;  // [out] * scale, or undefined
+  Tensor owned_weight_;  // [out, in] on the device, or undefined
+  Tensor bias_;          // [out] * scale, or undefined
   float scale_;
   cuda::GemmXwt gemm_;
 };
@@ -58,11 +67,11 @@ class LinearCudaKernel final : public OpKernel {
 }  // namespace
 
 std::unique_ptr<OpKernel> make_linear_cuda_kernel(const KernelContext& ctx, bool has_bias,
-                                                  float scale) {
+                                                  float scale, Tensor owned_weight) {
   const DType dtype = activation_dtype_of(ctx.options);
-  MG_ASSERT(ctx.weights.size() > 1 && ctx.weights[1].defined(),
+  MG_ASSERT(owned_weight.defined() || (ctx.weights.size() > 1 && ctx.weights[1].defined()),
             "linear: CUDA kernel built without its weight");
-  const Tensor& weight = ctx.weights[1];
+  const Tensor& weight = owned_weight.defined() ? owned_weight : ctx.weights[1];
   Tensor bias;
   if (has_bias) {
     MG_ASSERT(ctx.weights.size() > 2 && ctx.weights[2].defined(),
@@ -70,7 +79,8 @@ std::unique_ptr<OpKernel> make_linear_cuda_kernel(const KernelContext& ctx, bool
     bias = scale == 1.0f ? ctx.weights[2] : scaled_bias(ctx.weights[2], scale);
   }
   return std::make_unique<LinearCudaKernel>(dtype, weight.dim(1), weight.dim(0), std::move(bias),
-                                            scale, ctx.options.device.index);
+                                            scale, ctx.options.device.index,
+                                            std::move(owned_weight));
 }
 
 }  // namespace mg

@@ -1,8 +1,14 @@
 // op "linear": inputs (x [T, in], weight [out, in], bias [out] or "") -> y [T, out].
 // y = (x Wᵀ + b) * scale. CPU kernel: cpu_gemm_xwt (Eigen, parallel over output features).
+// FP8 weights (TensorInfo.quantization, docs/quantization.md) are taken as codes: the CPU kernel
+// reads them through cpu_fp8_gemm_xwt and quantizes x per token group when the weight asks for it
+// (W8A8, as HF's FP8Linear); CUDA dequantizes them once at build (W8A16) until an FP8 GEMM lands.
 #include <algorithm>
 
+#include "framework/device/allocator.h"
+#include "framework/device/convert.h"
 #include "framework/op/op_registry.h"
+#include "ops/nn/linear/fp8_gemm_cpu.h"
 #include "ops/nn/linear/linear_gemm.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
@@ -13,6 +19,81 @@
 namespace mg {
 
 namespace {
+
+// y[t] = (y[t] + bias) * scale over the rows, on `pool`.
+void bias_and_scale(float* y, int64_t tokens, int64_t out, const float* bias, float scale,
+                    ThreadPool* pool) {
+  if (bias == nullptr && scale == 1.0f) return;
+  auto epilogue = [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t t = row_begin; t < row_end; ++t) {
+      float* row = y + t * out;
+      if (bias) {
+        for (int64_t o = 0; o < out; ++o) row[o] = (row[o] + bias[o]) * scale;
+      } else {
+        for (int64_t o = 0; o < out; ++o) row[o] *= scale;
+      }
+    }
+  };
+  const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, out));
+  if (pool) {
+    pool->parallel_for(tokens, epilogue, grain);
+  } else {
+    epilogue(0, tokens);
+  }
+}
+
+// FP8 weight codes [out, in] with their scales, owned by the kernel (the plan keeps no placed copy
+// of a weight taken as codes).
+class LinearFp8CpuKernel final : public OpKernel {
+ public:
+  LinearFp8CpuKernel(Tensor codes, WeightQuantization quant, bool quantize_x, bool has_bias,
+                     float scale)
+      : codes_(std::move(codes)),
+        quant_(std::move(quant)),
+        quantize_x_(quantize_x),
+        has_bias_(has_bias),
+        scale_(scale) {}
+
+  void run(const ExecContext& ctx, std::span<const Tensor> inputs,
+           std::span<const Tensor> outputs) override {
+    const Tensor& x = inputs[0];
+    const int64_t tokens = x.dim(0), in = codes_.dim(1), out = codes_.dim(0);
+    MG_ASSERT(x.dim(1) == in && outputs[0].dim(1) == out, "linear: x {} weight {} y {}", x.str(),
+              codes_.str(), outputs[0].str());
+    const float* xin = x.data<float>();
+    if (quantize_x_) {
+      // Scratch from the workspace: [tokens, in] floats.
+      float* xq = static_cast<float*>(ctx.workspace);
+      cpu_fake_quantize_fp8_rows(xin, tokens, in, quant_.activation_group, xq);
+      xin = xq;
+    }
+    float* y = outputs[0].data<float>();
+    cpu_fp8_gemm_xwt(xin, tokens, fp8_codes(codes_), quant_.scale.data<float>(), out, in,
+                     quant_.group, y, ctx.pool);
+    bias_and_scale(y, tokens, out, has_bias_ ? inputs[2].data<float>() : nullptr, scale_, ctx.pool);
+  }
+
+  size_t workspace_bytes(int64_t max_tokens) const override {
+    return quantize_x_ ? static_cast<size_t>(max_tokens * codes_.dim(1)) * sizeof(float) : 0;
+  }
+
+  std::string describe() const override {
+    return fmt::format("cpu fp8 (weight scales {}, {})", quant_.group.str(),
+                       quantize_x_ ? (quant_.activation_group < 0
+                                          ? std::string("activations quantized per token: W8A8")
+                                          : fmt::format("activations quantized per token per {} "
+                                                        "channels: W8A8",
+                                                        quant_.activation_group))
+                                   : std::string("activations not quantized: W8A16"));
+  }
+
+ private:
+  Tensor codes_;
+  WeightQuantization quant_;
+  bool quantize_x_;
+  bool has_bias_;
+  float scale_;
+};
 
 class LinearCpuKernel final : public OpKernel {
  public:
@@ -30,26 +111,7 @@ class LinearCpuKernel final : public OpKernel {
               "linear: x {} weight {} y {}", x.str(), weight.str(), outputs[0].str());
     float* y = outputs[0].data<float>();
     cpu_gemm_xwt(x.data<float>(), tokens, in, weight.data<float>(), out, y, ctx.pool);
-    if (!has_bias_ && scale_ == 1.0f) return;
-
-    const float* bias = has_bias_ ? inputs[2].data<float>() : nullptr;
-    const float scale = scale_;
-    auto epilogue = [&](int64_t row_begin, int64_t row_end) {
-      for (int64_t t = row_begin; t < row_end; ++t) {
-        float* row = y + t * out;
-        if (bias) {
-          for (int64_t o = 0; o < out; ++o) row[o] = (row[o] + bias[o]) * scale;
-        } else {
-          for (int64_t o = 0; o < out; ++o) row[o] *= scale;
-        }
-      }
-    };
-    const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, out));
-    if (ctx.pool) {
-      ctx.pool->parallel_for(tokens, epilogue, grain);
-    } else {
-      epilogue(0, tokens);
-    }
+    bias_and_scale(y, tokens, out, has_bias_ ? inputs[2].data<float>() : nullptr, scale_, ctx.pool);
   }
 
   std::string describe() const override { return "cpu"; }
@@ -76,7 +138,7 @@ class LinearOp final : public OpDef {
     MG_CHECK(in > 0, "linear: x must have at least one feature, got {}", value_type_str(x));
 
     const ValueType& weight = require_input(inputs, 1, "weight");
-    expect_float(weight, "linear: weight");
+    if (!weight.quant_group) expect_float(weight, "linear: weight");
     MG_CHECK(weight.shape.size() == 2 && weight.shape[1] == in && weight.shape[0] > 0,
              "linear: weight must have shape [out, in] = [*, {}], got {}", in,
              value_type_str(weight));
@@ -93,19 +155,33 @@ class LinearOp final : public OpDef {
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
     static constexpr size_t kFloatActivations[] = {0};
     const proto::LinearParams& p = ctx.node.linear();
+    const float scale = p.has_scale() ? p.scale() : 1.0f;
+    const WeightQuantization quant =
+        ctx.weight_quant.size() > 1 ? ctx.weight_quant[1] : WeightQuantization();
 #ifdef MG_WITH_CUDA
     if (ctx.options.device.is_cuda()) {
-      return make_linear_cuda_kernel(ctx, p.has_bias(), p.has_scale() ? p.scale() : 1.0f);
+      if (!quant.defined()) return make_linear_cuda_kernel(ctx, p.has_bias(), scale);
+      const Tensor dequantized =
+          cast_cpu(dequantize_cpu(ctx.weights[1], quant), activation_dtype_of(ctx.options));
+      Tensor placed = empty_tensor(ctx.options.device, dequantized.dtype(), dequantized.shape());
+      copy_tensor(placed, dequantized);
+      return make_linear_cuda_kernel(ctx, p.has_bias(), scale, std::move(placed));
     }
 #endif
     expect_cpu_kernel(ctx, "linear", kFloatActivations);
-    return std::make_unique<LinearCpuKernel>(p.has_bias(), p.has_scale() ? p.scale() : 1.0f);
+    if (quant.defined()) {
+      const bool quantize_x =
+          quant.activation == ActivationQuant::kDynamic && ctx.options.quantize_activations;
+      return std::make_unique<LinearFp8CpuKernel>(ctx.weights[1], quant, quantize_x, p.has_bias(),
+                                                  scale);
+    }
+    return std::make_unique<LinearCpuKernel>(p.has_bias(), scale);
   }
 
  private:
   static constexpr InputSpec kInputs[] = {
       {"x"},
-      {"weight", InputKind::kWeight},
+      {"weight", InputKind::kWeight, false, WeightPlacement::kCompute, /*takes_quantized=*/true},
       {"bias", InputKind::kWeight, /*optional=*/true},
   };
 };

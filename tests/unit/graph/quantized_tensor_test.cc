@@ -159,28 +159,59 @@ TEST_F(QuantizedTensorErrors, EachNamesTheTensorOrNode) {
   }
 }
 
-TEST(QuantizedTensors, OpsWithoutQuantizedKernelsGetDequantizedWeights) {
-  // An FP8 lm_head (per-row scales): linear takes no codes yet, so the place-weights pass
-  // dequantizes it; the model runs and is close to the unquantized one.
-  const std::filesystem::path dir = testing::temp_dir("fp8_linear");
+// Writes the small model twice: as made, and with `name` quantized to FP8 (`group`, `activation`);
+// returns the two graph files.
+std::pair<std::filesystem::path, std::filesystem::path> write_with_fp8_weight(
+    const std::string& tag, const std::string& name, GroupShape group, ActivationQuant activation,
+    int64_t activation_group) {
+  const std::filesystem::path dir = testing::temp_dir(tag);
   const DecoderSpec spec = fp8_spec(proto::MOE_QUANT_UNQUANTIZED);
   GraphBuilder quantized = build_decoder(spec);
-  quantized.quantize_fp8("lm_head.weight", GroupShape::per_channel(), ActivationQuant::kNone, -1);
+  quantized.quantize_fp8(name, group, activation, activation_group);
   quantized.write(dir / "fp8");
   build_decoder(spec).write(dir / "plain");
-  const std::filesystem::path fp8 = dir / "fp8" / GraphBuilder::kGraphFile;
+  return {dir / "fp8" / GraphBuilder::kGraphFile, dir / "plain" / GraphBuilder::kGraphFile};
+}
 
+TEST(QuantizedTensors, LinearTakesFp8WeightsAndQuantizesItsInputWhenAsked) {
+  // lm_head with one scale per row and per-token activations (compressed-tensors' channel FP8).
+  const auto [fp8, plain] = write_with_fp8_weight(
+      "fp8_linear", "lm_head.weight", GroupShape::per_channel(), ActivationQuant::kDynamic, -1);
   Graph graph(load_graph(fp8), fp8);
   verify_graph(graph);
   infer_shapes(graph);
-  const InputSpec plain_input{"weight", InputKind::kWeight};
-  const ValueType codes = *graph.value("lm_head.weight").type;
-  EXPECT_EQ(value_type_str(codes), "F8_E4M3[96, 160] (scales per row)");
-  EXPECT_EQ(value_type_str(input_view(codes, plain_input)), "F32[96, 160]");
+  EXPECT_EQ(value_type_str(*graph.value("lm_head.weight").type),
+            "F8_E4M3[96, 160] (scales per row)");
+  EXPECT_THAT(compile_graph_file(fp8, CompileOptions())->describe(),
+              HasSubstr("cpu fp8 (weight scales per row, activations quantized per token: W8A8)"));
+  CompileOptions w8a16;
+  w8a16.quantize_activations = false;
+  EXPECT_THAT(compile_graph_file(fp8, w8a16)->describe(),
+              HasSubstr("cpu fp8 (weight scales per row, activations not quantized: W8A16)"));
 
+  const std::vector<float> want = last_logits(plain, CompileOptions());
+  const std::vector<float> got_w8a8 = last_logits(fp8, CompileOptions());
+  const std::vector<float> got_w8a16 = last_logits(fp8, w8a16);
+  EXPECT_LT(testing::normalized_error(got_w8a16, want), 0.1);
+  EXPECT_LT(testing::normalized_error(got_w8a8, want), 0.1);
+  EXPECT_GT(testing::normalized_error(got_w8a16, want), 1e-5);
+  EXPECT_GT(testing::normalized_error(got_w8a8, got_w8a16), 1e-5);
+}
+
+TEST(QuantizedTensors, OpsWithoutQuantizedKernelsGetDequantizedWeights) {
+  // An FP8 embedding table: embedding takes no codes, so the place-weights pass dequantizes it;
+  // the model runs, close to the unquantized one.
+  const auto [fp8, plain] = write_with_fp8_weight(
+      "fp8_embed", "embed_tokens.weight", GroupShape::block(32, 32), ActivationQuant::kNone, -1);
+  Graph graph(load_graph(fp8), fp8);
+  verify_graph(graph);
+  infer_shapes(graph);
+  const InputSpec plain_input{"table", InputKind::kWeight};
+  const ValueType codes = *graph.value("embed_tokens.weight").type;
+  EXPECT_EQ(value_type_str(codes), "F8_E4M3[96, 160] (scales [32, 32])");
+  EXPECT_EQ(value_type_str(input_view(codes, plain_input)), "F32[96, 160]");
   const std::vector<float> got = last_logits(fp8, CompileOptions());
-  const std::vector<float> want =
-      last_logits(dir / "plain" / GraphBuilder::kGraphFile, CompileOptions());
+  const std::vector<float> want = last_logits(plain, CompileOptions());
   EXPECT_LT(testing::normalized_error(got, want), 0.1);
   EXPECT_GT(testing::normalized_error(got, want), 1e-5);
 }
