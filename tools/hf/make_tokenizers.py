@@ -225,6 +225,30 @@ def train(name, cfg, lines):
     return tok
 
 
+def bytes256():
+    """The bundled models' tokenizer (framework/text/byte_level_tokenizer.cc): ids 0..255 are
+    the bytes, byte-level BPE without merges."""
+    vocab = {c: b for b, c in byte_level_alphabet().items()}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = byte_level()
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def byte_level_alphabet():
+    """GPT-2's bytes_to_unicode: byte -> character."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) +
+                 list(range(0xAE, 0x100)))
+    table, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
 def stream(tok, ids, skip):
     """DecodeStream.step per id: the text it returns, None, or {"error": ...} where the step
     fails because the text decoded so far no longer starts with what was emitted (a Strip or
@@ -275,10 +299,10 @@ def main():
     lines = training_text()
     texts = corpus()
     only = set(sys.argv[1:])
-    for name, cfg in families().items():
+    for name, cfg in list(families().items()) + [("bytes256", None)]:
         if only and name not in only:
             continue
-        tok = train(name, cfg, lines)
+        tok = bytes256() if name == "bytes256" else train(name, cfg, lines)
         folder = os.path.join(OUT, name)
         os.makedirs(folder, exist_ok=True)
         tok.save(os.path.join(folder, "tokenizer.json"), pretty=False)

@@ -20,9 +20,9 @@ const std::filesystem::path kFixtures =
     std::filesystem::path(MG_SOURCE_DIR) / "tests" / "fixtures" / "tokenizers";
 
 // Every family the importer supports has a file here (docs/tokenizer.md).
-const char* const kFamilies[] = {"qwen3_moe",  "deepseek_v2", "deepseek_v3",
-                                 "gpt_oss",    "llama4",      "olmoe",
-                                 "granitemoe", "mixtral",     "mixtral_metaspace"};
+const char* const kFamilies[] = {
+    "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",           "llama4",
+    "olmoe",     "granitemoe",  "mixtral",     "mixtral_metaspace", "bytes256"};
 
 std::string from_hex(const std::string& hex) {
   std::string out;
