@@ -297,9 +297,9 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
     if (options.on_token) options.on_token(next);
     if (static_cast<int>(result.tokens.size()) >= options.max_new_tokens) break;
     if (options.stop_at_eos &&
-        ((eos >= 0 && next == eos) || std::find(options.stop_token_ids.begin(),
-                                                options.stop_token_ids.end(),
-                                                next) != options.stop_token_ids.end())) {
+        ((eos >= 0 && next == eos) ||
+         std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), next) !=
+             options.stop_token_ids.end())) {
       break;
     }
     const Tensor& step =
