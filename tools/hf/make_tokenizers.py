@@ -167,6 +167,38 @@ def families():
             special=["<unk>", "<s>", "</s>"], added=[],
             post=lambda ids: template(bos="<s>", tokens=[("<s>", ids["<s>"])]),
             bpe={"byte_fallback": True, "fuse_unk": True, "unk_token": "<unk>"}, sentencepiece=True),
+        # Not a family: the split behaviors and added-token options the families do not use
+        # (MergedWithPrevious/Next, Contiguous, string patterns, lstrip/rstrip, normalized added
+        # tokens, NFKC, a regex Replace), so none of them goes untested.
+        "behaviors_a": dict(
+            pre=pre_tokenizers.Sequence([
+                pre_tokenizers.Split(" ", behavior="merged_with_previous"),
+                pre_tokenizers.Split(Regex(r"[,.;:]"), behavior="merged_with_next"),
+                pre_tokenizers.Digits(individual_digits=False),
+                byte_level()]),
+            norm=normalizers.Sequence([normalizers.NFKC(),
+                                       normalizers.Replace(Regex(r"\t+"), " ")]),
+            dec=bl_decoder,
+            special=[AddedToken("<mask>", special=True, normalized=False, lstrip=True,
+                                rstrip=True), "<|endoftext|>"],
+            added=[AddedToken("ﬁre", special=False, normalized=True),
+                   AddedToken("Hello", special=True, normalized=True)],
+            post=lambda ids: processors.Sequence([
+                processors.ByteLevel(trim_offsets=False),
+                template(bos="<|endoftext|>", eos="<mask>", tokens=[
+                    ("<|endoftext|>", ids["<|endoftext|>"]), ("<mask>", ids["<mask>"])])]),
+            bpe={}),
+        "behaviors_b": dict(
+            pre=pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(r"\p{P}"), behavior="removed"),
+                pre_tokenizers.Split(Regex(r"\s+"), behavior="contiguous", invert=True),
+                pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always",
+                                         split=True)]),
+            norm=normalizers.NFKD(),
+            dec=decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True),
+            special=["<unk>"], added=[],
+            post=lambda ids: None,
+            bpe={"unk_token": "<unk>", "fuse_unk": False}, unk_trained=True),
     }
 
 
@@ -195,7 +227,10 @@ def train(name, cfg, lines):
     if cfg["pre"] is not None:
         tok.pre_tokenizer = cfg["pre"]
     tok.decoder = cfg["dec"]
-    if sentencepiece:
+    if cfg.get("unk_trained"):
+        trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=["<unk>"],
+                                      limit_alphabet=50, show_progress=False)
+    elif sentencepiece:
         # SentencePiece vocabularies: <unk> <s> </s> first, then the 256 byte tokens <0x00>..,
         # then the learned pieces; a small alphabet so rarer characters take the byte fallback.
         trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=[], limit_alphabet=60,
@@ -216,9 +251,12 @@ def train(name, cfg, lines):
                 vocab[piece] = len(vocab)
         data["model"]["vocab"] = vocab
         tok = Tokenizer.from_str(json.dumps(data))
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in cfg["special"]])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in cfg["added"]])
-    ids = {t: tok.token_to_id(t) for t in cfg["special"]}
+    def added(t, special):
+        return t if isinstance(t, AddedToken) else AddedToken(t, special=special, normalized=False)
+    tok.add_special_tokens([added(t, True) for t in cfg["special"]])
+    tok.add_tokens([added(t, False) for t in cfg["added"]])
+    ids = {(t.content if isinstance(t, AddedToken) else t):
+           tok.token_to_id(t.content if isinstance(t, AddedToken) else t) for t in cfg["special"]}
     post = cfg["post"](ids)
     if post is not None:
         tok.post_processor = post

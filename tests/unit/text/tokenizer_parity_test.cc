@@ -21,8 +21,8 @@ const std::filesystem::path kFixtures =
 
 // Every family the importer supports has a file here (docs/tokenizer.md).
 const char* const kFamilies[] = {
-    "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",           "llama4",
-    "olmoe",     "granitemoe",  "mixtral",     "mixtral_metaspace", "bytes256"};
+    "qwen3_moe",  "deepseek_v2", "deepseek_v3",       "gpt_oss",  "llama4",      "olmoe",
+    "granitemoe", "mixtral",     "mixtral_metaspace", "bytes256", "behaviors_a", "behaviors_b"};
 
 std::string from_hex(const std::string& hex) {
   std::string out;
