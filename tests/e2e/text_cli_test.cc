@@ -2,6 +2,8 @@
 // generated text; generation_config.json's eos ids stop generation; `tokenize` turns stdin lines
 // into ids and back; import-hf copies the checkpoint's tokenizer files beside the graph; a bad
 // tokenizer file is one line on stderr and exit code 2.
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -216,6 +218,15 @@ TEST(TextCli, BadTokenizerFileIsOneLine) {
                      {"no tokenizer", "--tokenizer PATH"});
   expect_clean_error(run_moegraph_with_input({"tokenize", "/dev/null"}, "hi\n"),
                      {"/dev/null", "not a regular file"});
+  // A FIFO never blocks: as the tokenizer, or as generation_config.json beside the graph.
+  const std::filesystem::path fifo = dir / "fifo.json";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  expect_clean_error(run_moegraph_with_input({"tokenize", fifo.string()}, "hi\n"),
+                     {"fifo.json: is a FIFO, not a regular file"});
+  std::filesystem::copy_file(kBundled / "tokenizer.json", dir / "tokenizer.json");
+  ASSERT_EQ(mkfifo((dir / "generation_config.json").c_str(), 0644), 0);
+  expect_clean_error(run_moegraph({"run", dir.string(), "--prompt", "hi", "--threads", "2"}),
+                     {"generation_config.json: is a FIFO, not a regular file"});
 }
 
 // import-hf copies tokenizer.json and generation_config.json next to model.pbtxt, where run and
