@@ -26,6 +26,8 @@ class BpeModel {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // nullptr for an id the vocabulary does not hold.
   const std::string* id_to_token(int32_t id) const;
+  // Entries of the vocabulary (tokenizers' get_vocab_size; less than id_bound() when ids skip).
+  int64_t vocab_entries() const { return static_cast<int64_t>(vocab_.size()); }
   // Largest id + 1.
   int64_t id_bound() const { return static_cast<int64_t>(id_to_token_.size()); }
 

@@ -1,6 +1,9 @@
 #include "framework/text/tokenizer.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -150,22 +153,26 @@ std::unique_ptr<Tokenizer> Tokenizer::parse(std::string_view text, const std::st
   return t;
 }
 
+// As tokenizers deserializes added_tokens (AddedVocabulary::add_tokens): the file's "id" is not
+// used; a token gets the id its content already has (an earlier added token, the vocabulary),
+// else the next free one counting from the vocabulary's size; a later entry with the same
+// content replaces the earlier one's options; an empty content is ignored.
 void Tokenizer::load_added_tokens(const void* json) {
   const auto& root = *static_cast<const nlohmann::json*>(json);
-  raw_by_byte_.assign(256, {});
-  normalized_by_byte_.assign(256, {});
   const nlohmann::json* list = json_field_opt(root, "added_tokens", name_);
   const std::string path = json_path(name_, "added_tokens");
+  std::unordered_map<std::string, int32_t> id_of_content;
+  std::map<int32_t, AddedToken> by_id;
+  int64_t next_id = model_->vocab_entries();
   if (list != nullptr) {
     json_array_field(root, "added_tokens", name_, kMaxAddedTokens);
+    int64_t total_bytes = 0;
     for (size_t i = 0; i < list->size(); ++i) {
       const std::string where = json_path(path, i);
       const nlohmann::json& a = (*list)[i];
       AddedToken token;
-      token.id = static_cast<int32_t>(
-          json_int_field(a, "id", where, 0, kMaxVocabEntries + kMaxAddedTokens - 1));
+      json_int_field(a, "id", where, 0, std::numeric_limits<uint32_t>::max());
       token.content = json_string_field(a, "content", where);
-      if (token.content.empty()) json_fail(json_path(where, "content"), "empty added token");
       token.special = json_bool_field(a, "special", where, false);
       token.normalized = json_bool_field(a, "normalized", where, !token.special);
       token.lstrip = json_bool_field(a, "lstrip", where, false);
@@ -173,27 +180,46 @@ void Tokenizer::load_added_tokens(const void* json) {
       if (json_bool_field(a, "single_word", where, false)) {
         json_fail(json_path(where, "single_word"), "single_word added tokens are not supported");
       }
+      if (token.content.empty()) continue;
       token.match = token.content;
       if (token.normalized && normalizer_) normalizer_->normalize(token.match);
       if (token.match.empty()) json_fail(where, "the added token normalizes to nothing");
-      added_.push_back(std::move(token));
+      if (token.match.size() > static_cast<size_t>(kMaxAddedTokenBytes)) {
+        json_fail(json_path(where, "content"),
+                  fmt::format("an added token of {} bytes (at most {} are taken)",
+                              token.match.size(), kMaxAddedTokenBytes));
+      }
+      total_bytes += static_cast<int64_t>(token.match.size());
+      if (total_bytes > kMaxAddedTokensTotalBytes) {
+        json_fail(path, fmt::format("the added tokens hold more than {} MiB of text",
+                                    kMaxAddedTokensTotalBytes >> 20));
+      }
+      int32_t id = -1;
+      if (const auto it = id_of_content.find(token.content); it != id_of_content.end()) {
+        id = it->second;
+      } else if (const auto in_vocab = model_->token_to_id(token.content)) {
+        id = *in_vocab;
+      } else {
+        id = static_cast<int32_t>(next_id++);
+      }
+      token.id = id;
+      id_of_content[token.content] = id;
+      if (token.special) special_contents_.push_back(token.content);
+      by_id.insert_or_assign(id, std::move(token));
     }
   }
   int64_t bound = model_->id_bound();
-  for (const AddedToken& a : added_) bound = std::max<int64_t>(bound, a.id + 1);
+  if (!by_id.empty()) bound = std::max<int64_t>(bound, by_id.rbegin()->first + 1);
   added_by_id_.assign(static_cast<size_t>(bound), -1);
-  for (size_t i = 0; i < added_.size(); ++i) {
-    const AddedToken& a = added_[i];
-    if (added_by_id_[a.id] >= 0) {
-      json_fail(path, fmt::format("id {} is given to two added tokens ('{}' and '{}')", a.id,
-                                  added_[added_by_id_[a.id]].content, a.content));
-    }
-    added_by_id_[a.id] = static_cast<int32_t>(i);
-    (a.normalized ? normalized_by_byte_ : raw_by_byte_)[static_cast<uint8_t>(a.match[0])].push_back(
-        static_cast<int32_t>(i));
-    if (a.special) special_contents_.push_back(a.content);
+  for (auto& [id, token] : by_id) {
+    added_by_id_[id] = static_cast<int32_t>(added_.size());
+    (token.normalized ? normalized_trie_ : raw_trie_)
+        .insert(token.match, static_cast<int32_t>(added_.size()));
+    added_.push_back(std::move(token));
   }
   std::sort(special_contents_.begin(), special_contents_.end());
+  special_contents_.erase(std::unique(special_contents_.begin(), special_contents_.end()),
+                          special_contents_.end());
   for (const Template& t : post_) {
     for (const auto* ids : {&t.before, &t.after}) {
       for (int32_t id : *ids) {
@@ -210,7 +236,7 @@ void Tokenizer::load_added_tokens(const void* json) {
 // kind (normalized or not) in every text segment; lstrip/rstrip take the white space beside a
 // match into it.
 void Tokenizer::split_added(std::vector<Segment>& segments, bool normalized) const {
-  const auto& by_byte = normalized ? normalized_by_byte_ : raw_by_byte_;
+  const TokenTrie& trie = normalized ? normalized_trie_ : raw_trie_;
   std::vector<Segment> out;
   for (Segment& seg : segments) {
     if (seg.added_id >= 0) {
@@ -222,19 +248,13 @@ void Tokenizer::split_added(std::vector<Segment>& segments, bool normalized) con
     const auto emit_text = [&](size_t a, size_t b) {
       if (b > a) out.push_back({s.substr(a, b - a), -1, seg.at_start && a == 0});
     };
-    for (size_t pos = 0; pos < s.size();) {
-      const AddedToken* best = nullptr;
-      for (int32_t index : by_byte[static_cast<uint8_t>(s[pos])]) {
-        const AddedToken& a = added_[index];
-        if (s.compare(pos, a.match.size(), a.match) == 0 &&
-            (best == nullptr || a.match.size() > best->match.size())) {
-          best = &a;
-        }
-      }
-      if (best == nullptr) {
+    for (size_t pos = 0; pos < s.size() && !trie.empty();) {
+      const TokenTrie::Match m = trie.longest_at(s, pos);
+      if (m.value < 0) {
         ++pos;
         continue;
       }
+      const AddedToken* best = &added_[m.value];
       size_t start = pos;
       size_t stop = pos + best->match.size();
       if (best->lstrip) {

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "framework/text/token_trie.h"
+
 namespace mg::text {
 
 class BpeModel;
@@ -90,9 +92,10 @@ class Tokenizer {
   std::vector<AddedToken> added_;
   std::vector<int32_t> added_by_id_;           // id -> index into added_, -1 for none
   std::vector<std::string> special_contents_;  // sorted: contents of special added tokens
-  // Per first byte of `match`: indices into added_, for the raw and the normalized search.
-  std::vector<std::vector<int32_t>> raw_by_byte_;
-  std::vector<std::vector<int32_t>> normalized_by_byte_;
+  // The `match` strings of the added tokens (values: indices into added_), for the raw and the
+  // normalized search.
+  TokenTrie raw_trie_;
+  TokenTrie normalized_trie_;
 };
 
 // Streaming decode for generation: each step takes one id and returns the new text once it

@@ -18,6 +18,10 @@ inline constexpr int64_t kMaxVocabEntries = 4'000'000;
 inline constexpr int64_t kMaxMerges = 4'000'000;
 inline constexpr int64_t kMaxAddedTokens = 1 << 20;
 inline constexpr int64_t kMaxTokenBytes = 64 * 1024;
+// Added tokens are searched for at every position of the text: each at most 1 KiB (the longest
+// in real files are ~50 bytes), all together at most 16 MiB.
+inline constexpr int64_t kMaxAddedTokenBytes = 1024;
+inline constexpr int64_t kMaxAddedTokensTotalBytes = 16 << 20;
 // Nested Sequence normalizers/pre-tokenizers/decoders/post-processors, and items of one.
 inline constexpr int kMaxNesting = 8;
 inline constexpr size_t kMaxSequenceItems = 64;

@@ -37,6 +37,27 @@ TEST(TokenizerFiles, HandCheckedBpe) {
   EXPECT_EQ(fused->encode("axyb"), (std::vector<int32_t>{0, 6, 1}));
 }
 
+// Added tokens: the leftmost match wins, then the longest at that position (tokenizers'
+// leftmost-longest); lstrip/rstrip take the spaces beside a match into it. The file's ids
+// (10..13) are not used: as tokenizers, the tokens get the next ids after the 7 vocabulary
+// entries, 7..10. (Every value here is what tokenizers 0.23.3 gives for this file.)
+TEST(TokenizerFiles, AddedTokensLeftmostLongest) {
+  const auto t = Tokenizer::parse(tiny(R"("added_tokens": [
+      {"id": 10, "content": "xa", "special": true},
+      {"id": 11, "content": "xab", "special": true},
+      {"id": 12, "content": "bc", "special": false},
+      {"id": 13, "content": "<m>", "special": true, "lstrip": true, "rstrip": true}],)"),
+                                  "t.json");
+  // "cxabc": at 1 both xa and xab match, xab is longer; bc at 3 overlaps it and loses.
+  EXPECT_EQ(t->encode("cxabc"), (std::vector<int32_t>{2, 8, 2}));
+  EXPECT_EQ(t->encode("abc"), (std::vector<int32_t>{0, 9}));  // bc at 1 before "abc" merges
+  EXPECT_EQ(t->encode("a  <m>  b"), (std::vector<int32_t>{0, 10, 1}));
+  EXPECT_EQ(t->encode("a<m>b"), (std::vector<int32_t>{0, 10, 1}));
+  EXPECT_EQ(t->decode(std::vector<int32_t>{8, 9}, true), "bc");
+  EXPECT_EQ(t->decode(std::vector<int32_t>{11, 12}, true), "");  // no such ids: skipped
+  EXPECT_EQ(t->id_bound(), 11);
+}
+
 TEST(TokenizerFiles, UnsupportedPartsNameTheField) {
   EXPECT_TRUE(throws_error_with(
       [] {
@@ -130,6 +151,14 @@ TEST(TokenizerFiles, SizesAreBounded) {
   EXPECT_TRUE(throws_error_with(
       [] { Tokenizer::parse(R"({"model": {"type": "BPE", "vocab": {"a": 4000000}}})", "t"); },
       {"model.vocab", "expected an id in [0, 4000000)"}));
+  // Added tokens: each at most 1 KiB.
+  EXPECT_TRUE(throws_error_with(
+      [] {
+        Tokenizer::parse(tiny(R"("added_tokens": [{"id": 9, "content": ")" +
+                              std::string(kMaxAddedTokenBytes + 1, 'q') + R"("}],)"),
+                         "t.json");
+      },
+      {"added_tokens[0].content", "at most 1024"}));
   // Text per encode call.
   const auto t = Tokenizer::parse(tiny(), "t.json");
   const std::string big(kMaxEncodeBytes + 1, 'a');
