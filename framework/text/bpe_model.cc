@@ -86,8 +86,9 @@ BpeModel::BpeModel(const nlohmann::json& value, const std::string& where) {
 
   // Merges: "a b" strings (older files) or ["a", "b"] pairs; the result a+b must be a token.
   const std::string merges_path = json_path(where, "merges");
+  // Required, as tokenizers requires it ("Missing vocab/merges"); [] for none.
   const nlohmann::json* merges = json_field_opt(value, "merges", where);
-  if (merges == nullptr) return;
+  if (merges == nullptr) json_fail(merges_path, "missing (expected a list of merges, [] for none)");
   if (!merges->is_array()) {
     json_fail(merges_path, fmt::format("expected an array, found {} {}", json_type_phrase(*merges),
                                        json_brief(*merges)));
@@ -97,15 +98,17 @@ BpeModel::BpeModel(const nlohmann::json& value, const std::string& where) {
               fmt::format("{} entries (at most {} are taken)", merges->size(), kMaxMerges));
   }
   merges_.reserve(merges->size());
-  for (size_t rank = 0; rank < merges->size(); ++rank) {
-    const nlohmann::json& m = (*merges)[rank];
+  uint32_t rank = 0;  // "#version" lines of old merges files take no rank
+  for (size_t index = 0; index < merges->size(); ++index) {
+    const nlohmann::json& m = (*merges)[index];
+    if (m.is_string() && m.get_ref<const std::string&>().starts_with("#version")) continue;
     std::string a;
     std::string b;
     if (m.is_string()) {
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        json_fail(json_path(merges_path, rank),
+        json_fail(json_path(merges_path, index),
                   fmt::format("expected \"a b\" (two tokens, one space), found {}", json_brief(m)));
       }
       a = s.substr(0, space);
@@ -114,7 +117,7 @@ BpeModel::BpeModel(const nlohmann::json& value, const std::string& where) {
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
-      json_fail(json_path(merges_path, rank),
+      json_fail(json_path(merges_path, index),
                 fmt::format("expected \"a b\" or [\"a\", \"b\"], found {}", json_brief(m)));
     }
     const auto ia = vocab_.find(a);
@@ -122,12 +125,12 @@ BpeModel::BpeModel(const nlohmann::json& value, const std::string& where) {
     const auto iab = vocab_.find(a + b);
     if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end()) {
       const std::string& missing = ia == vocab_.end() ? a : (ib == vocab_.end() ? b : a + b);
-      json_fail(json_path(merges_path, rank),
+      json_fail(json_path(merges_path, index),
                 fmt::format("merge {} names the token '{}', which is not in the vocabulary",
                             json_brief(m), missing));
     }
     // A later duplicate overrides an earlier one, as in tokenizers' map.
-    merges_[pair_key(ia->second, ib->second)] = {static_cast<uint32_t>(rank), iab->second};
+    merges_[pair_key(ia->second, ib->second)] = {rank++, iab->second};
   }
 }
 

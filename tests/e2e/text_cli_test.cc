@@ -180,18 +180,20 @@ TEST(TextCli, BadTokenizerFileIsOneLine) {
       {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}",
        {"model.type", "'Unigram' is not supported"}},
       {"{\"model\": {\"type\": \"BPE\"}}", {"model.vocab", "missing"}},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", {"model.merges", "missing"}},
       {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}",
        {"model.merges[0]", "'b', which is not in the vocabulary"}},
       {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}}}",
        {"model.vocab", "expected an id"}},
       {"{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
-       "{\"a\": 0}}}",
+       "{\"a\": 0}, \"merges\": []}}",
        {"pre_tokenizer.type", "'Whitespace' is not supported"}},
       {"{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Lowercase\"}]}, "
-       "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}",
+       "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
        {"normalizer.normalizers[0].type", "'Lowercase' is not supported"}},
       {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": "
-       "\"Isolated\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}",
+       "\"Isolated\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
+       "\"merges\": []}}",
        {"pre_tokenizer.pattern", "regex does not compile"}},
       {"{\"truncation\": {\"max_length\": 5}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": "
        "0}}}",

@@ -95,6 +95,16 @@ TEST(TokenizerFiles, UnsupportedPartsNameTheField) {
 }
 
 TEST(TokenizerFiles, BadFilesNameTheField) {
+  // merges is required (tokenizers: "Missing vocab/merges"); an old file's "#version" line is no
+  // merge.
+  EXPECT_TRUE(throws_error_with(
+      [] { Tokenizer::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0}}})", "t.json"); },
+      {"t.json: model.merges", "missing"}));
+  const auto versioned = Tokenizer::parse(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2},
+          "merges": ["#version: 0.2", "a b"]}})",
+      "t.json");
+  EXPECT_EQ(versioned->encode("ab"), (std::vector<int32_t>{2}));
   EXPECT_TRUE(throws_error_with([] { Tokenizer::parse("{\"model\": [}", "t.json"); },
                                 {"t.json:1:", "syntax error"}));
   EXPECT_TRUE(
