@@ -269,11 +269,10 @@ std::string parse_metaspace_replacement(const nlohmann::json& value, const std::
 
 PrependScheme parse_metaspace_prepend_scheme(const nlohmann::json& value,
                                              const std::string& where) {
-  if (json_field_opt(value, "prepend_scheme", where) == nullptr) {
-    // Files written before prepend_scheme existed say add_prefix_space.
-    return json_bool_field(value, "add_prefix_space", where, true) ? PrependScheme::kAlways
-                                                                   : PrependScheme::kNever;
-  }
+  // Files written before prepend_scheme existed say add_prefix_space; false there means never
+  // whatever else the file says (as tokenizers reads it).
+  if (!json_bool_field(value, "add_prefix_space", where, true)) return PrependScheme::kNever;
+  if (json_field_opt(value, "prepend_scheme", where) == nullptr) return PrependScheme::kAlways;
   const std::string s = json_string_field(value, "prepend_scheme", where);
   if (s == "always") return PrependScheme::kAlways;
   if (s == "never") return PrependScheme::kNever;
