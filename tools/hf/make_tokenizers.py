@@ -3,8 +3,10 @@
 
 For each family we import, trains a SMALL BPE tokenizer (a few hundred vocabulary entries) with the
 Hugging Face `tokenizers` package on our own text, under that family's normalizer / pre-tokenizer /
-decoder / post-processor configuration (the shapes of the real checkpoints' tokenizer.json files),
-and writes
+decoder / post-processor configuration (the shapes of the real checkpoints' tokenizer.json files);
+also two configurations that are no family (behaviors_a/b: the split behaviors and added-token
+options the families leave out) and bytes256 (the bundled models' byte-level tokenizer, built, not
+trained); and writes
 
   tests/fixtures/tokenizers/<family>/tokenizer.json   the trained tokenizer
   tests/fixtures/tokenizers/<family>/expected.json    what `tokenizers` makes of the corpus
