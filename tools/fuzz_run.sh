@@ -7,7 +7,7 @@
 #   CORPUS_ROOT:    corpora live in CORPUS_ROOT/<target>; seeds are regenerated into
 #                   CORPUS_ROOT/seeds; findings go to CORPUS_ROOT/artifacts.
 # Each worker is one libFuzzer process (-jobs/-workers), so CPU time = SECONDS x WORKERS.
-# MG_FUZZ_TARGETS (default: all four) picks the targets, e.g. "fuzz_hf_config".
+# MG_FUZZ_TARGETS (default: all five) picks the targets, e.g. "fuzz_hf_config".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -18,12 +18,13 @@ workers="$4"
 
 # fuzz_hf_config and its seeds read the committed HF fixtures of this checkout.
 export MG_FUZZ_HF_FIXTURES="$repo/tests/fixtures/hf"
+export MG_FUZZ_TOKENIZER_FIXTURES="$repo/tests/fixtures/tokenizers"
 "$build/tests/fuzz/make_fuzz_seeds" "$root/seeds" > /dev/null
 mkdir -p "$root/artifacts" "$root/logs"
 
 declare -A corpus=([fuzz_safetensors]=safetensors [fuzz_graph_loader]=graph [fuzz_npy]=npy
-                   [fuzz_hf_config]=hf)
-targets="${MG_FUZZ_TARGETS:-fuzz_safetensors fuzz_graph_loader fuzz_npy fuzz_hf_config}"
+                   [fuzz_hf_config]=hf [fuzz_tokenizer]=tokenizer)
+targets="${MG_FUZZ_TARGETS:-fuzz_safetensors fuzz_graph_loader fuzz_npy fuzz_hf_config fuzz_tokenizer}"
 pids=()
 for target in $targets; do
   c="${corpus[$target]}"

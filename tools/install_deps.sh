@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache pkg-config
           libprotobuf-dev protobuf-compiler libeigen3-dev libspdlog-dev libfmt-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev python3)
+          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev python3)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -6,6 +6,7 @@
 #include "framework/core/error.h"
 #include "framework/graph/graph_check.h"
 #include "framework/import/hf_importer.h"
+#include "framework/import/hf_text_files.h"
 #include "framework/io/graph_loader.h"
 
 namespace mg {
@@ -30,6 +31,7 @@ std::filesystem::path import_hf_to_dir(const std::filesystem::path& hf_dir,
   const HfImportResult result = import_hf_checkpoint(hf_dir, options);
   const std::filesystem::path graph = out_dir / "model.pbtxt";
   save_graph(graph, result.model);
+  copy_hf_text_files(hf_dir, out_dir);
   return graph;
 }
 

@@ -50,7 +50,8 @@ HfImportResult import_hf_checkpoint(const std::filesystem::path& hf_dir,
 HfImportResult build_hf_graph(const std::filesystem::path& hf_dir,
                               const HfImportOptions& options = {});
 
-// Imports and writes out_dir/model.pbtxt (creating out_dir); returns the graph path.
+// Imports and writes out_dir/model.pbtxt (creating out_dir), with the checkpoint's tokenizer
+// and generation files beside it (hf_text_files.h); returns the graph path.
 std::filesystem::path import_hf_to_dir(const std::filesystem::path& hf_dir,
                                        const std::filesystem::path& out_dir,
                                        HfImportOptions options = {});

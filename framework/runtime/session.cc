@@ -1,5 +1,6 @@
 #include "framework/runtime/session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -295,7 +296,12 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
     result.tokens.push_back(next);
     if (options.on_token) options.on_token(next);
     if (static_cast<int>(result.tokens.size()) >= options.max_new_tokens) break;
-    if (options.stop_at_eos && eos >= 0 && next == eos) break;
+    if (options.stop_at_eos &&
+        ((eos >= 0 && next == eos) ||
+         std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), next) !=
+             options.stop_token_ids.end())) {
+      break;
+    }
     const Tensor& step =
         forward(std::span<const int32_t>(&next, 1), std::span<const int32_t>(&pos, 1));
     next = sample_finite(sampler, std::span<const float>(step.data<float>(), vocab),

@@ -32,8 +32,10 @@ struct GenerateOptions {
   int max_new_tokens = 16;
   SamplingOptions sampling;
   uint64_t seed = 0;
-  // Stop when the model's eos token (ModelInfo.eos_token_id, if >= 0) is produced.
+  // Stop when the model's eos token (ModelInfo.eos_token_id, if >= 0) or one of
+  // `stop_token_ids` (e.g. generation_config.json's eos ids) is produced.
   bool stop_at_eos = true;
+  std::vector<int32_t> stop_token_ids;
   // Called with each generated token as soon as it exists (may be empty).
   std::function<void(int32_t)> on_token;
 };

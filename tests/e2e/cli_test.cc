@@ -99,7 +99,7 @@ void expect_reproduces(const std::string& bundled_name, const std::vector<std::s
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::filesystem::path bundled =
       std::filesystem::path(MG_SOURCE_DIR) / "models" / bundled_name;
-  for (const char* f : {"model.pbtxt", "model.safetensors"}) {
+  for (const char* f : {"model.pbtxt", "model.safetensors", "tokenizer.json"}) {
     std::ifstream a(dir / f, std::ios::binary), b(bundled / f, std::ios::binary);
     const std::string sa((std::istreambuf_iterator<char>(a)), {});
     const std::string sb((std::istreambuf_iterator<char>(b)), {});

@@ -1,7 +1,8 @@
 // Writes small valid seed files for the fuzz corpora:
-//   make_fuzz_seeds DIR  ->  DIR/safetensors/*, DIR/graph/*, DIR/npy/*, DIR/hf/*
+//   make_fuzz_seeds DIR  ->  DIR/safetensors/*, DIR/graph/*, DIR/npy/*, DIR/hf/*, DIR/tokenizer/*
 // (hf seeds: one per committed HF fixture, in fuzz_hf_config's layout: a family byte, the
-// fixture's config.json, and for the first family also a variant with a shard index)
+// fixture's config.json, and for the first family also a variant with a shard index; tokenizer
+// seeds: each committed tokenizer.json fixture with a text, in fuzz_tokenizer's layout)
 // Seeds are generated, not committed: the build folder holds them (docs/formats.md, "Fuzzing").
 #include <algorithm>
 #include <cstdio>
@@ -147,6 +148,24 @@ void write_hf_seeds(const std::filesystem::path& dir) {
   }
 }
 
+// Each committed tests/fixtures/tokenizers/<name>/tokenizer.json, then "\n#text#\n" and a text
+// with special tokens, digits, spaces and bytes that are not UTF-8.
+void write_tokenizer_seeds(const std::filesystem::path& dir) {
+  const char* env = std::getenv("MG_FUZZ_TOKENIZER_FIXTURES");
+  const std::filesystem::path fixtures =
+      env ? std::filesystem::path(env)
+          : std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/tokenizers";
+  for (const auto& e : std::filesystem::directory_iterator(fixtures)) {
+    if (!std::filesystem::exists(e.path() / "tokenizer.json")) continue;
+    std::ifstream in(e.path() / "tokenizer.json", std::ios::binary);
+    std::stringstream json;
+    json << in.rdbuf();
+    std::ofstream(dir / (e.path().filename().string() + ".seed"), std::ios::binary)
+        << json.str()
+        << "\n#text#\n<s>Hello <|endoftext|> w\xC3\xb6rld 1234567\n\n  \t\xff\xe2\x82";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,13 +174,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::filesystem::path root = argv[1];
-  for (const char* sub : {"safetensors", "graph", "npy", "hf"}) {
+  for (const char* sub : {"safetensors", "graph", "npy", "hf", "tokenizer"}) {
     std::filesystem::create_directories(root / sub);
   }
   write_safetensors_seeds(root / "safetensors");
   write_graph_seeds(root / "graph");
   write_npy_seeds(root / "npy");
   write_hf_seeds(root / "hf");
+  write_tokenizer_seeds(root / "tokenizer");
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }

@@ -69,13 +69,16 @@ int thread_count(pid_t pid) {
 
 [[noreturn]] void exec_child(const std::vector<std::string>& args, const CommandLimits& limits,
                              const EnvChanges& env, const std::filesystem::path& dir,
-                             bool limit_address_space) {
+                             bool limit_address_space, bool has_input) {
   // After fork() in a process that may have threads, only async-signal-safe calls are strictly
   // allowed; glibc's fork() leaves malloc usable in the child, which the paths and setenv below
   // need, and everything else is a plain system call. A failure exits 125 (127: exec failed).
   const int out = open((dir / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int err = open((dir / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(125);
+  // stdin: the run's input, or /dev/null (never the test runner's own stdin).
+  const int in = open(has_input ? (dir / "in").c_str() : "/dev/null", O_RDONLY);
+  if (in < 0 || dup2(in, 0) < 0) _exit(125);
   setpgid(0, 0);  // its own process group, so a kill reaches anything it started
   if (limit_address_space) {
     const rlimit as{limits.address_space_bytes, limits.address_space_bytes};
@@ -105,12 +108,23 @@ int thread_count(pid_t pid) {
 
 CommandResult run_moegraph(const std::vector<std::string>& args, const CommandLimits& limits,
                            const EnvChanges& env) {
+  return run_moegraph_with_input(args, std::nullopt, limits, env);
+}
+
+CommandResult run_moegraph_with_input(const std::vector<std::string>& args,
+                                      const std::optional<std::string>& input,
+                                      const CommandLimits& limits, const EnvChanges& env) {
   const auto dir = temp_dir("command");
+  if (input) {
+    std::ofstream in(dir / "in", std::ios::binary);
+    in << *input;
+    if (!in.good()) return CommandResult{-1, "", "cannot write the input", "cannot write input"};
+  }
   const bool limit_address_space = !may_use_gpu(args) && !kAddressSanitizer;
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return CommandResult{-1, "", "fork failed", "fork failed"};
-  if (pid == 0) exec_child(args, limits, env, dir, limit_address_space);
+  if (pid == 0) exec_child(args, limits, env, dir, limit_address_space, input.has_value());
 
   CommandResult r;
   const auto deadline =

@@ -34,8 +34,14 @@ struct CommandResult {
 // Environment changes for one run: a value sets the variable, nullopt removes it.
 using EnvChanges = std::map<std::string, std::optional<std::string>>;
 
-// Runs MG_MOEGRAPH_EXE with `args` (passed as they are, no shell) under `limits`.
+// Runs MG_MOEGRAPH_EXE with `args` (passed as they are, no shell) under `limits`; stdin is
+// /dev/null.
 CommandResult run_moegraph(const std::vector<std::string>& args, const CommandLimits& limits = {},
                            const EnvChanges& env = {});
+
+// The same with `input` (when set) on stdin.
+CommandResult run_moegraph_with_input(const std::vector<std::string>& args,
+                                      const std::optional<std::string>& input,
+                                      const CommandLimits& limits = {}, const EnvChanges& env = {});
 
 }  // namespace mg::testing

@@ -1,5 +1,7 @@
 // `moegraph import-hf HF_DIR -o OUT_DIR`: import a Hugging Face MoE checkpoint folder as
-// OUT_DIR/model.pbtxt whose weights reference the checkpoint's safetensors files (no copy).
+// OUT_DIR/model.pbtxt whose weights reference the checkpoint's safetensors files (no copy); the
+// checkpoint's tokenizer.json, tokenizer_config.json and generation_config.json are copied beside
+// it.
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,8 +10,10 @@
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/import/hf_importer.h"
+#include "framework/import/hf_text_files.h"
 #include "framework/io/graph_loader.h"
 #include "framework/io/regular_file.h"
+#include "framework/text/tokenizer.h"
 #include "tools/moegraph/commands.h"
 #include "tools/moegraph/flag_checks.h"
 
@@ -46,6 +50,7 @@ int import_hf(const ImportArgs& a) {
   HfImportResult r = import_hf_checkpoint(a.hf_dir, options);
   const std::filesystem::path graph = out / "model.pbtxt";
   save_graph(graph, r.model);
+  const std::vector<std::string> text_files = copy_hf_text_files(a.hf_dir, out);
 
   int assembled = 0;
   for (const proto::TensorInfo& t : r.model.tensors()) assembled += t.parts_size() > 0 ? 1 : 0;
@@ -56,6 +61,20 @@ int import_hf(const ImportArgs& a) {
       r.weight_bytes / 1048576.0, graph.string());
   std::cout << "weights are read from the checkpoint's files in " << a.hf_dir
             << " (keep them in place)\n";
+  if (!text_files.empty()) {
+    std::cout << fmt::format("copied {} to {}\n", fmt::join(text_files, ", "), a.out_dir);
+  }
+  if (std::filesystem::exists(out / "tokenizer.json")) {
+    // A tokenizer moegraph cannot run does not stop the import: --prompt-ids still works.
+    try {
+      text::Tokenizer::load(out / "tokenizer.json");
+    } catch (const Error& e) {
+      std::cout << "note: --prompt and tokenize will refuse this tokenizer: " << e.what() << "\n";
+    }
+  } else {
+    std::cout << "note: the checkpoint has no tokenizer.json; run takes --prompt-ids, or "
+                 "--prompt with --tokenizer PATH\n";
+  }
   if (!r.unused_tensors.empty()) {
     std::cout << fmt::format("{} checkpoint tensors are not used by the graph, e.g. '{}'\n",
                              r.unused_tensors.size(), r.unused_tensors.front());

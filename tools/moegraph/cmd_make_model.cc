@@ -7,6 +7,7 @@
 #include "framework/graph/graph_check.h"
 #include "framework/io/proto_dtype.h"
 #include "framework/io/regular_file.h"
+#include "framework/text/byte_level_tokenizer.h"
 #include "models/builders/decoder_builder.h"
 #include "tools/moegraph/commands.h"
 #include "tools/moegraph/flag_checks.h"
@@ -105,6 +106,10 @@ int make_model(MakeModelArgs& a) {
   check_graph_runs(declared, out / GraphBuilder::kGraphFile, "these flags");
   GraphBuilder b = build_decoder(spec, a.graph_only);
   b.write(out);
+  // Ids 0..255 stand for the bytes: text in and out through a byte-level tokenizer.json.
+  if (spec.vocab >= 256) {
+    write_file_atomically(out / "tokenizer.json", text::byte_level_tokenizer_json(), "--out");
+  }
   std::cout << fmt::format("wrote {} ({} nodes, {} tensors) to {}\n", b.model().name(),
                            b.model().nodes_size(), b.model().tensors_size(), a.out);
   return 0;

@@ -1,5 +1,6 @@
-// `moegraph run [MODEL]`: prefill a prompt and generate tokens; optionally dump the prompt's
-// logits, profile per node, write a Chrome trace.
+// `moegraph run [MODEL]`: prefill a prompt (--prompt text through the model's tokenizer, or
+// --prompt-ids) and generate tokens, streaming their text with --prompt; optionally dump the
+// prompt's logits, profile per node, write a Chrome trace.
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "framework/io/weight_scan.h"
 #include "framework/runtime/local_ranks.h"
 #include "framework/runtime/session.h"
+#include "framework/text/tokenizer.h"
 #include "tools/moegraph/commands.h"
 #include "tools/moegraph/flag_checks.h"
 
@@ -21,6 +23,9 @@ namespace {
 
 struct RunArgs {
   std::string model;
+  std::string prompt;
+  bool prompt_given = false;
+  std::string tokenizer;
   std::string prompt_ids = "1,2,3,4,5,6,7,8";
   int max_new_tokens = 16;
   std::string device = "cpu";
@@ -46,14 +51,61 @@ struct RunArgs {
   bool check_weights = false;
 };
 
+void check_prompt_ids(std::span<const int32_t> prompt, int64_t vocab_size, bool from_text) {
+  for (int32_t id : prompt) {
+    MG_CHECK(id < vocab_size, "{}: token id {} is outside the model's vocabulary of {} tokens{}",
+             from_text ? "--prompt" : "--prompt-ids", id, vocab_size,
+             from_text ? " (the tokenizer does not belong to this model; pass --tokenizer)" : "");
+  }
+}
+
+// --prompt: the prompt's ids through the model's tokenizer, with its special tokens (BOS).
+std::vector<int32_t> encode_prompt(const text::Tokenizer& tokenizer, const std::string& prompt) {
+  std::vector<int32_t> ids = tokenizer.encode(prompt, true);
+  MG_CHECK(!ids.empty(), "--prompt: the text encodes to no tokens; give some text");
+  return ids;
+}
+
+// Prints generated text as the tokens come (text::DecodeStream: never half a UTF-8 character),
+// special tokens left out; finish() prints what the stream held back at the end.
+class TextPrinter {
+ public:
+  explicit TextPrinter(const text::Tokenizer& tokenizer)
+      : tokenizer_(tokenizer), stream_(tokenizer, /*skip_special_tokens=*/true) {}
+  void on_token(int32_t id) {
+    ids_.push_back(id);
+    const text::DecodeStream::Step step = stream_.step(id);
+    if (step.text) {
+      std::cout << *step.text << std::flush;
+      printed_ += *step.text;
+    }
+  }
+  void finish() {
+    const std::string all = tokenizer_.decode(ids_, true);
+    if (all.size() > printed_.size() && all.starts_with(printed_)) {
+      std::cout << all.substr(printed_.size());
+    }
+    std::cout << "\n";
+  }
+
+ private:
+  const text::Tokenizer& tokenizer_;
+  text::DecodeStream stream_;
+  std::vector<int32_t> ids_;
+  std::string printed_;
+};
+
 std::vector<int32_t> positions_for(size_t n) {
   std::vector<int32_t> positions(n);
   for (size_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i);
   return positions;
 }
 
-void print_result(const std::string& who, std::span<const int32_t> prompt,
-                  const GenerateResult& r) {
+void print_result(const std::string& who, std::span<const int32_t> prompt, const GenerateResult& r,
+                  const text::Tokenizer* tokenizer = nullptr) {
+  if (tokenizer != nullptr) {
+    std::cout << who << "generated text: " << tokenizer->decode(r.tokens, true) << "\n";
+  }
   std::cout << who << "prompt ids: " << fmt::format("{}", fmt::join(prompt, " ")) << "\n";
   std::cout << who << "generated ids: " << fmt::format("{}", fmt::join(r.tokens, " ")) << "\n";
   const size_t decoded = r.tokens.empty() ? 0 : r.tokens.size() - 1;
@@ -73,8 +125,8 @@ void print_result(const std::string& who, std::span<const int32_t> prompt,
 // (one prefill, then max-new-tokens - 1 decode steps, no early stop at eos) so the MoE
 // collectives stay in lockstep.
 int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
-                 const std::vector<int32_t>& prompt, CompileOptions compile,
-                 SessionOptions options) {
+                 const std::vector<int32_t>& prompt, const text::Tokenizer* tokenizer,
+                 CompileOptions compile, SessionOptions options) {
   LocalRanksOptions ranks{a.tp, a.dp, a.ep, MoEDispatch::kAllGatherReduceScatter};
   if (a.moe_dispatch == "alltoall") {
     ranks.dispatch = MoEDispatch::kAllToAll;
@@ -98,11 +150,7 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
   run_local_ranks(graph, compile, options, ranks, [&](const ParallelConfig& pc, Session& s) {
     const size_t drop = std::min<size_t>(prompt.size() - 1, static_cast<size_t>(pc.dp_rank()));
     std::vector<int32_t> own(prompt.begin(), prompt.end() - static_cast<std::ptrdiff_t>(drop));
-    for (int32_t id : own) {
-      MG_CHECK(id < s.plan().info.vocab_size(),
-               "--prompt-ids: token id {} is outside the vocabulary of {} tokens", id,
-               s.plan().info.vocab_size());
-    }
+    check_prompt_ids(own, s.plan().info.vocab_size(), a.prompt_given);
     if (!a.dump_logits.empty()) {
       const Tensor& logits = s.forward(own, positions_for(own.size()));
       if (pc.world_rank() == 0) write_npy(a.dump_logits, logits);
@@ -122,7 +170,7 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
             << " cpu ranks, " << options.threads << " threads each\n";
   for (const RankResult& r : results) {
     if (r.config.tp_rank() != 0) continue;  // TP ranks of a DP group produce the same tokens
-    print_result(fmt::format("[{}] ", r.config.str()), r.prompt, r.result);
+    print_result(fmt::format("[{}] ", r.config.str()), r.prompt, r.result, tokenizer);
   }
   return 0;
 }
@@ -145,7 +193,15 @@ int run(const RunArgs& a) {
   if (!a.dump_logits.empty()) check_output_path(a.dump_logits, "--dump-logits");
   if (!a.trace.empty()) check_output_path(a.trace, "--trace");
   const std::filesystem::path graph = resolve_model(a.model);
-  const std::vector<int32_t> prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::vector<int32_t> prompt;
+  if (a.prompt_given) {
+    tokenizer = text::Tokenizer::load(resolve_tokenizer(graph, a.tokenizer));
+    prompt = encode_prompt(*tokenizer, a.prompt);
+  } else {
+    prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
+  }
+  const std::vector<int32_t> eos_ids = generation_eos_ids(graph);
   if (a.check_weights) check_weights_are_finite(graph, a.random_weights.has_value());
   CompileOptions compile;
   compile.device = Device::parse(a.device);
@@ -163,16 +219,11 @@ int run(const RunArgs& a) {
   options.cuda_graph = a.cuda_graph;
   if (a.tp > 1 || a.dp > 1 || a.ep) {
     MG_CHECK(compile.device.is_cpu(), "--tp/--dp/--ep run on the CPU for now (ranks as threads)");
-    return run_parallel(a, graph, prompt, compile, options);
+    return run_parallel(a, graph, prompt, tokenizer.get(), compile, options);
   }
   auto session = Session::open(graph, compile, options);
   const ExecutionPlan& plan = session->plan();
-  for (int32_t id : prompt) {
-    MG_CHECK(id < plan.info.vocab_size(),
-             "--prompt-ids: token id {} is outside the vocabulary of "
-             "{} tokens",
-             id, plan.info.vocab_size());
-  }
+  check_prompt_ids(prompt, plan.info.vocab_size(), a.prompt_given);
 
   if (!a.dump_logits.empty()) {
     write_npy(a.dump_logits, session->forward(prompt, positions_for(prompt.size())));
@@ -182,7 +233,15 @@ int run(const RunArgs& a) {
   gen.max_new_tokens = a.max_new_tokens;
   gen.sampling = {a.temperature, a.top_k, a.top_p};
   gen.seed = a.seed;
+  gen.stop_token_ids = eos_ids;
+  std::optional<TextPrinter> printer;
+  if (tokenizer) {
+    std::cout << a.prompt << std::flush;
+    printer.emplace(*tokenizer);
+    gen.on_token = [&printer](int32_t id) { printer->on_token(id); };
+  }
   const GenerateResult r = session->generate(prompt, gen);
+  if (printer) printer->finish();
 
   std::cout << "model: " << plan.model_name << " (" << graph.string() << ") on "
             << plan.device.str() << " (" << dtype_name(activation_dtype_of(compile)) << "), "
@@ -203,8 +262,17 @@ Command add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run a model: prefill the prompt, generate tokens");
   cmd->add_option("MODEL", args->model,
                   "Graph file (.pbtxt/.pb) or a directory holding one; default: the bundled model");
-  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma separated")
-      ->capture_default_str();
+  CLI::Option* prompt =
+      cmd->add_option("--prompt", args->prompt,
+                      "Prompt text, encoded with the model's tokenizer (tokenizer.json beside the "
+                      "graph, or --tokenizer); the generated text is printed as it comes");
+  CLI::Option* ids =
+      cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma separated")
+          ->capture_default_str();
+  prompt->excludes(ids);
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "tokenizer.json for --prompt (default: the one beside the graph)")
+      ->needs(prompt);
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "Tokens to generate")
       ->capture_default_str()
       ->check(int_range(0, kMaxSeqLen));
@@ -264,7 +332,10 @@ Command add_run_command(CLI::App& app) {
                   "How DP ranks exchange MoE tokens: allgather (all-gather + reduce-scatter) or "
                   "alltoall (needs --ep, --tp 1)")
       ->capture_default_str();
-  return [args] { return run(*args); };
+  return [args, prompt] {
+    args->prompt_given = prompt->count() > 0;
+    return run(*args);
+  };
 }
 
 }  // namespace mg::cli

@@ -7,6 +7,7 @@
 
 #include "framework/core/error.h"
 #include "framework/import/hf_importer.h"
+#include "framework/text/generation_config.h"
 #include "tools/moegraph/commands.h"
 
 namespace mg::cli {
@@ -84,6 +85,25 @@ std::filesystem::path resolve_model(const std::string& model) {
     MG_FAIL("directory '{}' holds no model.pbtxt, model.pb or Hugging Face config.json", model);
   }
   return p;
+}
+
+std::filesystem::path resolve_tokenizer(const std::filesystem::path& graph,
+                                        const std::string& flag_path) {
+  if (!flag_path.empty()) return flag_path;
+  const std::filesystem::path beside = graph.parent_path() / "tokenizer.json";
+  std::error_code ec;
+  MG_CHECK(std::filesystem::exists(beside, ec),
+           "no tokenizer for {}: {} does not exist; pass --tokenizer PATH (a Hugging Face "
+           "tokenizer.json), or token ids with --prompt-ids",
+           graph.string(), beside.string());
+  return beside;
+}
+
+std::vector<int32_t> generation_eos_ids(const std::filesystem::path& graph) {
+  const std::filesystem::path file = graph.parent_path() / "generation_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return {};
+  return text::read_generation_eos_ids(file);
 }
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
