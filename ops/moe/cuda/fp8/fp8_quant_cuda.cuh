@@ -1,0 +1,106 @@
+// Dynamic per-token-group FP8 activation quantisation fused with the gather of permuted rows
+// (launch_fp8_quantize, fp8_experts_cuda.h). nvcc only; included by fp8_quant_cuda_<dtype>.cu.
+//
+// One warp quantises one (row, 128-channel group): each lane loads 4 elements (8 bytes), the warp
+// takes the amax, and every step repeats quantize_fp8_e4m3_group (framework/core/fp8.h) as one
+// IEEE operation in the same order: amax in fp32, scale = max(amax, 1e-10f) / 448 (__fdiv_rn:
+// round to nearest whatever the division flags), q = e4m3(x / scale) with the hardware's
+// round-to-nearest-even conversion. SATFINITE only matters above 448, where the host rounds
+// (448, 464) to 448 as well and x / scale never goes past 448 * (1 + 2^-23).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "framework/core/error.h"
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_utils.cuh"
+#include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
+
+namespace mg::cuda::fp8 {
+
+inline constexpr int kQuantThreads = 256;
+inline constexpr float kE4M3Max = 448.0f;    // = kFp8E4M3Max (framework/core/fp8.h)
+inline constexpr float kAmaxFloor = 1e-10f;  // = kFp8ActAmaxFloor
+
+// The e4m3 code of v (round to nearest even; finite in, finite out).
+__device__ __forceinline__ uint32_t e4m3_code(float v) {
+  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+// The four elements of 8 bytes as floats.
+__device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&f)[4]) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  f[0] = __uint_as_float(v.x << 16);
+  f[1] = __uint_as_float(v.x & 0xffff0000u);
+  f[2] = __uint_as_float(v.y << 16);
+  f[3] = __uint_as_float(v.y & 0xffff0000u);
+}
+__device__ __forceinline__ void load4(const __half* p, float (&f)[4]) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  __half2 h[2];
+  memcpy(&h[0], &v.x, 4);
+  memcpy(&h[1], &v.y, 4);
+  const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
+  f[0] = a.x;
+  f[1] = a.y;
+  f[2] = b.x;
+  f[3] = b.y;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads) fp8_quantize_kernel(const Fp8QuantArgs args) {
+  const int64_t groups = fp8_groups(args.k);
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (kQuantThreads / 32) +
+                       static_cast<int64_t>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t row = item / groups;
+  const int64_t group = item - row * groups;
+  if (row >= args.max_rows) return;
+  if (args.num_rows != nullptr && row >= static_cast<int64_t>(*args.num_rows)) return;
+  const int64_t src =
+      args.row_to_pair == nullptr ? row : static_cast<int64_t>(args.row_to_pair[row]) / args.top_k;
+  const int64_t k0 = group * kFp8Group;
+  const int64_t kc = k0 + lane * 4;
+  // K is a multiple of 16, so a lane's 4 elements are all in or all out.
+  const bool active = kc < args.k;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (active) load4(static_cast<const T*>(args.x) + src * args.k + kc, v);
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  amax = warp_max(amax);
+  const float scale = __fdiv_rn(fmaxf(amax, kAmaxFloor), kE4M3Max);
+  if (active) {
+    uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) packed |= e4m3_code(__fdiv_rn(v[i], scale)) << (8 * i);
+    *reinterpret_cast<uint32_t*>(args.xq + row * args.k + kc) = packed;
+  }
+  if (lane == 0) args.xs[row * groups + group] = scale;
+}
+
+}  // namespace mg::cuda::fp8
+
+namespace mg::cuda {
+
+template <typename T>
+void launch_fp8_quantize(const Fp8QuantArgs& args, cudaStream_t stream) {
+  MG_CHECK(args.k > 0 && args.k % 16 == 0, "FP8 quantize: K {} must be a positive multiple of 16",
+           args.k);
+  MG_CHECK(args.top_k >= 1, "FP8 quantize: top_k {} must be at least 1", args.top_k);
+  if (args.max_rows <= 0) return;
+  constexpr int64_t kWarps = fp8::kQuantThreads / 32;
+  const int64_t items = args.max_rows * fp8_groups(args.k);
+  const int64_t blocks = (items + kWarps - 1) / kWarps;
+  MG_CHECK(blocks <= INT32_MAX, "FP8 quantize: {} rows x {} groups exceed the grid", args.max_rows,
+           fp8_groups(args.k));
+  fp8::fp8_quantize_kernel<T>
+      <<<static_cast<unsigned>(blocks), fp8::kQuantThreads, 0, stream>>>(args);
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mg::cuda
