@@ -109,10 +109,11 @@ void launch_fp8_quantize(const Fp8QuantArgs& args, cudaStream_t stream);
 enum class Fp8GemmKernel : int32_t {
   kMma16,  // mma.sync, 16-row tiles (decode-sized groups: few rows per expert)
   kMma64,  // mma.sync, 64-row tiles
+  kWgmma,  // wgmma m64n128k32, 128-row tiles; sm_90a only (grouped_gemm_sm90a_kernels())
 };
 
-inline constexpr Fp8GemmKernel kAllFp8GemmKernels[] = {Fp8GemmKernel::kMma16,
-                                                       Fp8GemmKernel::kMma64};
+inline constexpr Fp8GemmKernel kAllFp8GemmKernels[] = {Fp8GemmKernel::kMma16, Fp8GemmKernel::kMma64,
+                                                       Fp8GemmKernel::kWgmma};
 
 constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
   switch (kernel) {
@@ -120,12 +121,15 @@ constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
       return "fp8_mma16";
     case Fp8GemmKernel::kMma64:
       return "fp8_mma64";
+    case Fp8GemmKernel::kWgmma:
+      return "fp8_wgmma";
   }
   return "?";
 }
 
 // The tile for a problem: 16-row tiles while the experts average at most 16 rows (their weights
-// are nearly all the bytes: more, narrower CTAs stream them), else 64-row tiles.
+// are nearly all the bytes: more, narrower CTAs stream them), else 64-row tiles. (fp8_wgmma is
+// only run when forced until it has been timed against fp8_mma64 on an H100.)
 inline Fp8GemmKernel choose_fp8_gemm_kernel(int64_t max_rows, int64_t num_experts) {
   return max_rows <= 16 * (num_experts > 0 ? num_experts : 1) ? Fp8GemmKernel::kMma16
                                                               : Fp8GemmKernel::kMma64;

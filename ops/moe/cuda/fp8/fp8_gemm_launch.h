@@ -1,6 +1,7 @@
 // The FP8 grouped GEMM launchers per epilogue kind, each instantiated in its own
-// fp8_gemm_mma_<dtype>_<gated|plain>.cu so that no compile job holds more than two kernels;
-// launch_fp8_grouped_gemm (fp8_gemm_cuda.cu) picks one. Host-only.
+// fp8_gemm_mma_<dtype>_<gated|plain>.cu so that no compile job holds more than two kernels (the
+// wgmma one apart, in fp8_gemm_wgmma_<dtype>_<gated|plain>.cu); launch_fp8_grouped_gemm
+// (fp8_gemm_cuda.cu) picks one. Host-only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,5 +14,9 @@ namespace mg::cuda::fp8 {
 // bias or bias + plain activation.
 template <typename T, bool Gated>
 void launch_gemm(const Fp8GemmArgs& args, Fp8GemmKernel kernel, cudaStream_t stream);
+
+// The wgmma kernel (fp8_gemm_wgmma.cuh), in fp8_gemm_wgmma_<dtype>_<gated|plain>.cu.
+template <typename T, bool Gated>
+void launch_wgmma(const Fp8GemmArgs& args, cudaStream_t stream);
 
 }  // namespace mg::cuda::fp8

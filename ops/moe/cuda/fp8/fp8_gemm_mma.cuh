@@ -373,6 +373,8 @@ void launch_gemm(const Fp8GemmArgs& args, Fp8GemmKernel kernel, cudaStream_t str
       } else {
         return launch_tile<T, Fp8Mma64PlainTile, false>(args, stream);
       }
+    case Fp8GemmKernel::kWgmma:
+      return launch_wgmma<T, Gated>(args, stream);
   }
   MG_FAIL("FP8 grouped GEMM: unknown kernel {}", static_cast<int>(kernel));
 }
