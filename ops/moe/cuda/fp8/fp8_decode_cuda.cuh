@@ -68,14 +68,17 @@ inline ScaleLayout scale_layout(const Fp8WeightScales& s, int64_t k) {
 }
 
 // acc[r][n] += this lane's share of Σ over the 16-code vectors c of
-//   (wrow[r][c] · xrow[n][c]) * xscale[n][c / 8] * wscale[r][(c / 8) / groups_per_block]
-// over `len` codes, n < count. Lane l takes vectors l, l + 32, ...; V vectors of each of the R rows
-// are loaded before the first is used. The caller reduces over the warp.
+//   (wrow[r][c] · x[xrow[n]][c]) * xs[xrow[n]][c / 8] * wscale[r][(c / 8) / groups_per_block]
+// over `len` codes (x [rows, len] codes, xs [rows, g(len)] scales), n < count. Lane l takes
+// vectors l, l + 32, ...; V vectors of each of the R rows are loaded before the first is used.
+// The caller reduces over the warp. (Row indices rather than pointers keep NT = 8 within the
+// registers of two CTAs per SM.)
 template <int R, int NT, int V>
 __device__ __forceinline__ void fp8_warp_dot(float (&acc)[R][NT], const uint8_t* const (&wrow)[R],
                                              const float* const (&wscale)[R], int groups_per_block,
-                                             const uint8_t* const (&xrow)[NT],
-                                             const float* const (&xscale)[NT], int count, int len) {
+                                             const uint8_t* x, const float* xs,
+                                             const int (&xrow)[NT], int count, int len) {
+  const int groups = static_cast<int>(fp8_groups(len));
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int chunks = len / 16;
   for (int c0 = lane; c0 < chunks; c0 += 32 * V) {
@@ -106,20 +109,25 @@ __device__ __forceinline__ void fp8_warp_dot(float (&acc)[R][NT], const uint8_t*
       for (int n = 0; n < NT; ++n) {
         if (n >= count) break;
         float xf[16];
-        e4m3x16_to_float(*reinterpret_cast<const uint4*>(xrow[n] + static_cast<int64_t>(c) * 16),
-                         xf);
-        const float xs = __ldg(xscale[n] + group);
+        e4m3x16_to_float(
+            *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(xrow[n]) * len + c * 16), xf);
+        const float x_scale = __ldg(xs + xrow[n] * groups + group);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           float dot = 0.0f;
 #pragma unroll
           for (int i = 0; i < 16; ++i) dot = fmaf(wf[r][i], xf[i], dot);
-          acc[r][n] = fmaf(dot, xs * ws[r], acc[r][n]);
+          acc[r][n] = fmaf(dot, x_scale * ws[r], acc[r][n]);
         }
       }
     }
   }
 }
+
+// Vectors per weight row in flight: four (eight 16-byte loads per lane with two rows) where the
+// registers allow, two at NT = 8.
+template <int NT>
+inline constexpr int kDotVectors = NT >= 8 ? 2 : 4;
 
 struct UpParams {
   const uint8_t* xq = nullptr;  // [tokens, hidden]
@@ -151,7 +159,6 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_up_kernel(cons
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t hidden = p.hidden;
-  const int64_t hidden_groups = fp8_groups(hidden);
   const int64_t n1 = kGated ? 2 * static_cast<int64_t>(p.inter) : p.inter;
   const ScaleLayout sl = p.s13_layout;
   const int unit_begin = static_cast<int>(blockIdx.x) * p.units_per_cta;
@@ -164,15 +171,11 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_up_kernel(cons
     const int group_end = g.offset[u + 1];
     for (int first = g.offset[u]; first < group_end; first += NT) {
       const int count = min(NT, group_end - first);
-      int pair[NT];
-      const uint8_t* xrow[NT];
-      const float* xscale[NT];
+      int pair[NT], token[NT];
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
         pair[n] = g.pair[first + min(n, count - 1)];
-        const int64_t token = pair[n] / p.top_k;
-        xrow[n] = p.xq + token * hidden;
-        xscale[n] = p.xs + token * hidden_groups;
+        token[n] = pair[n] / p.top_k;
       }
       for (int unit0 = unit_begin + warp * UW; unit0 < unit_end; unit0 += decode::kWarps * UW) {
         const uint8_t* wrow[R];
@@ -187,8 +190,8 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_up_kernel(cons
           wscale[r] = s_e + (row / sl.block_n) * sl.cols;
         }
         float acc[R][NT] = {};
-        fp8_warp_dot<R, NT, 4>(acc, wrow, wscale, sl.groups_per_block, xrow, xscale, count,
-                               p.hidden);
+        fp8_warp_dot<R, NT, kDotVectors<NT>>(acc, wrow, wscale, sl.groups_per_block, p.xq, p.xs,
+                                             token, count, p.hidden);
 #pragma unroll
         for (int j = 0; j < UW; ++j) {
 #pragma unroll
@@ -243,7 +246,6 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_down_kernel(co
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t hidden = p.hidden;
-  const int64_t inter_groups = fp8_groups(p.inter);
   const ScaleLayout sl = p.s2_layout;
   const int row_begin = static_cast<int>(blockIdx.x) * p.rows_per_cta;
   const int rows = min(p.rows_per_cta, p.hidden - row_begin);
@@ -259,14 +261,8 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_down_kernel(co
         if (item % decode::kWarps != warp) continue;
         const int count = min(NT, group_end - first);
         int pair[NT];
-        const uint8_t* xrow[NT];
-        const float* xscale[NT];
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          pair[n] = g.pair[first + min(n, count - 1)];
-          xrow[n] = p.hq + static_cast<int64_t>(pair[n]) * p.inter;
-          xscale[n] = p.hs + static_cast<int64_t>(pair[n]) * inter_groups;
-        }
+        for (int n = 0; n < NT; ++n) pair[n] = g.pair[first + min(n, count - 1)];
         const uint8_t* wrow[R];
         const float* wscale[R];
 #pragma unroll
@@ -276,8 +272,8 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_down_kernel(co
           wscale[r] = s_e + (hrow / sl.block_n) * sl.cols;
         }
         float acc[R][NT] = {};
-        fp8_warp_dot<R, NT, 4>(acc, wrow, wscale, sl.groups_per_block, xrow, xscale, count,
-                               p.inter);
+        fp8_warp_dot<R, NT, kDotVectors<NT>>(acc, wrow, wscale, sl.groups_per_block, p.hq, p.hs,
+                                             pair, count, p.inter);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll

@@ -47,18 +47,24 @@ struct Fp8MmaTile {
   __host__ __device__ static constexpr int stage_bytes() {
     return (BM + b_rows<Gated>()) * BK;
   }
+  // Per stage, after all the stages' tiles: the K block's scales of the weight rows and the rows.
+  template <bool Gated>
+  __host__ __device__ static constexpr int scale_bytes() {
+    return (b_rows<Gated>() + BM) * 4;
+  }
   template <bool Gated>
   __host__ __device__ static constexpr int smem_bytes() {
-    return Stages * stage_bytes<Gated>();
+    return Stages * (stage_bytes<Gated>() + scale_bytes<Gated>());
   }
 };
 
 // fp8_mma16: 16 rows, 4 warps side by side over 64 columns (gated: 128 weight rows), 4 stages
-// (gated 72 KB, plain 40 KB). fp8_mma64: 64 rows, 2 × 2 warps, gated 64 columns (128 weight rows)
-// or plain 128, 3 stages of 24 KB.
+// (gated 74 KB, plain 41 KB). fp8_mma64: 64 rows, 2 × 4 warps, gated 64 columns (128 weight rows)
+// or plain 128, 3 stages of 24 KB. Every thread keeps at most 32 outputs (64 registers with their
+// per-block partial sums), so neither tile spills.
 using Fp8Mma16Tile = Fp8MmaTile<16, 64, 1, 4, 4>;
-using Fp8Mma64GatedTile = Fp8MmaTile<64, 64, 2, 2, 3>;
-using Fp8Mma64PlainTile = Fp8MmaTile<64, 128, 2, 2, 3>;
+using Fp8Mma64GatedTile = Fp8MmaTile<64, 64, 2, 4, 3>;
+using Fp8Mma64PlainTile = Fp8MmaTile<64, 128, 2, 4, 3>;
 
 __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4],
                                                const uint32_t (&b)[2]) {
@@ -152,38 +158,49 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const uint8_t* b = args.b + work.expert * b_rows_per_expert * k;
   const uint32_t smem_base = grouped_gemm::smem_u32(smem);
 
-  // Scales. Rows and columns past the problem read a valid neighbour's scale: their partial sums
-  // are zero (zero-filled tiles) and they are never stored.
+  // Scales: each stage carries, after all the stages' tiles, the K block's scale of every weight
+  // row of the tile (b_rows) and then of every row (BM), copied by 4-byte cp.async with the tiles,
+  // so no thread holds scales in registers across the MMAs. Entry i of a stage is copied by thread
+  // i % kThreads from scale_src[i / kThreads] (+ the block index). Rows and columns past the
+  // problem take a valid neighbour's scale: their partial sums are zero (zero-filled tiles) and
+  // they are never stored.
   const int k_blocks = (k + BK - 1) / BK;
-  const float* xs_tile = args.a_scales + static_cast<int64_t>(work.row_begin) * k_blocks;
   const int64_t block_n = args.b_scales.block_n, block_k = args.b_scales.block_k;
-  const int64_t s_rows = (b_rows_per_expert + block_n - 1) / block_n;
-  const int64_t s_cols = (args.k + block_k - 1) / block_k;
-  const float* s_expert = args.b_scales.scales + work.expert * s_rows * s_cols;
-  int xs_off[MI][2];
+  constexpr int kBRows = Tile::template b_rows<Gated>();
+  constexpr int kScaleEntries = kBRows + BM;
+  constexpr int kScaleIters = (kScaleEntries + kThreads - 1) / kThreads;
+  const float* scale_src[kScaleIters];
 #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = warp_m * Tile::WM + mi * 16 + (lane >> 2) + half * 8;
-      xs_off[mi][half] = min(row, rows_here - 1) * k_blocks;
+  for (int it = 0; it < kScaleIters; ++it) {
+    const int i = tid + it * kThreads;
+    if (i < kBRows) {
+      const int64_t s_rows = (b_rows_per_expert + block_n - 1) / block_n;
+      const int64_t s_cols = (args.k + block_k - 1) / block_k;
+      const bool up = Gated && i >= BN;
+      const int col = min(n0 + (up ? i - BN : i), n - 1);
+      scale_src[it] =
+          args.b_scales.scales + (work.expert * s_rows + (up ? n + col : col) / block_n) * s_cols;
+    } else {
+      const int row = min(i - kBRows, rows_here - 1);
+      scale_src[it] = args.a_scales + static_cast<int64_t>(work.row_begin + row) * k_blocks;
     }
   }
-  int ws_off[NI][2], wu_off[Gated ? NI : 1][2];
-#pragma unroll
-  for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int col = min(n0 + warp_n * Tile::WN + ni * 8 + (lane & 3) * 2 + j, n - 1);
-      ws_off[ni][j] = static_cast<int>(col / block_n * s_cols);
-      if constexpr (Gated) wu_off[ni][j] = static_cast<int>((n + col) / block_n * s_cols);
-    }
-  }
+  const uint32_t scale_base = smem_base + kStages * kStageBytes;
+  const float* scale_smem = reinterpret_cast<const float*>(smem + kStages * kStageBytes);
 
   auto load = [&](int stage, int k_tile) {
     const uint32_t s_a = smem_base + stage * kStageBytes;
     load_stage<BM, BN, kThreads, Gated>(s_a, s_a + kABytes, a, b, rows_here, n0, n, k, k_tile * BK,
                                         tid);
+    const int w_index = static_cast<int>(static_cast<int64_t>(k_tile) * BK / block_k);
+#pragma unroll
+    for (int it = 0; it < kScaleIters; ++it) {
+      const int i = tid + it * kThreads;
+      if (kScaleEntries % kThreads != 0 && i >= kScaleEntries) break;
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
+                       scale_base + (stage * kScaleEntries + i) * 4),
+                   "l"(scale_src[it] + (i < kBRows ? w_index : k_tile)));
+    }
   };
 
   float acc[MI][NI][4];
@@ -220,23 +237,6 @@ __global__ void __launch_bounds__(Tile::kThreads)
     const int next = kb + kStages - 1;
     if (next < k_blocks) load(next % kStages, next);
     grouped_gemm::cp_async_commit();
-
-    // This block's scales, loaded before the MMAs so their latency hides behind them.
-    const int kb_w = static_cast<int>(static_cast<int64_t>(kb) * BK / block_k);
-    float xs[MI][2], ws[NI][2], wu[Gated ? NI : 1][2];
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      xs[mi][0] = __ldg(xs_tile + xs_off[mi][0] + kb);
-      xs[mi][1] = __ldg(xs_tile + xs_off[mi][1] + kb);
-    }
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        ws[ni][j] = __ldg(s_expert + ws_off[ni][j] + kb_w);
-        if constexpr (Gated) wu[ni][j] = __ldg(s_expert + wu_off[ni][j] + kb_w);
-      }
-    }
 
     float part[MI][NI][4];
     float part_up[Gated ? MI : 1][Gated ? NI : 1][4];
@@ -290,17 +290,25 @@ __global__ void __launch_bounds__(Tile::kThreads)
     }
 
     // Promotion: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each 16 × 8 block.
+    const float* ws = scale_smem + (kb % kStages) * kScaleEntries;
+    const float* xs = ws + kBRows;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
+      const int row = warp_m * Tile::WM + mi * 16 + (lane >> 2);
+      const float x_scale[2] = {xs[row], xs[row + 8]};
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
+        const int col = warp_n * Tile::WN + ni * 8 + (lane & 3) * 2;
+        const float2 w = *reinterpret_cast<const float2*>(ws + col);
+        float2 wu = w;
+        if constexpr (Gated) wu = *reinterpret_cast<const float2*>(ws + BN + col);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const float x_scale = xs[mi][q >> 1];
-          acc[mi][ni][q] = fmaf(part[mi][ni][q], x_scale * ws[ni][q & 1], acc[mi][ni][q]);
+          const float xq = x_scale[q >> 1];
+          acc[mi][ni][q] = fmaf(part[mi][ni][q], xq * ((q & 1) ? w.y : w.x), acc[mi][ni][q]);
           if constexpr (Gated) {
             acc_up[mi][ni][q] =
-                fmaf(part_up[mi][ni][q], x_scale * wu[ni][q & 1], acc_up[mi][ni][q]);
+                fmaf(part_up[mi][ni][q], xq * ((q & 1) ? wu.y : wu.x), acc_up[mi][ni][q]);
           }
         }
       }
