@@ -159,9 +159,6 @@ struct Fp8Weights {
   std::vector<uint8_t> codes;
   std::vector<float> scales;
 
-  double value(int64_t e, int64_t row, int64_t col) const {
-    return e4m3_values()[codes[(e * n + row) * k + col]] * scale(e, row, col);
-  }
   double scale(int64_t e, int64_t row, int64_t col) const {
     return scales[(e * s_rows + row / block_n) * s_cols + col / block_k];
   }
@@ -626,6 +623,10 @@ TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
   EXPECT_EQ(cuda::fp8_activation_dtype_check(2), "");
   EXPECT_NE(cuda::fp8_decode_check(9, 1, 256, 256, true, {}, {}), "");
   EXPECT_NE(cuda::fp8_decode_check(8, 33, 256, 256, true, {}, {}), "");
+  for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
+    EXPECT_EQ(cuda::parse_fp8_gemm_kernel(cuda::fp8_gemm_kernel_name(kernel)), kernel);
+  }
+  EXPECT_EQ(cuda::parse_fp8_gemm_kernel("mma16"), std::nullopt);
   cuda::Fp8GemmArgs args;
   args.n = 128;
   args.k = 40;

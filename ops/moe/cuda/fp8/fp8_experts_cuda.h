@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -125,6 +126,14 @@ constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
       return "fp8_wgmma";
   }
   return "?";
+}
+
+// The kernel named `name` ("fp8_mma16", "fp8_mma64", "fp8_wgmma"), or nullopt.
+inline std::optional<Fp8GemmKernel> parse_fp8_gemm_kernel(std::string_view name) {
+  for (Fp8GemmKernel kernel : kAllFp8GemmKernels) {
+    if (fp8_gemm_kernel_name(kernel) == name) return kernel;
+  }
+  return std::nullopt;
 }
 
 // The tile for a problem: 16-row tiles while the experts average at most 16 rows (their weights
