@@ -7,7 +7,8 @@
 // - the expert MLP (quantise-gather, GEMM1 + act, quantise, GEMM2) and the decode path against an
 //   fp64 emulation of the same pipeline, and both replayed from a CUDA graph.
 // Shapes: odd expert counts, experts with no rows, 1 to 300 rows, N and K of 128, 256, 448
-// (384 + 64: partial 128 blocks) and K 48 (a multiple of 16 below 128).
+// (384 + 64: partial 128 blocks) and K 48 (a multiple of 16 below 128). MG_TEST_DTYPES=bf16 runs
+// the BF16 half only (as the other CUDA tests, for compute-sanitizer runs).
 //
 // Tolerances of the GEMMs. The reference sums the exact products of the same e4m3 codes in fp64;
 // the kernel sums them on the tensor cores within one 128-K block (products of two e4m3 values are
@@ -76,6 +77,16 @@ template <typename T>
 float round_to(double x) {
   return to_f32(from_f32<T>(static_cast<float>(x)));
 }
+// Calls f.template operator()<T>() for T = BF16 and F16, or those of them MG_TEST_DTYPES names
+// (testing::cuda_dtypes; e.g. bf16 alone under compute-sanitizer).
+template <typename F>
+void for_each_dtype(const F& f) {
+  for (const testing::DtypeTolerance& d : testing::cuda_dtypes()) {
+    if (d.dtype == DType::kBF16) f.template operator()<__nv_bfloat16>();
+    if (d.dtype == DType::kF16) f.template operator()<__half>();
+  }
+}
+
 template <typename T>
 const char* dtype_label() {
   return std::is_same_v<T, __half> ? "F16" : "BF16";
@@ -389,8 +400,7 @@ TEST(CudaFp8Experts, QuantizeMatchesHostBitForBit) {
   uint32_t seed = 100;
   for (const int64_t k : {48, 128, 256, 448, 1040}) {
     for (const bool gather : {false, true}) {
-      check_quantize<__nv_bfloat16>(37, 3, k, gather, ++seed);
-      check_quantize<__half>(37, 3, k, gather, ++seed);
+      for_each_dtype([&]<typename T>() { check_quantize<T>(37, 3, k, gather, ++seed); });
     }
   }
   check_quantize<__nv_bfloat16>(2, 2, 7168, true, ++seed);
@@ -583,8 +593,7 @@ TEST(CudaFp8Experts, GroupedGemmEveryKernelMatchesReference) {
   uint32_t seed = 1000;
   for (const GemmCase& c : gemm_cases()) {
     for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
-      check_gemm<__nv_bfloat16>(c, kernel, ++seed);
-      check_gemm<__half>(c, kernel, ++seed);
+      for_each_dtype([&]<typename T>() { check_gemm<T>(c, kernel, ++seed); });
     }
   }
 }
@@ -849,8 +858,7 @@ TEST(CudaFp8Experts, ExpertMlpEveryKernelMatchesReference) {
   uint32_t seed = 3000;
   for (const MlpCase& c : mlp_cases()) {
     for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
-      check_mlp<__nv_bfloat16>(c, kernel, ++seed);
-      check_mlp<__half>(c, kernel, ++seed);
+      for_each_dtype([&]<typename T>() { check_mlp<T>(c, kernel, ++seed); });
     }
   }
 }
@@ -952,8 +960,7 @@ TEST(CudaFp8Experts, DecodeMatchesReference) {
   };
   uint32_t seed = 4000;
   for (const MlpCase& c : cases) {
-    check_decode<__nv_bfloat16>(c, ++seed);
-    check_decode<__half>(c, ++seed);
+    for_each_dtype([&]<typename T>() { check_decode<T>(c, ++seed); });
   }
 }
 

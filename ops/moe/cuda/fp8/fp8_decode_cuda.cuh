@@ -164,6 +164,18 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_up_kernel(cons
   const int unit_begin = static_cast<int>(blockIdx.x) * p.units_per_cta;
   const int unit_end = min(unit_begin + p.units_per_cta, p.inter);
 
+  // Pairs whose expert is not on this rank get zero rows, so the quantisation of h that follows
+  // never reads unwritten memory (the down kernel skips them).
+  if (blockIdx.y == 0) {
+    const int units = unit_end - unit_begin;
+    for (int i = static_cast<int>(threadIdx.x); i < p.num_pairs * units; i += decode::kThreads) {
+      const int pr = i / units;
+      if (g.local[pr] < 0) {
+        h[static_cast<int64_t>(pr) * p.inter + unit_begin + (i - pr * units)] = from_float<T>(0.0f);
+      }
+    }
+  }
+
   for (int u = static_cast<int>(blockIdx.y); u < g.num_experts; u += static_cast<int>(gridDim.y)) {
     const int e = g.expert[u];
     const uint8_t* w_e = p.w13 + static_cast<int64_t>(e) * n1 * hidden;
