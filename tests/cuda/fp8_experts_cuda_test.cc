@@ -468,7 +468,7 @@ struct GemmCase {
 // Whether `kernel` can run on this GPU and build (fp8_wgmma needs the sm_90a code); where it
 // cannot, its launcher must refuse it with an error.
 bool runs_here(Fp8GemmKernel kernel) {
-  return kernel != Fp8GemmKernel::kWgmma || cuda::grouped_gemm_sm90a_kernels();
+  return cuda::fp8_gemm_kernel_check(kernel, cuda::grouped_gemm_sm90a_kernels()).empty();
 }
 
 template <typename T>
@@ -636,6 +636,11 @@ TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
     EXPECT_EQ(cuda::parse_fp8_gemm_kernel(cuda::fp8_gemm_kernel_name(kernel)), kernel);
   }
   EXPECT_EQ(cuda::parse_fp8_gemm_kernel("mma16"), std::nullopt);
+  EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kMma16, false), "");
+  EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, true), "");
+  EXPECT_NE(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, false), "");
+  EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5, 5), Fp8GemmKernel::kMma16);
+  EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5 + 1, 5), Fp8GemmKernel::kMma64);
   cuda::Fp8GemmArgs args;
   args.n = 128;
   args.k = 40;

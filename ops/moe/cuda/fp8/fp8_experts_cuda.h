@@ -128,6 +128,19 @@ constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
   return "?";
 }
 
+// "" when `kernel` can run on a GPU whose binary has (sm90a) or lacks the sm_90a code
+// (grouped_gemm_sm90a_kernels()), else the reason; the launchers refuse it with the same words.
+inline std::string fp8_gemm_kernel_check(Fp8GemmKernel kernel, bool sm90a) {
+  switch (kernel) {
+    case Fp8GemmKernel::kMma16:
+    case Fp8GemmKernel::kMma64:
+      return "";
+    case Fp8GemmKernel::kWgmma:
+      return sm90a ? "" : "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
+  }
+  return "unknown FP8 GEMM kernel";
+}
+
 // The kernel named `name` ("fp8_mma16", "fp8_mma64", "fp8_wgmma"), or nullopt.
 inline std::optional<Fp8GemmKernel> parse_fp8_gemm_kernel(std::string_view name) {
   for (Fp8GemmKernel kernel : kAllFp8GemmKernels) {

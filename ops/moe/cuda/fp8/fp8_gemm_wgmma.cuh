@@ -223,8 +223,9 @@ __global__ void __launch_bounds__(Fp8WgmmaTile::kThreads, 1)
 
 template <typename T, bool Gated>
 void launch_wgmma(const Fp8GemmArgs& args, cudaStream_t stream) {
-  MG_CHECK(grouped_gemm_sm90a_kernels(),
-           "FP8 grouped GEMM: fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks");
+  const std::string why =
+      fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, grouped_gemm_sm90a_kernels());
+  MG_CHECK(why.empty(), "FP8 grouped GEMM: {}", why);
   const int64_t m_bound = m_tiles_bound(args, Fp8WgmmaTile::BM);
   constexpr int kBN = Gated ? Fp8WgmmaTile::BRows / 2 : Fp8WgmmaTile::BRows;
   const int64_t n_tiles = (args.n + kBN - 1) / kBN;
