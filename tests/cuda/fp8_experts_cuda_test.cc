@@ -1,7 +1,8 @@
 // The FP8 (W8A8 block-scaled) expert kernels (ops/moe/cuda/fp8/fp8_experts_cuda.h) against host
 // references built on framework/core/fp8.h, in BF16 and F16:
-// - the activation quantisation (fused with the row gather) must give quantize_fp8_e4m3_group's
-//   codes and scales bit for bit, zero groups, subnormal codes and partial groups included;
+// - the activation quantisation (fused with the row gather), per 128 group and per token, must
+//   give quantize_fp8_e4m3_group's codes and scales bit for bit, zero groups, subnormal codes and
+//   partial groups included;
 // - the grouped GEMM, every kernel variant forced, both epilogues, every scale layout (128 x 128
 //   blocks, per tensor, per channel), against an fp64 loop over the same codes and scales;
 // - the expert MLP (quantise-gather, GEMM1 + act, quantise, GEMM2) and the decode path against an
@@ -126,24 +127,30 @@ const std::vector<double>& e4m3_values() {
   return table;
 }
 
-// Activation rows quantised on the host: codes [rows, K], scales [rows, groups].
+// Activation rows quantised on the host: codes [rows, K], scales [rows, cols] with one column per
+// 128 group (cols = groups), or one per row (per token: cols = 1).
 struct QuantRows {
-  int64_t rows = 0, k = 0, groups = 0;
+  int64_t rows = 0, k = 0, groups = 0, cols = 0;
   std::vector<uint8_t> q;
   std::vector<float> s;
+  // The scale of row `row`'s 128 group `g`.
+  float scale(int64_t row, int64_t g) const { return s[row * cols + (cols == 1 ? 0 : g)]; }
 };
 
-QuantRows quantize_rows(const std::vector<float>& x, int64_t rows, int64_t k) {
+QuantRows quantize_rows(const std::vector<float>& x, int64_t rows, int64_t k,
+                        bool per_token = false) {
   QuantRows r;
   r.rows = rows;
   r.k = k;
   r.groups = cuda::fp8_groups(k);
+  r.cols = cuda::fp8_act_scale_cols(k, per_token);
+  const int64_t width = per_token ? k : 128;
   r.q.resize(rows * k);
-  r.s.resize(rows * r.groups);
+  r.s.resize(rows * r.cols);
   for (int64_t row = 0; row < rows; ++row) {
-    for (int64_t g = 0; g < r.groups; ++g) {
-      const int64_t k0 = g * 128, len = std::min<int64_t>(128, k - k0);
-      r.s[row * r.groups + g] =
+    for (int64_t g = 0; g < r.cols; ++g) {
+      const int64_t k0 = g * width, len = std::min<int64_t>(width, k - k0);
+      r.s[row * r.cols + g] =
           quantize_fp8_e4m3_group(x.data() + row * k + k0, len, r.q.data() + row * k + k0);
     }
   }
@@ -227,7 +234,7 @@ double block_scaled_dot(const QuantRows& x, int64_t row, const Fp8Weights& w, in
     for (int64_t kk = k0; kk < k1; ++kk) {
       block += v[x.q[row * x.k + kk]] * v[w.codes[(e * w.n + wrow) * w.k + kk]];
     }
-    sum += block * x.s[row * x.groups + g] * w.scale(e, wrow, k0);
+    sum += block * x.scale(row, g) * w.scale(e, wrow, k0);
   }
   return sum;
 }
@@ -324,12 +331,14 @@ std::vector<float> quant_inputs(int64_t rows, int64_t k, std::mt19937& rng) {
 }
 
 template <typename T>
-void check_quantize(int64_t tokens, int64_t top_k, int64_t k, bool gather, uint32_t seed) {
-  SCOPED_TRACE(fmt::format("{} tokens {} top_k {} K {} gather {}", dtype_label<T>(), tokens, top_k,
-                           k, gather));
+void check_quantize(int64_t tokens, int64_t top_k, int64_t k, bool gather, bool per_token,
+                    uint32_t seed) {
+  SCOPED_TRACE(fmt::format("{} tokens {} top_k {} K {} gather {} per_token {}", dtype_label<T>(),
+                           tokens, top_k, k, gather, per_token));
   std::mt19937 rng(seed);
   const int64_t max_rows = gather ? tokens * top_k : tokens;
-  const int64_t groups = cuda::fp8_groups(k);
+  const int64_t groups = cuda::fp8_act_scale_cols(k, per_token);  // scale columns
+  const int64_t width = per_token ? k : 128;                      // channels per group
   const std::vector<float> x = quant_inputs<T>(tokens, k, rng);
   // A permutation of the pairs, and fewer rows written than allocated.
   std::vector<int32_t> row_to_pair(max_rows);
@@ -352,6 +361,7 @@ void check_quantize(int64_t tokens, int64_t top_k, int64_t k, bool gather, uint3
   args.num_rows = gather ? d_rows.as<int32_t>() : nullptr;
   args.max_rows = max_rows;
   args.k = k;
+  args.per_token = per_token;
   args.xq = d_q.as<uint8_t>();
   args.xs = d_s.as<float>();
   cuda::launch_fp8_quantize<T>(args, nullptr);
@@ -373,7 +383,7 @@ void check_quantize(int64_t tokens, int64_t top_k, int64_t k, bool gather, uint3
     }
     const int64_t src = gather ? row_to_pair[row] / top_k : row;
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t k0 = g * 128, len = std::min<int64_t>(128, k - k0);
+      const int64_t k0 = g * width, len = std::min<int64_t>(width, k - k0);
       std::vector<uint8_t> want(len);
       const float want_scale = quantize_fp8_e4m3_group(x.data() + src * k + k0, len, want.data());
       uint32_t got_bits, want_bits;
@@ -400,10 +410,14 @@ TEST(CudaFp8Experts, QuantizeMatchesHostBitForBit) {
   uint32_t seed = 100;
   for (const int64_t k : {48, 128, 256, 448, 1040}) {
     for (const bool gather : {false, true}) {
-      for_each_dtype([&]<typename T>() { check_quantize<T>(37, 3, k, gather, ++seed); });
+      for (const bool per_token : {false, true}) {
+        for_each_dtype(
+            [&]<typename T>() { check_quantize<T>(37, 3, k, gather, per_token, ++seed); });
+      }
     }
   }
-  check_quantize<__nv_bfloat16>(2, 2, 7168, true, ++seed);
+  check_quantize<__nv_bfloat16>(2, 2, 7168, true, false, ++seed);
+  check_quantize<__nv_bfloat16>(2, 2, 7168, true, true, ++seed);
 }
 
 // Every third BF16 value from 2^-31 to 2^17, each with a negative neighbour, in order: a 128 group
@@ -454,14 +468,16 @@ struct GemmCase {
   MoEActKind kind = MoEActKind::kSiluGated;
   bool bias = false;
   ScaleKind scales = ScaleKind::kBlock;
+  bool per_token = false;  // activation scales per token, else per 128 group
 
   bool gated() const { return epilogue == GroupedEpilogue::kActivation && cuda::is_gated(kind); }
   std::string describe() const {
     std::string counts;
     for (int32_t r : rows_per_expert) counts += std::to_string(r) + " ";
-    return fmt::format("rows [{}] first {} extra {} N {} K {} epilogue {} act {} bias {} scales {}",
-                       counts, first_row, extra_rows, n, k, static_cast<int>(epilogue),
-                       static_cast<int>(kind), bias, scale_kind_name(scales));
+    return fmt::format(
+        "rows [{}] first {} extra {} N {} K {} epilogue {} act {} bias {} scales {} per_token {}",
+        counts, first_row, extra_rows, n, k, static_cast<int>(epilogue), static_cast<int>(kind),
+        bias, scale_kind_name(scales), per_token);
   }
 };
 
@@ -482,7 +498,8 @@ void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   const int64_t max_rows = offsets[experts] + c.extra_rows;
   const int64_t n_b = c.gated() ? 2 * c.n : c.n;
 
-  const QuantRows a = quantize_rows(random_activations<T>(max_rows, c.k, 2.0f, rng), max_rows, c.k);
+  const QuantRows a =
+      quantize_rows(random_activations<T>(max_rows, c.k, 2.0f, rng), max_rows, c.k, c.per_token);
   const Fp8Weights w = random_weights(experts, n_b, c.k, c.scales, rng);
   std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
   std::vector<float> bias(experts * n_b);
@@ -502,6 +519,7 @@ void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   cuda::Fp8GemmArgs args;
   args.a = d_a.as<uint8_t>();
   args.a_scales = d_as.as<float>();
+  args.a_per_token = c.per_token;
   args.b = d_b.as<uint8_t>();
   args.b_scales = scales_of(w, d_bs);
   args.bias = c.bias ? d_bias.as<float>() : nullptr;
@@ -580,6 +598,8 @@ std::vector<GemmCase> gemm_cases() {
         c.bias = index % 2 == 0;
         // Blocks of 128 x 128 most often, the other layouts in between.
         c.scales = index % 3 == 0 ? scale_kinds[(index / 3) % 3] : ScaleKind::kBlock;
+        // Per-token activation scales (compressed-tensors' dynamic "token" strategy) now and then.
+        c.per_token = index % 5 == 2;
         cases.push_back(c);
         ++index;
       }
@@ -598,7 +618,8 @@ TEST(CudaFp8Experts, GroupedGemmEveryKernelMatchesReference) {
   }
 }
 
-// Every scale layout with each epilogue on one shape with partial blocks in N and K.
+// Every weight scale layout with each epilogue, activation scales per 128 group and per token, on
+// one shape with partial blocks in N and K.
 TEST(CudaFp8Experts, GroupedGemmEveryScaleLayout) {
   MG_REQUIRE_GPU();
   uint32_t seed = 2000;
@@ -613,8 +634,11 @@ TEST(CudaFp8Experts, GroupedGemmEveryScaleLayout) {
       c.kind = MoEActKind::kSwigluOai;
       c.bias = true;
       c.scales = scales;
-      for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
-        check_gemm<__nv_bfloat16>(c, kernel, ++seed);
+      for (const bool per_token : {false, true}) {
+        c.per_token = per_token;
+        for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
+          check_gemm<__nv_bfloat16>(c, kernel, ++seed);
+        }
       }
     }
   }
@@ -660,6 +684,7 @@ struct MlpProblem {
   int64_t hidden = 0, inter = 0, experts = 0;
   MoEActParams act;
   bool bias = false;
+  bool per_token = false;  // activation scales per token, else per 128 group
   Fp8Weights w13, w2;
   std::vector<float> b13, b2;
 };
@@ -688,7 +713,7 @@ MlpProblem random_mlp(int64_t experts, int64_t hidden, int64_t inter, MoEActKind
 template <typename T>
 std::vector<double> reference_mlp_row(const MlpProblem& p, int64_t e, const float* x) {
   const std::vector<float> xv(x, x + p.hidden);
-  const QuantRows xq = quantize_rows(xv, 1, p.hidden);
+  const QuantRows xq = quantize_rows(xv, 1, p.hidden, p.per_token);
   const bool gated = cuda::is_gated(p.act.kind);
   const int64_t n1 = gated ? 2 * p.inter : p.inter;
   std::vector<float> h(p.inter);
@@ -701,7 +726,7 @@ std::vector<double> reference_mlp_row(const MlpProblem& p, int64_t e, const floa
     }
     h[i] = round_to<T>(activation(p.act, g, u));
   }
-  const QuantRows hq = quantize_rows(h, 1, p.inter);
+  const QuantRows hq = quantize_rows(h, 1, p.inter, p.per_token);
   std::vector<double> y(p.hidden);
   for (int64_t col = 0; col < p.hidden; ++col) {
     y[col] = block_scaled_dot(hq, 0, p.w2, e, col) + (p.bias ? p.b2[e * p.hidden + col] : 0.0);
@@ -769,10 +794,12 @@ struct MlpCase {
   MoEActKind kind = MoEActKind::kSiluGated;
   bool bias = false;
   ScaleKind scales = ScaleKind::kBlock;
+  bool per_token = false;
   std::string describe() const {
-    return fmt::format("tokens {} top_k {} experts {} H {} I {} act {} bias {} scales {}", tokens,
-                       top_k, experts, hidden, inter, static_cast<int>(kind), bias,
-                       scale_kind_name(scales));
+    return fmt::format(
+        "tokens {} top_k {} experts {} H {} I {} act {} bias {} scales {} per_token {}", tokens,
+        top_k, experts, hidden, inter, static_cast<int>(kind), bias, scale_kind_name(scales),
+        per_token);
   }
 };
 
@@ -781,7 +808,8 @@ void check_mlp(const MlpCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   SCOPED_TRACE(
       fmt::format("{} {} {}", dtype_label<T>(), cuda::fp8_gemm_kernel_name(kernel), c.describe()));
   std::mt19937 rng(seed);
-  const MlpProblem p = random_mlp(c.experts, c.hidden, c.inter, c.kind, c.bias, c.scales, rng);
+  MlpProblem p = random_mlp(c.experts, c.hidden, c.inter, c.kind, c.bias, c.scales, rng);
+  p.per_token = c.per_token;
   const std::vector<float> x = random_activations<T>(c.tokens, c.hidden, 2.0f, rng);
   // Route every pair to a random expert except the last one (an expert with no rows), then sort
   // the pairs by expert as moe_align does: row_to_pair and offsets.
@@ -822,6 +850,7 @@ void check_mlp(const MlpCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   args.s2 = scales_of(p.w2, d.s2);
   args.b2 = c.bias ? d.b2.as<float>() : nullptr;
   args.act = p.act;
+  args.act_per_token = c.per_token;
   args.out = d_out.as<void>();
   args.scratch = d_scratch.as<void>();
   args.scratch_bytes = scratch_bytes;
@@ -855,6 +884,7 @@ std::vector<MlpCase> mlp_cases() {
       {40, 4, 5, 384, 48, MoEActKind::kGeluGated, true, ScaleKind::kChannel},
       {150, 2, 3, 128, 448, MoEActKind::kSilu, false, ScaleKind::kTensor},
       {13, 3, 7, 1040, 192, MoEActKind::kReluSquared, true, ScaleKind::kBlock},
+      {9, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kChannel, true},
   };
 }
 
@@ -878,7 +908,8 @@ void check_decode(const MlpCase& c, uint32_t seed) {
   for (int64_t g = 0, local = 0; g < global; ++g) {
     expert_map[g] = (g == 1 || g == 4) ? -1 : static_cast<int32_t>(local++);
   }
-  const MlpProblem p = random_mlp(c.experts, c.hidden, c.inter, c.kind, c.bias, c.scales, rng);
+  MlpProblem p = random_mlp(c.experts, c.hidden, c.inter, c.kind, c.bias, c.scales, rng);
+  p.per_token = c.per_token;
   const std::vector<float> x = random_activations<T>(c.tokens, c.hidden, 2.0f, rng);
   const int64_t pairs = c.tokens * c.top_k;
   std::vector<int32_t> ids(pairs);
@@ -925,6 +956,7 @@ void check_decode(const MlpCase& c, uint32_t seed) {
   args.hidden = c.hidden;
   args.inter = c.inter;
   args.act = p.act;
+  args.act_per_token = c.per_token;
   const std::vector<uint8_t> bytes = run_eager_and_graph(
       [&](cudaStream_t s) { cuda::launch_fp8_decode_experts<T>(args, s); }, d_out, out_bytes);
   std::vector<T> out(c.tokens * c.hidden);
@@ -962,6 +994,7 @@ TEST(CudaFp8Experts, DecodeMatchesReference) {
       {8, 2, 3, 128, 448, MoEActKind::kSilu, false, ScaleKind::kTensor},
       {5, 6, 7, 1040, 192, MoEActKind::kReluSquared, true, ScaleKind::kBlock},
       {8, 8, 33, 512, 384, MoEActKind::kSiluGated, true, ScaleKind::kBlock},
+      {4, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kChannel, true},
   };
   uint32_t seed = 4000;
   for (const MlpCase& c : cases) {

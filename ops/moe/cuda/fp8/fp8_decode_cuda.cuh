@@ -77,8 +77,10 @@ template <int R, int NT, int V>
 __device__ __forceinline__ void fp8_warp_dot(float (&acc)[R][NT], const uint8_t* const (&wrow)[R],
                                              const float* const (&wscale)[R], int groups_per_block,
                                              const uint8_t* x, const float* xs,
-                                             const int (&xrow)[NT], int count, int len) {
-  const int groups = static_cast<int>(fp8_groups(len));
+                                             const int (&xrow)[NT], int count, int len,
+                                             bool per_token) {
+  // Scale columns of x: one per 128 group, or one per row (per token: column 0 for every group).
+  const int x_cols = static_cast<int>(fp8_act_scale_cols(len, per_token));
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int chunks = len / 16;
   for (int c0 = lane; c0 < chunks; c0 += 32 * V) {
@@ -111,7 +113,7 @@ __device__ __forceinline__ void fp8_warp_dot(float (&acc)[R][NT], const uint8_t*
         float xf[16];
         e4m3x16_to_float(
             *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(xrow[n]) * len + c * 16), xf);
-        const float x_scale = __ldg(xs + xrow[n] * groups + group);
+        const float x_scale = __ldg(xs + xrow[n] * x_cols + (x_cols == 1 ? 0 : group));
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           float dot = 0.0f;
@@ -141,7 +143,8 @@ struct UpParams {
   const float* b13 = nullptr;
   void* h = nullptr;  // [num_pairs, inter] T
   int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
-  int units_per_cta = 0;  // h columns per CTA
+  int units_per_cta = 0;   // h columns per CTA
+  bool per_token = false;  // activation scales per token (else per 128 group)
   MoEActParams act;
 };
 
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_up_kernel(cons
         }
         float acc[R][NT] = {};
         fp8_warp_dot<R, NT, kDotVectors<NT>>(acc, wrow, wscale, sl.groups_per_block, p.xq, p.xs,
-                                             token, count, p.hidden);
+                                             token, count, p.hidden, p.per_token);
 #pragma unroll
         for (int j = 0; j < UW; ++j) {
 #pragma unroll
@@ -241,6 +244,7 @@ struct DownParams {
   void* out = nullptr;          // [num_tokens, hidden] T
   int num_pairs = 0, num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   int rows_per_cta = 0;
+  bool per_token = false;  // activation scales per token (else per 128 group)
 };
 
 // out[t, h] for the CTA's rows h: the dot products of every (expert, pair group, row group) item
@@ -285,7 +289,7 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_down_kernel(co
         }
         float acc[R][NT] = {};
         fp8_warp_dot<R, NT, kDotVectors<NT>>(acc, wrow, wscale, sl.groups_per_block, p.hq, p.hs,
-                                             pair, count, p.inter);
+                                             pair, count, p.inter, p.per_token);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -344,6 +348,7 @@ void launch_decode(const Fp8DecodeArgs& a, const Fp8DecodeScratchLayout& layout,
   up.inter = static_cast<int>(a.inter);
   up.units_per_cta = decode::up_units_per_cta(decode::Tiles{}, a.inter, a.num_tokens);
   up.act = a.act;
+  up.per_token = a.act_per_token;
   const dim3 up_grid((up.inter + up.units_per_cta - 1) / up.units_per_cta,
                      std::min(pairs, decode::Tiles{}.up_expert_slots));
   if (gated) {
@@ -359,6 +364,7 @@ void launch_decode(const Fp8DecodeArgs& a, const Fp8DecodeScratchLayout& layout,
   qh.k = a.inter;
   qh.xq = reinterpret_cast<uint8_t*>(scratch + layout.hq);
   qh.xs = reinterpret_cast<float*>(scratch + layout.hs);
+  qh.per_token = a.act_per_token;
   launch_fp8_quantize<T>(qh, stream);
 
   DownParams down;
@@ -382,6 +388,7 @@ void launch_decode(const Fp8DecodeArgs& a, const Fp8DecodeScratchLayout& layout,
   int rows = decode::down_rows_per_cta(decode::Tiles{}, a.hidden, 2);
   const int max_rows = std::max(2, (32 * 1024 / (4 * pairs)) / 2 * 2);
   down.rows_per_cta = std::min(rows, max_rows);
+  down.per_token = a.act_per_token;
   const dim3 down_grid((down.hidden + down.rows_per_cta - 1) / down.rows_per_cta);
   const size_t smem = static_cast<size_t>(pairs) * down.rows_per_cta * sizeof(float);
   fp8_decode_down_kernel<T, NT><<<down_grid, decode::kThreads, smem, stream>>>(down);
@@ -415,6 +422,7 @@ void launch_fp8_decode_experts(const Fp8DecodeArgs& a, cudaStream_t stream) {
   qx.k = a.hidden;
   qx.xq = reinterpret_cast<uint8_t*>(static_cast<char*>(a.scratch) + layout.xq);
   qx.xs = reinterpret_cast<float*>(static_cast<char*>(a.scratch) + layout.xs);
+  qx.per_token = a.act_per_token;
   launch_fp8_quantize<T>(qx, stream);
 
   // NT, the pairs a weight row is dotted with at once, follows the tokens: at M = 1 every expert

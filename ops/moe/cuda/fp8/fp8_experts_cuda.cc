@@ -124,6 +124,7 @@ void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel,
   qx.num_rows = num_rows;
   qx.max_rows = args.max_rows;
   qx.k = args.hidden;
+  qx.per_token = args.act_per_token;
   qx.xq = s.xq;
   qx.xs = s.xs;
   launch_fp8_quantize<T>(qx, stream);
@@ -131,6 +132,7 @@ void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel,
   Fp8GemmArgs g1;
   g1.a = s.xq;
   g1.a_scales = s.xs;
+  g1.a_per_token = args.act_per_token;
   g1.b = args.w13;
   g1.b_scales = args.s13;
   g1.bias = args.b13;
@@ -149,6 +151,7 @@ void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel,
   qh.num_rows = num_rows;
   qh.max_rows = args.max_rows;
   qh.k = args.inter;
+  qh.per_token = args.act_per_token;
   qh.xq = s.hq;
   qh.xs = s.hs;
   launch_fp8_quantize<T>(qh, stream);
@@ -156,6 +159,7 @@ void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel,
   Fp8GemmArgs g2;
   g2.a = s.hq;
   g2.a_scales = s.hs;
+  g2.a_per_token = args.act_per_token;
   g2.b = args.w2;
   g2.b_scales = args.s2;
   g2.bias = args.b2;

@@ -10,8 +10,9 @@
 //   activations  every row quantised per 128-channel group exactly as quantize_fp8_e4m3_group:
 //                scale = max(amax, 1e-10) / 448, q = e4m3(x / scale) (RNE), the last group
 //                partial when K % 128 != 0; codes [rows, K] u8, scales [rows, ceil(K / 128)] F32.
-//   GEMM         out[m, n] = Σ_kb (Σ_{k in kb} xq[m, k] wq[n, k]) · xs[m, kb] · S[e, n/bn,
-//   kb*128/bk]
+//                Or per token (per_token: the whole row one group, scales [rows, 1]).
+//   GEMM         out[m, n] = Σ_kb (Σ_{k in kb} xq[m, k] wq[n, k]) · xs[m, kb] · S[e, n / bn, kbw]
+//                with kbw = kb * 128 / bk (xs[m, 0] for every kb per token), summed
 //                over the 128-wide K blocks kb, in fp32 (the block scales are applied per K block
 //                into fp32 accumulators, as DeepGEMM and vLLM do), then the epilogue and one
 //                rounding to T.
@@ -42,6 +43,12 @@ inline constexpr int64_t kFp8Group = 128;
 // 128-channel groups of a K-wide row: the columns of an activation scale tensor.
 MG_HOST_DEVICE inline constexpr int64_t fp8_groups(int64_t k) {
   return (k + kFp8Group - 1) / kFp8Group;
+}
+
+// Columns of an activation scale tensor: one per 128 group, or one per token when the whole row is
+// one group (per-token dynamic quantisation, compressed-tensors' "token" strategy).
+MG_HOST_DEVICE inline constexpr int64_t fp8_act_scale_cols(int64_t k, bool per_token) {
+  return per_token ? 1 : fp8_groups(k);
 }
 
 // The scales of FP8 weights W [E, N, K]: S [E, ceil(N / block_n), ceil(K / block_k)] F32, and
@@ -93,13 +100,15 @@ struct Fp8QuantArgs {
   // Device scalar or null: only rows [0, *num_rows) are written (e.g. expert_offsets + E_local);
   // null: all max_rows rows.
   const int32_t* num_rows = nullptr;
-  int64_t max_rows = 0;   // host bound of the rows (grid size)
-  int64_t k = 0;          // channels; a multiple of 16 (fp8_gemm_check)
-  uint8_t* xq = nullptr;  // [max_rows, K] e4m3 codes
-  float* xs = nullptr;    // [max_rows, fp8_groups(K)] scales
+  int64_t max_rows = 0;    // host bound of the rows (grid size)
+  int64_t k = 0;           // channels; a multiple of 16 (fp8_gemm_check)
+  bool per_token = false;  // one group per row instead of per 128 channels
+  uint8_t* xq = nullptr;   // [max_rows, K] e4m3 codes
+  float* xs = nullptr;     // [max_rows, fp8_act_scale_cols(K, per_token)] scales
 };
 
-// One warp per (row, 128 group). Codes and scales equal quantize_fp8_e4m3_group's bit for bit.
+// One warp per (row, 128 group), or per row. Codes and scales equal quantize_fp8_e4m3_group's
+// (over the group, or the whole row) bit for bit.
 template <typename T>
 void launch_fp8_quantize(const Fp8QuantArgs& args, cudaStream_t stream);
 
@@ -160,7 +169,8 @@ inline Fp8GemmKernel choose_fp8_gemm_kernel(int64_t max_rows, int64_t num_expert
 // All pointers device pointers; a, b and c 16-byte aligned.
 struct Fp8GemmArgs {
   const uint8_t* a = nullptr;       // [max_rows, K] e4m3 (rows permuted by expert)
-  const float* a_scales = nullptr;  // [max_rows, fp8_groups(K)]
+  const float* a_scales = nullptr;  // [max_rows, fp8_act_scale_cols(K, a_per_token)]
+  bool a_per_token = false;         // one activation scale per row
   const uint8_t* b = nullptr;       // [E, N_b, K] e4m3; N_b = 2N gated (gate, up rows), else N
   Fp8WeightScales b_scales;         // S [E, ceil(N_b / block_n), ceil(K / block_k)]
   const float* bias = nullptr;      // [E, N_b] F32 or null
@@ -215,8 +225,9 @@ struct Fp8ExpertMlpArgs {
   Fp8WeightScales s2;
   const float* b2 = nullptr;  // [E, H] F32 or null
   MoEActParams act;
-  void* out = nullptr;      // [max_rows, H] T: each permuted row's expert output (for combine)
-  void* scratch = nullptr;  // fp8_expert_mlp_scratch_bytes, 16-byte aligned
+  bool act_per_token = false;  // activation scales per token (x and h), else per 128 group
+  void* out = nullptr;         // [max_rows, H] T: each permuted row's expert output (for combine)
+  void* scratch = nullptr;     // fp8_expert_mlp_scratch_bytes, 16-byte aligned
   size_t scratch_bytes = 0;
 };
 
@@ -256,6 +267,7 @@ struct Fp8DecodeArgs {
   size_t scratch_bytes = 0;
   int64_t num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   MoEActParams act;
+  bool act_per_token = false;  // activation scales per token (x and h), else per 128 group
 };
 
 // The scratch of the decode path: byte offsets of xq [M, H], xs [M, g(H)] F32, h [M k, I] T,

@@ -166,6 +166,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   // they are never stored.
   const int k_blocks = (k + BK - 1) / BK;
   const int64_t block_n = args.b_scales.block_n, block_k = args.b_scales.block_k;
+  // Activation scale columns: k_blocks, or 1 per token (then every block reads column 0).
+  const int a_cols = static_cast<int>(fp8_act_scale_cols(k, args.a_per_token));
   constexpr int kBRows = Tile::template b_rows<Gated>();
   constexpr int kScaleEntries = kBRows + BM;
   constexpr int kScaleIters = (kScaleEntries + kThreads - 1) / kThreads;
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
           args.b_scales.scales + (work.expert * s_rows + (up ? n + col : col) / block_n) * s_cols;
     } else {
       const int row = min(i - kBRows, rows_here - 1);
-      scale_src[it] = args.a_scales + static_cast<int64_t>(work.row_begin + row) * k_blocks;
+      scale_src[it] = args.a_scales + static_cast<int64_t>(work.row_begin + row) * a_cols;
     }
   }
   const uint32_t scale_base = smem_base + kStages * kStageBytes;
@@ -193,13 +195,14 @@ __global__ void __launch_bounds__(Tile::kThreads)
     load_stage<BM, BN, kThreads, Gated>(s_a, s_a + kABytes, a, b, rows_here, n0, n, k, k_tile * BK,
                                         tid);
     const int w_index = static_cast<int>(static_cast<int64_t>(k_tile) * BK / block_k);
+    const int a_index = a_cols == 1 ? 0 : k_tile;
 #pragma unroll
     for (int it = 0; it < kScaleIters; ++it) {
       const int i = tid + it * kThreads;
       if (kScaleEntries % kThreads != 0 && i >= kScaleEntries) break;
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
                        scale_base + (stage * kScaleEntries + i) * 4),
-                   "l"(scale_src[it] + (i < kBRows ? w_index : k_tile)));
+                   "l"(scale_src[it] + (i < kBRows ? w_index : a_index)));
     }
   };
 

@@ -116,6 +116,8 @@ __global__ void __launch_bounds__(Fp8WgmmaTile::kThreads, 1)
   // tid - 128, into the stage's scale area; rows and columns past the problem take a valid
   // neighbour's (their partial sums are zero and they are never stored).
   const int64_t block_n = args.b_scales.block_n, block_k = args.b_scales.block_k;
+  // Activation scale columns: k_blocks, or 1 per token (then every block reads column 0).
+  const int a_cols = static_cast<int>(fp8_act_scale_cols(k, args.a_per_token));
   const float* scale_src;
   if (tid < Fp8WgmmaTile::BRows) {
     const int64_t s_rows = (b_rows_per_expert + block_n - 1) / block_n;
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(Fp8WgmmaTile::kThreads, 1)
         args.b_scales.scales + (work.expert * s_rows + (up ? n + col : col) / block_n) * s_cols;
   } else {
     const int row = min(tid - Fp8WgmmaTile::BRows, rows_here - 1);
-    scale_src = args.a_scales + static_cast<int64_t>(work.row_begin + row) * k_blocks;
+    scale_src = args.a_scales + static_cast<int64_t>(work.row_begin + row) * a_cols;
   }
   constexpr int kScaleFloats = Fp8WgmmaTile::kScaleBytes / 4;
   const uint32_t scale_base = smem_base + kStages * kStageBytes;
@@ -136,8 +138,8 @@ __global__ void __launch_bounds__(Fp8WgmmaTile::kThreads, 1)
     const uint32_t s_a = smem_base + stage * kStageBytes;
     load_stage<BM, BN, Fp8WgmmaTile::kThreads, Gated>(s_a, s_a + kABytes, a, b, rows_here, n0, n, k,
                                                       k_tile * BK, tid);
-    const int64_t index =
-        tid < Fp8WgmmaTile::BRows ? static_cast<int64_t>(k_tile) * BK / block_k : k_tile;
+    const int64_t index = tid < Fp8WgmmaTile::BRows ? static_cast<int64_t>(k_tile) * BK / block_k
+                                                    : (a_cols == 1 ? 0 : k_tile);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
                      scale_base + stage * Fp8WgmmaTile::kScaleBytes + tid * 4),
                  "l"(scale_src + index));

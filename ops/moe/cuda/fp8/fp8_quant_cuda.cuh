@@ -1,12 +1,13 @@
 // Dynamic per-token-group FP8 activation quantisation fused with the gather of permuted rows
 // (launch_fp8_quantize, fp8_experts_cuda.h). nvcc only; included by fp8_quant_cuda_<dtype>.cu.
 //
-// One warp quantises one (row, 128-channel group): each lane loads 4 elements (8 bytes), the warp
-// takes the amax, and every step repeats quantize_fp8_e4m3_group (framework/core/fp8.h) as one
-// IEEE operation in the same order: amax in fp32, scale = max(amax, 1e-10f) / 448 (__fdiv_rn:
-// round to nearest whatever the division flags), q = e4m3(x / scale) with the hardware's
-// round-to-nearest-even conversion. SATFINITE only matters above 448, where the host rounds
-// (448, 464) to 448 as well and x / scale never goes past 448 * (1 + 2^-23).
+// One warp quantises one (row, 128-channel group), or one whole row per token: each lane loads 4
+// elements (8 bytes) at a time, the warp takes the amax, and every step repeats
+// quantize_fp8_e4m3_group (framework/core/fp8.h) as one IEEE operation in the same order: amax in
+// fp32, scale = max(amax, 1e-10f) / 448 (__fdiv_rn: round to nearest whatever the division flags),
+// q = e4m3(x / scale) with the hardware's round-to-nearest-even conversion. SATFINITE only matters
+// above 448, where the host rounds (448, 464) to 448 as well and x / scale never goes past 448 * (1
+// + 2^-23).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,21 +52,36 @@ __device__ __forceinline__ void load4(const __half* p, float (&f)[4]) {
   f[3] = b.y;
 }
 
+// The source row of row `row`, or -1 when the row is not to be written.
+__device__ __forceinline__ int64_t source_row(const Fp8QuantArgs& args, int64_t row) {
+  if (row >= args.max_rows) return -1;
+  if (args.num_rows != nullptr && row >= static_cast<int64_t>(*args.num_rows)) return -1;
+  return args.row_to_pair == nullptr ? row
+                                     : static_cast<int64_t>(args.row_to_pair[row]) / args.top_k;
+}
+
+// The codes of 4 elements as one word (e4m3(v / scale), lowest element in the lowest byte).
+__device__ __forceinline__ uint32_t pack_codes(const float (&v)[4], float scale) {
+  uint32_t packed = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) packed |= e4m3_code(__fdiv_rn(v[i], scale)) << (8 * i);
+  return packed;
+}
+
+// Per 128 group: one warp per (row, group), 4 elements a lane. K is a multiple of 16, so a
+// lane's 4 elements are all in or all out.
 template <typename T>
-__global__ void __launch_bounds__(kQuantThreads) fp8_quantize_kernel(const Fp8QuantArgs args) {
+__global__ void __launch_bounds__(kQuantThreads)
+    fp8_quantize_group_kernel(const Fp8QuantArgs args) {
   const int64_t groups = fp8_groups(args.k);
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (kQuantThreads / 32) +
                        static_cast<int64_t>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t row = item / groups;
   const int64_t group = item - row * groups;
-  if (row >= args.max_rows) return;
-  if (args.num_rows != nullptr && row >= static_cast<int64_t>(*args.num_rows)) return;
-  const int64_t src =
-      args.row_to_pair == nullptr ? row : static_cast<int64_t>(args.row_to_pair[row]) / args.top_k;
-  const int64_t k0 = group * kFp8Group;
-  const int64_t kc = k0 + lane * 4;
-  // K is a multiple of 16, so a lane's 4 elements are all in or all out.
+  const int64_t src = source_row(args, row);
+  if (src < 0) return;
+  const int64_t kc = group * kFp8Group + lane * 4;
   const bool active = kc < args.k;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (active) load4(static_cast<const T*>(args.x) + src * args.k + kc, v);
@@ -74,13 +90,36 @@ __global__ void __launch_bounds__(kQuantThreads) fp8_quantize_kernel(const Fp8Qu
   for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
   amax = warp_max(amax);
   const float scale = __fdiv_rn(fmaxf(amax, kAmaxFloor), kE4M3Max);
-  if (active) {
-    uint32_t packed = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) packed |= e4m3_code(__fdiv_rn(v[i], scale)) << (8 * i);
-    *reinterpret_cast<uint32_t*>(args.xq + row * args.k + kc) = packed;
-  }
+  if (active) *reinterpret_cast<uint32_t*>(args.xq + row * args.k + kc) = pack_codes(v, scale);
   if (lane == 0) args.xs[row * groups + group] = scale;
+}
+
+// Per token (the whole row one group): one warp per row reads it twice, for the amax and for the
+// codes (max is exact in any order, so the scale is the host's).
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads)
+    fp8_quantize_token_kernel(const Fp8QuantArgs args) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kQuantThreads / 32) +
+                      static_cast<int64_t>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t src = source_row(args, row);
+  if (src < 0) return;
+  const T* x = static_cast<const T*>(args.x) + src * args.k;
+  float amax = 0.0f;
+  for (int64_t kc = lane * 4; kc < args.k; kc += 128) {
+    float v[4];
+    load4(x + kc, v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = warp_max(amax);
+  const float scale = __fdiv_rn(fmaxf(amax, kAmaxFloor), kE4M3Max);
+  for (int64_t kc = lane * 4; kc < args.k; kc += 128) {
+    float v[4];
+    load4(x + kc, v);
+    *reinterpret_cast<uint32_t*>(args.xq + row * args.k + kc) = pack_codes(v, scale);
+  }
+  if (lane == 0) args.xs[row] = scale;
 }
 
 }  // namespace mg::cuda::fp8
@@ -94,12 +133,17 @@ void launch_fp8_quantize(const Fp8QuantArgs& args, cudaStream_t stream) {
   MG_CHECK(args.top_k >= 1, "FP8 quantize: top_k {} must be at least 1", args.top_k);
   if (args.max_rows <= 0) return;
   constexpr int64_t kWarps = fp8::kQuantThreads / 32;
-  const int64_t items = args.max_rows * fp8_groups(args.k);
+  const int64_t items = args.max_rows * fp8_act_scale_cols(args.k, args.per_token);
   const int64_t blocks = (items + kWarps - 1) / kWarps;
   MG_CHECK(blocks <= INT32_MAX, "FP8 quantize: {} rows x {} groups exceed the grid", args.max_rows,
-           fp8_groups(args.k));
-  fp8::fp8_quantize_kernel<T>
-      <<<static_cast<unsigned>(blocks), fp8::kQuantThreads, 0, stream>>>(args);
+           fp8_act_scale_cols(args.k, args.per_token));
+  if (args.per_token) {
+    fp8::fp8_quantize_token_kernel<T>
+        <<<static_cast<unsigned>(blocks), fp8::kQuantThreads, 0, stream>>>(args);
+  } else {
+    fp8::fp8_quantize_group_kernel<T>
+        <<<static_cast<unsigned>(blocks), fp8::kQuantThreads, 0, stream>>>(args);
+  }
   MG_CUDA_CHECK_LAUNCH();
 }
 
