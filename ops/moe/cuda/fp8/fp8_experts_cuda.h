@@ -17,8 +17,8 @@
 //                into fp32 accumulators, as DeepGEMM and vLLM do), then the epilogue and one
 //                rounding to T.
 //   expert MLP   h = act(GEMM1(xq, w13) + b13) rounded to T (N1 = 2I gated: gate rows, then up
-//                rows; I plain), hq = quant(h) per 128 group, y = GEMM2(hq, w2) + b2 rounded to T.
-//                The intermediate is rounded to T before it is quantised, as vLLM's
+//                rows; I plain), hq = quant(h) (same grouping as x), y = GEMM2(hq, w2) + b2 rounded
+//                to T. The intermediate is rounded to T before it is quantised, as vLLM's
 //                per_token_group_quant_fp8 on its BF16 activation output does.
 // Every launcher neither syncs nor allocates (scratch comes from the caller) and can be captured
 // in a CUDA graph. The kernels need sm_89+ (FP8 mma.sync); the build targets sm_90a/sm_90.
