@@ -157,6 +157,21 @@ QuantRows quantize_rows(const std::vector<float>& x, int64_t rows, int64_t k,
   return r;
 }
 
+// Rows quantised with a static scale (per-token layout, one column): e4m3(clamp(x / scale, ±448)).
+QuantRows quantize_rows_static(const std::vector<float>& x, int64_t rows, int64_t k, float scale) {
+  QuantRows r;
+  r.rows = rows;
+  r.k = k;
+  r.groups = cuda::fp8_groups(k);
+  r.cols = 1;
+  r.q.resize(rows * k);
+  r.s.assign(rows, scale);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    r.q[i] = float_to_fp8_e4m3(std::clamp(x[i] / scale, -kFp8E4M3Max, kFp8E4M3Max));
+  }
+  return r;
+}
+
 enum class ScaleKind { kBlock, kTensor, kChannel };
 
 const char* scale_kind_name(ScaleKind s) {
@@ -405,6 +420,48 @@ void check_quantize(int64_t tokens, int64_t top_k, int64_t k, bool gather, bool 
   EXPECT_EQ(mismatches, 0);
 }
 
+// A static scale: codes e4m3(clamp(x / scale, ±448)) (the large groups saturate), every row's
+// scale the static one, rows gathered through a permutation.
+template <typename T>
+void check_quantize_static(int64_t tokens, int64_t top_k, int64_t k, float scale, uint32_t seed) {
+  SCOPED_TRACE(fmt::format("{} static scale {} K {}", dtype_label<T>(), scale, k));
+  std::mt19937 rng(seed);
+  const int64_t rows = tokens * top_k;
+  const std::vector<float> x = quant_inputs<T>(tokens, k, rng);
+  std::vector<int32_t> row_to_pair(rows);
+  std::iota(row_to_pair.begin(), row_to_pair.end(), 0);
+  std::shuffle(row_to_pair.begin(), row_to_pair.end(), rng);
+  DeviceBuffer d_x(x.size() * sizeof(T)), d_map(rows * 4), d_scale(4), d_q(rows * k), d_s(rows * 4);
+  upload(d_x, to_dtype<T>(x));
+  upload(d_map, row_to_pair);
+  d_scale.upload(&scale, 4);
+  cuda::Fp8QuantArgs args;
+  args.x = d_x.as<void>();
+  args.row_to_pair = d_map.as<int32_t>();
+  args.top_k = top_k;
+  args.max_rows = rows;
+  args.k = k;
+  args.per_token = true;
+  args.static_scale = d_scale.as<float>();
+  args.xq = d_q.as<uint8_t>();
+  args.xs = d_s.as<float>();
+  cuda::launch_fp8_quantize<T>(args, nullptr);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> q(rows * k);
+  std::vector<float> s(rows);
+  d_q.download(q.data(), q.size());
+  d_s.download(s.data(), s.size() * 4);
+  std::vector<float> gathered(rows * k);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(x.data() + (row_to_pair[r] / top_k) * k, k, gathered.data() + r * k);
+  }
+  const QuantRows want = quantize_rows_static(gathered, rows, k, scale);
+  EXPECT_EQ(q, want.q);
+  EXPECT_EQ(std::memcmp(s.data(), want.s.data(), rows * 4), 0);
+  // The static path must not silently be the dynamic one: some codes saturated.
+  EXPECT_NE(std::count(q.begin(), q.end(), uint8_t{0x7e}), 0);
+}
+
 TEST(CudaFp8Experts, QuantizeMatchesHostBitForBit) {
   MG_REQUIRE_GPU();
   uint32_t seed = 100;
@@ -418,6 +475,9 @@ TEST(CudaFp8Experts, QuantizeMatchesHostBitForBit) {
   }
   check_quantize<__nv_bfloat16>(2, 2, 7168, true, false, ++seed);
   check_quantize<__nv_bfloat16>(2, 2, 7168, true, true, ++seed);
+  for (const int64_t k : {48, 448}) {
+    for_each_dtype([&]<typename T>() { check_quantize_static<T>(11, 2, k, 0.01f, ++seed); });
+  }
 }
 
 // Every third BF16 value from 2^-31 to 2^17, each with a negative neighbour, in order: a 128 group
@@ -648,6 +708,14 @@ TEST(CudaFp8Experts, GroupedGemmEveryScaleLayout) {
 TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
   EXPECT_NE(cuda::fp8_gemm_check(128, 40), "");
   EXPECT_NE(cuda::fp8_gemm_check(0, 128), "");
+  {
+    cuda::Fp8QuantArgs q;  // a static scale needs the per-token layout
+    const float scale = 1.0f;
+    q.k = 128;
+    q.max_rows = 1;
+    q.static_scale = &scale;  // (never read: the launcher refuses first)
+    EXPECT_THROW(cuda::launch_fp8_quantize<__nv_bfloat16>(q, nullptr), Error);
+  }
   EXPECT_EQ(cuda::fp8_gemm_check(200, 48), "");
   EXPECT_NE(cuda::fp8_weight_scales_check(128, 64, 256, 256), "");
   EXPECT_EQ(cuda::fp8_weight_scales_check(1, 448, 256, 448), "");
@@ -685,6 +753,8 @@ struct MlpProblem {
   MoEActParams act;
   bool bias = false;
   bool per_token = false;  // activation scales per token, else per 128 group
+  float x_static = 0.0f;   // > 0: static scale of x (needs per_token)
+  float h_static = 0.0f;   // > 0: static scale of h
   Fp8Weights w13, w2;
   std::vector<float> b13, b2;
 };
@@ -713,7 +783,8 @@ MlpProblem random_mlp(int64_t experts, int64_t hidden, int64_t inter, MoEActKind
 template <typename T>
 std::vector<double> reference_mlp_row(const MlpProblem& p, int64_t e, const float* x) {
   const std::vector<float> xv(x, x + p.hidden);
-  const QuantRows xq = quantize_rows(xv, 1, p.hidden, p.per_token);
+  const QuantRows xq = p.x_static > 0.0f ? quantize_rows_static(xv, 1, p.hidden, p.x_static)
+                                         : quantize_rows(xv, 1, p.hidden, p.per_token);
   const bool gated = cuda::is_gated(p.act.kind);
   const int64_t n1 = gated ? 2 * p.inter : p.inter;
   std::vector<float> h(p.inter);
@@ -726,7 +797,8 @@ std::vector<double> reference_mlp_row(const MlpProblem& p, int64_t e, const floa
     }
     h[i] = round_to<T>(activation(p.act, g, u));
   }
-  const QuantRows hq = quantize_rows(h, 1, p.inter, p.per_token);
+  const QuantRows hq = p.h_static > 0.0f ? quantize_rows_static(h, 1, p.inter, p.h_static)
+                                         : quantize_rows(h, 1, p.inter, p.per_token);
   std::vector<double> y(p.hidden);
   for (int64_t col = 0; col < p.hidden; ++col) {
     y[col] = block_scaled_dot(hq, 0, p.w2, e, col) + (p.bias ? p.b2[e * p.hidden + col] : 0.0);
@@ -795,11 +867,13 @@ struct MlpCase {
   bool bias = false;
   ScaleKind scales = ScaleKind::kBlock;
   bool per_token = false;
+  float x_static = 0.0f, h_static = 0.0f;  // > 0: static activation scales (with per_token)
   std::string describe() const {
     return fmt::format(
-        "tokens {} top_k {} experts {} H {} I {} act {} bias {} scales {} per_token {}", tokens,
-        top_k, experts, hidden, inter, static_cast<int>(kind), bias, scale_kind_name(scales),
-        per_token);
+        "tokens {} top_k {} experts {} H {} I {} act {} bias {} scales {} per_token {} static {} "
+        "{}",
+        tokens, top_k, experts, hidden, inter, static_cast<int>(kind), bias,
+        scale_kind_name(scales), per_token, x_static, h_static);
   }
 };
 
@@ -810,6 +884,11 @@ void check_mlp(const MlpCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   std::mt19937 rng(seed);
   MlpProblem p = random_mlp(c.experts, c.hidden, c.inter, c.kind, c.bias, c.scales, rng);
   p.per_token = c.per_token;
+  p.x_static = c.x_static;
+  p.h_static = c.h_static;
+  const float statics[2] = {c.x_static, c.h_static};
+  DeviceBuffer d_statics(sizeof(statics));
+  d_statics.upload(statics, sizeof(statics));
   const std::vector<float> x = random_activations<T>(c.tokens, c.hidden, 2.0f, rng);
   // Route every pair to a random expert except the last one (an expert with no rows), then sort
   // the pairs by expert as moe_align does: row_to_pair and offsets.
@@ -851,6 +930,8 @@ void check_mlp(const MlpCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   args.b2 = c.bias ? d.b2.as<float>() : nullptr;
   args.act = p.act;
   args.act_per_token = c.per_token;
+  args.x_static_scale = c.x_static > 0.0f ? d_statics.as<float>() : nullptr;
+  args.h_static_scale = c.h_static > 0.0f ? d_statics.as<float>() + 1 : nullptr;
   args.out = d_out.as<void>();
   args.scratch = d_scratch.as<void>();
   args.scratch_bytes = scratch_bytes;
@@ -885,6 +966,9 @@ std::vector<MlpCase> mlp_cases() {
       {150, 2, 3, 128, 448, MoEActKind::kSilu, false, ScaleKind::kTensor},
       {13, 3, 7, 1040, 192, MoEActKind::kReluSquared, true, ScaleKind::kBlock},
       {9, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kChannel, true},
+      // Static activation scales (some of h saturates at ±448).
+      {9, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kTensor, true, 2.5f / 448,
+       0.25f / 448},
   };
 }
 
@@ -910,6 +994,11 @@ void check_decode(const MlpCase& c, uint32_t seed) {
   }
   MlpProblem p = random_mlp(c.experts, c.hidden, c.inter, c.kind, c.bias, c.scales, rng);
   p.per_token = c.per_token;
+  p.x_static = c.x_static;
+  p.h_static = c.h_static;
+  const float statics[2] = {c.x_static, c.h_static};
+  DeviceBuffer d_statics(sizeof(statics));
+  d_statics.upload(statics, sizeof(statics));
   const std::vector<float> x = random_activations<T>(c.tokens, c.hidden, 2.0f, rng);
   const int64_t pairs = c.tokens * c.top_k;
   std::vector<int32_t> ids(pairs);
@@ -957,6 +1046,8 @@ void check_decode(const MlpCase& c, uint32_t seed) {
   args.inter = c.inter;
   args.act = p.act;
   args.act_per_token = c.per_token;
+  args.x_static_scale = c.x_static > 0.0f ? d_statics.as<float>() : nullptr;
+  args.h_static_scale = c.h_static > 0.0f ? d_statics.as<float>() + 1 : nullptr;
   const std::vector<uint8_t> bytes = run_eager_and_graph(
       [&](cudaStream_t s) { cuda::launch_fp8_decode_experts<T>(args, s); }, d_out, out_bytes);
   std::vector<T> out(c.tokens * c.hidden);
@@ -995,6 +1086,8 @@ TEST(CudaFp8Experts, DecodeMatchesReference) {
       {5, 6, 7, 1040, 192, MoEActKind::kReluSquared, true, ScaleKind::kBlock},
       {8, 8, 33, 512, 384, MoEActKind::kSiluGated, true, ScaleKind::kBlock},
       {4, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kChannel, true},
+      {4, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kTensor, true, 2.5f / 448,
+       0.25f / 448},
   };
   uint32_t seed = 4000;
   for (const MlpCase& c : cases) {

@@ -365,6 +365,7 @@ void launch_decode(const Fp8DecodeArgs& a, const Fp8DecodeScratchLayout& layout,
   qh.xq = reinterpret_cast<uint8_t*>(scratch + layout.hq);
   qh.xs = reinterpret_cast<float*>(scratch + layout.hs);
   qh.per_token = a.act_per_token;
+  qh.static_scale = a.h_static_scale;
   launch_fp8_quantize<T>(qh, stream);
 
   DownParams down;
@@ -423,6 +424,7 @@ void launch_fp8_decode_experts(const Fp8DecodeArgs& a, cudaStream_t stream) {
   qx.xq = reinterpret_cast<uint8_t*>(static_cast<char*>(a.scratch) + layout.xq);
   qx.xs = reinterpret_cast<float*>(static_cast<char*>(a.scratch) + layout.xs);
   qx.per_token = a.act_per_token;
+  qx.static_scale = a.x_static_scale;
   launch_fp8_quantize<T>(qx, stream);
 
   // NT, the pairs a weight row is dotted with at once, follows the tokens: at M = 1 every expert

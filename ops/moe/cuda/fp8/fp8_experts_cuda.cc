@@ -125,6 +125,7 @@ void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel,
   qx.max_rows = args.max_rows;
   qx.k = args.hidden;
   qx.per_token = args.act_per_token;
+  qx.static_scale = args.x_static_scale;
   qx.xq = s.xq;
   qx.xs = s.xs;
   launch_fp8_quantize<T>(qx, stream);
@@ -152,6 +153,7 @@ void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel,
   qh.max_rows = args.max_rows;
   qh.k = args.inter;
   qh.per_token = args.act_per_token;
+  qh.static_scale = args.h_static_scale;
   qh.xq = s.hq;
   qh.xs = s.hs;
   launch_fp8_quantize<T>(qh, stream);

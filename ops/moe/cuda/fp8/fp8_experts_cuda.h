@@ -103,8 +103,12 @@ struct Fp8QuantArgs {
   int64_t max_rows = 0;    // host bound of the rows (grid size)
   int64_t k = 0;           // channels; a multiple of 16 (fp8_gemm_check)
   bool per_token = false;  // one group per row instead of per 128 channels
-  uint8_t* xq = nullptr;   // [max_rows, K] e4m3 codes
-  float* xs = nullptr;     // [max_rows, fp8_act_scale_cols(K, per_token)] scales
+  // Device scalar or null: a static activation scale (compressed-tensors' static input_scale;
+  // needs per_token). Every row is quantised as e4m3(clamp(x / scale, -448, 448)) and gets this
+  // scale in xs, so the GEMMs take it as per-token scales.
+  const float* static_scale = nullptr;
+  uint8_t* xq = nullptr;  // [max_rows, K] e4m3 codes
+  float* xs = nullptr;    // [max_rows, fp8_act_scale_cols(K, per_token)] scales
 };
 
 // One warp per (row, 128 group), or per row. Codes and scales equal quantize_fp8_e4m3_group's
@@ -226,8 +230,12 @@ struct Fp8ExpertMlpArgs {
   const float* b2 = nullptr;  // [E, H] F32 or null
   MoEActParams act;
   bool act_per_token = false;  // activation scales per token (x and h), else per 128 group
-  void* out = nullptr;         // [max_rows, H] T: each permuted row's expert output (for combine)
-  void* scratch = nullptr;     // fp8_expert_mlp_scratch_bytes, 16-byte aligned
+  // Device scalars or null: static activation scales of GEMM1's input x and GEMM2's input h
+  // (need act_per_token; Fp8QuantArgs::static_scale).
+  const float* x_static_scale = nullptr;
+  const float* h_static_scale = nullptr;
+  void* out = nullptr;      // [max_rows, H] T: each permuted row's expert output (for combine)
+  void* scratch = nullptr;  // fp8_expert_mlp_scratch_bytes, 16-byte aligned
   size_t scratch_bytes = 0;
 };
 
@@ -268,6 +276,8 @@ struct Fp8DecodeArgs {
   int64_t num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   MoEActParams act;
   bool act_per_token = false;  // activation scales per token (x and h), else per 128 group
+  const float* x_static_scale = nullptr;  // as Fp8ExpertMlpArgs
+  const float* h_static_scale = nullptr;
 };
 
 // The scratch of the decode path: byte offsets of xq [M, H], xs [M, g(H)] F32, h [M k, I] T,

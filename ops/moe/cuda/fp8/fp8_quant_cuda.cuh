@@ -6,8 +6,9 @@
 // quantize_fp8_e4m3_group (framework/core/fp8.h) as one IEEE operation in the same order: amax in
 // fp32, scale = max(amax, 1e-10f) / 448 (__fdiv_rn: round to nearest whatever the division flags),
 // q = e4m3(x / scale) with the hardware's round-to-nearest-even conversion. SATFINITE only matters
-// above 448, where the host rounds (448, 464) to 448 as well and x / scale never goes past 448 * (1
-// + 2^-23).
+// above 448, where the host rounds (448, 464) to 448 as well and x / scale never goes past
+// 448 * (1 + 2^-23); with a static scale it is the clamp to +-448 that static quantisation applies
+// (vLLM's scaled_fp8_conversion).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -105,15 +106,20 @@ __global__ void __launch_bounds__(kQuantThreads)
   const int64_t src = source_row(args, row);
   if (src < 0) return;
   const T* x = static_cast<const T*>(args.x) + src * args.k;
-  float amax = 0.0f;
-  for (int64_t kc = lane * 4; kc < args.k; kc += 128) {
-    float v[4];
-    load4(x + kc, v);
+  float scale;
+  if (args.static_scale != nullptr) {
+    scale = *args.static_scale;
+  } else {
+    float amax = 0.0f;
+    for (int64_t kc = lane * 4; kc < args.k; kc += 128) {
+      float v[4];
+      load4(x + kc, v);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+      for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    }
+    amax = warp_max(amax);
+    scale = __fdiv_rn(fmaxf(amax, kAmaxFloor), kE4M3Max);
   }
-  amax = warp_max(amax);
-  const float scale = __fdiv_rn(fmaxf(amax, kAmaxFloor), kE4M3Max);
   for (int64_t kc = lane * 4; kc < args.k; kc += 128) {
     float v[4];
     load4(x + kc, v);
@@ -131,6 +137,8 @@ void launch_fp8_quantize(const Fp8QuantArgs& args, cudaStream_t stream) {
   MG_CHECK(args.k > 0 && args.k % 16 == 0, "FP8 quantize: K {} must be a positive multiple of 16",
            args.k);
   MG_CHECK(args.top_k >= 1, "FP8 quantize: top_k {} must be at least 1", args.top_k);
+  MG_CHECK(args.static_scale == nullptr || args.per_token,
+           "FP8 quantize: a static scale needs the per-token scale layout (per_token)");
   if (args.max_rows <= 0) return;
   constexpr int64_t kWarps = fp8::kQuantThreads / 32;
   const int64_t items = args.max_rows * fp8_act_scale_cols(args.k, args.per_token);
