@@ -1,0 +1,6 @@
+// The FP8 grouped GEMM's plain kernels instantiated for __half.
+#include "ops/moe/cuda/fp8/fp8_gemm_mma.cuh"
+
+namespace mg::cuda::fp8 {
+template void launch_gemm<__half, false>(const Fp8GemmArgs&, Fp8GemmKernel, cudaStream_t);
+}  // namespace mg::cuda::fp8

@@ -1,0 +1,1101 @@
+// The FP8 (W8A8 block-scaled) expert kernels (ops/moe/cuda/fp8/fp8_experts_cuda.h) against host
+// references built on framework/core/fp8.h, in BF16 and F16:
+// - the activation quantisation (fused with the row gather), per 128 group and per token, must
+//   give quantize_fp8_e4m3_group's codes and scales bit for bit, zero groups, subnormal codes and
+//   partial groups included;
+// - the grouped GEMM, every kernel variant forced, both epilogues, every scale layout (128 x 128
+//   blocks, per tensor, per channel), against an fp64 loop over the same codes and scales;
+// - the expert MLP (quantise-gather, GEMM1 + act, quantise, GEMM2) and the decode path against an
+//   fp64 emulation of the same pipeline, and both replayed from a CUDA graph.
+// Shapes: odd expert counts, experts with no rows, 1 to 300 rows, N and K of 128, 256, 448
+// (384 + 64: partial 128 blocks) and K 48 (a multiple of 16 below 128). MG_TEST_DTYPES=bf16 runs
+// the BF16 half only (as the other CUDA tests, for compute-sanitizer runs).
+//
+// Tolerances of the GEMMs. The reference sums the exact products of the same e4m3 codes in fp64;
+// the kernel sums them on the tensor cores within one 128-K block (products of two e4m3 values are
+// exact; the FP8 MMA accumulation keeps at least ~14 bits of the block's partial sum) and then in
+// fp32 (~2^-24 per add), and rounds the result once to BF16 (half an ulp: up to 2^-9 relative) or
+// F16 (2^-11). So an element may be off by ~2^-9 |ref| (BF16) plus noise far below it; the bound
+// used is 2^-8 |ref| (F16: 2^-10) plus 2^-10 of the output's RMS (for elements near zero, where
+// relative error is meaningless), and the normalised L2 error must stay under 4e-3 (F16: 1e-3),
+// about twice what the output rounding alone gives. A wrong scale (a block off by one, a transposed
+// index) moves the result by tens of percent; a skipped K block by ~1/ceil(K/128).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "framework/core/fp8.h"
+#include "tests/cuda/cuda_test_util.h"
+
+#ifdef MG_WITH_CUDA
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
+#endif
+
+namespace mg {
+namespace {
+
+#ifdef MG_WITH_CUDA
+
+using cuda::Fp8GemmKernel;
+using cuda::GroupedEpilogue;
+using cuda::MoEActKind;
+using cuda::MoEActParams;
+using testing::DeviceBuffer;
+
+constexpr MoEActKind kAllKinds[] = {MoEActKind::kSiluGated,     MoEActKind::kGeluGated,
+                                    MoEActKind::kGeluTanhGated, MoEActKind::kSwigluOai,
+                                    MoEActKind::kReluSquared,   MoEActKind::kSilu,
+                                    MoEActKind::kGelu};
+
+// ---- Host values ---------------------------------------------------------------------------
+
+float to_f32(__half x) {
+  return __half2float(x);
+}
+float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+T from_f32(float x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(x);
+  } else {
+    return __float2bfloat16_rn(x);
+  }
+}
+template <typename T>
+float round_to(double x) {
+  return to_f32(from_f32<T>(static_cast<float>(x)));
+}
+// Calls f.template operator()<T>() for T = BF16 and F16, or those of them MG_TEST_DTYPES names
+// (testing::cuda_dtypes; e.g. bf16 alone under compute-sanitizer).
+template <typename F>
+void for_each_dtype(const F& f) {
+  for (const testing::DtypeTolerance& d : testing::cuda_dtypes()) {
+    if (d.dtype == DType::kBF16) f.template operator()<__nv_bfloat16>();
+    if (d.dtype == DType::kF16) f.template operator()<__half>();
+  }
+}
+
+template <typename T>
+const char* dtype_label() {
+  return std::is_same_v<T, __half> ? "F16" : "BF16";
+}
+
+double activation(const MoEActParams& p, double g, double u) {
+  const auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  const auto gelu = [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); };
+  switch (p.kind) {
+    case MoEActKind::kSiluGated:
+      return g * sigmoid(g) * u;
+    case MoEActKind::kGeluGated:
+      return gelu(g) * u;
+    case MoEActKind::kGeluTanhGated:
+      return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    case MoEActKind::kSwigluOai: {
+      g = std::min<double>(g, p.swiglu_limit);
+      u = std::clamp<double>(u, -p.swiglu_limit, p.swiglu_limit);
+      return (u + 1.0) * g * sigmoid(p.swiglu_alpha * g);
+    }
+    case MoEActKind::kReluSquared:
+      return g > 0.0 ? g * g : 0.0;
+    case MoEActKind::kSilu:
+      return g * sigmoid(g);
+    case MoEActKind::kGelu:
+      return gelu(g);
+  }
+  return 0.0;
+}
+
+const std::vector<double>& e4m3_values() {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(256);
+    for (int c = 0; c < 256; ++c) t[c] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
+// Activation rows quantised on the host: codes [rows, K], scales [rows, cols] with one column per
+// 128 group (cols = groups), or one per row (per token: cols = 1).
+struct QuantRows {
+  int64_t rows = 0, k = 0, groups = 0, cols = 0;
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+  // The scale of row `row`'s 128 group `g`.
+  float scale(int64_t row, int64_t g) const { return s[row * cols + (cols == 1 ? 0 : g)]; }
+};
+
+QuantRows quantize_rows(const std::vector<float>& x, int64_t rows, int64_t k,
+                        bool per_token = false) {
+  QuantRows r;
+  r.rows = rows;
+  r.k = k;
+  r.groups = cuda::fp8_groups(k);
+  r.cols = cuda::fp8_act_scale_cols(k, per_token);
+  const int64_t width = per_token ? k : 128;
+  r.q.resize(rows * k);
+  r.s.resize(rows * r.cols);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t g = 0; g < r.cols; ++g) {
+      const int64_t k0 = g * width, len = std::min<int64_t>(width, k - k0);
+      r.s[row * r.cols + g] =
+          quantize_fp8_e4m3_group(x.data() + row * k + k0, len, r.q.data() + row * k + k0);
+    }
+  }
+  return r;
+}
+
+// Rows quantised with a static scale (per-token layout, one column): e4m3(clamp(x / scale, ±448)).
+QuantRows quantize_rows_static(const std::vector<float>& x, int64_t rows, int64_t k, float scale) {
+  QuantRows r;
+  r.rows = rows;
+  r.k = k;
+  r.groups = cuda::fp8_groups(k);
+  r.cols = 1;
+  r.q.resize(rows * k);
+  r.s.assign(rows, scale);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    r.q[i] = float_to_fp8_e4m3(std::clamp(x[i] / scale, -kFp8E4M3Max, kFp8E4M3Max));
+  }
+  return r;
+}
+
+enum class ScaleKind { kBlock, kTensor, kChannel };
+
+const char* scale_kind_name(ScaleKind s) {
+  switch (s) {
+    case ScaleKind::kBlock:
+      return "block128";
+    case ScaleKind::kTensor:
+      return "tensor";
+    case ScaleKind::kChannel:
+      return "channel";
+  }
+  return "?";
+}
+
+// FP8 weights W [E, N, K] with their scales, random codes (no NaN) and positive scales.
+struct Fp8Weights {
+  int64_t experts = 0, n = 0, k = 0, block_n = 0, block_k = 0, s_rows = 0, s_cols = 0;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+
+  double scale(int64_t e, int64_t row, int64_t col) const {
+    return scales[(e * s_rows + row / block_n) * s_cols + col / block_k];
+  }
+};
+
+Fp8Weights random_weights(int64_t experts, int64_t n, int64_t k, ScaleKind kind,
+                          std::mt19937& rng) {
+  Fp8Weights w;
+  w.experts = experts;
+  w.n = n;
+  w.k = k;
+  switch (kind) {
+    case ScaleKind::kBlock:
+      w.block_n = 128;
+      w.block_k = 128;
+      break;
+    case ScaleKind::kTensor:
+      w.block_n = n;
+      w.block_k = k;
+      break;
+    case ScaleKind::kChannel:
+      w.block_n = 1;
+      w.block_k = k;
+      break;
+  }
+  w.s_rows = (n + w.block_n - 1) / w.block_n;
+  w.s_cols = (k + w.block_k - 1) / w.block_k;
+  std::uniform_real_distribution<float> code_value(-448.0f, 448.0f);
+  w.codes.resize(experts * n * k);
+  for (uint8_t& c : w.codes) c = float_to_fp8_e4m3(code_value(rng));
+  // Weights of RMS ~ 1 / sqrt(K) in real value, each block's scale different.
+  std::uniform_real_distribution<float> spread(0.5f, 1.5f);
+  const float base = 1.0f / (256.0f * std::sqrt(static_cast<float>(k)));
+  w.scales.resize(experts * w.s_rows * w.s_cols);
+  for (float& s : w.scales) s = base * spread(rng);
+  return w;
+}
+
+cuda::Fp8WeightScales scales_of(const Fp8Weights& w, const DeviceBuffer& d) {
+  cuda::Fp8WeightScales s;
+  s.scales = d.as<float>();
+  s.block_n = w.block_n;
+  s.block_k = w.block_k;
+  return s;
+}
+
+// Σ_kb (Σ_{k in kb} xq wq) xs[kb] S[e, n / bn, kb*128 / bk] in fp64.
+double block_scaled_dot(const QuantRows& x, int64_t row, const Fp8Weights& w, int64_t e,
+                        int64_t wrow) {
+  const auto& v = e4m3_values();
+  double sum = 0.0;
+  for (int64_t g = 0; g < x.groups; ++g) {
+    const int64_t k0 = g * 128, k1 = std::min<int64_t>(x.k, k0 + 128);
+    double block = 0.0;
+    for (int64_t kk = k0; kk < k1; ++kk) {
+      block += v[x.q[row * x.k + kk]] * v[w.codes[(e * w.n + wrow) * w.k + kk]];
+    }
+    sum += block * x.scale(row, g) * w.scale(e, wrow, k0);
+  }
+  return sum;
+}
+
+// Random activations (never zero), rounded through T.
+template <typename T>
+std::vector<float> random_activations(int64_t rows, int64_t k, float range, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(0.05f, 1.0f);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<float> x(rows * k);
+  for (float& v : x) v = round_to<T>((negative(rng) ? -range : range) * u(rng));
+  return x;
+}
+
+template <typename T>
+std::vector<T> to_dtype(const std::vector<float>& x) {
+  std::vector<T> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = from_f32<T>(x[i]);
+  return out;
+}
+
+template <typename V>
+void upload(DeviceBuffer& d, const std::vector<V>& v) {
+  d.upload(v.data(), v.size() * sizeof(V));
+}
+
+// Compares `got` with `ref` elementwise (|err| <= rel |ref| + abs_frac rms(ref)) and by the
+// normalised L2 error; returns "" or what failed.
+std::string compare(const std::vector<double>& got, const std::vector<double>& ref, double rel,
+                    double abs_frac, double l2_limit) {
+  double ref2 = 0.0, err2 = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref2 += ref[i] * ref[i];
+    err2 += (got[i] - ref[i]) * (got[i] - ref[i]);
+  }
+  if (ref.empty()) return "";
+  const double rms = std::sqrt(ref2 / static_cast<double>(ref.size()));
+  int bad = 0;
+  std::string first;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(got[i] - ref[i]);
+    if (!(err <= rel * std::fabs(ref[i]) + abs_frac * rms)) {
+      if (bad++ == 0) first = fmt::format("element {}: got {} want {}", i, got[i], ref[i]);
+    }
+  }
+  const double l2 = ref2 == 0.0 ? std::sqrt(err2) : std::sqrt(err2 / ref2);
+  if (bad > 0 || !(l2 < l2_limit)) {
+    return fmt::format("{} of {} elements out of bounds (first: {}), normalised L2 {} (limit {})",
+                       bad, ref.size(), first, l2, l2_limit);
+  }
+  return "";
+}
+
+template <typename T>
+struct Bounds {
+  static constexpr double kRel = std::is_same_v<T, __half> ? 1.0 / 1024 : 1.0 / 256;
+  static constexpr double kAbs = 1.0 / 1024;
+  static constexpr double kL2 = std::is_same_v<T, __half> ? 1e-3 : 4e-3;
+};
+
+// ---- 1. Quantisation -----------------------------------------------------------------------
+
+// Rows of x with hard groups: all zero (scale = 1e-10 / 448, zero codes), tiny values (subnormal
+// codes), large values, a single non-zero element, and values whose x / scale lands near 448.
+template <typename T>
+std::vector<float> quant_inputs(int64_t rows, int64_t k, std::mt19937& rng) {
+  std::vector<float> x = random_activations<T>(rows, k, 3.0f, rng);
+  const int64_t groups = cuda::fp8_groups(k);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t k0 = g * 128, len = std::min<int64_t>(128, k - k0);
+      float* v = x.data() + row * k + k0;
+      switch ((row * groups + g) % 7) {
+        case 0:
+          std::fill(v, v + len, 0.0f);
+          break;
+        case 1:
+          for (int64_t i = 0; i < len; ++i) v[i] = round_to<T>(v[i] * 1e-4f);
+          if (len > 1) v[0] = round_to<T>(40.0f);  // the rest quantise to subnormal codes
+          break;
+        case 2:
+          for (int64_t i = 0; i < len; ++i) v[i] = round_to<T>(v[i] * 5000.0f);
+          break;
+        case 3:
+          std::fill(v, v + len, 0.0f);
+          v[len - 1] = round_to<T>(-0.75f);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return x;
+}
+
+template <typename T>
+void check_quantize(int64_t tokens, int64_t top_k, int64_t k, bool gather, bool per_token,
+                    uint32_t seed) {
+  SCOPED_TRACE(fmt::format("{} tokens {} top_k {} K {} gather {} per_token {}", dtype_label<T>(),
+                           tokens, top_k, k, gather, per_token));
+  std::mt19937 rng(seed);
+  const int64_t max_rows = gather ? tokens * top_k : tokens;
+  const int64_t groups = cuda::fp8_act_scale_cols(k, per_token);  // scale columns
+  const int64_t width = per_token ? k : 128;                      // channels per group
+  const std::vector<float> x = quant_inputs<T>(tokens, k, rng);
+  // A permutation of the pairs, and fewer rows written than allocated.
+  std::vector<int32_t> row_to_pair(max_rows);
+  std::iota(row_to_pair.begin(), row_to_pair.end(), 0);
+  std::shuffle(row_to_pair.begin(), row_to_pair.end(), rng);
+  const int32_t num_rows = static_cast<int32_t>(gather ? max_rows - max_rows / 4 : max_rows);
+
+  DeviceBuffer d_x(x.size() * sizeof(T)), d_map(row_to_pair.size() * 4), d_rows(4);
+  DeviceBuffer d_q(max_rows * k), d_s(max_rows * groups * 4);
+  upload(d_x, to_dtype<T>(x));
+  upload(d_map, row_to_pair);
+  d_rows.upload(&num_rows, 4);
+  MG_CUDA_CHECK(cudaMemset(d_q.as<void>(), 0xab, max_rows * k));
+  MG_CUDA_CHECK(cudaMemset(d_s.as<void>(), 0xab, max_rows * groups * 4));
+
+  cuda::Fp8QuantArgs args;
+  args.x = d_x.as<void>();
+  args.row_to_pair = gather ? d_map.as<int32_t>() : nullptr;
+  args.top_k = gather ? top_k : 1;
+  args.num_rows = gather ? d_rows.as<int32_t>() : nullptr;
+  args.max_rows = max_rows;
+  args.k = k;
+  args.per_token = per_token;
+  args.xq = d_q.as<uint8_t>();
+  args.xs = d_s.as<float>();
+  cuda::launch_fp8_quantize<T>(args, nullptr);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+
+  std::vector<uint8_t> q(max_rows * k);
+  std::vector<float> s(max_rows * groups);
+  d_q.download(q.data(), q.size());
+  d_s.download(s.data(), s.size() * 4);
+
+  int mismatches = 0;
+  for (int64_t row = 0; row < max_rows; ++row) {
+    if (row >= num_rows) {
+      for (int64_t i = 0; i < k; ++i) ASSERT_EQ(q[row * k + i], 0xab) << "row " << row;
+      uint32_t bits;
+      std::memcpy(&bits, &s[row * groups], 4);
+      ASSERT_EQ(bits, 0xababababu) << "row " << row << " past num_rows was written";
+      continue;
+    }
+    const int64_t src = gather ? row_to_pair[row] / top_k : row;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t k0 = g * width, len = std::min<int64_t>(width, k - k0);
+      std::vector<uint8_t> want(len);
+      const float want_scale = quantize_fp8_e4m3_group(x.data() + src * k + k0, len, want.data());
+      uint32_t got_bits, want_bits;
+      std::memcpy(&got_bits, &s[row * groups + g], 4);
+      std::memcpy(&want_bits, &want_scale, 4);
+      if (got_bits != want_bits && mismatches++ < 5) {
+        ADD_FAILURE() << "row " << row << " group " << g << ": scale " << s[row * groups + g]
+                      << " want " << want_scale;
+      }
+      for (int64_t i = 0; i < len; ++i) {
+        if (q[row * k + k0 + i] != want[i] && mismatches++ < 5) {
+          ADD_FAILURE() << "row " << row << " k " << k0 + i << ": code "
+                        << static_cast<int>(q[row * k + k0 + i]) << " want "
+                        << static_cast<int>(want[i]) << " (x " << x[src * k + k0 + i] << ")";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// A static scale: codes e4m3(clamp(x / scale, ±448)) (the large groups saturate), every row's
+// scale the static one, rows gathered through a permutation.
+template <typename T>
+void check_quantize_static(int64_t tokens, int64_t top_k, int64_t k, float scale, uint32_t seed) {
+  SCOPED_TRACE(fmt::format("{} static scale {} K {}", dtype_label<T>(), scale, k));
+  std::mt19937 rng(seed);
+  const int64_t rows = tokens * top_k;
+  const std::vector<float> x = quant_inputs<T>(tokens, k, rng);
+  std::vector<int32_t> row_to_pair(rows);
+  std::iota(row_to_pair.begin(), row_to_pair.end(), 0);
+  std::shuffle(row_to_pair.begin(), row_to_pair.end(), rng);
+  DeviceBuffer d_x(x.size() * sizeof(T)), d_map(rows * 4), d_scale(4), d_q(rows * k), d_s(rows * 4);
+  upload(d_x, to_dtype<T>(x));
+  upload(d_map, row_to_pair);
+  d_scale.upload(&scale, 4);
+  cuda::Fp8QuantArgs args;
+  args.x = d_x.as<void>();
+  args.row_to_pair = d_map.as<int32_t>();
+  args.top_k = top_k;
+  args.max_rows = rows;
+  args.k = k;
+  args.per_token = true;
+  args.static_scale = d_scale.as<float>();
+  args.xq = d_q.as<uint8_t>();
+  args.xs = d_s.as<float>();
+  cuda::launch_fp8_quantize<T>(args, nullptr);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> q(rows * k);
+  std::vector<float> s(rows);
+  d_q.download(q.data(), q.size());
+  d_s.download(s.data(), s.size() * 4);
+  std::vector<float> gathered(rows * k);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(x.data() + (row_to_pair[r] / top_k) * k, k, gathered.data() + r * k);
+  }
+  const QuantRows want = quantize_rows_static(gathered, rows, k, scale);
+  EXPECT_EQ(q, want.q);
+  EXPECT_EQ(std::memcmp(s.data(), want.s.data(), rows * 4), 0);
+  // The static path must not silently be the dynamic one: some codes saturated.
+  EXPECT_NE(std::count(q.begin(), q.end(), uint8_t{0x7e}), 0);
+}
+
+TEST(CudaFp8Experts, QuantizeMatchesHostBitForBit) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 100;
+  for (const int64_t k : {48, 128, 256, 448, 1040}) {
+    for (const bool gather : {false, true}) {
+      for (const bool per_token : {false, true}) {
+        for_each_dtype(
+            [&]<typename T>() { check_quantize<T>(37, 3, k, gather, per_token, ++seed); });
+      }
+    }
+  }
+  check_quantize<__nv_bfloat16>(2, 2, 7168, true, false, ++seed);
+  check_quantize<__nv_bfloat16>(2, 2, 7168, true, true, ++seed);
+  for (const int64_t k : {48, 448}) {
+    for_each_dtype([&]<typename T>() { check_quantize_static<T>(11, 2, k, 0.01f, ++seed); });
+  }
+}
+
+// Every third BF16 value from 2^-31 to 2^17, each with a negative neighbour, in order: a 128 group
+// spans about 1.5 binades, so the codes run through the e4m3 normals, subnormals and ties of many
+// scales.
+TEST(CudaFp8Experts, QuantizeMatchesHostOnDenseValues) {
+  MG_REQUIRE_GPU();
+  std::vector<float> values;
+  for (uint32_t bits = 0x3000; bits < 0x4800; bits += 3) {  // bf16 2^-31 .. 2^17
+    float f;
+    const uint32_t word = bits << 16;
+    std::memcpy(&f, &word, 4);
+    values.push_back(f);
+    values.push_back(-f * 0.75f);
+  }
+  const int64_t k = 256;
+  const int64_t rows = (static_cast<int64_t>(values.size()) + k - 1) / k;
+  std::vector<float> x(rows * k, 1.0f);
+  for (size_t i = 0; i < values.size(); ++i) x[i] = round_to<__nv_bfloat16>(values[i]);
+  const QuantRows want = quantize_rows(x, rows, k);
+
+  DeviceBuffer d_x(x.size() * 2), d_q(rows * k), d_s(rows * 2 * 4);
+  upload(d_x, to_dtype<__nv_bfloat16>(x));
+  cuda::Fp8QuantArgs args;
+  args.x = d_x.as<void>();
+  args.max_rows = rows;
+  args.k = k;
+  args.xq = d_q.as<uint8_t>();
+  args.xs = d_s.as<float>();
+  cuda::launch_fp8_quantize<__nv_bfloat16>(args, nullptr);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> q(rows * k);
+  std::vector<float> s(rows * 2);
+  d_q.download(q.data(), q.size());
+  d_s.download(s.data(), s.size() * 4);
+  EXPECT_EQ(q, want.q);
+  EXPECT_EQ(std::memcmp(s.data(), want.s.data(), s.size() * 4), 0);
+}
+
+// ---- 2. Grouped GEMM -----------------------------------------------------------------------
+
+struct GemmCase {
+  std::vector<int32_t> rows_per_expert;
+  int32_t first_row = 0;   // offsets[0]
+  int64_t extra_rows = 0;  // rows after offsets[E] that must stay untouched
+  int64_t n = 0, k = 0;
+  GroupedEpilogue epilogue = GroupedEpilogue::kBias;
+  MoEActKind kind = MoEActKind::kSiluGated;
+  bool bias = false;
+  ScaleKind scales = ScaleKind::kBlock;
+  bool per_token = false;  // activation scales per token, else per 128 group
+
+  bool gated() const { return epilogue == GroupedEpilogue::kActivation && cuda::is_gated(kind); }
+  std::string describe() const {
+    std::string counts;
+    for (int32_t r : rows_per_expert) counts += std::to_string(r) + " ";
+    return fmt::format(
+        "rows [{}] first {} extra {} N {} K {} epilogue {} act {} bias {} scales {} per_token {}",
+        counts, first_row, extra_rows, n, k, static_cast<int>(epilogue), static_cast<int>(kind),
+        bias, scale_kind_name(scales), per_token);
+  }
+};
+
+// Whether `kernel` can run on this GPU and build (fp8_wgmma needs the sm_90a code); where it
+// cannot, its launcher must refuse it with an error.
+bool runs_here(Fp8GemmKernel kernel) {
+  return cuda::fp8_gemm_kernel_check(kernel, cuda::grouped_gemm_sm90a_kernels()).empty();
+}
+
+template <typename T>
+void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
+  SCOPED_TRACE(
+      fmt::format("{} {} {}", dtype_label<T>(), cuda::fp8_gemm_kernel_name(kernel), c.describe()));
+  std::mt19937 rng(seed);
+  const int64_t experts = static_cast<int64_t>(c.rows_per_expert.size());
+  std::vector<int32_t> offsets(experts + 1, c.first_row);
+  for (int64_t e = 0; e < experts; ++e) offsets[e + 1] = offsets[e] + c.rows_per_expert[e];
+  const int64_t max_rows = offsets[experts] + c.extra_rows;
+  const int64_t n_b = c.gated() ? 2 * c.n : c.n;
+
+  const QuantRows a =
+      quantize_rows(random_activations<T>(max_rows, c.k, 2.0f, rng), max_rows, c.k, c.per_token);
+  const Fp8Weights w = random_weights(experts, n_b, c.k, c.scales, rng);
+  std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
+  std::vector<float> bias(experts * n_b);
+  for (float& b : bias) b = bias_value(rng);
+
+  DeviceBuffer d_a(a.q.size()), d_as(a.s.size() * 4), d_b(w.codes.size()),
+      d_bs(w.scales.size() * 4), d_bias(bias.size() * 4), d_c(max_rows * c.n * sizeof(T)),
+      d_offsets(offsets.size() * 4);
+  upload(d_a, a.q);
+  upload(d_as, a.s);
+  upload(d_b, w.codes);
+  upload(d_bs, w.scales);
+  upload(d_bias, bias);
+  upload(d_offsets, offsets);
+  MG_CUDA_CHECK(cudaMemset(d_c.as<void>(), 0xff, max_rows * c.n * sizeof(T)));
+
+  cuda::Fp8GemmArgs args;
+  args.a = d_a.as<uint8_t>();
+  args.a_scales = d_as.as<float>();
+  args.a_per_token = c.per_token;
+  args.b = d_b.as<uint8_t>();
+  args.b_scales = scales_of(w, d_bs);
+  args.bias = c.bias ? d_bias.as<float>() : nullptr;
+  args.c = d_c.as<void>();
+  args.expert_offsets = d_offsets.as<int32_t>();
+  args.num_experts = experts;
+  args.max_rows = max_rows;
+  args.n = c.n;
+  args.k = c.k;
+  args.epilogue = c.epilogue;
+  args.act.kind = c.kind;
+  if (!runs_here(kernel)) {
+    if (max_rows > 0) {
+      EXPECT_THROW(cuda::launch_fp8_grouped_gemm<T>(args, kernel, nullptr), Error);
+    }
+    return;
+  }
+  cuda::launch_fp8_grouped_gemm<T>(args, kernel, nullptr);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+
+  std::vector<T> out(max_rows * c.n);
+  d_c.download(out.data(), out.size() * sizeof(T));
+  std::vector<uint16_t> out_bits(out.size());
+  std::memcpy(out_bits.data(), out.data(), out.size() * sizeof(T));
+
+  std::vector<double> got, ref;
+  bool untouched = true;
+  for (int64_t row = 0; row < max_rows; ++row) {
+    int64_t e = -1;
+    for (int64_t x = 0; x < experts; ++x) {
+      if (row >= offsets[x] && row < offsets[x + 1]) e = x;
+    }
+    if (e < 0) {
+      for (int64_t col = 0; col < c.n; ++col) untouched &= out_bits[row * c.n + col] == 0xffff;
+      continue;
+    }
+    for (int64_t col = 0; col < c.n; ++col) {
+      double g = block_scaled_dot(a, row, w, e, col);
+      double u = c.gated() ? block_scaled_dot(a, row, w, e, c.n + col) : 0.0;
+      if (c.bias) {
+        g += bias[e * n_b + col];
+        if (c.gated()) u += bias[e * n_b + c.n + col];
+      }
+      MoEActParams act;
+      act.kind = c.kind;
+      ref.push_back(c.epilogue == GroupedEpilogue::kBias ? g : activation(act, g, u));
+      got.push_back(to_f32(out[row * c.n + col]));
+    }
+  }
+  EXPECT_TRUE(untouched) << "a row outside the experts' rows was written";
+  const std::string why = compare(got, ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2);
+  EXPECT_TRUE(why.empty()) << why;
+}
+
+std::vector<GemmCase> gemm_cases() {
+  const std::vector<std::vector<int32_t>> patterns = {
+      {1, 0, 7, 33, 0},  // 5 experts: 1 row, none, 7, 33 (two 16-row tiles + 1), none
+      {300, 0, 1},       // 3 experts: 300 rows (partial 64- and 128-row tiles), none, 1
+      {0, 0, 0},         // no rows at all
+  };
+  const int64_t shapes[][2] = {{128, 128}, {256, 256}, {448, 448}, {200, 48}, {72, 1040}};
+  const ScaleKind scale_kinds[] = {ScaleKind::kBlock, ScaleKind::kTensor, ScaleKind::kChannel};
+  std::vector<GemmCase> cases;
+  int index = 0;
+  for (const auto& pattern : patterns) {
+    for (const auto& shape : shapes) {
+      for (int epi = 0; epi < 3; ++epi) {  // plain bias, gated act, plain act
+        GemmCase c;
+        c.rows_per_expert = pattern;
+        c.first_row = index % 4 == 1 ? 3 : 0;
+        c.extra_rows = (index % 3) * 5;
+        c.n = shape[0];
+        c.k = shape[1];
+        c.epilogue = epi == 0 ? GroupedEpilogue::kBias : GroupedEpilogue::kActivation;
+        c.kind = epi == 1 ? kAllKinds[index % 4] : kAllKinds[4 + index % 3];
+        c.bias = index % 2 == 0;
+        // Blocks of 128 x 128 most often, the other layouts in between.
+        c.scales = index % 3 == 0 ? scale_kinds[(index / 3) % 3] : ScaleKind::kBlock;
+        // Per-token activation scales (compressed-tensors' dynamic "token" strategy) now and then.
+        c.per_token = index % 5 == 2;
+        cases.push_back(c);
+        ++index;
+      }
+    }
+  }
+  return cases;
+}
+
+TEST(CudaFp8Experts, GroupedGemmEveryKernelMatchesReference) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 1000;
+  for (const GemmCase& c : gemm_cases()) {
+    for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
+      for_each_dtype([&]<typename T>() { check_gemm<T>(c, kernel, ++seed); });
+    }
+  }
+}
+
+// Every weight scale layout with each epilogue, activation scales per 128 group and per token, on
+// one shape with partial blocks in N and K.
+TEST(CudaFp8Experts, GroupedGemmEveryScaleLayout) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 2000;
+  for (const ScaleKind scales : {ScaleKind::kBlock, ScaleKind::kTensor, ScaleKind::kChannel}) {
+    for (const GroupedEpilogue epilogue : {GroupedEpilogue::kBias, GroupedEpilogue::kActivation}) {
+      GemmCase c;
+      c.rows_per_expert = {20, 0, 65, 3};
+      c.extra_rows = 2;
+      c.n = 448;
+      c.k = 448;
+      c.epilogue = epilogue;
+      c.kind = MoEActKind::kSwigluOai;
+      c.bias = true;
+      c.scales = scales;
+      for (const bool per_token : {false, true}) {
+        c.per_token = per_token;
+        for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
+          check_gemm<__nv_bfloat16>(c, kernel, ++seed);
+        }
+      }
+    }
+  }
+}
+
+// What the kernels cannot take is refused with a reason (host checks: no GPU needed).
+TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
+  EXPECT_NE(cuda::fp8_gemm_check(128, 40), "");
+  EXPECT_NE(cuda::fp8_gemm_check(0, 128), "");
+  {
+    cuda::Fp8QuantArgs q;  // a static scale needs the per-token layout
+    const float scale = 1.0f;
+    q.k = 128;
+    q.max_rows = 1;
+    q.static_scale = &scale;  // (never read: the launcher refuses first)
+    EXPECT_THROW(cuda::launch_fp8_quantize<__nv_bfloat16>(q, nullptr), Error);
+  }
+  EXPECT_EQ(cuda::fp8_gemm_check(200, 48), "");
+  EXPECT_NE(cuda::fp8_weight_scales_check(128, 64, 256, 256), "");
+  EXPECT_EQ(cuda::fp8_weight_scales_check(1, 448, 256, 448), "");
+  EXPECT_EQ(cuda::fp8_weight_scales_check(128, 128, 448, 448), "");
+  EXPECT_NE(cuda::fp8_activation_dtype_check(4), "");
+  EXPECT_EQ(cuda::fp8_activation_dtype_check(2), "");
+  EXPECT_NE(cuda::fp8_decode_check(9, 1, 256, 256, true, {}, {}), "");
+  EXPECT_NE(cuda::fp8_decode_check(8, 33, 256, 256, true, {}, {}), "");
+  for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
+    EXPECT_EQ(cuda::parse_fp8_gemm_kernel(cuda::fp8_gemm_kernel_name(kernel)), kernel);
+  }
+  EXPECT_EQ(cuda::parse_fp8_gemm_kernel("mma16"), std::nullopt);
+  EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kMma16, false), "");
+  EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, true), "");
+  EXPECT_NE(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, false), "");
+  EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5, 5), Fp8GemmKernel::kMma16);
+  EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5 + 1, 5), Fp8GemmKernel::kMma64);
+  cuda::Fp8GemmArgs args;
+  args.n = 128;
+  args.k = 40;
+  args.num_experts = 1;
+  args.max_rows = 1;
+  EXPECT_THROW(cuda::launch_fp8_grouped_gemm<__nv_bfloat16>(args, Fp8GemmKernel::kMma16, nullptr),
+               Error);
+  args.k = 256;
+  args.b_scales.block_k = 64;
+  EXPECT_THROW(cuda::launch_fp8_grouped_gemm<__nv_bfloat16>(args, Fp8GemmKernel::kMma64, nullptr),
+               Error);
+}
+
+// ---- The expert MLP and decode ---------------------------------------------------------------
+
+struct MlpProblem {
+  int64_t hidden = 0, inter = 0, experts = 0;
+  MoEActParams act;
+  bool bias = false;
+  bool per_token = false;  // activation scales per token, else per 128 group
+  float x_static = 0.0f;   // > 0: static scale of x (needs per_token)
+  float h_static = 0.0f;   // > 0: static scale of h
+  Fp8Weights w13, w2;
+  std::vector<float> b13, b2;
+};
+
+MlpProblem random_mlp(int64_t experts, int64_t hidden, int64_t inter, MoEActKind kind, bool bias,
+                      ScaleKind scales, std::mt19937& rng) {
+  MlpProblem p;
+  p.hidden = hidden;
+  p.inter = inter;
+  p.experts = experts;
+  p.act.kind = kind;
+  p.bias = bias;
+  const int64_t n1 = cuda::is_gated(kind) ? 2 * inter : inter;
+  p.w13 = random_weights(experts, n1, hidden, scales, rng);
+  p.w2 = random_weights(experts, hidden, inter, scales, rng);
+  std::uniform_real_distribution<float> b(-0.5f, 0.5f);
+  p.b13.resize(experts * n1);
+  p.b2.resize(experts * hidden);
+  for (float& v : p.b13) v = b(rng);
+  for (float& v : p.b2) v = b(rng);
+  return p;
+}
+
+// One row through expert e as the kernels compute it, in fp64 with the same roundings to T and
+// the same quantisations: x (T values) -> y [H] (before the final rounding to T).
+template <typename T>
+std::vector<double> reference_mlp_row(const MlpProblem& p, int64_t e, const float* x) {
+  const std::vector<float> xv(x, x + p.hidden);
+  const QuantRows xq = p.x_static > 0.0f ? quantize_rows_static(xv, 1, p.hidden, p.x_static)
+                                         : quantize_rows(xv, 1, p.hidden, p.per_token);
+  const bool gated = cuda::is_gated(p.act.kind);
+  const int64_t n1 = gated ? 2 * p.inter : p.inter;
+  std::vector<float> h(p.inter);
+  for (int64_t i = 0; i < p.inter; ++i) {
+    double g = block_scaled_dot(xq, 0, p.w13, e, i);
+    double u = gated ? block_scaled_dot(xq, 0, p.w13, e, p.inter + i) : 0.0;
+    if (p.bias) {
+      g += p.b13[e * n1 + i];
+      if (gated) u += p.b13[e * n1 + p.inter + i];
+    }
+    h[i] = round_to<T>(activation(p.act, g, u));
+  }
+  const QuantRows hq = p.h_static > 0.0f ? quantize_rows_static(h, 1, p.inter, p.h_static)
+                                         : quantize_rows(h, 1, p.inter, p.per_token);
+  std::vector<double> y(p.hidden);
+  for (int64_t col = 0; col < p.hidden; ++col) {
+    y[col] = block_scaled_dot(hq, 0, p.w2, e, col) + (p.bias ? p.b2[e * p.hidden + col] : 0.0);
+  }
+  return y;
+}
+
+// Device copies of an MLP's weights.
+struct DeviceMlp {
+  explicit DeviceMlp(const MlpProblem& p)
+      : w13(p.w13.codes.size()),
+        s13(p.w13.scales.size() * 4),
+        b13(p.b13.size() * 4),
+        w2(p.w2.codes.size()),
+        s2(p.w2.scales.size() * 4),
+        b2(p.b2.size() * 4) {
+    upload(w13, p.w13.codes);
+    upload(s13, p.w13.scales);
+    upload(b13, p.b13);
+    upload(w2, p.w2.codes);
+    upload(s2, p.w2.scales);
+    upload(b2, p.b2);
+  }
+  DeviceBuffer w13, s13, b13, w2, s2, b2;
+};
+
+// Runs `launch` on a fresh stream, then again captured in a CUDA graph and replayed (after
+// poisoning `out`); the graph must reproduce the eager output bit for bit.
+template <typename Launch>
+std::vector<uint8_t> run_eager_and_graph(const Launch& launch, const DeviceBuffer& out,
+                                         size_t out_bytes) {
+  cudaStream_t stream;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
+  launch(stream);
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint8_t> eager(out_bytes), replay(out_bytes);
+  out.download(eager.data(), out_bytes);
+
+  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launch(stream);
+  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.download(replay.data(), out_bytes);
+  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MG_CUDA_CHECK(cudaGraphDestroy(graph));
+  MG_CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_TRUE(eager == replay) << "the graph replay differs from the eager run";
+  return eager;
+}
+
+// Bounds of the whole MLP: the GEMMs' plus what re-quantising the intermediate may flip (an
+// intermediate one ulp of T off across an e4m3 rounding boundary moves its code by one e4m3 step;
+// rare, so the per-element bound is 2^-6 |ref| + 2^-6 rms and the L2 bound 1e-2).
+constexpr double kMlpRel = 1.0 / 64, kMlpAbs = 1.0 / 64, kMlpL2 = 1e-2;
+
+struct MlpCase {
+  int64_t tokens = 0, top_k = 0, experts = 0, hidden = 0, inter = 0;
+  MoEActKind kind = MoEActKind::kSiluGated;
+  bool bias = false;
+  ScaleKind scales = ScaleKind::kBlock;
+  bool per_token = false;
+  float x_static = 0.0f, h_static = 0.0f;  // > 0: static activation scales (with per_token)
+  std::string describe() const {
+    return fmt::format(
+        "tokens {} top_k {} experts {} H {} I {} act {} bias {} scales {} per_token {} static {} "
+        "{}",
+        tokens, top_k, experts, hidden, inter, static_cast<int>(kind), bias,
+        scale_kind_name(scales), per_token, x_static, h_static);
+  }
+};
+
+template <typename T>
+void check_mlp(const MlpCase& c, Fp8GemmKernel kernel, uint32_t seed) {
+  SCOPED_TRACE(
+      fmt::format("{} {} {}", dtype_label<T>(), cuda::fp8_gemm_kernel_name(kernel), c.describe()));
+  std::mt19937 rng(seed);
+  MlpProblem p = random_mlp(c.experts, c.hidden, c.inter, c.kind, c.bias, c.scales, rng);
+  p.per_token = c.per_token;
+  p.x_static = c.x_static;
+  p.h_static = c.h_static;
+  const float statics[2] = {c.x_static, c.h_static};
+  DeviceBuffer d_statics(sizeof(statics));
+  d_statics.upload(statics, sizeof(statics));
+  const std::vector<float> x = random_activations<T>(c.tokens, c.hidden, 2.0f, rng);
+  // Route every pair to a random expert except the last one (an expert with no rows), then sort
+  // the pairs by expert as moe_align does: row_to_pair and offsets.
+  const int64_t pairs = c.tokens * c.top_k;
+  std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(c.experts - 2, 0));
+  std::vector<int64_t> expert_of(pairs);
+  for (int64_t& e : expert_of) e = pick(rng);
+  std::vector<int32_t> row_to_pair(pairs), offsets(c.experts + 1, 0);
+  std::iota(row_to_pair.begin(), row_to_pair.end(), 0);
+  std::stable_sort(row_to_pair.begin(), row_to_pair.end(),
+                   [&](int32_t a, int32_t b) { return expert_of[a] < expert_of[b]; });
+  for (int64_t pr = 0; pr < pairs; ++pr) ++offsets[expert_of[pr] + 1];
+  for (int64_t e = 0; e < c.experts; ++e) offsets[e + 1] += offsets[e];
+
+  DeviceMlp d(p);
+  DeviceBuffer d_x(x.size() * sizeof(T)), d_map(pairs * 4), d_offsets(offsets.size() * 4);
+  upload(d_x, to_dtype<T>(x));
+  upload(d_map, row_to_pair);
+  upload(d_offsets, offsets);
+  const size_t out_bytes = pairs * c.hidden * sizeof(T);
+  const size_t scratch_bytes =
+      cuda::fp8_expert_mlp_scratch_bytes(pairs, c.hidden, c.inter, sizeof(T));
+  DeviceBuffer d_out(out_bytes), d_scratch(scratch_bytes);
+
+  cuda::Fp8ExpertMlpArgs args;
+  args.x = d_x.as<void>();
+  args.row_to_pair = d_map.as<int32_t>();
+  args.top_k = c.top_k;
+  args.expert_offsets = d_offsets.as<int32_t>();
+  args.num_experts = c.experts;
+  args.max_rows = pairs;
+  args.hidden = c.hidden;
+  args.inter = c.inter;
+  args.w13 = d.w13.as<uint8_t>();
+  args.s13 = scales_of(p.w13, d.s13);
+  args.b13 = c.bias ? d.b13.as<float>() : nullptr;
+  args.w2 = d.w2.as<uint8_t>();
+  args.s2 = scales_of(p.w2, d.s2);
+  args.b2 = c.bias ? d.b2.as<float>() : nullptr;
+  args.act = p.act;
+  args.act_per_token = c.per_token;
+  args.x_static_scale = c.x_static > 0.0f ? d_statics.as<float>() : nullptr;
+  args.h_static_scale = c.h_static > 0.0f ? d_statics.as<float>() + 1 : nullptr;
+  args.out = d_out.as<void>();
+  args.scratch = d_scratch.as<void>();
+  args.scratch_bytes = scratch_bytes;
+  if (!runs_here(kernel)) {
+    EXPECT_THROW(cuda::launch_fp8_expert_mlp<T>(args, kernel, nullptr), Error);
+    return;
+  }
+  const std::vector<uint8_t> bytes = run_eager_and_graph(
+      [&](cudaStream_t s) { cuda::launch_fp8_expert_mlp<T>(args, kernel, s); }, d_out, out_bytes);
+  std::vector<T> out(pairs * c.hidden);
+  std::memcpy(out.data(), bytes.data(), out_bytes);
+
+  std::vector<double> got, ref;
+  for (int64_t row = 0; row < pairs; ++row) {
+    const int32_t pair = row_to_pair[row];
+    const std::vector<double> y =
+        reference_mlp_row<T>(p, expert_of[pair], x.data() + (pair / c.top_k) * c.hidden);
+    for (int64_t col = 0; col < c.hidden; ++col) {
+      ref.push_back(y[col]);
+      got.push_back(to_f32(out[row * c.hidden + col]));
+    }
+  }
+  const std::string why = compare(got, ref, kMlpRel, kMlpAbs, kMlpL2);
+  EXPECT_TRUE(why.empty()) << why;
+}
+
+std::vector<MlpCase> mlp_cases() {
+  return {
+      {1, 1, 3, 256, 128, MoEActKind::kSiluGated, false, ScaleKind::kBlock},
+      {7, 2, 5, 448, 256, MoEActKind::kSwigluOai, true, ScaleKind::kBlock},
+      {40, 4, 5, 384, 48, MoEActKind::kGeluGated, true, ScaleKind::kChannel},
+      {150, 2, 3, 128, 448, MoEActKind::kSilu, false, ScaleKind::kTensor},
+      {13, 3, 7, 1040, 192, MoEActKind::kReluSquared, true, ScaleKind::kBlock},
+      {9, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kChannel, true},
+      // Static activation scales (some of h saturates at ±448).
+      {9, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kTensor, true, 2.5f / 448,
+       0.25f / 448},
+  };
+}
+
+TEST(CudaFp8Experts, ExpertMlpEveryKernelMatchesReference) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 3000;
+  for (const MlpCase& c : mlp_cases()) {
+    for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
+      for_each_dtype([&]<typename T>() { check_mlp<T>(c, kernel, ++seed); });
+    }
+  }
+}
+
+template <typename T>
+void check_decode(const MlpCase& c, uint32_t seed) {
+  SCOPED_TRACE(fmt::format("{} fp8_decode {}", dtype_label<T>(), c.describe()));
+  std::mt19937 rng(seed);
+  // c.experts local experts out of c.experts + 2 global ones; global ids 1 and 4 are not local.
+  const int64_t global = c.experts + 2;
+  std::vector<int32_t> expert_map(global);
+  for (int64_t g = 0, local = 0; g < global; ++g) {
+    expert_map[g] = (g == 1 || g == 4) ? -1 : static_cast<int32_t>(local++);
+  }
+  MlpProblem p = random_mlp(c.experts, c.hidden, c.inter, c.kind, c.bias, c.scales, rng);
+  p.per_token = c.per_token;
+  p.x_static = c.x_static;
+  p.h_static = c.h_static;
+  const float statics[2] = {c.x_static, c.h_static};
+  DeviceBuffer d_statics(sizeof(statics));
+  d_statics.upload(statics, sizeof(statics));
+  const std::vector<float> x = random_activations<T>(c.tokens, c.hidden, 2.0f, rng);
+  const int64_t pairs = c.tokens * c.top_k;
+  std::vector<int32_t> ids(pairs);
+  std::vector<float> weights(pairs);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(global - 1));
+  std::uniform_real_distribution<float> weight(0.1f, 1.0f);
+  for (int64_t i = 0; i < pairs; ++i) {
+    ids[i] = pick(rng);
+    weights[i] = weight(rng);
+  }
+  // The last token only routes to experts that are not local: its output must be zero.
+  if (c.tokens > 1) {
+    for (int64_t j = 0; j < c.top_k; ++j) ids[(c.tokens - 1) * c.top_k + j] = j % 2 ? 1 : 4;
+  }
+
+  DeviceMlp d(p);
+  DeviceBuffer d_x(x.size() * sizeof(T)), d_ids(pairs * 4), d_w(pairs * 4),
+      d_map(expert_map.size() * 4);
+  upload(d_x, to_dtype<T>(x));
+  upload(d_ids, ids);
+  upload(d_w, weights);
+  upload(d_map, expert_map);
+  const size_t out_bytes = c.tokens * c.hidden * sizeof(T);
+  const size_t scratch_bytes =
+      cuda::fp8_decode_scratch_bytes(c.tokens, c.top_k, c.hidden, c.inter, sizeof(T));
+  DeviceBuffer d_out(out_bytes), d_scratch(scratch_bytes);
+
+  cuda::Fp8DecodeArgs args;
+  args.x = d_x.as<void>();
+  args.topk_ids = d_ids.as<int32_t>();
+  args.topk_weights = d_w.as<float>();
+  args.expert_map = d_map.as<int32_t>();
+  args.w13 = d.w13.as<uint8_t>();
+  args.s13 = scales_of(p.w13, d.s13);
+  args.b13 = c.bias ? d.b13.as<float>() : nullptr;
+  args.w2 = d.w2.as<uint8_t>();
+  args.s2 = scales_of(p.w2, d.s2);
+  args.b2 = c.bias ? d.b2.as<float>() : nullptr;
+  args.out = d_out.as<void>();
+  args.scratch = d_scratch.as<void>();
+  args.scratch_bytes = scratch_bytes;
+  args.num_tokens = c.tokens;
+  args.top_k = c.top_k;
+  args.hidden = c.hidden;
+  args.inter = c.inter;
+  args.act = p.act;
+  args.act_per_token = c.per_token;
+  args.x_static_scale = c.x_static > 0.0f ? d_statics.as<float>() : nullptr;
+  args.h_static_scale = c.h_static > 0.0f ? d_statics.as<float>() + 1 : nullptr;
+  const std::vector<uint8_t> bytes = run_eager_and_graph(
+      [&](cudaStream_t s) { cuda::launch_fp8_decode_experts<T>(args, s); }, d_out, out_bytes);
+  std::vector<T> out(c.tokens * c.hidden);
+  std::memcpy(out.data(), bytes.data(), out_bytes);
+
+  std::vector<double> got, ref;
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    std::vector<double> sum(c.hidden, 0.0);
+    for (int64_t j = 0; j < c.top_k; ++j) {
+      const int32_t local = expert_map[ids[t * c.top_k + j]];
+      if (local < 0) continue;
+      const std::vector<double> y = reference_mlp_row<T>(p, local, x.data() + t * c.hidden);
+      for (int64_t col = 0; col < c.hidden; ++col) sum[col] += weights[t * c.top_k + j] * y[col];
+    }
+    for (int64_t col = 0; col < c.hidden; ++col) {
+      ref.push_back(sum[col]);
+      got.push_back(to_f32(out[t * c.hidden + col]));
+    }
+  }
+  if (c.tokens > 1) {
+    for (int64_t col = 0; col < c.hidden; ++col) {
+      ASSERT_EQ(got[(c.tokens - 1) * c.hidden + col], 0.0) << "a token without local experts";
+    }
+  }
+  const std::string why = compare(got, ref, kMlpRel, kMlpAbs, kMlpL2);
+  EXPECT_TRUE(why.empty()) << why;
+}
+
+TEST(CudaFp8Experts, DecodeMatchesReference) {
+  MG_REQUIRE_GPU();
+  const std::vector<MlpCase> cases = {
+      {1, 1, 3, 256, 128, MoEActKind::kSiluGated, false, ScaleKind::kBlock},
+      {1, 8, 9, 448, 256, MoEActKind::kSwigluOai, true, ScaleKind::kBlock},
+      {3, 4, 5, 384, 48, MoEActKind::kGeluGated, true, ScaleKind::kChannel},
+      {8, 2, 3, 128, 448, MoEActKind::kSilu, false, ScaleKind::kTensor},
+      {5, 6, 7, 1040, 192, MoEActKind::kReluSquared, true, ScaleKind::kBlock},
+      {8, 8, 33, 512, 384, MoEActKind::kSiluGated, true, ScaleKind::kBlock},
+      {4, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kChannel, true},
+      {4, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kTensor, true, 2.5f / 448,
+       0.25f / 448},
+  };
+  uint32_t seed = 4000;
+  for (const MlpCase& c : cases) {
+    for_each_dtype([&]<typename T>() { check_decode<T>(c, ++seed); });
+  }
+}
+
+#endif  // MG_WITH_CUDA
+
+}  // namespace
+}  // namespace mg
