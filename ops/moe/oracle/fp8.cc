@@ -2,6 +2,9 @@
 
 #include "ops/moe/experts/cpu_fp8_experts.h"
 #include "ops/moe/oracle/unquantized.h"
+#ifdef MG_WITH_CUDA
+#include "ops/moe/experts/cuda_fp8_experts.h"
+#endif
 
 namespace mg {
 
@@ -41,6 +44,9 @@ std::vector<const ExpertsBackend*> fp8_priority(Device device) {
       list = {&cpu_fp8_backend()};
       break;
     case DeviceType::kCUDA:
+#ifdef MG_WITH_CUDA
+      list = {&cuda_fp8_backend(), &cuda_dequant_backend()};
+#endif
       break;
   }
   // The unquantized backends follow, so that `inspect --plan` and a forced request say why they

@@ -7,7 +7,8 @@
 // else the compute dtype (W8A16).
 // Priority per device:
 //   CPU   cpu_fp8 (modular, standard; ops/moe/experts/cpu_fp8_experts.h)
-//   CUDA  none yet: an FP8 node on CUDA fails with the oracle's "no backend" message
+//   CUDA  cuda_fp8 (monolithic, W8A8), cuda_dequant (W8A16 through cuda_moe's kernels;
+//         ops/moe/experts/cuda_fp8_experts.h)
 // then the device's unquantized backends, which refuse FP8 at their quant check (listed so that
 // inspect --plan and a forced request say why).
 // Conversion: the canonical shard of this rank, codes kept as they are (never dequantized): the

@@ -1,0 +1,24 @@
+// The CUDA expert backends of the FP8 oracle module (ops/moe/oracle/fp8.h), in priority order:
+//
+//   cuda_fp8      monolithic, W8A8: the routing kernel, then the kernels that
+//                 ops/moe/heuristics/fp8_kernel_choice.h chooses for the batch (the one place
+//                 that decides): the FP8 decode kernels (M <= 8: weights read once per touched
+//                 expert), or align -> quantize-gather -> FP8 grouped GEMM1 + act -> quantize h ->
+//                 FP8 grouped GEMM2 -> combine (ops/moe/cuda/fp8/fp8_experts_cuda.h). Codes and
+//                 scales stay as the checkpoint has them (uploaded once); activations are
+//                 quantized per call exactly as framework/core/fp8.h defines. No host sync:
+//                 graph-capturable. `cuda_fp8:NAME` forces a kernel.
+//   cuda_dequant  W8A16 (activation quantization off): the FP8 weights are dequantized once at
+//                 build to the activation dtype and run by cuda_moe's kernels (twice the weight
+//                 bytes of FP8; the CPU's W8A16 numbers, on the GPU).
+// Both run one rank; Llama-4's weight-on-input routing is not taken by cuda_fp8.
+#pragma once
+
+#include "ops/moe/kernel/experts.h"
+
+namespace mg {
+
+const ExpertsBackend& cuda_fp8_backend();
+const ExpertsBackend& cuda_dequant_backend();
+
+}  // namespace mg

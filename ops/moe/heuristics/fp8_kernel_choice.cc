@@ -1,0 +1,80 @@
+#include "ops/moe/heuristics/fp8_kernel_choice.h"
+
+#include <fmt/format.h>
+
+#include "framework/core/error.h"
+
+namespace mg {
+
+namespace {
+
+constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::kMma64,
+                              Fp8Kernel::kWgmma};
+
+// Rows of the table, in order; the first that holds decides.
+//   D1  M <= 8: decode. The unquantized table's row P1 (its decode kernels beat the grouped
+//       pipeline up to 8 tokens on every shape of `bench moe`) carried over: the FP8 kernels have
+//       not been timed yet (docs/performance.md has no FP8 table), so this threshold is the
+//       unquantized one, not a measured FP8 one.
+//   G1  rows per expert <= 16: fp8_mma16 (narrow tiles: more CTAs stream the weights).
+//   G2  otherwise fp8_mma64. fp8_wgmma is never chosen until it is timed against fp8_mma64.
+// (G1/G2 are cuda::choose_fp8_gemm_kernel's rule, written down here as the one place.)
+Fp8Choice rule_choice(const Fp8Problem& p, int64_t tokens) {
+  if (tokens <= kFp8DecodeMaxTokens) return {Fp8Kernel::kDecode, "D1: M <= 8"};
+  const int64_t rows = tokens * p.top_k;
+  if (rows <= 16 * std::max<int64_t>(1, p.local_experts)) {
+    return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert"};
+  }
+  return {Fp8Kernel::kMma64, "G2: > 16 rows per expert"};
+}
+
+}  // namespace
+
+std::string_view fp8_kernel_name(Fp8Kernel kernel) {
+  switch (kernel) {
+    case Fp8Kernel::kDecode:
+      return "fp8_decode";
+    case Fp8Kernel::kMma16:
+      return "fp8_mma16";
+    case Fp8Kernel::kMma64:
+      return "fp8_mma64";
+    case Fp8Kernel::kWgmma:
+      return "fp8_wgmma";
+  }
+  return "?";
+}
+
+std::vector<std::string> fp8_kernel_request_names() {
+  std::vector<std::string> names = {"auto"};
+  for (Fp8Kernel k : kAll) names.emplace_back(fp8_kernel_name(k));
+  return names;
+}
+
+std::optional<Fp8Kernel> parse_fp8_kernel_request(std::string_view name) {
+  if (name.empty() || name == "auto") return std::nullopt;
+  for (Fp8Kernel k : kAll) {
+    if (fp8_kernel_name(k) == name) return k;
+  }
+  MG_FAIL("unknown FP8 MoE kernel '{}' (known: {})", name,
+          fmt::join(fp8_kernel_request_names(), ", "));
+}
+
+std::string check_fp8_kernel_request(const Fp8Problem& p, std::optional<Fp8Kernel> request) {
+  if (request == Fp8Kernel::kWgmma && !p.sm90a_kernels) {
+    return "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
+  }
+  return {};
+}
+
+Fp8Choice choose_fp8_kernel(const Fp8Problem& p, int64_t tokens, std::optional<Fp8Kernel> request) {
+  if (!request) return rule_choice(p, tokens);
+  const std::string why = check_fp8_kernel_request(p, request);
+  MG_CHECK(why.empty(), "cuda_fp8:{}: {}", fp8_kernel_name(*request), why);
+  MG_CHECK(*request != Fp8Kernel::kDecode || tokens <= kFp8DecodeMaxTokens,
+           "cuda_fp8:fp8_decode takes at most {} tokens per forward, got {} (lower --max-tokens "
+           "or let the backend choose)",
+           kFp8DecodeMaxTokens, tokens);
+  return {*request, "requested"};
+}
+
+}  // namespace mg

@@ -1,0 +1,43 @@
+// The FP8 kernel choice (ops/moe/heuristics/fp8_kernel_choice.h): each rule of its table at its
+// edges, forced kernels, and refusals.
+#include "ops/moe/heuristics/fp8_kernel_choice.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/moe/moe_test_util.h"
+
+namespace mg {
+namespace {
+
+TEST(Fp8KernelChoice, RulesAtTheirEdges) {
+  const Fp8Problem p{8, 2, true};
+  EXPECT_EQ(choose_fp8_kernel(p, 1, std::nullopt).kernel, Fp8Kernel::kDecode);
+  EXPECT_EQ(choose_fp8_kernel(p, 8, std::nullopt).kernel, Fp8Kernel::kDecode);
+  // 9 tokens x k 2 = 18 rows over 8 experts: <= 16 per expert -> mma16, up to 64 tokens.
+  EXPECT_EQ(choose_fp8_kernel(p, 9, std::nullopt).kernel, Fp8Kernel::kMma16);
+  EXPECT_EQ(choose_fp8_kernel(p, 64, std::nullopt).kernel, Fp8Kernel::kMma16);
+  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).kernel, Fp8Kernel::kMma64);
+  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).why, "G2: > 16 rows per expert");
+}
+
+TEST(Fp8KernelChoice, RequestsAreHonouredOrRefusedWithAReason) {
+  const Fp8Problem p{8, 2, true};
+  for (const std::string& name : fp8_kernel_request_names()) {
+    const std::optional<Fp8Kernel> k = parse_fp8_kernel_request(name);
+    EXPECT_EQ(k.has_value(), name != "auto") << name;
+    if (k) {
+      EXPECT_EQ(choose_fp8_kernel(p, 3, k).kernel, *k) << name;
+    }
+  }
+  EXPECT_MG_ERROR(parse_fp8_kernel_request("fp8_tma"),
+                  "unknown FP8 MoE kernel 'fp8_tma' (known: auto, fp8_decode");
+  EXPECT_MG_ERROR(choose_fp8_kernel(p, 9, Fp8Kernel::kDecode),
+                  "cuda_fp8:fp8_decode takes at most 8 tokens per forward, got 9");
+  const Fp8Problem no_sm90a{8, 2, false};
+  EXPECT_EQ(check_fp8_kernel_request(no_sm90a, Fp8Kernel::kWgmma),
+            "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks");
+  EXPECT_MG_ERROR(choose_fp8_kernel(no_sm90a, 100, Fp8Kernel::kWgmma), "needs the sm_90a kernels");
+}
+
+}  // namespace
+}  // namespace mg
