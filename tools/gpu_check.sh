@@ -23,6 +23,10 @@ archs="${MG_CUDA_ARCHS:-90a-real}"
   dpkg -l | grep -E "libprotobuf-dev|libspdlog-dev|libfmt-dev|libeigen3-dev|nlohmann|cli11|libgtest" | awk '{print $2, $3}'
 } > "$out/machine.txt" 2>&1
 
+# Machines without the tokenizer's -dev packages build against tools/stage_gpu_deps.sh's copies.
+if [ -d build-deps/lib/pkgconfig ]; then
+  export PKG_CONFIG_PATH="$PWD/build-deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+fi
 start=$(date +%s)
 stamp() { echo "$(( $(date +%s) - start ))s"; }
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMG_CUDA=ON \
