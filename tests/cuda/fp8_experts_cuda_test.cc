@@ -729,7 +729,8 @@ TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
   }
   EXPECT_EQ(cuda::parse_fp8_gemm_kernel("mma16"), std::nullopt);
   EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kMma16, false), "");
-  EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, true), "");
+  // Disabled until it matches the reference (fp8_experts_cuda.h).
+  EXPECT_NE(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, true), "");
   EXPECT_NE(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, false), "");
   EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5, 5), Fp8GemmKernel::kMma16);
   EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5 + 1, 5), Fp8GemmKernel::kMma64);

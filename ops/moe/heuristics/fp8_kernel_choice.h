@@ -5,8 +5,10 @@
 // A forward makes one choice from the tokens M and the shape (fp8_kernel_choice.cc, kRules):
 //   fp8_decode                      quantize x -> up + act -> quantize h -> down + combine, per
 //                                   (token, expert) pair, every touched expert's weights read once
-//   fp8_mma16 | fp8_mma64 | fp8_wgmma   align -> quantize-gather -> grouped GEMM1 + act ->
+//   fp8_mma16 | fp8_mma64           align -> quantize-gather -> grouped GEMM1 + act ->
 //                                   quantize h -> grouped GEMM2 -> combine, on that GEMM kernel
+//   fp8_wgmma                       the same on wgmma: disabled (refused with the reason) until it
+//                                   matches the reference on an H100
 // A request (`cuda_fp8:NAME`, one of the names above, or `auto`) forces it; a forced kernel that
 // cannot run is an error saying why.
 //

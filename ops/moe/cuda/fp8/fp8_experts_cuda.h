@@ -149,7 +149,12 @@ inline std::string fp8_gemm_kernel_check(Fp8GemmKernel kernel, bool sm90a) {
     case Fp8GemmKernel::kMma64:
       return "";
     case Fp8GemmKernel::kWgmma:
-      return sm90a ? "" : "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
+      // Its first H100 run (2026-11-25, tests/cuda/fp8_experts_cuda_test.cc) left up to 137 of
+      // 6272 MLP outputs 5-10% off the reference where the mma kernels match: refused until that
+      // is found, so that nothing (not even a forced request) runs it.
+      (void)sm90a;
+      return "fp8_wgmma is disabled: it does not match the reference on an H100 yet "
+             "(docs/quantization.md)";
   }
   return "unknown FP8 GEMM kernel";
 }
