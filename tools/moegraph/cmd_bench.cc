@@ -32,6 +32,7 @@ struct BenchMoeArgs {
   std::string backends = "all";
   std::string kernels;  // cuda_moe kernels, timed as backends cuda_moe:KERNEL
   std::string dtype = "bf16";
+  std::string quant = "none";
   int sets = 4;
   double target_ms = 200;
   bool no_check = false;
@@ -91,15 +92,25 @@ int bench_moe(const BenchMoeArgs& a) {
              kMaxTokensPerForward);
     o.tokens.push_back(v);
   }
+  if (a.quant == "fp8-block") {
+    o.quant = QuantScheme::kFp8Block;
+  } else if (a.quant == "fp8-channel") {
+    o.quant = QuantScheme::kFp8PerChannel;
+  } else if (a.quant == "fp8-tensor") {
+    o.quant = QuantScheme::kFp8PerTensor;
+  }
+  const bool fp8 = o.quant != QuantScheme::kUnquantized;
   if (a.backends != "all") {
     o.backends = split_list(a.backends);
   } else if (a.kernels.empty()) {
-    o.backends = {"cuda_moe", "cuda_grouped", "cuda_cublas"};
+    o.backends = fp8 ? std::vector<std::string>{"cuda_fp8"}
+                     : std::vector<std::string>{"cuda_moe", "cuda_grouped", "cuda_cublas"};
   }
-  // Forced kernels (ops/moe/heuristics/unquantized_kernel_choice.h): `--kernel grouped_tma` times
-  // backend cuda_moe:grouped_tma; one that cannot run a shape is an error saying why.
+  // Forced kernels (ops/moe/heuristics/unquantized_kernel_choice.h, fp8_kernel_choice.h):
+  // `--kernel grouped_tma` times backend cuda_moe:grouped_tma (cuda_fp8:KERNEL with --quant); one
+  // that cannot run a shape is an error saying why.
   for (const std::string& kernel : split_list(a.kernels))
-    o.backends.push_back("cuda_moe:" + kernel);
+    o.backends.push_back((fp8 ? "cuda_fp8:" : "cuda_moe:") + kernel);
   MG_CHECK(a.dtype == "bf16" || a.dtype == "f16", "--dtype: expected bf16 or f16, got '{}'",
            a.dtype);
   o.dtype = a.dtype == "bf16" ? DType::kBF16 : DType::kF16;
@@ -109,8 +120,9 @@ int bench_moe(const BenchMoeArgs& a) {
 
   const MoEBenchCeilings ceil = measure_moe_bench_ceilings();
   std::cout << fmt::format(
-      "ceilings (measured): copy {:.3f} TB/s (read + write), bf16 8192^3 GEMM {:.1f} TFLOP/s\n",
-      ceil.copy_bytes_per_s / 1e12, ceil.bf16_flops_per_s / 1e12);
+      "ceilings (measured): copy {:.3f} TB/s (read + write), bf16 8192^3 GEMM {:.1f} TFLOP/s, "
+      "fp8 8192^3 GEMM {:.1f} TFLOP/s\n",
+      ceil.copy_bytes_per_s / 1e12, ceil.bf16_flops_per_s / 1e12, ceil.fp8_flops_per_s / 1e12);
   std::cout << fmt::format("{:<14} {:>6} {:<13} {:>10} {:>10} {:>8} {:>9} {:>10} {:>8} {:>9}\n",
                            "shape", "tokens", "backend", "median_us", "p90_us", "TB/s", "TFLOP/s",
                            "floor_us", "%floor", "check");
@@ -125,8 +137,10 @@ int bench_moe(const BenchMoeArgs& a) {
   if (!a.json.empty() || !a.png.empty()) {
     nlohmann::json j;
     j["ceilings"] = {{"copy_bytes_per_s", ceil.copy_bytes_per_s},
-                     {"bf16_flops_per_s", ceil.bf16_flops_per_s}};
+                     {"bf16_flops_per_s", ceil.bf16_flops_per_s},
+                     {"fp8_flops_per_s", ceil.fp8_flops_per_s}};
     j["dtype"] = a.dtype;
+    j["quant"] = a.quant;
     j["sets"] = a.sets;
     for (const MoEBenchPoint& p : points) {
       j["points"].push_back({{"shape", p.shape},
@@ -257,6 +271,12 @@ Command add_bench_command(CLI::App& app) {
                 "--backend then defaults to none): auto, decode, cublas, grouped, grouped_K or "
                 "grouped_K1+K2 with K one of mma16, mma32, mma64, mma128, wgmma, tma, ffma");
   m->add_option("--dtype", moe->dtype, "bf16 or f16")->capture_default_str();
+  m->add_option("--quant", moe->quant,
+                "Expert weights: none (the dtype), or FP8 E4M3 W8A8 with 128x128 block "
+                "(fp8-block), per-row (fp8-channel) or per-matrix (fp8-tensor) scales, timed on "
+                "cuda_fp8; the floor then counts the FP8 bytes and the measured FP8 GEMM rate")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp8-block", "fp8-channel", "fp8-tensor"}));
   m->add_option("--sets", moe->sets, "Input sets rotated between calls")
       ->capture_default_str()
       ->check(int_range(1, 64));

@@ -1,5 +1,6 @@
 #include "ops/moe/bench/moe_bench_cuda.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -12,9 +13,11 @@
 #include "framework/device/cuda/cuda_device.h"
 #include "framework/device/cuda/random_fill_cuda.h"
 #include "framework/device/stream.h"
+#include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/kernel/fused_moe_kernel.h"
 #include "ops/moe/kernel/prepare_finalize.h"
+#include "ops/moe/oracle/fp8.h"
 #include "ops/moe/oracle/oracle.h"
 #include "ops/moe/oracle/unquantized.h"
 #include "ops/moe/router/router_cuda.h"
@@ -106,6 +109,105 @@ Tensor to_host_f32(const Tensor& dev) {
   return to_f32_cpu(host);
 }
 
+// The FP8 tensor-core rate: D [n, n] BF16 = A [n, n] . B [n, n]^T with e4m3 A, B (the "TN" layout
+// cuBLASLt's FP8 GEMMs take), fp32 compute, n = 8192, the best heuristic algorithm.
+double measure_fp8_flops(cudaStream_t s) {
+  const int64_t n = 8192;
+  // Random bytes as codes (the rate does not depend on the values; 2 of 256 codes are NaN).
+  Tensor a = random_device(DType::kBF16, {n * n / 2}, 4, 1.0f, s);
+  Tensor b = random_device(DType::kBF16, {n * n / 2}, 5, 1.0f, s);
+  Tensor d = empty_tensor(kGpu, DType::kBF16, {n, n});
+  const size_t ws_bytes = size_t{32} << 20;
+  Tensor ws = empty_tensor(kGpu, DType::kU8, {static_cast<int64_t>(ws_bytes)});
+  cublasLtHandle_t lt;
+  MG_CUBLAS_CHECK(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t op;
+  MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+  MG_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+  MG_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+  cublasLtMatrixLayout_t la, lb, ld;
+  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, n, n, n));
+  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, n, n, n));
+  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, n, n));
+  cublasLtMatmulPreference_t pref;
+  MG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+  cublasLtMatmulHeuristicResult_t algo{};
+  int found = 0;
+  MG_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &algo, &found));
+  MG_CHECK(found > 0, "bench: cuBLASLt has no FP8 GEMM algorithm for {}^3 on this GPU", n);
+  const float alpha = 1.0f, beta = 0.0f;
+  const Timing t = time_calls(
+      [&](int) {
+        MG_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a.raw(), la, b.raw(), lb, &beta, d.raw(), ld,
+                                       d.raw(), ld, &algo.algo, ws.raw(), ws_bytes, s));
+      },
+      100.0, s);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(lt);
+  return 2.0 * n * n * n / (t.median_us * 1e-6);
+}
+
+// Codes [E, N, K] e4m3 from random BF16 values (quantized per row per 128 channels on the GPU, so
+// no code is NaN), in chunks of experts to bound the BF16 scratch.
+Tensor random_fp8_codes(int64_t E, int64_t N, int64_t K, uint64_t seed, cudaStream_t s) {
+  Tensor codes = empty_tensor(kGpu, DType::kF8E4M3, {E, N, K});
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 30) / (N * K));  // ~2 GiB of BF16
+  for (int64_t e0 = 0; e0 < E; e0 += chunk) {
+    const int64_t rows = std::min(chunk, E - e0) * N;
+    Tensor x = random_device(DType::kBF16, {rows, K}, seed + e0, 1.0f, s);
+    Tensor xs = empty_tensor(kGpu, DType::kF32, {rows, cuda::fp8_groups(K)});
+    cuda::Fp8QuantArgs q;
+    q.x = x.raw();
+    q.max_rows = rows;
+    q.k = K;
+    q.xq = fp8_codes(codes) + e0 * N * K;
+    q.xs = xs.data<float>();
+    cuda::launch_fp8_quantize<__nv_bfloat16>(q, s);
+    MG_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  return codes;
+}
+
+// Device FP8 weights of scheme `quant` for the bench layer: codes as above, scales uniform in
+// +-sqrt(3 / K) / 448 (the real weights then have the variance of the BF16 bench's).
+QuantizedExpertWeights random_fp8_weights(QuantScheme quant, int64_t E, int64_t H, int64_t I,
+                                          cudaStream_t s) {
+  GroupShape g;
+  switch (quant) {
+    case QuantScheme::kFp8Block:
+      g = GroupShape::block(128, 128);
+      break;
+    case QuantScheme::kFp8PerChannel:
+      g = GroupShape::per_channel();
+      break;
+    default:
+      g = GroupShape::per_tensor();
+      break;
+  }
+  const bool per_token = quant != QuantScheme::kFp8Block;
+  auto make = [&](int64_t N, int64_t K, uint64_t seed, Tensor& codes, WeightQuantization& q) {
+    codes = random_fp8_codes(E, N, K, seed, s);
+    q.group = g;
+    q.scale = random_device(DType::kF32, scale_shape_for({E, N, K}, g), seed + 7,
+                            std::sqrt(3.0f / K) / 448.0f, s);
+    q.activation = ActivationQuant::kDynamic;
+    q.activation_group = per_token ? -1 : 128;
+  };
+  QuantizedExpertWeights w;
+  make(2 * I, H, 21, w.w13, w.w13_quant);
+  make(H, I, 22, w.w2, w.w2_quant);
+  return w;
+}
+
 double normalized_error_device(const Tensor& a, const Tensor& b) {
   const Tensor ha = to_host_f32(a), hb = to_host_f32(b);
   double num = 0, den = 0;
@@ -147,6 +249,7 @@ MoEBenchCeilings measure_moe_bench_ceilings() {
         s);
     c.bf16_flops_per_s = 2.0 * n * n * n / (t.median_us * 1e-6);
   }
+  c.fp8_flops_per_s = measure_fp8_flops(s);
   return c;
 }
 
@@ -156,18 +259,36 @@ std::vector<MoEBenchPoint> run_moe_bench(
   MG_CHECK(o.sets >= 1, "bench moe: --sets must be at least 1");
   auto stream = make_stream(kGpu);
   const cudaStream_t s = cuda::native(stream.get());
-  const std::vector<const ExpertsBackend*> list = unquantized_priority(kGpu);
+  const bool fp8 = o.quant != QuantScheme::kUnquantized;
+  MG_CHECK(!fp8 || o.quant == QuantScheme::kFp8Block || o.quant == QuantScheme::kFp8PerChannel ||
+               o.quant == QuantScheme::kFp8PerTensor,
+           "bench moe: --quant {} is not supported", quant_scheme_name(o.quant));
+  const std::vector<const ExpertsBackend*> list =
+      fp8 ? fp8_priority(kGpu) : unquantized_priority(kGpu);
   std::vector<MoEBenchPoint> points;
   for (const MoEBenchShape& sh : o.shapes) {
-    const MoEConfig config = bench_config(sh);
+    MoEConfig::Fields fields = bench_config(sh).fields();
+    fields.quant_scheme = o.quant;
+    const MoEConfig config(fields);
     ExpertsShape shape = local_experts_shape(config, ParallelConfig());
     shape.dtype = o.dtype;
     const int64_t E = sh.experts, H = sh.hidden, I = sh.inter, k = sh.top_k;
     // randn * 1/sqrt(fan_in) has the variance of uniform +-sqrt(3/fan_in).
     CanonicalExpertWeights w;
-    w.w13 = random_device(o.dtype, {E, 2 * I, H}, 11, std::sqrt(3.0f / H), s);
-    w.w2 = random_device(o.dtype, {E, H, I}, 12, std::sqrt(3.0f / I), s);
-    const MoEQuantConfig quant = MoEQuantConfig::unquantized(o.dtype);
+    QuantizedExpertWeights qw;
+    std::optional<MoEQuantConfig> quant;
+    double expert_bytes = 3.0 * H * I * dtype_size(o.dtype);  // per expert, as the floor counts
+    if (fp8) {
+      qw = random_fp8_weights(o.quant, E, H, I, s);
+      const RawExpertWeights raw{{}, {}, {}, {}, qw.w13_quant, qw.w2_quant};
+      quant = fp8_quant_config(config, raw, o.dtype, /*quantize_activations=*/true);
+      expert_bytes = 3.0 * H * I + 4.0 * (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) /
+                                       static_cast<double>(E);
+    } else {
+      w.w13 = random_device(o.dtype, {E, 2 * I, H}, 11, std::sqrt(3.0f / H), s);
+      w.w2 = random_device(o.dtype, {E, H, I}, 12, std::sqrt(3.0f / I), s);
+      quant = MoEQuantConfig::unquantized(o.dtype);
+    }
     const ParallelConfig parallel;
     for (int64_t M : o.tokens) {
       std::vector<Tensor> xs, logits;
@@ -189,12 +310,12 @@ std::vector<MoEBenchPoint> run_moe_bench(
         MG_CHECK(it != list.end(), "bench moe: unknown CUDA backend '{}'", request.backend);
         const ExpertsBackend& backend = **it;
         std::string why =
-            check_backend(backend, OracleQuery{kGpu, config, quant, parallel, shape, name});
+            check_backend(backend, OracleQuery{kGpu, config, *quant, parallel, shape, name});
         if (why.empty()) why = backend.check_kernel(request.kernel, shape, kGpu);
         MG_CHECK(why.empty(), "bench moe: {} does not take {}: {}", name, sh.name, why);
-        FusedMoEKernel kernel(
-            make_prepare_finalize(parallel, shape),
-            backend.create(ExpertsBuild{config, shape, kGpu, w, Tensor(), request.kernel}));
+        ExpertsBuild build{config, shape, kGpu, w, Tensor(), request.kernel, *quant, qw};
+        FusedMoEKernel kernel(make_prepare_finalize(parallel, shape),
+                              backend.create(std::move(build)));
         const size_t ws_bytes = kernel.workspace_bytes(M);
         Tensor ws =
             empty_tensor(kGpu, DType::kU8, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 64))});
@@ -239,10 +360,10 @@ std::vector<MoEBenchPoint> run_moe_bench(
         p.reps = t.reps;
         p.distinct_experts = E * (1.0 - std::pow(1.0 - static_cast<double>(k) / E, M));
         const double es = dtype_size(o.dtype);
-        p.bytes = p.distinct_experts * 3.0 * H * I * es + M * H * es * 2 + M * E * 4.0;
+        p.bytes = p.distinct_experts * expert_bytes + M * H * es * 2 + M * E * 4.0;
         p.flops = 2.0 * M * k * 3.0 * H * I;
-        p.floor_us =
-            std::max(p.bytes / ceil.copy_bytes_per_s, p.flops / ceil.bf16_flops_per_s) * 1e6;
+        const double rate = fp8 ? ceil.fp8_flops_per_s : ceil.bf16_flops_per_s;
+        p.floor_us = std::max(p.bytes / ceil.copy_bytes_per_s, p.flops / rate) * 1e6;
         points.push_back(p);
         if (progress) progress(p);
       }

@@ -5,6 +5,7 @@
 //     bytes  = D * 3 H I * 2 (the expected D distinct experts touched under uniform routing,
 //              E (1 - (1 - k/E)^M)) + M H * 2 * 2 (x in, out) + M E * 4 (logits)
 //     flops  = 2 M k * 3 H I
+// FP8 (--quant): the expert bytes are D * (3 H I codes + their F32 scales), the rate the FP8 one.
 // (the model of ../shared/peers/moe_common.py, so that our percentages and the peers' compare).
 // Both ceilings are measured here on the same GPU: a 2 GiB device-to-device copy (bytes read +
 // written) and a BF16 8192^3 cuBLASLt GEMM. Timing: CUDA events around each call, 3 warm-up
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "framework/core/dtype.h"
+#include "ops/moe/config.h"
 
 namespace mg {
 
@@ -36,6 +38,11 @@ struct MoEBenchOptions {
   // (`cuda_moe:grouped_tma`; ops/moe/heuristics/unquantized_kernel_choice.h names them).
   std::vector<std::string> backends;
   DType dtype = DType::kBF16;
+  // FP8 schemes (bench moe --quant): expert codes made by quantizing random BF16 values on the GPU,
+  // random scales of the scheme's groups (fp8_block: 128 x 128, activations per 128 channels;
+  // fp8_per_channel: per row, fp8_per_tensor: per matrix, activations per token), the FP8 oracle
+  // module's CUDA backends, and the floor on the quantized bytes and the measured FP8 rate.
+  QuantScheme quant = QuantScheme::kUnquantized;
   int sets = 4;
   double target_ms = 200.0;
   bool check = true;  // compare every backend's output with the first one's on set 0
@@ -44,6 +51,8 @@ struct MoEBenchOptions {
 struct MoEBenchCeilings {
   double copy_bytes_per_s = 0;
   double bf16_flops_per_s = 0;
+  // An FP8 e4m3 8192^3 cuBLASLt GEMM (BF16 out, fp32 compute): the FP8 tensor-core rate.
+  double fp8_flops_per_s = 0;
 };
 
 struct MoEBenchPoint {

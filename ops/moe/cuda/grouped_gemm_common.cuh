@@ -161,21 +161,23 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
 
-// cp.async of one pipeline stage: A rows [0, BM) × k [k0, k0 + 64) to s_a, the CTA's weight rows
-// (BN, or gate BN then up BN when Gated) to s_b, both [rows][64] swizzled. Rows, columns and K
-// outside the problem are zero-filled so the MMAs need no masks; a K tail chunk is either fully
-// in or out (K is a multiple of 8).
+// cp.async of one pipeline stage: A rows [0, BM) × one 128-byte K slice [k0, k0 + 128 / sizeof(T))
+// to s_a, the CTA's weight rows (BN, or gate BN then up BN when Gated) to s_b, both [rows][128 B]
+// swizzled in 16-byte chunks (8 16-bit elements, or 16 FP8 codes with T = uint8_t). Rows, columns
+// and K outside the problem are zero-filled so the MMAs need no masks; a K tail chunk is either
+// fully in or out (K is a multiple of the chunk's elements).
 template <typename T, int BM, int BN, int kThreads, bool Gated>
 __device__ __forceinline__ void load_tile_stage(uint32_t s_a, uint32_t s_b, const T* a, const T* b,
                                                 int rows_here, int n0, int n, int k, int k0,
                                                 int tid) {
   constexpr int kBRows = Gated ? 2 * BN : BN;
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte chunk
 #pragma unroll
   for (int it = 0; it < (BM * 8 + kThreads - 1) / kThreads; ++it) {
     const int i = tid + it * kThreads;
     if ((BM * 8) % kThreads != 0 && i >= BM * 8) break;
     const int row = i >> 3, chunk = i & 7;
-    const int kc = k0 + chunk * 8;
+    const int kc = k0 + chunk * kChunk;
     const bool valid = row < rows_here && kc < k;
     const T* src = valid ? a + static_cast<int64_t>(row) * k + kc : a;
     cp_async_16(s_a + swizzled(row, chunk), src, valid);
@@ -187,7 +189,7 @@ __device__ __forceinline__ void load_tile_stage(uint32_t s_a, uint32_t s_b, cons
     const int row = i >> 3, chunk = i & 7;
     const bool up = Gated && row >= BN;
     const int col = n0 + (up ? row - BN : row);
-    const int kc = k0 + chunk * 8;
+    const int kc = k0 + chunk * kChunk;
     const bool valid = col < n && kc < k;
     const T* src = valid ? b + static_cast<int64_t>(up ? n + col : col) * k + kc : b;
     cp_async_16(s_b + swizzled(row, chunk), src, valid);

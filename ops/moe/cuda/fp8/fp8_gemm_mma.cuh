@@ -79,38 +79,14 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a
 #endif
 }
 
-// cp.async of one stage: A rows [0, BM) × codes [k0, k0 + 128) to s_a, the CTA's weight rows to
-// s_b, both [rows][128 B] swizzled; 16-byte chunks of 16 codes, outside the problem zero-filled
-// (K is a multiple of 16, so a chunk is all in or all out).
+// cp.async of one stage: grouped_gemm::load_tile_stage with T = uint8_t (16 codes per 16-byte
+// chunk, one 128-code K block per stage; K is a multiple of 16, so a chunk is all in or all out).
 template <int BM, int BN, int kThreads, bool Gated>
 __device__ __forceinline__ void load_stage(uint32_t s_a, uint32_t s_b, const uint8_t* a,
                                            const uint8_t* b, int rows_here, int n0, int n, int k,
                                            int k0, int tid) {
-  using grouped_gemm::cp_async_16;
-  using grouped_gemm::swizzled;
-  constexpr int kBRows = Gated ? 2 * BN : BN;
-#pragma unroll
-  for (int it = 0; it < (BM * 8 + kThreads - 1) / kThreads; ++it) {
-    const int i = tid + it * kThreads;
-    if ((BM * 8) % kThreads != 0 && i >= BM * 8) break;
-    const int row = i >> 3, chunk = i & 7;
-    const int kc = k0 + chunk * 16;
-    const bool valid = row < rows_here && kc < k;
-    const uint8_t* src = valid ? a + static_cast<int64_t>(row) * k + kc : a;
-    cp_async_16(s_a + swizzled(row, chunk), src, valid);
-  }
-#pragma unroll
-  for (int it = 0; it < (kBRows * 8 + kThreads - 1) / kThreads; ++it) {
-    const int i = tid + it * kThreads;
-    if ((kBRows * 8) % kThreads != 0 && i >= kBRows * 8) break;
-    const int row = i >> 3, chunk = i & 7;
-    const bool up = Gated && row >= BN;
-    const int col = n0 + (up ? row - BN : row);
-    const int kc = k0 + chunk * 16;
-    const bool valid = col < n && kc < k;
-    const uint8_t* src = valid ? b + static_cast<int64_t>(up ? n + col : col) * k + kc : b;
-    cp_async_16(s_b + swizzled(row, chunk), src, valid);
-  }
+  grouped_gemm::load_tile_stage<uint8_t, BM, BN, kThreads, Gated>(s_a, s_b, a, b, rows_here, n0,
+                                                                  n, k, k0, tid);
 }
 
 // The GEMM epilogue of one output (up only read when Gated); bias F32 [N_b] of the expert.
