@@ -268,9 +268,9 @@ std::vector<PartRef> ImportGraph::scale_parts(const std::string& name, const Sha
     const int64_t local_end = local + n;
     MG_CHECK(local % block == 0 && (local_end % block == 0 || local_end % rows == 0) &&
                  (local_end <= rows || (local == 0 && n % rows == 0)),
-             "{}: '{}' {} stacks '{}' at row {} of {}, which is not on a {}-row FP8 scale block "
-             "boundary: the parts' block scales cannot be concatenated",
-             dir, name, shape_str(shape), p.key, local, local_end, block);
+             "{}: '{}' {} stacks '{}' as rows [{}, {}) of a {}-row matrix, which do not fall on "
+             "{}-row FP8 scale blocks: the parts' block scales cannot be concatenated",
+             dir, name, shape_str(shape), p.key, local, local_end, rows, block);
     if (is_row_range(p)) {
       out.push_back({s.scale_key, s.scale_shape, begin / block, (end + block - 1) / block});
     } else {
