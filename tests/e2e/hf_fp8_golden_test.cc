@@ -39,9 +39,9 @@ struct Fp8Fixture {
   std::string name;
   proto::MoEQuantScheme scheme;
   GroupShape w13_group;
-  GroupShape attention_group;  // of the first layer's o_proj
-  std::string moe_prefix;      // "model.layers.N.mlp."
-  std::string attention_weight;
+  GroupShape attention_group;    // of attention_weight
+  std::string moe_prefix;        // "model.layers.N.mlp."
+  std::string attention_weight;  // a quantized attention weight of layer 0
 };
 
 std::vector<Fp8Fixture> fixtures() {
@@ -52,6 +52,13 @@ std::vector<Fp8Fixture> fixtures() {
       {"qwen3_moe_fp8", proto::MOE_QUANT_FP8_BLOCK, GroupShape::block(128, 128),
        GroupShape::block(128, 128), "model.layers.1.mlp.",
        "model.layers.0.self_attn.o_proj.weight"},
+      // MLA's split weights (kv_b per head) take their scale rows, or keep the one scale.
+      {"deepseek_v3_ct_fp8_channel", proto::MOE_QUANT_FP8_PER_CHANNEL, GroupShape::per_channel(),
+       GroupShape::per_channel(), "model.layers.1.mlp.",
+       "model.layers.0.self_attn.kv_b_proj.k_nope.weight"},
+      {"deepseek_v3_ct_fp8_tensor", proto::MOE_QUANT_FP8_PER_TENSOR, GroupShape{16, -1},
+       GroupShape::per_tensor(), "model.layers.1.mlp.",
+       "model.layers.0.self_attn.kv_b_proj.k_nope.weight"},
       {"qwen3_moe_ct_fp8_channel", proto::MOE_QUANT_FP8_PER_CHANNEL, GroupShape::per_channel(),
        GroupShape::per_channel(), "model.layers.1.mlp.", "model.layers.0.self_attn.o_proj.weight"},
       // Per tensor: w13 keeps one scale per projection (gate, up: 32 rows each).

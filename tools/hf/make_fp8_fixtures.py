@@ -65,6 +65,14 @@ QWEN3_SMALL = dict(COMMON, hidden_size=64, num_attention_heads=2, num_key_value_
                    norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0])
 
 
+DEEPSEEK_SMALL = dict(COMMON, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                      num_hidden_layers=2, first_k_dense_replace=1, intermediate_size=48,
+                      moe_intermediate_size=16, n_routed_experts=8, n_shared_experts=1,
+                      num_experts_per_tok=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                      norm_topk_prob=True, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8,
+                      qk_rope_head_dim=4, v_head_dim=8, rope_interleave=True)
+
+
 def fixtures():
     """name -> dict(config class, model class, kwargs, seed, scheme, notes)."""
     import transformers as t
@@ -93,6 +101,16 @@ def fixtures():
                         norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0]),
             notes="128x128 blocks: hidden 144, k/v 64 rows and the dense MLP's 96 ragged; layer 0 "
                   "dense FP8 MLP, layer 1 4 experts of 128; modules_to_not_convert as Qwen lists"),
+        "deepseek_v3_ct_fp8_channel": dict(
+            config=t.DeepseekV3Config, model=t.DeepseekV3ForCausalLM, seed=35, scheme="channel",
+            kwargs=DEEPSEEK_SMALL,
+            notes="compressed-tensors per channel on MLA: kv_a and kv_b (4 heads) split take "
+                  "their scale rows; layer 0 dense, 8 experts and a shared expert"),
+        "deepseek_v3_ct_fp8_tensor": dict(
+            config=t.DeepseekV3Config, model=t.DeepseekV3ForCausalLM, seed=36, scheme="tensor",
+            kwargs=DEEPSEEK_SMALL,
+            notes="compressed-tensors per tensor on MLA: the kv_a / kv_b splits keep their "
+                  "tensor's one scale; w13 one scale per projection"),
         "qwen3_moe_ct_fp8_channel": dict(
             config=t.Qwen3MoeConfig, model=t.Qwen3MoeForCausalLM, seed=33, scheme="channel",
             kwargs=QWEN3_SMALL,
