@@ -9,6 +9,13 @@ namespace {
 
 // Compiles an ignore pattern; a bad regex is an error naming the key and the entry.
 std::regex compile_pattern(const ConfigReader& q, std::string_view key, const std::string& text) {
+  // std::regex compiles and matches recursively: a bound keeps a hostile config.json from
+  // exhausting the stack (module names are far shorter).
+  constexpr size_t kMaxPattern = 1000;
+  if (text.size() > kMaxPattern) {
+    q.fail(key, fmt::format("an entry of {} characters is longer than the {} allowed", text.size(),
+                            kMaxPattern));
+  }
   try {
     return std::regex(text, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
