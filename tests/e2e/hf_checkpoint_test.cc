@@ -432,6 +432,20 @@ TEST(HfCheckpointVariant, Fp8ScalesInBf16) {
   EXPECT_GT(err, 1e-6);
 }
 
+TEST(HfCheckpointVariant, PerTensorScalesStoredAsScalars) {
+  // compressed-tensors writes a per-tensor weight_scale as [1] or as a scalar [].
+  const auto dir = copy_fixture("variant-ct-scalar-scales", "qwen3_moe_ct_fp8_tensor");
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (!name.ends_with("_scale")) continue;
+      Tensor scalar = Tensor::empty_cpu(DType::kF32, {});
+      std::memcpy(scalar.raw(), t.raw(), sizeof(float));
+      t = scalar;
+    }
+  });
+  EXPECT_LE(fp8_error_against_golden(dir, "qwen3_moe_ct_fp8_tensor"), 1e-4);
+}
+
 TEST(HfCheckpointVariant, CompressedTensorsBlockScales) {
   // llm-compressor's FP8_BLOCK scheme stores the fp8 method's tensors under compressed-tensors
   // names: `weight_scale` [ceil(out/128), ceil(in/128)], activations per group of 128.
