@@ -185,13 +185,33 @@ std::string dense_mlp(ImportGraph& g, const std::string& node, const std::string
   return node + ".out";
 }
 
+namespace {
+
+// The MoE quant_scheme of FP8 expert weights with scales `group` (w2's: w13's may be per
+// projection in a per-tensor checkpoint).
+proto::MoEQuantScheme fp8_scheme(GroupShape group) {
+  if (group == GroupShape::per_tensor()) return proto::MOE_QUANT_FP8_PER_TENSOR;
+  if (group == GroupShape::per_channel()) return proto::MOE_QUANT_FP8_PER_CHANNEL;
+  return proto::MOE_QUANT_FP8_BLOCK;
+}
+
+}  // namespace
+
 std::string moe(ImportGraph& g, const std::string& node, const std::string& x,
                 const proto::MoEParams& params, const MoeInputs& in) {
+  const std::optional<GroupShape> w13_group = g.quant_group(in.w13);
+  const std::optional<GroupShape> w2_group = g.quant_group(in.w2);
+  MG_CHECK(w13_group.has_value() == w2_group.has_value(),
+           "{}: expert weights '{}' ({}) and '{}' ({}) must both be FP8 or both unquantized",
+           g.checkpoint().dir().string(), in.w13, w13_group ? "FP8" : "not quantized", in.w2,
+           w2_group ? "FP8" : "not quantized");
+  proto::MoEParams p = params;
+  if (w2_group) p.set_quant_scheme(fp8_scheme(*w2_group));
   proto::Node& n = g.node(
       node, "moe",
       {x, in.router_weight, in.router_bias, in.score_correction_bias, in.w13, in.w13_bias, in.w2,
        in.w2_bias, in.shared_gate, in.shared_up, in.shared_down, in.shared_expert_gate});
-  *n.mutable_moe() = params;
+  *n.mutable_moe() = p;
   return node + ".out";
 }
 

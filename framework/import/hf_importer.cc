@@ -7,6 +7,7 @@
 #include "framework/import/config_reader.h"
 #include "framework/import/hf_checkpoint.h"
 #include "framework/import/hf_families.h"
+#include "framework/import/hf_quantization.h"
 #include "framework/import/import_graph.h"
 #include "framework/io/graph_loader.h"
 
@@ -50,19 +51,11 @@ HfImportResult build_hf_graph(const std::filesystem::path& hf_dir, const HfImpor
   MG_CHECK(family != families.end(), "{}: model_type '{}' is not supported (supported: {})",
            checkpoint.config_path().string(), model_type,
            fmt::join(hf_supported_model_types(), ", "));
-  if (config.has("quantization_config")) {
-    std::string method = "unknown";
-    if (const auto q = config.object_opt("quantization_config")) {
-      method = q->string_or("quant_method", "unknown");
-    }
-    MG_FAIL(
-        "{}: quantized checkpoints are not supported yet (quantization_config.quant_method = "
-        "'{}'); import an unquantized (bf16/fp16/fp32) checkpoint",
-        checkpoint.config_path().string(), method);
-  }
+  // Checked before the family reads its keys: an unsupported quantization is the first error.
+  HfQuantization quantization = read_hf_quantization(config);
 
   std::filesystem::path graph_dir = options.graph_dir.empty() ? hf_dir : options.graph_dir;
-  ImportGraph g(checkpoint, graph_dir);
+  ImportGraph g(checkpoint, graph_dir, std::move(quantization));
   // The multimodal Llama-4 config keeps the text model's keys under text_config.
   std::optional<ConfigReader> text;
   if (model_type == "llama4") {

@@ -2,10 +2,12 @@
 // whose weight tensors reference the checkpoint's own files: nothing is copied or converted
 // here; per-expert tensors are stacked at compile time (TensorInfo.parts).
 //
-// Supported config.json model_type values: hf_supported_model_types(). Everything the import
-// rejects (unknown model_type, quantized checkpoint, missing or ill-typed config key, missing or
-// mis-shaped tensor, truncated or invalid shard) is one mg::Error naming the file, key or
-// tensor. docs/hf_import.md describes each family's mapping.
+// Supported config.json model_type values: hf_supported_model_types(); FP8 checkpoints
+// (quant_method fp8 with block scales, compressed-tensors float-quantized) import with their
+// codes and scales as stored (hf_quantization.h). Everything the import rejects (unknown
+// model_type, other quantization, missing or ill-typed config key, missing or mis-shaped tensor
+// or scale, truncated or invalid shard) is one mg::Error naming the file, key or tensor.
+// docs/hf_import.md describes each family's mapping.
 #pragma once
 
 #include <cstdint>

@@ -42,8 +42,9 @@ std::string siblings(const HfCheckpoint& checkpoint, const std::string& key) {
 
 }  // namespace
 
-ImportGraph::ImportGraph(const HfCheckpoint& checkpoint, std::filesystem::path graph_dir)
-    : checkpoint_(checkpoint), graph_dir_(std::move(graph_dir)) {}
+ImportGraph::ImportGraph(const HfCheckpoint& checkpoint, std::filesystem::path graph_dir,
+                         HfQuantization quantization)
+    : checkpoint_(checkpoint), graph_dir_(std::move(graph_dir)), quant_(std::move(quantization)) {}
 
 bool ImportGraph::has(const std::string& key) const {
   return checkpoint_.find(key) != nullptr;
@@ -54,14 +55,65 @@ const HfCheckpoint::Entry& ImportGraph::require(const std::string& key, const Sh
   const HfCheckpoint::Entry* e = checkpoint_.find(key);
   MG_CHECK(e != nullptr, "{}: tensor '{}' is missing from the checkpoint{}", dir, key,
            siblings(checkpoint_, key));
-  MG_CHECK(is_supported_weight_dtype(e->entry->dtype),
-           "{}: tensor '{}' in '{}' is {}, expected F32, BF16 or F16 (quantized checkpoints are "
-           "not supported yet)",
-           dir, key, e->file.string(), dtype_name(e->entry->dtype));
   MG_CHECK(e->entry->shape == shape,
            "{}: tensor '{}' in '{}' has shape {}, but config.json implies {}", dir, key,
            e->file.string(), shape_str(e->entry->shape), shape_str(shape));
   return *e;
+}
+
+std::optional<ImportGraph::QuantSource> ImportGraph::quant_source(const std::string& key,
+                                                                  const Shape& shape) const {
+  const std::string dir = checkpoint_.dir().string();
+  const HfCheckpoint::Entry& e = require(key, shape);
+  const std::string file = e.file.string();
+  const DType dtype = e.entry->dtype;
+  const bool fp8 = dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2;
+  const std::string scale_key = quant_.quantized() ? key + quant_.scale_suffix : "";
+  const HfCheckpoint::Entry* scale = scale_key.empty() ? nullptr : checkpoint_.find(scale_key);
+  if (!fp8 && scale == nullptr) {
+    MG_CHECK(is_supported_weight_dtype(dtype),
+             "{}: tensor '{}' in '{}' is {}, expected F32, BF16 or F16 (or F8_E4M3 with a scale "
+             "in an FP8 checkpoint)",
+             dir, key, file, dtype_name(dtype));
+    return std::nullopt;
+  }
+  MG_CHECK(quant_.quantized(),
+           "{}: tensor '{}' in '{}' is {}, but config.json has no quantization_config (FP8 "
+           "checkpoints need quant_method fp8 or compressed-tensors)",
+           dir, key, file, dtype_name(dtype));
+  MG_CHECK(dtype == DType::kF8E4M3,
+           "{}: tensor '{}' in '{}' is {}, but only F8_E4M3 codes with a scale '{}' are supported",
+           dir, key, file, dtype_name(dtype), scale_key);
+  MG_CHECK(scale != nullptr,
+           "{}: tensor '{}' in '{}' is F8_E4M3, but its scale '{}' is missing from the checkpoint",
+           dir, key, file, scale_key);
+  const std::string module = key.ends_with(".weight") ? key.substr(0, key.size() - 7) : key;
+  if (const HfQuantization::IgnoreRule* rule = quant_.ignored_by(module)) {
+    MG_FAIL(
+        "{}: tensor '{}' in '{}' is F8_E4M3, but quantization_config.{} entry '{}' keeps module "
+        "'{}' unquantized",
+        dir, key, file, quant_.ignore_key, rule->text, module);
+  }
+  MG_CHECK(shape.size() >= 2,
+           "{}: tensor '{}' in '{}' is F8_E4M3 of rank {}: only weight matrices can be quantized",
+           dir, key, file, shape.size());
+  const DType scale_dtype = scale->entry->dtype;
+  MG_CHECK(scale_dtype == DType::kF32 || scale_dtype == DType::kBF16 || scale_dtype == DType::kF16,
+           "{}: scale '{}' in '{}' is {}, expected F32, BF16 or F16", dir, scale_key,
+           scale->file.string(), dtype_name(scale_dtype));
+  QuantSource q{scale_key, scale->entry->shape, scale_shape_for(shape, quant_.group)};
+  // Accepted layouts: exactly the group's shape; per tensor any shape of one scale per matrix
+  // ([] or [1] for a matrix); per channel also [rows] without the trailing 1.
+  bool fits = q.scale_shape == q.group_shape;
+  if (quant_.group == GroupShape::per_tensor()) {
+    fits = shape_numel(q.scale_shape) == shape_numel(q.group_shape);
+  } else if (quant_.group == GroupShape::per_channel()) {
+    fits = fits || q.scale_shape == Shape(q.group_shape.begin(), q.group_shape.end() - 1);
+  }
+  MG_CHECK(fits, "{}: scale '{}' in '{}' has shape {}, but {} codes {} with {} scales need {}", dir,
+           scale_key, scale->file.string(), shape_str(q.scale_shape), key, shape_str(shape),
+           quant_.group.str(), shape_str(q.group_shape));
+  return q;
 }
 
 std::string ImportGraph::relative_file(const std::filesystem::path& file) const {
@@ -73,9 +125,22 @@ std::string ImportGraph::relative_file(const std::filesystem::path& file) const 
   return rel.generic_string();
 }
 
+void ImportGraph::set_quantization(proto::TensorInfo& t, const std::string& scale,
+                                   GroupShape group) const {
+  proto::TensorQuantization* q = t.mutable_quantization();
+  q->set_scale(scale);
+  q->set_group_rows(group.rows);
+  q->set_group_cols(group.cols);
+  q->set_activation(quant_.activation);
+  if (quant_.activation == proto::ACT_QUANT_DYNAMIC) {
+    q->set_activation_group(quant_.activation_group);
+  }
+}
+
 std::string ImportGraph::weight(const std::string& key, const Shape& shape) {
   if (std::find(declared_.begin(), declared_.end(), key) != declared_.end()) return key;
-  const HfCheckpoint::Entry& e = require(key, shape);
+  const std::optional<QuantSource> q = quant_source(key, shape);
+  const HfCheckpoint::Entry& e = *checkpoint_.find(key);
   proto::TensorInfo* t = model_.add_tensors();
   t->set_name(key);
   t->set_dtype(to_proto(e.entry->dtype));
@@ -83,11 +148,23 @@ std::string ImportGraph::weight(const std::string& key, const Shape& shape) {
   t->set_file(relative_file(e.file));
   declared_.push_back(key);
   used_keys_.push_back(key);
+  if (q) {
+    // The scale keeps its checkpoint name; a shape other than the group's ([] or [1] per
+    // tensor) is viewed as the group's through a one-part assembly.
+    if (std::find(declared_.begin(), declared_.end(), q->scale_key) == declared_.end()) {
+      if (q->scale_shape == q->group_shape) {
+        weight(q->scale_key, q->scale_shape);
+      } else {
+        add_assembled(q->scale_key, q->group_shape, {{q->scale_key, q->scale_shape}});
+      }
+    }
+    set_quantization(*t, q->scale_key, quant_.group);
+  }
   return key;
 }
 
-std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
-                                   const std::vector<PartRef>& parts) {
+proto::TensorInfo* ImportGraph::add_assembled(const std::string& name, const Shape& shape,
+                                              const std::vector<PartRef>& parts) {
   MG_ASSERT(!parts.empty(), "assembled tensor '{}' without parts", name);
   MG_ASSERT(std::find(declared_.begin(), declared_.end(), name) == declared_.end(),
             "assembled tensor '{}' declared twice", name);
@@ -118,7 +195,135 @@ std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
     used_keys_.push_back(part.key);
   }
   declared_.push_back(name);
+  return t;
+}
+
+namespace {
+
+bool is_row_range(const PartRef& p) {
+  return p.row_begin != 0 || p.row_end != 0;
+}
+
+// Rows [begin, end) of the part's checkpoint tensor: its row range, or all of its first dim.
+std::pair<int64_t, int64_t> part_rows(const PartRef& p) {
+  return is_row_range(p) ? std::pair{p.row_begin, p.row_end} : std::pair{int64_t{0}, p.shape[0]};
+}
+
+}  // namespace
+
+std::vector<PartRef> ImportGraph::scale_parts(const std::string& name, const Shape& shape,
+                                              const std::vector<PartRef>& parts,
+                                              const std::vector<QuantSource>& sources,
+                                              GroupShape& group) const {
+  const std::string dir = checkpoint_.dir().string();
+  const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  std::vector<PartRef> out;
+  // Every part is a whole matrix or a row range of one (rank 2 in the checkpoint), and its rows
+  // go to rows [offset, offset + n) of the flattened [lead * rows, cols] result.
+  std::vector<int64_t> part_row_counts;
+  for (const PartRef& p : parts) {
+    MG_ASSERT(
+        p.shape.size() >= 2 && p.shape.back() == cols && (!is_row_range(p) || p.shape.size() == 2),
+        "quantized part '{}' {} of '{}' {}", p.key, shape_str(p.shape), name, shape_str(shape));
+    const auto [begin, end] = part_rows(p);
+    part_row_counts.push_back(is_row_range(p) ? end - begin : shape_numel(p.shape) / cols);
+  }
+
+  if (quant_.group == GroupShape::per_tensor()) {
+    const bool one_source = std::all_of(parts.begin(), parts.end(),
+                                        [&](const PartRef& p) { return p.key == parts[0].key; });
+    if (one_source && shape_numel(shape) / (rows * cols) == 1) {
+      group = GroupShape::per_tensor();
+      return {{sources[0].scale_key, sources[0].scale_shape}};
+    }
+    // One scale per part: all parts of equal rows that tile each matrix.
+    const int64_t n = part_row_counts[0];
+    const bool tiles = rows % n == 0 && std::all_of(part_row_counts.begin(), part_row_counts.end(),
+                                                    [&](int64_t c) { return c == n; });
+    MG_CHECK(tiles,
+             "{}: '{}' {} is stacked from per-tensor FP8 parts of unequal rows ('{}' has {}): "
+             "their scales cannot be one scale per part",
+             dir, name, shape_str(shape), parts[0].key, n);
+    group = n == rows ? GroupShape::per_tensor() : GroupShape{n, -1};
+    for (const QuantSource& s : sources) out.push_back({s.scale_key, s.scale_shape});
+    return out;
+  }
+
+  group = quant_.group;
+  const int64_t block = group.rows_in(rows);  // 1 per channel
+  int64_t offset = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PartRef& p = parts[i];
+    const QuantSource& s = sources[i];
+    const int64_t n = part_row_counts[i];
+    const auto [begin, end] = part_rows(p);
+    const int64_t source_rows = p.shape[p.shape.size() - 2];
+    if (is_row_range(p)) {
+      MG_CHECK(begin % block == 0 && (end % block == 0 || end == source_rows),
+               "{}: '{}' takes rows [{}, {}) of '{}', which do not fall on its {}-row FP8 scale "
+               "blocks",
+               dir, name, begin, end, p.key, block);
+    }
+    const int64_t local = offset % rows;
+    const int64_t local_end = local + n;
+    MG_CHECK(local % block == 0 && (local_end % block == 0 || local_end % rows == 0) &&
+                 (local_end <= rows || (local == 0 && n % rows == 0)),
+             "{}: '{}' {} stacks '{}' as rows [{}, {}) of a {}-row matrix, which do not fall on "
+             "{}-row FP8 scale blocks: the parts' block scales cannot be concatenated",
+             dir, name, shape_str(shape), p.key, local, local_end, rows, block);
+    if (is_row_range(p)) {
+      out.push_back({s.scale_key, s.scale_shape, begin / block, (end + block - 1) / block});
+    } else {
+      out.push_back({s.scale_key, s.scale_shape});
+    }
+    offset += n;
+  }
+  return out;
+}
+
+std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
+                                   const std::vector<PartRef>& parts) {
+  std::vector<QuantSource> sources;
+  std::optional<bool> quantized;
+  for (const PartRef& part : parts) {
+    const std::optional<QuantSource> q = quant_source(part.key, part.shape);
+    if (quantized && *quantized != q.has_value()) {
+      MG_FAIL(
+          "{}: tensors '{}' and '{}' are stacked into one weight, but only one is FP8 "
+          "quantized",
+          checkpoint_.dir().string(), parts[0].key, part.key);
+    }
+    quantized = q.has_value();
+    if (q) sources.push_back(*q);
+  }
+  proto::TensorInfo* t = add_assembled(name, shape, parts);
+  if (!sources.empty()) {
+    GroupShape group;
+    const std::vector<PartRef> scales = scale_parts(name, shape, parts, sources, group);
+    const Shape scale_shape = scale_shape_for(shape, group);
+    int64_t stacked = 0;
+    for (const PartRef& s : scales) {
+      stacked += is_row_range(s) ? (s.row_end - s.row_begin) * shape_numel(s.shape) / s.shape[0]
+                                 : shape_numel(s.shape);
+    }
+    MG_CHECK(stacked == shape_numel(scale_shape),
+             "{}: '{}' {} with {} scales needs {} scales, but its parts' scales hold {}",
+             checkpoint_.dir().string(), name, shape_str(shape), group.str(),
+             shape_numel(scale_shape), stacked);
+    const std::string scale_name = name + ".scale";
+    add_assembled(scale_name, scale_shape, scales);
+    set_quantization(*t, scale_name, group);
+  }
   return name;
+}
+
+std::optional<GroupShape> ImportGraph::quant_group(const std::string& name) const {
+  for (const proto::TensorInfo& t : model_.tensors()) {
+    if (t.name() != name) continue;
+    if (!t.has_quantization()) return std::nullopt;
+    return GroupShape{t.quantization().group_rows(), t.quantization().group_cols()};
+  }
+  return std::nullopt;
 }
 
 proto::Node& ImportGraph::node(const std::string& name, const std::string& op,

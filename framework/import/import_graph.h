@@ -3,7 +3,9 @@
 // helpers that add the nodes a decoder is made of.
 //
 // Every weight is checked when it is declared: it must exist in the checkpoint, have the shape
-// the config implies and a floating dtype; errors name the checkpoint folder and the tensor.
+// the config implies and a floating dtype, or be F8_E4M3 codes with the scale sibling the
+// checkpoint's quantization names (hf_quantization.h); errors name the checkpoint folder and the
+// tensor. A quantized weight becomes a TensorInfo with `quantization` and a scale TensorInfo.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/quant.h"
 #include "framework/core/tensor.h"
 #include "framework/import/hf_checkpoint.h"
+#include "framework/import/hf_quantization.h"
 #include "proto/model.pb.h"
 
 namespace mg {
@@ -29,7 +33,9 @@ struct PartRef {
 class ImportGraph {
  public:
   // `graph_dir` is where the graph file will be written; weight paths are made relative to it.
-  ImportGraph(const HfCheckpoint& checkpoint, std::filesystem::path graph_dir);
+  // `quantization`: what config.json declares (read_hf_quantization).
+  ImportGraph(const HfCheckpoint& checkpoint, std::filesystem::path graph_dir,
+              HfQuantization quantization = {});
 
   proto::Model& model() { return model_; }
   const HfCheckpoint& checkpoint() const { return checkpoint_; }
@@ -38,13 +44,21 @@ class ImportGraph {
   bool has(const std::string& key) const;
 
   // Declares checkpoint tensor `key` (once) after checking that it exists with `shape` and a
-  // floating dtype; returns its graph name (the key itself).
+  // floating dtype, or is quantized (then with its scale tensor, named as in the checkpoint);
+  // returns its graph name (the key itself).
   std::string weight(const std::string& key, const Shape& shape);
 
   // Declares graph tensor `name` [shape] assembled from `parts` in order (TensorInfo.parts);
-  // every part is checked like weight() and all must share one dtype.
+  // every part is checked like weight() and all must share one dtype. Quantized parts get their
+  // scale "<name>.scale" assembled from the parts' scales in the same order: block scales take
+  // the scale rows of each part's row range, which must fall on block boundaries both in the
+  // part's checkpoint tensor and in `name` (else an error naming both); per-tensor scales of
+  // several checkpoint tensors become one scale per part (w13: one per projection).
   std::string assembled(const std::string& name, const Shape& shape,
                         const std::vector<PartRef>& parts);
+
+  // The scale group of declared graph tensor `name`, or nullopt when it is not quantized.
+  std::optional<GroupShape> quant_group(const std::string& name) const;
 
   // Nodes. Each returns the name of its output, "<name>.out".
   proto::Node& node(const std::string& name, const std::string& op,
@@ -61,12 +75,31 @@ class ImportGraph {
   std::vector<std::string> unused_keys() const;
 
  private:
-  // The checkpoint entry of `key` after checking shape and dtype.
+  // A quantized checkpoint tensor's scale entry.
+  struct QuantSource {
+    std::string scale_key;
+    Shape scale_shape;  // as stored in the checkpoint
+    Shape group_shape;  // the shape TensorQuantization needs: scale_shape_for(codes, group)
+  };
+  // The checkpoint entry of `key` after checking that it exists with `shape`.
   const HfCheckpoint::Entry& require(const std::string& key, const Shape& shape) const;
+  // Checks the dtype of `key` (a float weight, or F8_E4M3 codes with a well-formed scale) and
+  // returns its scale, or nullopt for a float weight.
+  std::optional<QuantSource> quant_source(const std::string& key, const Shape& shape) const;
+  // Adds TensorInfo `name` [shape] assembled from `parts` (already checked), all of one dtype.
+  proto::TensorInfo* add_assembled(const std::string& name, const Shape& shape,
+                                   const std::vector<PartRef>& parts);
+  // The scale parts of assembled quantized tensor `name`, and its group (see assembled()).
+  std::vector<PartRef> scale_parts(const std::string& name, const Shape& shape,
+                                   const std::vector<PartRef>& parts,
+                                   const std::vector<QuantSource>& sources,
+                                   GroupShape& group) const;
+  void set_quantization(proto::TensorInfo& t, const std::string& scale, GroupShape group) const;
   std::string relative_file(const std::filesystem::path& file) const;
 
   const HfCheckpoint& checkpoint_;
   std::filesystem::path graph_dir_;
+  HfQuantization quant_;
   proto::Model model_;
   std::vector<std::string> declared_;  // graph tensor names, in order
   std::vector<std::string> used_keys_;

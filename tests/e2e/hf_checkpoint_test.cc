@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -322,13 +323,13 @@ TEST(HfBadCheckpoint, NoConfigOrNoWeights) {
       {"is not a directory"});
 }
 
-TEST(HfBadCheckpoint, QuantizedCheckpoint) {
+TEST(HfBadCheckpoint, UnsupportedQuantizationMethod) {
   const auto dir = copy_fixture("mxfp4");
   nlohmann::json config = read_config(dir);
   config["quantization_config"] = {{"quant_method", "mxfp4"}};
   write_config(dir, config);
-  expect_clean_error(import(dir),
-                     {"quantized checkpoints are not supported yet", "quant_method = 'mxfp4'"});
+  expect_clean_error(import(dir), {"quantization_config", "'quant_method'",
+                                   "quantized checkpoints of method 'mxfp4' are not supported"});
 }
 
 TEST(HfBadCheckpoint, ShardedCheckpointImports) {
@@ -364,6 +365,275 @@ TEST(HfBadCheckpoint, IndexNamesMissingShardOrTensor) {
   expect_clean_error(import(dir2), {"weight_map says tensor 'model.norm.weight' is in "
                                     "'model-00001-of-00002.safetensors', but that shard does not "
                                     "hold it"});
+}
+
+// ---- FP8 checkpoints (tests/fixtures/hf/*_fp8*, tools/hf/make_fp8_fixtures.py) ----
+
+// W8A16 logits of the imported folder against the fixture's golden (its own prompt).
+double fp8_error_against_golden(const std::filesystem::path& dir, const std::string& fixture) {
+  const std::filesystem::path ref_file = kFixtures / fixture / "reference.json";
+  std::vector<int32_t> prompt;
+  for (int64_t id : json_int_array(load_json_file(ref_file), "prompt_ids", ref_file)) {
+    prompt.push_back(static_cast<int32_t>(id));
+  }
+  HfImportResult imported = import_hf_checkpoint(dir);
+  CompileOptions options;
+  options.max_tokens = 64;
+  options.quantize_activations = false;
+  auto session = std::make_unique<Session>(
+      compile_model(std::move(imported.model), dir / "model.pbtxt", options), SessionOptions{});
+  std::vector<int32_t> positions(prompt.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  const Tensor& logits = session->forward(prompt, positions);
+  const Tensor golden = read_npy(dir / "logits.npy");
+  return testing::normalized_error(testing::span_of(logits), testing::span_of(golden));
+}
+
+// Replaces tensor `key` by a zero tensor of `dtype` [shape] (or removes it when `shape` is
+// empty and `remove`).
+void replace_tensor(const std::filesystem::path& dir, const std::string& key, DType dtype,
+                    const Shape& shape, bool remove = false) {
+  edit_weights(dir, [&](auto& tensors) {
+    for (auto it = tensors.begin(); it != tensors.end(); ++it) {
+      if (it->first != key) continue;
+      if (remove) {
+        tensors.erase(it);
+        return;
+      }
+      it->second = Tensor::empty_cpu(dtype, shape);
+      std::memset(it->second.raw(), 0, it->second.nbytes());
+      return;
+    }
+    FAIL() << "no tensor " << key;
+  });
+}
+
+TEST(HfCheckpointVariant, ShardedFp8CheckpointGivesTheGoldenLogits) {
+  const auto dir = copy_fixture("variant-fp8-sharded", "deepseek_v3_fp8");
+  shard_weights(dir);
+  EXPECT_LE(fp8_error_against_golden(dir, "deepseek_v3_fp8"), 1e-4);
+}
+
+TEST(HfCheckpointVariant, Fp8ScalesInBf16) {
+  // Scales stored in bf16 are accepted (and rounded: the logits move, within bf16 rounding).
+  const auto dir = copy_fixture("variant-fp8-bf16-scales", "qwen3_moe_ct_fp8_channel");
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (!name.ends_with("_scale")) continue;
+      Tensor bf16 = Tensor::empty_cpu(DType::kBF16, t.shape());
+      const float* src = t.template data<float>();
+      auto* dst = static_cast<uint16_t*>(bf16.raw());
+      for (int64_t i = 0; i < t.numel(); ++i) dst[i] = float_to_bf16(src[i]);
+      t = bf16;
+    }
+  });
+  const double err = fp8_error_against_golden(dir, "qwen3_moe_ct_fp8_channel");
+  EXPECT_LE(err, 3e-2);
+  EXPECT_GT(err, 1e-6);
+}
+
+TEST(HfCheckpointVariant, PerTensorScalesStoredAsScalars) {
+  // compressed-tensors writes a per-tensor weight_scale as [1] or as a scalar [].
+  const auto dir = copy_fixture("variant-ct-scalar-scales", "qwen3_moe_ct_fp8_tensor");
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (!name.ends_with("_scale")) continue;
+      Tensor scalar = Tensor::empty_cpu(DType::kF32, {});
+      std::memcpy(scalar.raw(), t.raw(), sizeof(float));
+      t = scalar;
+    }
+  });
+  EXPECT_LE(fp8_error_against_golden(dir, "qwen3_moe_ct_fp8_tensor"), 1e-4);
+}
+
+TEST(HfCheckpointVariant, CompressedTensorsBlockScales) {
+  // llm-compressor's FP8_BLOCK scheme stores the fp8 method's tensors under compressed-tensors
+  // names: `weight_scale` [ceil(out/128), ceil(in/128)], activations per group of 128.
+  const auto dir = copy_fixture("variant-ct-block", "qwen3_moe_fp8");
+  nlohmann::json config = read_config(dir);
+  nlohmann::json ct = load_json_file(kFixtures / "qwen3_moe_ct_fp8_channel" / "config.json");
+  nlohmann::json q = ct["quantization_config"];
+  nlohmann::json& group = q["config_groups"]["group_0"];
+  group["weights"]["strategy"] = "block";
+  group["weights"]["block_structure"] = {128, 128};
+  group["input_activations"]["strategy"] = "group";
+  group["input_activations"]["group_size"] = 128;
+  config["quantization_config"] = q;
+  write_config(dir, config);
+  edit_weights(dir, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name.ends_with("_scale_inv")) name.resize(name.size() - 4);  // "_scale_inv" -> "_scale"
+    }
+  });
+  const proto::Model m = import_hf_checkpoint(dir).model;
+  for (const proto::TensorInfo& t : m.tensors()) {
+    if (t.name() != "model.layers.1.mlp.experts.w13") continue;
+    EXPECT_EQ(t.quantization().group_rows(), 128);
+    EXPECT_EQ(t.quantization().activation_group(), 128);
+  }
+  EXPECT_LE(fp8_error_against_golden(dir, "qwen3_moe_fp8"), 1e-4);
+}
+
+TEST(HfBadFp8Checkpoint, GoodCopiesImport) {
+  for (const char* fixture : {"deepseek_v3_fp8", "qwen3_moe_fp8", "qwen3_moe_ct_fp8_channel",
+                              "qwen3_moe_ct_fp8_tensor"}) {
+    const auto dir = copy_fixture(std::string("good-") + fixture, fixture);
+    const testing::CommandResult r = import(dir);
+    EXPECT_EQ(r.exit_code, 0) << fixture << ": " << r.err;
+  }
+}
+
+TEST(HfBadFp8Checkpoint, MissingScale) {
+  const auto dir = copy_fixture("fp8-no-scale", "deepseek_v3_fp8");
+  replace_tensor(dir, "model.layers.0.self_attn.o_proj.weight_scale_inv", DType::kF32, {}, true);
+  expect_clean_error(import(dir),
+                     {"tensor 'model.layers.0.self_attn.o_proj.weight' in 'model.safetensors' is "
+                      "F8_E4M3, but its scale 'model.layers.0.self_attn.o_proj.weight_scale_inv' "
+                      "is missing"});
+}
+
+TEST(HfBadFp8Checkpoint, MisShapedScale) {
+  // o_proj [144, 256] has [2, 2] blocks of 128.
+  const auto dir = copy_fixture("fp8-scale-shape", "deepseek_v3_fp8");
+  replace_tensor(dir, "model.layers.0.self_attn.o_proj.weight_scale_inv", DType::kF32, {2, 1});
+  expect_clean_error(import(dir), {"scale 'model.layers.0.self_attn.o_proj.weight_scale_inv'",
+                                   "has shape [2, 1], but model.layers.0.self_attn.o_proj.weight "
+                                   "codes [144, 256] with [128, 128] scales need [2, 2]"});
+}
+
+TEST(HfBadFp8Checkpoint, ScaleCountThatDoesNotDivideTheRows) {
+  // Per channel: one scale per output row; half as many do not divide the rows.
+  const auto dir = copy_fixture("fp8-scale-count", "qwen3_moe_ct_fp8_channel");
+  replace_tensor(dir, "model.layers.1.mlp.experts.2.up_proj.weight_scale", DType::kF32, {16, 1});
+  expect_clean_error(import(dir), {"scale 'model.layers.1.mlp.experts.2.up_proj.weight_scale'",
+                                   "has shape [16, 1]", "need [32, 1]"});
+}
+
+TEST(HfBadFp8Checkpoint, ScaleOfTheWrongDtype) {
+  const auto dir = copy_fixture("fp8-scale-dtype", "qwen3_moe_fp8");
+  replace_tensor(dir, "model.layers.0.self_attn.q_proj.weight_scale_inv", DType::kI8, {1, 2});
+  expect_clean_error(import(dir), {"scale 'model.layers.0.self_attn.q_proj.weight_scale_inv'",
+                                   "is I8, expected F32, BF16 or F16"});
+}
+
+TEST(HfBadFp8Checkpoint, CodesOfTheWrongDtype) {
+  const auto dir = copy_fixture("fp8-e5m2", "qwen3_moe_fp8");
+  replace_tensor(dir, "model.layers.0.self_attn.q_proj.weight", DType::kF8E5M2, {128, 144});
+  expect_clean_error(import(dir), {"tensor 'model.layers.0.self_attn.q_proj.weight'",
+                                   "is F8_E5M2, but only F8_E4M3 codes"});
+  // A float weight beside a scale: the scale says it should be codes.
+  const auto dir2 = copy_fixture("fp8-float-with-scale", "qwen3_moe_fp8");
+  replace_tensor(dir2, "model.layers.0.self_attn.q_proj.weight", DType::kF32, {128, 144});
+  expect_clean_error(import(dir2), {"tensor 'model.layers.0.self_attn.q_proj.weight'",
+                                    "is F32, but only F8_E4M3 codes with a scale "
+                                    "'model.layers.0.self_attn.q_proj.weight_scale_inv'"});
+}
+
+TEST(HfBadFp8Checkpoint, Fp8WeightsWithoutQuantizationConfig) {
+  const auto dir = copy_fixture("fp8-no-config", "qwen3_moe_fp8");
+  nlohmann::json config = read_config(dir);
+  config.erase("quantization_config");
+  write_config(dir, config);
+  expect_clean_error(import(dir), {"is F8_E4M3, but config.json has no quantization_config"});
+}
+
+TEST(HfBadFp8Checkpoint, UnsupportedFp8Configs) {
+  const auto with = [](const std::string& name, const std::string& fixture, const auto& edit) {
+    const auto dir = copy_fixture(name, fixture);
+    nlohmann::json config = read_config(dir);
+    edit(config["quantization_config"]);
+    write_config(dir, config);
+    return import(dir);
+  };
+  expect_clean_error(
+      with("fp8-fmt", "deepseek_v3_fp8", [](nlohmann::json& q) { q["fmt"] = "e5m2"; }),
+      {"'fmt'", "FP8 format 'e5m2' is not supported (only e4m3)"});
+  expect_clean_error(with("fp8-static", "deepseek_v3_fp8",
+                          [](nlohmann::json& q) { q["activation_scheme"] = "static"; }),
+                     {"'activation_scheme'", "'static' activation scales are not supported"});
+  expect_clean_error(with("fp8-block-rank", "deepseek_v3_fp8",
+                          [](nlohmann::json& q) { q["weight_block_size"] = {128}; }),
+                     {"'weight_block_size'", "expected two positive integers"});
+  expect_clean_error(with("fp8-block-zero", "deepseek_v3_fp8",
+                          [](nlohmann::json& q) {
+                            q["weight_block_size"] = {0, 128};
+                          }),
+                     {"'weight_block_size'", "expected two positive integers"});
+  expect_clean_error(with("fp8-block-cols", "deepseek_v3_fp8",
+                          [](nlohmann::json& q) {
+                            q["weight_block_size"] = {128, 64};
+                          }),
+                     {"'weight_block_size'", "blocks of 64 columns"});
+  expect_clean_error(with("fp8-no-block", "deepseek_v3_fp8",
+                          [](nlohmann::json& q) { q.erase("weight_block_size"); }),
+                     {"'weight_block_size'", "missing"});
+  expect_clean_error(with("ct-static", "qwen3_moe_ct_fp8_channel",
+                          [](nlohmann::json& q) {
+                            q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false;
+                          }),
+                     {"'dynamic'", "static input scales (input_scale) are not supported"});
+  expect_clean_error(
+      with("ct-int", "qwen3_moe_ct_fp8_channel",
+           [](nlohmann::json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "int"; }),
+      {"'num_bits'", "8-bit int weights are not supported"});
+  expect_clean_error(with("ct-format", "qwen3_moe_ct_fp8_channel",
+                          [](nlohmann::json& q) { q["format"] = "pack-quantized"; }),
+                     {"'format'", "compressed-tensors format 'pack-quantized' is not supported"});
+  expect_clean_error(with("ct-groups", "qwen3_moe_ct_fp8_channel",
+                          [](nlohmann::json& q) {
+                            q["config_groups"]["group_1"] = q["config_groups"]["group_0"];
+                          }),
+                     {"'config_groups'", "2 groups"});
+  expect_clean_error(with("ct-regex", "qwen3_moe_ct_fp8_channel",
+                          [](nlohmann::json& q) { q["ignore"].push_back("re:("); }),
+                     {"'ignore'", "'(' is not a valid regular expression"});
+}
+
+TEST(HfBadFp8Checkpoint, IgnoredModuleWithFp8Codes) {
+  const auto dir = copy_fixture("ct-ignored", "qwen3_moe_ct_fp8_channel");
+  nlohmann::json config = read_config(dir);
+  config["quantization_config"]["ignore"].push_back("re:.*self_attn.o_proj$");
+  write_config(dir, config);
+  expect_clean_error(import(dir),
+                     {"tensor 'model.layers.0.self_attn.o_proj.weight'",
+                      "quantization_config.ignore entry 're:.*self_attn.o_proj$' keeps "
+                      "module 'model.layers.0.self_attn.o_proj' unquantized"});
+  // transformers' modules_to_not_convert: a suffix of the module name matches too.
+  const auto dir2 = copy_fixture("fp8-not-convert", "deepseek_v3_fp8");
+  config = read_config(dir2);
+  config["quantization_config"]["modules_to_not_convert"] = {"lm_head", "kv_b_proj"};
+  write_config(dir2, config);
+  expect_clean_error(import(dir2), {"modules_to_not_convert entry 'kv_b_proj'"});
+}
+
+TEST(HfBadFp8Checkpoint, SplitsOffTheScaleBlocks) {
+  // 96-row blocks (scales rewritten to that grid): DeepSeek's kv_a split at row 128 (the latent)
+  // and Qwen's w13, whose gate ends at row 128 of an expert, fall inside blocks.
+  const auto regrid = [](const std::string& name, const std::string& fixture) {
+    const auto dir = copy_fixture(name, fixture);
+    nlohmann::json config = read_config(dir);
+    config["quantization_config"]["weight_block_size"] = {96, 128};
+    write_config(dir, config);
+    edit_weights(dir, [](auto& tensors) {
+      std::map<std::string, Shape> weights;
+      for (auto& [key, t] : tensors) weights[key] = t.shape();
+      for (auto& [key, t] : tensors) {
+        if (!key.ends_with("_scale_inv")) continue;
+        const Shape w = weights.at(key.substr(0, key.size() - 10));
+        t = Tensor::empty_cpu(DType::kF32, {(w[0] + 95) / 96, (w[1] + 127) / 128});
+        std::fill_n(t.template data<float>(), t.numel(), 1.0f);
+      }
+    });
+    return import(dir);
+  };
+  expect_clean_error(regrid("fp8-split-mla", "deepseek_v3_fp8"),
+                     {"'model.layers.0.self_attn.kv_a_proj_with_mqa.latent.weight' takes rows [0, "
+                      "128) of 'model.layers.0.self_attn.kv_a_proj_with_mqa.weight', which do not "
+                      "fall on its 96-row FP8 scale blocks"});
+  expect_clean_error(regrid("fp8-split-w13", "qwen3_moe_fp8"),
+                     {"'model.layers.1.mlp.experts.w13' [4, 256, 144] stacks "
+                      "'model.layers.1.mlp.experts.0.gate_proj.weight' as rows [0, 128) of a "
+                      "256-row matrix, which do not fall on 96-row FP8 scale blocks"});
 }
 
 TEST(HfBadCheckpoint, RunOnABadFolderFailsTheSameWay) {

@@ -250,7 +250,9 @@ def write_readme(out_dir, versions, rows):
         lines.append(f"| {ref['family']} | {ref['model_class']} | {ref['notes']} | "
                      f"{size / 1024:.0f} KiB |")
     total = sum(size for _, size in rows)
-    lines += ["", f"Total: {total / 1024:.0f} KiB.", ""]
+    lines += ["", f"Total: {total / 1024:.0f} KiB.", "",
+              "The FP8 checkpoints (`*_fp8*` folders) and their goldens are written by",
+              "`tools/hf/make_fp8_fixtures.py`: see README_fp8.md.", ""]
     with open(os.path.join(out_dir, "README.md"), "w") as f:
         f.write("\n".join(lines))
 

@@ -1,0 +1,207 @@
+#include "framework/import/hf_quantization.h"
+
+#include "framework/core/error.h"
+#include "framework/io/json.h"
+
+namespace mg {
+
+namespace {
+
+// Compiles an ignore pattern; a bad regex is an error naming the key and the entry.
+std::regex compile_pattern(const ConfigReader& q, std::string_view key, const std::string& text) {
+  // std::regex compiles and matches recursively: a bound keeps a hostile config.json from
+  // exhausting the stack (module names are far shorter).
+  constexpr size_t kMaxPattern = 1000;
+  if (text.size() > kMaxPattern) {
+    q.fail(key, fmt::format("an entry of {} characters is longer than the {} allowed", text.size(),
+                            kMaxPattern));
+  }
+  try {
+    return std::regex(text, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    q.fail(key, fmt::format("'{}' is not a valid regular expression ({})", text, e.what()));
+  }
+}
+
+// quant_method "fp8": transformers' FineGrainedFP8Config (DeepSeek-V3, Qwen3 "-FP8").
+HfQuantization read_fp8(const ConfigReader& q) {
+  HfQuantization h;
+  h.method = HfQuantization::Method::kFp8Block;
+  h.scale_suffix = "_scale_inv";
+  const std::string fmt_name = q.string_or("fmt", "e4m3");
+  if (fmt_name != "e4m3") {
+    q.fail("fmt", fmt::format("FP8 format '{}' is not supported (only e4m3)", fmt_name));
+  }
+  if (!q.has("weight_block_size")) {
+    q.fail("weight_block_size",
+           "missing (per-tensor quant_method fp8 checkpoints are not supported; expected "
+           "[rows, cols] block scales such as [128, 128])");
+  }
+  const std::vector<int64_t> block = q.integers_opt("weight_block_size").value();
+  if (block.size() != 2 || block[0] <= 0 || block[1] <= 0 || block[0] > kMaxConfigSize ||
+      block[1] > kMaxConfigSize) {
+    q.fail("weight_block_size",
+           fmt::format("expected two positive integers [rows, cols], found [{}]",
+                       fmt::join(block, ", ")));
+  }
+  h.group = GroupShape::block(block[0], block[1]);
+  h.description = fmt::format("fp8 ({}x{} blocks)", block[0], block[1]);
+  const std::string scheme = q.string_or("activation_scheme", "dynamic");
+  if (scheme != "dynamic") {
+    q.fail("activation_scheme",
+           fmt::format("'{}' activation scales are not supported (only dynamic)", scheme));
+  }
+  // DeepSeek's act_quant and transformers' FP8Linear quantize activations per block_size[1]
+  // channels; the runtime's dynamic quantization takes 128-channel groups.
+  if (block[1] != 128) {
+    q.fail("weight_block_size",
+           fmt::format("blocks of {} columns: dynamic activation quantization per {} channels is "
+                       "not supported (only 128)",
+                       block[1], block[1]));
+  }
+  h.activation = proto::ACT_QUANT_DYNAMIC;
+  h.activation_group = block[1];
+  h.ignore_key = "modules_to_not_convert";
+  for (const std::string& text :
+       q.strings_opt("modules_to_not_convert").value_or(std::vector<std::string>{})) {
+    h.ignore.push_back({text, compile_pattern(q, "modules_to_not_convert", text), true});
+  }
+  return h;
+}
+
+// The only config group of a compressed-tensors config.
+ConfigReader single_group(const ConfigReader& q) {
+  const std::optional<ConfigReader> groups = q.object_opt("config_groups");
+  if (!groups) q.fail("config_groups", "missing (expected one group of FP8 Linear weights)");
+  const nlohmann::json& all = groups->json();
+  if (all.size() != 1) {
+    q.fail("config_groups",
+           fmt::format("{} groups: only one quantization group is supported", all.size()));
+  }
+  return *groups->object_opt(all.begin().key());
+}
+
+// quant_method "compressed-tensors" with FP8 weights (llm-compressor's FP8 / FP8_DYNAMIC /
+// FP8_BLOCK schemes).
+HfQuantization read_compressed_tensors(const ConfigReader& q) {
+  HfQuantization h;
+  h.method = HfQuantization::Method::kCompressedTensorsFp8;
+  h.scale_suffix = "_scale";
+  const ConfigReader group = single_group(q);
+  const std::string format = group.string_or("format", q.string_or("format", "float-quantized"));
+  if (format != "float-quantized") {
+    q.fail("format", fmt::format("compressed-tensors format '{}' is not supported (only "
+                                 "float-quantized FP8)",
+                                 format));
+  }
+  const std::optional<ConfigReader> weights = group.object_opt("weights");
+  if (!weights) group.fail("weights", "missing (expected 8-bit float weights)");
+  const int64_t bits = weights->integer_or("num_bits", 8);
+  const std::string type = weights->string_or("type", "float");
+  if (bits != 8 || type != "float") {
+    weights->fail("num_bits", fmt::format("{}-bit {} weights are not supported (only 8-bit float, "
+                                          "FP8 E4M3)",
+                                          bits, type));
+  }
+  if (!weights->boolean_or("symmetric", true)) {
+    weights->fail("symmetric", "asymmetric FP8 weights are not supported");
+  }
+  if (weights->boolean_or("dynamic", false)) {
+    weights->fail("dynamic", "dynamically quantized weights are not supported");
+  }
+  const std::string strategy = weights->string_or("strategy", "tensor");
+  if (strategy == "tensor") {
+    h.group = GroupShape::per_tensor();
+  } else if (strategy == "channel") {
+    h.group = GroupShape::per_channel();
+  } else if (strategy == "block") {
+    const std::vector<int64_t> block =
+        weights->integers_opt("block_structure").value_or(std::vector<int64_t>{});
+    if (block.size() != 2 || block[0] <= 0 || block[1] <= 0 || block[0] > kMaxConfigSize ||
+        block[1] > kMaxConfigSize) {
+      weights->fail("block_structure",
+                    fmt::format("expected two positive integers [rows, cols], found [{}]",
+                                fmt::join(block, ", ")));
+    }
+    h.group = GroupShape::block(block[0], block[1]);
+  } else {
+    weights->fail("strategy", fmt::format("weight strategy '{}' is not supported (expected "
+                                          "tensor, channel or block)",
+                                          strategy));
+  }
+  h.description = fmt::format("compressed-tensors float-quantized (weights {})", h.group.str());
+
+  if (const std::optional<ConfigReader> input = group.object_opt("input_activations")) {
+    if (!input->boolean_or("dynamic", false)) {
+      input->fail("dynamic",
+                  "static input scales (input_scale) are not supported; quantize activations "
+                  "dynamically or import a weight-only checkpoint");
+    }
+    const std::string act = input->string_or("strategy", "token");
+    if (act == "token") {
+      h.activation_group = -1;
+    } else if (act == "group" && input->integer_or("group_size", 0) == 128) {
+      h.activation_group = 128;
+    } else {
+      input->fail("strategy", fmt::format("dynamic activation strategy '{}' (group_size {}) is not "
+                                          "supported (expected token, or group with 128)",
+                                          act, input->integer_or("group_size", 0)));
+    }
+    const int64_t input_bits = input->integer_or("num_bits", 8);
+    const std::string input_type = input->string_or("type", "float");
+    if (input_bits != 8 || input_type != "float") {
+      input->fail("num_bits", fmt::format("{}-bit {} activations are not supported (only FP8)",
+                                          input_bits, input_type));
+    }
+    h.activation = proto::ACT_QUANT_DYNAMIC;
+  }
+  if (group.has("output_activations")) {
+    group.fail("output_activations", "quantized output activations are not supported");
+  }
+  if (q.has("kv_cache_scheme")) {
+    q.fail("kv_cache_scheme", "a quantized KV cache is not supported");
+  }
+  const std::string status = q.string_or("quantization_status", "compressed");
+  if (status != "compressed") {
+    q.fail(
+        "quantization_status",
+        fmt::format("'{}': only compressed checkpoints (FP8 codes on disk) are supported", status));
+  }
+  h.ignore_key = "ignore";
+  for (const std::string& text : q.strings_opt("ignore").value_or(std::vector<std::string>{})) {
+    HfQuantization::IgnoreRule rule{text, std::nullopt, false};
+    if (text.rfind("re:", 0) == 0) rule.regex = compile_pattern(q, "ignore", text.substr(3));
+    h.ignore.push_back(std::move(rule));
+  }
+  return h;
+}
+
+}  // namespace
+
+const HfQuantization::IgnoreRule* HfQuantization::ignored_by(const std::string& module) const {
+  for (const IgnoreRule& rule : ignore) {
+    if (rule.regex &&
+        std::regex_search(module, *rule.regex, std::regex_constants::match_continuous)) {
+      return &rule;
+    }
+    if (!rule.regex && module == rule.text) return &rule;
+    if (rule.suffix_matches && module.size() >= rule.text.size() &&
+        module.compare(module.size() - rule.text.size(), rule.text.size(), rule.text) == 0) {
+      return &rule;
+    }
+  }
+  return nullptr;
+}
+
+HfQuantization read_hf_quantization(const ConfigReader& config) {
+  const std::optional<ConfigReader> q = config.object_opt("quantization_config");
+  if (!q) return {};
+  const std::string method = q->string("quant_method");
+  if (method == "fp8") return read_fp8(*q);
+  if (method == "compressed-tensors") return read_compressed_tensors(*q);
+  q->fail("quant_method", fmt::format("quantized checkpoints of method '{}' are not supported "
+                                      "(supported: fp8, compressed-tensors float-quantized)",
+                                      method));
+}
+
+}  // namespace mg

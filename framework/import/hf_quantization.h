@@ -1,0 +1,67 @@
+// The quantization a Hugging Face checkpoint declares in config.json's `quantization_config`, and
+// which of its modules it covers. Supported (docs/hf_import.md, "Quantized checkpoints"):
+//   - quant_method "fp8" (DeepSeek-V3, Qwen3 "-FP8"): fmt e4m3, weight_block_size [rows, cols],
+//     activation_scheme dynamic (per token per `cols` channels) ; per Linear `weight` F8_E4M3
+//     [out, in] and `weight_scale_inv` [ceil(out/rows), ceil(in/cols)] that multiplies;
+//     modules_to_not_convert lists modules that stay unquantized (transformers' matching: a regex
+//     anchored at the start of the module name, or a suffix of it).
+//   - quant_method "compressed-tensors", format "float-quantized" (llm-compressor FP8): one config
+//     group of 8-bit float weights with strategy tensor ([1] or [] scale) or channel ([out, 1]),
+//     `weight_scale` multiplies; input_activations dynamic per token, or absent (weight-only);
+//     `ignore` lists module names, or regexes after "re:" (anchored at the start).
+// Everything else (other methods and formats, e5m2, static activation scales, odd block sizes) is
+// one error naming config.json and the key.
+//
+// Which tensors are quantized is decided per tensor by the checkpoint itself: a weight is FP8 iff
+// it is F8_E4M3 and its scale sibling ("<key>" + scale_suffix) exists; the config's ignore lists
+// only have to agree (an ignored module with F8 codes is an error naming it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "framework/core/quant.h"
+#include "framework/import/config_reader.h"
+#include "proto/model.pb.h"
+
+namespace mg {
+
+struct HfQuantization {
+  enum class Method {
+    kNone,                  // no quantization_config
+    kFp8Block,              // quant_method "fp8"
+    kCompressedTensorsFp8,  // quant_method "compressed-tensors", format "float-quantized"
+  };
+  Method method = Method::kNone;
+  // "fp8 (128x128 blocks)", "compressed-tensors float-quantized (per channel)" for messages.
+  std::string description;
+  // Scale group of every quantized checkpoint matrix: {rows, cols} blocks, per channel {1, -1} or
+  // per tensor {-1, -1}.
+  GroupShape group;
+  // The scale entry of weight "<key>" is "<key><scale_suffix>": "_scale_inv" (fp8) or "_scale"
+  // (compressed-tensors), so "x.weight" -> "x.weight_scale_inv".
+  std::string scale_suffix;
+  // How consumers treat the activations a quantized weight multiplies.
+  proto::ActivationQuantization activation = proto::ACT_QUANT_NONE;
+  int64_t activation_group = 0;  // ACT_QUANT_DYNAMIC: 128 or -1 (per token)
+
+  struct IgnoreRule {
+    std::string text;  // as config.json writes it
+    std::optional<std::regex> regex;
+    bool suffix_matches = false;  // transformers: a module whose name ends with `text`
+  };
+  std::string ignore_key;  // "modules_to_not_convert" or "ignore"
+  std::vector<IgnoreRule> ignore;
+
+  bool quantized() const { return method != Method::kNone; }
+  // The ignore entry `module` (e.g. "model.layers.0.mlp.gate") matches, or nullptr.
+  const IgnoreRule* ignored_by(const std::string& module) const;
+};
+
+// Reads `quantization_config` of `config` (absent or null: Method::kNone).
+HfQuantization read_hf_quantization(const ConfigReader& config);
+
+}  // namespace mg
