@@ -35,9 +35,9 @@ class SelectKernelsPass final : public Pass {
         const PlanValue& pv = plan.values[v];
         types[k] = input_view(pv.type, specs[k]);
         if (pv.source != ValueSource::kWeight) continue;
+        quant[k] = pv.quant;  // undefined unless quantized
         if (pv.quant.defined() && specs[k].takes_quantized) {
           weights[k] = pv.raw_weight;
-          quant[k] = pv.quant;
         } else if (specs[k].placement == WeightPlacement::kRaw) {
           weights[k] = pv.quant.defined() ? pv.dequantized : pv.raw_weight;
         } else {

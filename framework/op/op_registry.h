@@ -68,8 +68,9 @@ struct KernelContext {
   std::span<const std::optional<ValueType>> input_types;
   // Per input: the placed weight tensor, or undefined for activations / absent inputs.
   std::span<const Tensor> weights;
-  // Per input (or empty): the scales of a quantized weight taken as stored (takes_quantized), else
-  // undefined.
+  // Per input (or empty): the quantization of a quantized weight, else undefined. `weights` holds
+  // its codes when the input takes_quantized, else its dequantized values: ops that do not take
+  // codes still read how the checkpoint quantizes the activations that weight multiplies.
   std::span<const WeightQuantization> weight_quant = {};
 };
 

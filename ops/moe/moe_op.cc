@@ -115,10 +115,18 @@ class MoEOp final : public OpDef {
                     weight(moe_input::kRouterWeight), router_bias, score_bias);
     std::unique_ptr<SharedExperts> shared;
     if (config.shared().present()) {
+      // FP8 shared experts (their weights arrive dequantized) quantize their activations as the
+      // checkpoint says when dense activations are quantized (CompileOptions).
+      const WeightQuantization& sq = quant(moe_input::kSharedUp);
+      std::optional<int64_t> shared_act_group;
+      if (sq.defined() && sq.activation == ActivationQuant::kDynamic &&
+          ctx.options.quantize_activations && ctx.options.quantize_dense_activations) {
+        shared_act_group = sq.activation_group;
+      }
       shared = make_shared_experts(
           device, config.shared(), config.hidden_size(), dtype, parallel.tp_size(),
           parallel.tp_rank(), weight(moe_input::kSharedGate), weight(moe_input::kSharedUp),
-          weight(moe_input::kSharedDown), weight(moe_input::kSharedExpertGate));
+          weight(moe_input::kSharedDown), weight(moe_input::kSharedExpertGate), shared_act_group);
     }
     std::string description = build.choice.describe();
     if (!parallel.is_single_rank()) description += "\n  parallel: " + parallel.str();

@@ -4,6 +4,7 @@
 
 #include "ops/moe/experts/cpu_expert_mlp.h"
 #include "ops/nn/activation.h"
+#include "ops/nn/linear/fp8_gemm_cpu.h"
 #include "ops/nn/linear/linear_gemm.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/runner/shared_experts_cuda.h"
@@ -15,6 +16,7 @@ struct CpuSharedExperts::Scratch {
   float* h;     // [M, N1s]
   float* a;     // [M, Is]
   float* gate;  // [M]
+  float* xq;    // [M, H], W8A8 only: x quantized
 
   Scratch(Workspace& ws, const CpuSharedExperts& s, int64_t M) {
     const int64_t N1 =
@@ -22,13 +24,17 @@ struct CpuSharedExperts::Scratch {
     h = ws.take<float>(M * N1);
     a = ws.take<float>(M * s.intermediate_size_);
     gate = ws.take<float>(s.expert_gate_.defined() ? M : 0);
+    xq = ws.take<float>(s.activation_group_ ? M * s.hidden_size_ : 0);
   }
 };
 
 CpuSharedExperts::CpuSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size,
                                    int tp_size, int tp_rank, const Tensor& gate, const Tensor& up,
-                                   const Tensor& down, const Tensor& expert_gate)
-    : activation_(config.activation), hidden_size_(hidden_size) {
+                                   const Tensor& down, const Tensor& expert_gate,
+                                   std::optional<int64_t> activation_group)
+    : activation_(config.activation),
+      hidden_size_(hidden_size),
+      activation_group_(activation_group) {
   const int64_t Is = config.intermediate_size, H = hidden_size;
   MG_CHECK(Is % tp_size == 0,
            "shared experts: intermediate size {} cannot be split evenly over {} tensor-parallel "
@@ -65,10 +71,22 @@ void CpuSharedExperts::forward(const void* x_in, int64_t M, void* out_, Workspac
   Scratch sc(ws, *this, M);
   if (M == 0) return;
   const int64_t H = hidden_size_, Il = intermediate_size_;
-  cpu_gemm_xwt(x, M, H, w13_.data<float>(), w13_.dim(0), sc.h, pool);
+  const float* x_gemm = x;
+  if (activation_group_) {
+    cpu_parallel_for(pool, M, 1, [&](int64_t begin, int64_t end) {
+      cpu_fake_quantize_fp8_rows(x + begin * H, end - begin, H, *activation_group_,
+                                 sc.xq + begin * H);
+    });
+    x_gemm = sc.xq;
+  }
+  cpu_gemm_xwt(x_gemm, M, H, w13_.data<float>(), w13_.dim(0), sc.h, pool);
   cpu_parallel_for(pool, M, std::max<int64_t>(1, 4096 / Il), [&](int64_t begin, int64_t end) {
     apply_expert_activation(activation_, sc.h + begin * w13_.dim(0), end - begin, Il,
                             sc.a + begin * Il);
+    if (activation_group_) {
+      cpu_fake_quantize_fp8_rows(sc.a + begin * Il, end - begin, Il, *activation_group_,
+                                 sc.a + begin * Il);
+    }
   });
   cpu_gemm_xwt(sc.a, M, Il, w2_.data<float>(), H, out, pool);
   if (!expert_gate_.defined()) return;
@@ -90,11 +108,12 @@ std::unique_ptr<SharedExperts> make_shared_experts(Device device, const SharedEx
                                                    int64_t hidden_size, DType dtype, int tp_size,
                                                    int tp_rank, const Tensor& gate,
                                                    const Tensor& up, const Tensor& down,
-                                                   const Tensor& expert_gate) {
+                                                   const Tensor& expert_gate,
+                                                   std::optional<int64_t> activation_group) {
   switch (device.type) {
     case DeviceType::kCPU:
       return std::make_unique<CpuSharedExperts>(config, hidden_size, tp_size, tp_rank, gate, up,
-                                                down, expert_gate);
+                                                down, expert_gate, activation_group);
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
       MG_CHECK(tp_size == 1, "op moe: shared experts on CUDA run one rank only, not tp {}",

@@ -170,8 +170,9 @@ class LinearOp final : public OpDef {
 #endif
     expect_cpu_kernel(ctx, "linear", kFloatActivations);
     if (quant.defined()) {
-      const bool quantize_x =
-          quant.activation == ActivationQuant::kDynamic && ctx.options.quantize_activations;
+      const bool quantize_x = quant.activation == ActivationQuant::kDynamic &&
+                              ctx.options.quantize_activations &&
+                              ctx.options.quantize_dense_activations;
       return std::make_unique<LinearFp8CpuKernel>(ctx.weights[1], quant, quantize_x, p.has_bias(),
                                                   scale);
     }

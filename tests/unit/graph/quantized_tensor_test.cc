@@ -182,15 +182,20 @@ TEST(QuantizedTensors, LinearTakesFp8WeightsAndQuantizesItsInputWhenAsked) {
   infer_shapes(graph);
   EXPECT_EQ(value_type_str(*graph.value("lm_head.weight").type),
             "F8_E4M3[96, 160] (scales per row)");
-  EXPECT_THAT(compile_graph_file(fp8, CompileOptions())->describe(),
+  CompileOptions w8a8;
+  w8a8.quantize_dense_activations = true;
+  EXPECT_THAT(compile_graph_file(fp8, w8a8)->describe(),
               HasSubstr("cpu fp8 (weight scales per row, activations quantized per token: W8A8)"));
+  // By default dense ops keep their activations (CompileOptions::quantize_dense_activations).
+  EXPECT_THAT(compile_graph_file(fp8, CompileOptions())->describe(),
+              HasSubstr("cpu fp8 (weight scales per row, activations not quantized: W8A16)"));
   CompileOptions w8a16;
   w8a16.quantize_activations = false;
   EXPECT_THAT(compile_graph_file(fp8, w8a16)->describe(),
               HasSubstr("cpu fp8 (weight scales per row, activations not quantized: W8A16)"));
 
   const std::vector<float> want = last_logits(plain, CompileOptions());
-  const std::vector<float> got_w8a8 = last_logits(fp8, CompileOptions());
+  const std::vector<float> got_w8a8 = last_logits(fp8, w8a8);
   const std::vector<float> got_w8a16 = last_logits(fp8, w8a16);
   EXPECT_LT(testing::normalized_error(got_w8a16, want), 0.1);
   EXPECT_LT(testing::normalized_error(got_w8a8, want), 0.1);

@@ -93,6 +93,7 @@ TEST(LinearFp8, MatchesTheDequantizedReference) {
       node.mutable_linear()->set_has_bias(c.bias);
       if (c.scale != 1.0f) node.mutable_linear()->set_scale(c.scale);
       CompileOptions options;
+      options.quantize_dense_activations = true;
       const std::vector<std::optional<ValueType>> types = {
           ValueType{DType::kF32, {kTokens, c.in}},
           ValueType{DType::kF8E4M3, {c.out, c.in}, c.group},
