@@ -37,12 +37,11 @@ struct CompileOptions {
   // do so when true; false keeps every activation in the compute dtype (W8A16: the weights are
   // still read quantized). moegraph --activation-quant none.
   bool quantize_activations = true;
-  // Dense ops with FP8 weights (linear, the MoE shared experts) quantize their inputs too, as the
-  // checkpoint means (its full W8A8; --activation-quant all). Off by default: on the FP8 test
-  // checkpoints this run lands 0.03-0.24 (normalized) from transformers with every Linear's input
-  // quantized, where the experts alone match to 5e-7 (docs/quantization.md), so it is not yet
-  // trusted. Without it those ops run W8A16 (their weights dequantized or read as FP8).
-  bool quantize_dense_activations = false;
+  // With quantize_activations: the dense ops with FP8 weights (linear, gated_mlp, the MoE shared
+  // experts) quantize their inputs too, which is what the checkpoint means (every quantized
+  // Linear's input: DeepSeek's FP8Linear); false quantizes the routed experts' only
+  // (--activation-quant experts). On CUDA the dense ops run W8A16 for now either way.
+  bool quantize_dense_activations = true;
 };
 
 // Random weights this large are generated where they are used (a 30B-parameter model would take

@@ -75,7 +75,7 @@ int inspect(const InspectArgs& a) {
   if (!a.dtype.empty()) options.activation_dtype = parse_activation_dtype(a.dtype);
   options.moe_backend = a.moe_backend;
   options.quantize_activations = a.activation_quant != "none";
-  options.quantize_dense_activations = a.activation_quant == "all";
+  options.quantize_dense_activations = a.activation_quant == "dynamic";
   options.max_tokens = a.max_tokens;
   // The graph's float activations are printed in the dtype they run in on this device.
   const DType activation_dtype = activation_dtype_of(options);
@@ -106,12 +106,11 @@ Command add_inspect_command(CLI::App& app) {
   cmd->add_option("--dtype", args->dtype,
                   "Activation dtype: bf16, f16 or f32 (default: f32 on cpu, bf16 on cuda)");
   cmd->add_option("--activation-quant", args->activation_quant,
-                  "Activations of FP8 (W8A8) weights: dynamic (the MoE experts quantize theirs as "
-                  "the checkpoint says), all (dense linears and shared experts too: the "
-                  "checkpoint's full W8A8, not yet matching transformers) or none (W8A16: weights "
-                  "read as FP8, activations kept in the compute dtype)")
+                  "Activations of FP8 (W8A8) weights: dynamic (quantized per call wherever the "
+                  "checkpoint says: W8A8), experts (the MoE experts' only; dense ops keep theirs) "
+                  "or none (W8A16: weights read as FP8, activations kept in the compute dtype)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"dynamic", "all", "none"}));
+      ->check(CLI::IsMember({"dynamic", "experts", "none"}));
   cmd->add_option("--moe-backend", args->moe_backend, "Force an expert backend (with --plan)");
   cmd->add_option("--max-tokens", args->max_tokens, "Largest forward chunk (with --plan)")
       ->capture_default_str()

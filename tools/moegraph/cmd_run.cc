@@ -210,7 +210,7 @@ int run(const RunArgs& a) {
   compile.max_seq_len = a.max_seq_len;
   compile.moe_backend = a.moe_backend;
   compile.quantize_activations = a.activation_quant != "none";
-  compile.quantize_dense_activations = a.activation_quant == "all";
+  compile.quantize_dense_activations = a.activation_quant == "dynamic";
   compile.random_weights = a.random_weights;
   SessionOptions options;
   options.threads = a.threads > 0
@@ -313,12 +313,11 @@ Command add_run_command(CLI::App& app) {
                 "Scan every weight for NaN and infinity before running; name the first tensor "
                 "that holds one");
   cmd->add_option("--activation-quant", args->activation_quant,
-                  "Activations of FP8 (W8A8) weights: dynamic (the MoE experts quantize theirs as "
-                  "the checkpoint says), all (dense linears and shared experts too: the "
-                  "checkpoint's full W8A8, not yet matching transformers) or none (W8A16: weights "
-                  "read as FP8, activations kept in the compute dtype)")
+                  "Activations of FP8 (W8A8) weights: dynamic (quantized per call wherever the "
+                  "checkpoint says: W8A8), experts (the MoE experts' only; dense ops keep theirs) "
+                  "or none (W8A16: weights read as FP8, activations kept in the compute dtype)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"dynamic", "all", "none"}));
+      ->check(CLI::IsMember({"dynamic", "experts", "none"}));
   cmd->add_option("--moe-backend", args->moe_backend,
                   "Force this expert backend on every MoE node (error if it does not fit)");
   cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (CPU: threads; MoE experts are split)")

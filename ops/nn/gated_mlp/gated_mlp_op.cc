@@ -7,6 +7,7 @@
 #include "framework/op/op_registry.h"
 #include "ops/nn/activation.h"
 #include "ops/nn/gated_mlp/gated_mlp.h"
+#include "ops/nn/linear/fp8_gemm_cpu.h"
 #include "ops/nn/linear/linear_gemm.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
@@ -45,11 +46,18 @@ void gate_rows(float* g, const float* u, int64_t begin, int64_t end) {
 
 class GatedMlpCpuKernel final : public OpKernel {
  public:
-  GatedMlpCpuKernel(GatedActivation activation, int64_t intermediate)
-      : activation_(activation), intermediate_(intermediate) {}
+  // `activation_group`: FP8 (W8A8) checkpoints quantize both GEMMs' inputs per token per that many
+  // channels (-1: per token); their weights arrive dequantized, which is what an FP8 GEMM
+  // multiplies by. nullopt: inputs kept (every other model, and W8A16).
+  GatedMlpCpuKernel(GatedActivation activation, int64_t hidden, int64_t intermediate,
+                    std::optional<int64_t> activation_group)
+      : activation_(activation),
+        hidden_(hidden),
+        intermediate_(intermediate),
+        activation_group_(activation_group) {}
 
   // inputs: x [T, H], gate [I, H], up [I, H], down [H, I]. outputs: out [T, H].
-  // workspace: g [T, I] then u [T, I].
+  // workspace: g [T, I] then u [T, I] (W8A8: then xq [T, H]).
   void run(const ExecContext& ctx, std::span<const Tensor> inputs,
            std::span<const Tensor> outputs) override {
     const int64_t tokens = inputs[0].dim(0);
@@ -61,6 +69,11 @@ class GatedMlpCpuKernel final : public OpKernel {
     float* g = static_cast<float*>(ctx.workspace);
     float* u = g + tokens * inter;
     const float* x = inputs[0].data<float>();
+    if (activation_group_) {
+      float* xq = u + tokens * inter;
+      cpu_fake_quantize_fp8_rows(x, tokens, hidden, *activation_group_, xq);
+      x = xq;
+    }
     cpu_gemm_xwt(x, tokens, hidden, inputs[1].data<float>(), inter, g, ctx.pool);
     cpu_gemm_xwt(x, tokens, hidden, inputs[2].data<float>(), inter, u, ctx.pool);
 
@@ -80,19 +93,26 @@ class GatedMlpCpuKernel final : public OpKernel {
     } else {
       activate(0, n);
     }
+    if (activation_group_) cpu_fake_quantize_fp8_rows(g, tokens, inter, *activation_group_, g);
     cpu_gemm_xwt(g, tokens, inter, inputs[3].data<float>(), hidden, outputs[0].data<float>(),
                  ctx.pool);
   }
 
   size_t workspace_bytes(int64_t max_tokens) const override {
-    return static_cast<size_t>(2 * max_tokens * intermediate_) * sizeof(float);
+    return static_cast<size_t>(2 * max_tokens * intermediate_ +
+                               (activation_group_ ? max_tokens * hidden_ : 0)) *
+           sizeof(float);
   }
 
-  std::string describe() const override { return "cpu"; }
+  std::string describe() const override {
+    return activation_group_ ? "cpu (FP8 weights dequantized, activations quantized: W8A8)" : "cpu";
+  }
 
  private:
   GatedActivation activation_;
+  int64_t hidden_;
   int64_t intermediate_;
+  std::optional<int64_t> activation_group_;
 };
 
 class GatedMlpOp final : public OpDef {
@@ -138,8 +158,18 @@ class GatedMlpOp final : public OpDef {
     expect_cpu_kernel(ctx, "gated_mlp", kFloatActivations);
     MG_ASSERT(ctx.input_types.size() > 1 && ctx.input_types[1].has_value(),
               "gated_mlp: kernel built without the gate type");
+    // FP8 gate/up/down (dequantized by the place-weights pass) quantize the activations they
+    // multiply when dense activations are quantized (CompileOptions::quantize_dense_activations).
+    std::optional<int64_t> act_group;
+    const WeightQuantization q =
+        ctx.weight_quant.size() > 2 ? ctx.weight_quant[2] : WeightQuantization();
+    if (q.defined() && q.activation == ActivationQuant::kDynamic &&
+        ctx.options.quantize_activations && ctx.options.quantize_dense_activations) {
+      act_group = q.activation_group;
+    }
     return std::make_unique<GatedMlpCpuKernel>(
-        gated_activation_of(ctx.node.gated_mlp().activation()), ctx.input_types[1]->shape[0]);
+        gated_activation_of(ctx.node.gated_mlp().activation()), ctx.input_types[1]->shape[1],
+        ctx.input_types[1]->shape[0], act_group);
   }
 
  private:

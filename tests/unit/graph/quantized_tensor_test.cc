@@ -182,12 +182,13 @@ TEST(QuantizedTensors, LinearTakesFp8WeightsAndQuantizesItsInputWhenAsked) {
   infer_shapes(graph);
   EXPECT_EQ(value_type_str(*graph.value("lm_head.weight").type),
             "F8_E4M3[96, 160] (scales per row)");
-  CompileOptions w8a8;
-  w8a8.quantize_dense_activations = true;
+  const CompileOptions w8a8;
   EXPECT_THAT(compile_graph_file(fp8, w8a8)->describe(),
               HasSubstr("cpu fp8 (weight scales per row, activations quantized per token: W8A8)"));
-  // By default dense ops keep their activations (CompileOptions::quantize_dense_activations).
-  EXPECT_THAT(compile_graph_file(fp8, CompileOptions())->describe(),
+  // --activation-quant experts: dense ops keep their activations.
+  CompileOptions experts_only;
+  experts_only.quantize_dense_activations = false;
+  EXPECT_THAT(compile_graph_file(fp8, experts_only)->describe(),
               HasSubstr("cpu fp8 (weight scales per row, activations not quantized: W8A16)"));
   CompileOptions w8a16;
   w8a16.quantize_activations = false;
