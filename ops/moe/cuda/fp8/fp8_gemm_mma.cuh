@@ -85,8 +85,8 @@ template <int BM, int BN, int kThreads, bool Gated>
 __device__ __forceinline__ void load_stage(uint32_t s_a, uint32_t s_b, const uint8_t* a,
                                            const uint8_t* b, int rows_here, int n0, int n, int k,
                                            int k0, int tid) {
-  grouped_gemm::load_tile_stage<uint8_t, BM, BN, kThreads, Gated>(s_a, s_b, a, b, rows_here, n0,
-                                                                  n, k, k0, tid);
+  grouped_gemm::load_tile_stage<uint8_t, BM, BN, kThreads, Gated>(s_a, s_b, a, b, rows_here, n0, n,
+                                                                  k, k0, tid);
 }
 
 // The GEMM epilogue of one output (up only read when Gated); bias F32 [N_b] of the expert.
