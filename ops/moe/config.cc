@@ -208,6 +208,22 @@ std::string_view quant_scheme_name(QuantScheme scheme) {
   return "?";
 }
 
+bool is_fp8_scheme(QuantScheme scheme) {
+  switch (scheme) {
+    case QuantScheme::kFp8PerTensor:
+    case QuantScheme::kFp8Block:
+    case QuantScheme::kFp8PerChannel:
+      return true;
+    case QuantScheme::kUnquantized:
+    case QuantScheme::kInt8WeightOnly:
+    case QuantScheme::kInt4WeightOnly:
+    case QuantScheme::kMxfp4:
+    case QuantScheme::kNvfp4:
+      return false;
+  }
+  return false;
+}
+
 QuantKey QuantKey::unquantized(DType dtype) {
   MG_CHECK(is_floating(dtype) && dtype != DType::kF8E4M3 && dtype != DType::kF8E5M2,
            "an unquantized key needs a 16- or 32-bit floating dtype, got {}", dtype_name(dtype));

@@ -104,6 +104,8 @@ enum class QuantScheme : uint8_t {
   kNvfp4,
 };
 std::string_view quant_scheme_name(QuantScheme scheme);
+// kFp8Block, kFp8PerChannel or kFp8PerTensor: the schemes of the FP8 oracle module.
+bool is_fp8_scheme(QuantScheme scheme);
 
 // How one GEMM operand (weights or activations) is stored: element type and, when quantised,
 // its scales. The oracle matches (weight key, activation key) pairs against what each expert

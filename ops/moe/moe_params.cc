@@ -293,9 +293,7 @@ void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t
              value_type_str(type));
     return;
   }
-  const bool fp8 = scheme == QuantScheme::kFp8Block || scheme == QuantScheme::kFp8PerChannel ||
-                   scheme == QuantScheme::kFp8PerTensor;
-  if (!fp8) return;  // refused as not supported yet before the inputs are checked
+  if (!is_fp8_scheme(scheme)) return;  // refused as not supported yet before the inputs are checked
   MG_CHECK(type.quant_group && type.dtype == DType::kF8E4M3,
            "quant_scheme {} needs {} quantized to F8_E4M3 (TensorInfo.quantization), got {}",
            quant_scheme_name(scheme), what, value_type_str(type));

@@ -181,18 +181,9 @@ Tensor random_fp8_codes(int64_t E, int64_t N, int64_t K, uint64_t seed, cudaStre
 // +-sqrt(3 / K) / 448 (the real weights then have the variance of the BF16 bench's).
 QuantizedExpertWeights random_fp8_weights(QuantScheme quant, int64_t E, int64_t H, int64_t I,
                                           cudaStream_t s) {
-  GroupShape g;
-  switch (quant) {
-    case QuantScheme::kFp8Block:
-      g = GroupShape::block(128, 128);
-      break;
-    case QuantScheme::kFp8PerChannel:
-      g = GroupShape::per_channel();
-      break;
-    default:
-      g = GroupShape::per_tensor();
-      break;
-  }
+  const GroupShape g = quant == QuantScheme::kFp8Block        ? GroupShape::block(128, 128)
+                       : quant == QuantScheme::kFp8PerChannel ? GroupShape::per_channel()
+                                                              : GroupShape::per_tensor();
   const bool per_token = quant != QuantScheme::kFp8Block;
   auto make = [&](int64_t N, int64_t K, uint64_t seed, Tensor& codes, WeightQuantization& q) {
     codes = random_fp8_codes(E, N, K, seed, s);
@@ -260,9 +251,8 @@ std::vector<MoEBenchPoint> run_moe_bench(
   auto stream = make_stream(kGpu);
   const cudaStream_t s = cuda::native(stream.get());
   const bool fp8 = o.quant != QuantScheme::kUnquantized;
-  MG_CHECK(!fp8 || o.quant == QuantScheme::kFp8Block || o.quant == QuantScheme::kFp8PerChannel ||
-               o.quant == QuantScheme::kFp8PerTensor,
-           "bench moe: --quant {} is not supported", quant_scheme_name(o.quant));
+  MG_CHECK(!fp8 || is_fp8_scheme(o.quant), "bench moe: --quant {} is not supported",
+           quant_scheme_name(o.quant));
   const std::vector<const ExpertsBackend*> list =
       fp8 ? fp8_priority(kGpu) : unquantized_priority(kGpu);
   std::vector<MoEBenchPoint> points;

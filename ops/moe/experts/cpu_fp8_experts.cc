@@ -12,11 +12,6 @@ namespace mg {
 
 namespace {
 
-bool is_fp8_scheme(QuantScheme scheme) {
-  return scheme == QuantScheme::kFp8Block || scheme == QuantScheme::kFp8PerChannel ||
-         scheme == QuantScheme::kFp8PerTensor;
-}
-
 // y [n, R] = x [n, C] . W_e^T for expert e of quantized stack (codes [E, R, C], q).
 void expert_gemm(const float* x, int64_t n, const Tensor& codes, const WeightQuantization& q,
                  int64_t e, float* y) {

@@ -22,11 +22,6 @@ namespace {
 
 static_assert(kFp8DecodeMaxTokens == cuda::kFp8DecodeMaxTokens);
 
-bool is_fp8_scheme(QuantScheme scheme) {
-  return scheme == QuantScheme::kFp8Block || scheme == QuantScheme::kFp8PerChannel ||
-         scheme == QuantScheme::kFp8PerTensor;
-}
-
 // Host tensors are copied up; tensors already on `device` (the MoE benchmark makes its codes there)
 // are adopted.
 Tensor upload(const Tensor& host, Device device) {
@@ -154,17 +149,15 @@ class CudaFp8Experts final : public ExpertsMonolithic {
   }
 
  private:
+  // The FP8 kernels exist for 16-bit activations only (check_shape refuses F32).
   template <typename Fn>
   static void dispatch_16bit(DType dtype, Fn&& fn) {
-    switch (dtype) {
-      case DType::kBF16:
-        fn(__nv_bfloat16{});
-        return;
-      case DType::kF16:
-        fn(__half{});
-        return;
-      default:
-        MG_ASSERT(false, "cuda_fp8 built for activation dtype {}", dtype_name(dtype));
+    MG_ASSERT(dtype == DType::kBF16 || dtype == DType::kF16,
+              "cuda_fp8 built for activation dtype {}", dtype_name(dtype));
+    if (dtype == DType::kBF16) {
+      fn(__nv_bfloat16{});
+    } else {
+      fn(__half{});
     }
   }
 
