@@ -238,20 +238,39 @@ cuda::Fp8WeightScales scales_of(const Fp8Weights& w, const DeviceBuffer& d) {
   return s;
 }
 
-// Σ_kb (Σ_{k in kb} xq wq) xs[kb] S[e, n / bn, kb*128 / bk] in fp64.
+// Σ_kb (Σ_{k in kb} xq wq) xs[kb] S[e, n / bn, kb*128 / bk] in fp64; with `absolute`, the same
+// over the products' magnitudes (what an accumulation error is relative to).
 double block_scaled_dot(const QuantRows& x, int64_t row, const Fp8Weights& w, int64_t e,
-                        int64_t wrow) {
+                        int64_t wrow, bool absolute = false) {
   const auto& v = e4m3_values();
   double sum = 0.0;
   for (int64_t g = 0; g < x.groups; ++g) {
     const int64_t k0 = g * 128, k1 = std::min<int64_t>(x.k, k0 + 128);
     double block = 0.0;
     for (int64_t kk = k0; kk < k1; ++kk) {
-      block += v[x.q[row * x.k + kk]] * v[w.codes[(e * w.n + wrow) * w.k + kk]];
+      const double product = v[x.q[row * x.k + kk]] * v[w.codes[(e * w.n + wrow) * w.k + kk]];
+      block += absolute ? std::fabs(product) : product;
     }
-    sum += block * x.scale(row, g) * w.scale(e, wrow, k0);
+    const double scale = x.scale(row, g) * w.scale(e, wrow, k0);
+    sum += block * (absolute ? std::fabs(scale) : scale);
   }
   return sum;
+}
+
+// The accumulation error fp8_wgmma may add, relative to block_scaled_dot(..., absolute = true).
+// Hopper's FP8 wgmma does not accumulate in full fp32 inside a chain of k32 steps (DeepSeek-V3's
+// report measures ~14 bits kept; that is why the kernels promote every 128-K block into fp32), so
+// within a block its partial sum may be off by ~2^-14 of the products' magnitude per step, where
+// mma.sync's m16n8k32 rounds each step into fp32. 2^-11 of the magnitude sum covers a 128-wide
+// block's four steps with margin and stays far below what a wrong scale, a skipped K block or a
+// stale tile moves (tens of percent of the value, i.e. several times the magnitude sum / 16).
+constexpr double kWgmmaAccumulation = 1.0 / 2048;
+
+// An allowance per element for an activation of gate g (error bound dg) and up u (du): the
+// activations' derivatives are bounded by ~1.1 (silu, gelu, swiglu's g sigmoid(alpha g)) times
+// the other input, and relu^2's by 2|g|.
+double activation_allowance(double g, double u, double dg, double du) {
+  return (dg + du) * (2.0 + 2.0 * std::fabs(g) + 2.0 * std::fabs(u));
 }
 
 // Random activations (never zero), rounded through T.
@@ -276,10 +295,10 @@ void upload(DeviceBuffer& d, const std::vector<V>& v) {
   d.upload(v.data(), v.size() * sizeof(V));
 }
 
-// Compares `got` with `ref` elementwise (|err| <= rel |ref| + abs_frac rms(ref)) and by the
-// normalised L2 error; returns "" or what failed.
+// Compares `got` with `ref` elementwise (|err| <= rel |ref| + abs_frac rms(ref) + extra[i]) and by
+// the normalised L2 error; returns "" or what failed.
 std::string compare(const std::vector<double>& got, const std::vector<double>& ref, double rel,
-                    double abs_frac, double l2_limit) {
+                    double abs_frac, double l2_limit, const std::vector<double>* extra = nullptr) {
   double ref2 = 0.0, err2 = 0.0;
   for (size_t i = 0; i < ref.size(); ++i) {
     ref2 += ref[i] * ref[i];
@@ -291,7 +310,8 @@ std::string compare(const std::vector<double>& got, const std::vector<double>& r
   std::string first;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double err = std::fabs(got[i] - ref[i]);
-    if (!(err <= rel * std::fabs(ref[i]) + abs_frac * rms)) {
+    const double allowed = rel * std::fabs(ref[i]) + abs_frac * rms + (extra ? (*extra)[i] : 0.0);
+    if (!(err <= allowed)) {
       if (bad++ == 0) first = fmt::format("element {}: got {} want {}", i, got[i], ref[i]);
     }
   }
@@ -547,24 +567,23 @@ bool runs_here(Fp8GemmKernel kernel) {
   return cuda::fp8_gemm_kernel_check(kernel, cuda::grouped_gemm_sm90a_kernels()).empty();
 }
 
-template <typename T>
-void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
-  SCOPED_TRACE(
-      fmt::format("{} {} {}", dtype_label<T>(), cuda::fp8_gemm_kernel_name(kernel), c.describe()));
-  std::mt19937 rng(seed);
+// The expert offsets of a case: offsets[0] = first_row, then the rows of each expert.
+std::vector<int32_t> case_offsets(const GemmCase& c) {
   const int64_t experts = static_cast<int64_t>(c.rows_per_expert.size());
   std::vector<int32_t> offsets(experts + 1, c.first_row);
   for (int64_t e = 0; e < experts; ++e) offsets[e + 1] = offsets[e] + c.rows_per_expert[e];
+  return offsets;
+}
+
+// Runs the grouped GEMM of `c` on `kernel` over the given codes, scales and bias (F32 [E, N_b]),
+// output pre-filled with 0xff bytes. False (after checking that the launcher refuses it) when the
+// kernel cannot run here.
+template <typename T>
+bool run_gemm(const GemmCase& c, const QuantRows& a, const Fp8Weights& w,
+              const std::vector<float>& bias, Fp8GemmKernel kernel, std::vector<T>& out) {
+  const std::vector<int32_t> offsets = case_offsets(c);
+  const int64_t experts = static_cast<int64_t>(c.rows_per_expert.size());
   const int64_t max_rows = offsets[experts] + c.extra_rows;
-  const int64_t n_b = c.gated() ? 2 * c.n : c.n;
-
-  const QuantRows a =
-      quantize_rows(random_activations<T>(max_rows, c.k, 2.0f, rng), max_rows, c.k, c.per_token);
-  const Fp8Weights w = random_weights(experts, n_b, c.k, c.scales, rng);
-  std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
-  std::vector<float> bias(experts * n_b);
-  for (float& b : bias) b = bias_value(rng);
-
   DeviceBuffer d_a(a.q.size()), d_as(a.s.size() * 4), d_b(w.codes.size()),
       d_bs(w.scales.size() * 4), d_bias(bias.size() * 4), d_c(max_rows * c.n * sizeof(T)),
       d_offsets(offsets.size() * 4);
@@ -595,27 +614,63 @@ void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
     if (max_rows > 0) {
       EXPECT_THROW(cuda::launch_fp8_grouped_gemm<T>(args, kernel, nullptr), Error);
     }
-    return;
+    return false;
   }
   cuda::launch_fp8_grouped_gemm<T>(args, kernel, nullptr);
   MG_CUDA_CHECK(cudaDeviceSynchronize());
-
-  std::vector<T> out(max_rows * c.n);
+  out.resize(max_rows * c.n);
   d_c.download(out.data(), out.size() * sizeof(T));
-  std::vector<uint16_t> out_bits(out.size());
-  std::memcpy(out_bits.data(), out.data(), out.size() * sizeof(T));
+  return true;
+}
 
-  std::vector<double> got, ref;
-  bool untouched = true;
+// The expert of `row` (-1: outside every expert's rows).
+int64_t expert_of_row(const std::vector<int32_t>& offsets, int64_t row) {
+  for (size_t x = 0; x + 1 < offsets.size(); ++x) {
+    if (row >= offsets[x] && row < offsets[x + 1]) return static_cast<int64_t>(x);
+  }
+  return -1;
+}
+
+// Whether every element of rows outside the experts' rows still holds the 0xff fill.
+template <typename T>
+bool rows_outside_untouched(const GemmCase& c, const std::vector<T>& out) {
+  const std::vector<int32_t> offsets = case_offsets(c);
+  std::vector<uint16_t> bits(out.size());
+  std::memcpy(bits.data(), out.data(), out.size() * sizeof(T));
+  const int64_t rows = static_cast<int64_t>(out.size()) / c.n;
+  for (int64_t row = 0; row < rows; ++row) {
+    if (expert_of_row(offsets, row) >= 0) continue;
+    for (int64_t col = 0; col < c.n; ++col) {
+      if (bits[row * c.n + col] != 0xffff) return false;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
+  SCOPED_TRACE(
+      fmt::format("{} {} {}", dtype_label<T>(), cuda::fp8_gemm_kernel_name(kernel), c.describe()));
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> offsets = case_offsets(c);
+  const int64_t experts = static_cast<int64_t>(c.rows_per_expert.size());
+  const int64_t max_rows = offsets[experts] + c.extra_rows;
+  const int64_t n_b = c.gated() ? 2 * c.n : c.n;
+
+  const QuantRows a =
+      quantize_rows(random_activations<T>(max_rows, c.k, 2.0f, rng), max_rows, c.k, c.per_token);
+  const Fp8Weights w = random_weights(experts, n_b, c.k, c.scales, rng);
+  std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
+  std::vector<float> bias(experts * n_b);
+  for (float& b : bias) b = bias_value(rng);
+
+  std::vector<T> out;
+  if (!run_gemm<T>(c, a, w, bias, kernel, out)) return;
+
+  std::vector<double> got, ref, extra;
   for (int64_t row = 0; row < max_rows; ++row) {
-    int64_t e = -1;
-    for (int64_t x = 0; x < experts; ++x) {
-      if (row >= offsets[x] && row < offsets[x + 1]) e = x;
-    }
-    if (e < 0) {
-      for (int64_t col = 0; col < c.n; ++col) untouched &= out_bits[row * c.n + col] == 0xffff;
-      continue;
-    }
+    const int64_t e = expert_of_row(offsets, row);
+    if (e < 0) continue;
     for (int64_t col = 0; col < c.n; ++col) {
       double g = block_scaled_dot(a, row, w, e, col);
       double u = c.gated() ? block_scaled_dot(a, row, w, e, c.n + col) : 0.0;
@@ -627,9 +682,94 @@ void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
       act.kind = c.kind;
       ref.push_back(c.epilogue == GroupedEpilogue::kBias ? g : activation(act, g, u));
       got.push_back(to_f32(out[row * c.n + col]));
+      double allowance = 0.0;
+      if (kernel == Fp8GemmKernel::kWgmma) {
+        const double dg = kWgmmaAccumulation * block_scaled_dot(a, row, w, e, col, true);
+        const double du =
+            c.gated() ? kWgmmaAccumulation * block_scaled_dot(a, row, w, e, c.n + col, true) : 0.0;
+        allowance = c.epilogue == GroupedEpilogue::kBias ? dg : activation_allowance(g, u, dg, du);
+      }
+      extra.push_back(allowance);
     }
   }
-  EXPECT_TRUE(untouched) << "a row outside the experts' rows was written";
+  EXPECT_TRUE(rows_outside_untouched(c, out)) << "a row outside the experts' rows was written";
+  const std::string why =
+      compare(got, ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2, &extra);
+  EXPECT_TRUE(why.empty()) << why;
+}
+
+// Inputs whose block sums every kernel computes exactly, so the kernels must agree with the fp64
+// reference bit for bit: codes in {0, ±1, ±2} (products are integers of at most 4, a 128-wide
+// block's sum at most 512: 10 bits, exact in any accumulator the FP8 tensor cores use), scales
+// powers of two (1/4 .. 1 for the rows, 2^-6 .. 2^-4 for the weights: the promoted sums are
+// multiples of 2^-8 below 2^13, exact in fp32) and biases multiples of 1/16. The plain epilogue's
+// output is then round_to<T>(the exact sum) for every kernel; a race, a stale stage, a wrong scale
+// index or a mis-tiled edge cannot hide inside a tolerance. Gated epilogues add the activation
+// (float vs double), so they are held to the GEMM bounds.
+template <typename T>
+void check_gemm_exact(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
+  SCOPED_TRACE(fmt::format("exact sums {} {} {}", dtype_label<T>(),
+                           cuda::fp8_gemm_kernel_name(kernel), c.describe()));
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> offsets = case_offsets(c);
+  const int64_t experts = static_cast<int64_t>(c.rows_per_expert.size());
+  const int64_t max_rows = offsets[experts] + c.extra_rows;
+  const int64_t n_b = c.gated() ? 2 * c.n : c.n;
+  std::uniform_int_distribution<int> pick(0, 4);
+  const uint8_t codes[5] = {float_to_fp8_e4m3(0.0f), float_to_fp8_e4m3(1.0f),
+                            float_to_fp8_e4m3(-1.0f), float_to_fp8_e4m3(2.0f),
+                            float_to_fp8_e4m3(-2.0f)};
+  std::uniform_int_distribution<int> exponent(0, 2);
+
+  QuantRows a;
+  a.rows = max_rows;
+  a.k = c.k;
+  a.groups = cuda::fp8_groups(c.k);
+  a.cols = cuda::fp8_act_scale_cols(c.k, c.per_token);
+  a.q.resize(max_rows * c.k);
+  for (uint8_t& q : a.q) q = codes[pick(rng)];
+  a.s.resize(max_rows * a.cols);
+  for (float& s : a.s) s = std::ldexp(1.0f, -exponent(rng));
+
+  Fp8Weights w = random_weights(experts, n_b, c.k, c.scales, rng);
+  for (uint8_t& q : w.codes) q = codes[pick(rng)];
+  for (float& s : w.scales) s = std::ldexp(1.0f, -4 - exponent(rng));
+  std::uniform_int_distribution<int> sixteenths(-8, 8);
+  std::vector<float> bias(experts * n_b);
+  for (float& b : bias) b = static_cast<float>(sixteenths(rng)) / 16.0f;
+
+  std::vector<T> out;
+  if (!run_gemm<T>(c, a, w, bias, kernel, out)) return;
+
+  std::vector<double> got, ref;
+  int64_t inexact = 0;
+  std::string first;
+  for (int64_t row = 0; row < max_rows; ++row) {
+    const int64_t e = expert_of_row(offsets, row);
+    if (e < 0) continue;
+    for (int64_t col = 0; col < c.n; ++col) {
+      double g = block_scaled_dot(a, row, w, e, col);
+      double u = c.gated() ? block_scaled_dot(a, row, w, e, c.n + col) : 0.0;
+      if (c.bias) {
+        g += bias[e * n_b + col];
+        if (c.gated()) u += bias[e * n_b + c.n + col];
+      }
+      const float value = to_f32(out[row * c.n + col]);
+      if (c.epilogue == GroupedEpilogue::kBias) {
+        if (value != round_to<T>(g) && inexact++ == 0) {
+          first = fmt::format("row {} (expert {}) col {}: got {} want {}", row, e, col, value,
+                              round_to<T>(g));
+        }
+        continue;
+      }
+      MoEActParams act;
+      act.kind = c.kind;
+      ref.push_back(activation(act, g, u));
+      got.push_back(value);
+    }
+  }
+  EXPECT_TRUE(rows_outside_untouched(c, out)) << "a row outside the experts' rows was written";
+  EXPECT_EQ(inexact, 0) << "outputs differ from the exact sums (first: " << first << ")";
   const std::string why = compare(got, ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2);
   EXPECT_TRUE(why.empty()) << why;
 }
@@ -704,6 +844,45 @@ TEST(CudaFp8Experts, GroupedGemmEveryScaleLayout) {
   }
 }
 
+// Every kernel bit for bit against exact sums (check_gemm_exact) over what tiles get wrong: 11 and
+// 7 experts (odd counts) with no rows, 1 row, 127/128/129 rows (a 128-row wgmma tile and one row
+// more), 255 and 300 rows (several partial 128- and 64-row tiles), offsets not starting at 0 and
+// rows past the last expert; N of 448 (partial 128-column tiles), 200 and 72; K of 448 (four K
+// blocks, the last 64 wide), 1040 (nine, the last 16 wide) and 48 (one partial block); every
+// weight scale layout; activation scales per 128 group and per token.
+TEST(CudaFp8Experts, GroupedGemmExactSumsEveryKernel) {
+  MG_REQUIRE_GPU();
+  const std::vector<std::vector<int32_t>> patterns = {
+      {0, 1, 127, 128, 129, 0, 255, 300, 17, 64, 65},
+      {5, 0, 0, 3, 0, 200, 1},
+  };
+  const int64_t shapes[][2] = {{448, 448}, {200, 1040}, {72, 48}};
+  const ScaleKind scale_kinds[] = {ScaleKind::kBlock, ScaleKind::kTensor, ScaleKind::kChannel};
+  uint32_t seed = 5000;
+  int index = 0;
+  for (const auto& pattern : patterns) {
+    for (const auto& shape : shapes) {
+      for (const bool gated : {false, true}) {
+        GemmCase c;
+        c.rows_per_expert = pattern;
+        c.first_row = index % 2 == 1 ? 3 : 0;
+        c.extra_rows = index % 3 == 0 ? 7 : 0;
+        c.n = shape[0];
+        c.k = shape[1];
+        c.epilogue = gated ? GroupedEpilogue::kActivation : GroupedEpilogue::kBias;
+        c.kind = MoEActKind::kSiluGated;
+        c.bias = index % 2 == 0;
+        c.scales = scale_kinds[index % 3];
+        c.per_token = index % 4 == 3;
+        ++index;
+        for (const Fp8GemmKernel kernel : cuda::kAllFp8GemmKernels) {
+          for_each_dtype([&]<typename T>() { check_gemm_exact<T>(c, kernel, ++seed); });
+        }
+      }
+    }
+  }
+}
+
 // What the kernels cannot take is refused with a reason (host checks: no GPU needed).
 TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
   EXPECT_NE(cuda::fp8_gemm_check(128, 40), "");
@@ -729,8 +908,9 @@ TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
   }
   EXPECT_EQ(cuda::parse_fp8_gemm_kernel("mma16"), std::nullopt);
   EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kMma16, false), "");
-  // Disabled until it matches the reference (fp8_experts_cuda.h).
-  EXPECT_NE(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, true), "");
+  // The kernel runs where the sm_90a code is; models get it only through the kernel choice
+  // (fp8_kernel_choice.cc), which keeps it disabled for now.
+  EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, true), "");
   EXPECT_NE(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, false), "");
   EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5, 5), Fp8GemmKernel::kMma16);
   EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5 + 1, 5), Fp8GemmKernel::kMma64);
@@ -779,16 +959,18 @@ MlpProblem random_mlp(int64_t experts, int64_t hidden, int64_t inter, MoEActKind
   return p;
 }
 
-// One row through expert e as the kernels compute it, in fp64 with the same roundings to T and
-// the same quantisations: x (T values) -> y [H] (before the final rounding to T).
-template <typename T>
-std::vector<double> reference_mlp_row(const MlpProblem& p, int64_t e, const float* x) {
+// GEMM1 + activation of one row through expert e in fp64 (before the rounding to T), from x (T
+// values) quantised as the kernels do; `allowance` (if given) gets fp8_wgmma's accumulation
+// allowance per element.
+std::vector<double> reference_h_row(const MlpProblem& p, int64_t e, const float* x,
+                                    std::vector<double>* allowance = nullptr) {
   const std::vector<float> xv(x, x + p.hidden);
   const QuantRows xq = p.x_static > 0.0f ? quantize_rows_static(xv, 1, p.hidden, p.x_static)
                                          : quantize_rows(xv, 1, p.hidden, p.per_token);
   const bool gated = cuda::is_gated(p.act.kind);
   const int64_t n1 = gated ? 2 * p.inter : p.inter;
-  std::vector<float> h(p.inter);
+  std::vector<double> h(p.inter);
+  if (allowance) allowance->assign(p.inter, 0.0);
   for (int64_t i = 0; i < p.inter; ++i) {
     double g = block_scaled_dot(xq, 0, p.w13, e, i);
     double u = gated ? block_scaled_dot(xq, 0, p.w13, e, p.inter + i) : 0.0;
@@ -796,15 +978,41 @@ std::vector<double> reference_mlp_row(const MlpProblem& p, int64_t e, const floa
       g += p.b13[e * n1 + i];
       if (gated) u += p.b13[e * n1 + p.inter + i];
     }
-    h[i] = round_to<T>(activation(p.act, g, u));
+    h[i] = activation(p.act, g, u);
+    if (allowance) {
+      const double dg = kWgmmaAccumulation * block_scaled_dot(xq, 0, p.w13, e, i, true);
+      const double du =
+          gated ? kWgmmaAccumulation * block_scaled_dot(xq, 0, p.w13, e, p.inter + i, true) : 0.0;
+      (*allowance)[i] = activation_allowance(g, u, dg, du);
+    }
   }
+  return h;
+}
+
+// GEMM2 of one row through expert e in fp64 from h (T values) quantised as the kernels do.
+std::vector<double> reference_y_row(const MlpProblem& p, int64_t e, const std::vector<float>& h,
+                                    std::vector<double>* allowance = nullptr) {
   const QuantRows hq = p.h_static > 0.0f ? quantize_rows_static(h, 1, p.inter, p.h_static)
                                          : quantize_rows(h, 1, p.inter, p.per_token);
   std::vector<double> y(p.hidden);
+  if (allowance) allowance->assign(p.hidden, 0.0);
   for (int64_t col = 0; col < p.hidden; ++col) {
     y[col] = block_scaled_dot(hq, 0, p.w2, e, col) + (p.bias ? p.b2[e * p.hidden + col] : 0.0);
+    if (allowance) {
+      (*allowance)[col] = kWgmmaAccumulation * block_scaled_dot(hq, 0, p.w2, e, col, true);
+    }
   }
   return y;
+}
+
+// One row through expert e as the kernels compute it, in fp64 with the same roundings to T and
+// the same quantisations: x (T values) -> y [H] (before the final rounding to T).
+template <typename T>
+std::vector<double> reference_mlp_row(const MlpProblem& p, int64_t e, const float* x) {
+  const std::vector<double> h = reference_h_row(p, e, x);
+  std::vector<float> h_t(p.inter);
+  for (int64_t i = 0; i < p.inter; ++i) h_t[i] = round_to<T>(h[i]);
+  return reference_y_row(p, e, h_t);
 }
 
 // Device copies of an MLP's weights.
@@ -945,18 +1153,54 @@ void check_mlp(const MlpCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   std::vector<T> out(pairs * c.hidden);
   std::memcpy(out.data(), bytes.data(), out_bytes);
 
-  std::vector<double> got, ref;
+  // Stage by stage, each GEMM held to the GEMM bounds: GEMM1 + act against the fp64 h, and GEMM2
+  // against the fp64 y of the GPU's own h (read back from the scratch), so a GEMM whose
+  // accumulation is less precise than fp32 (fp8_wgmma: kWgmmaAccumulation) is judged by its own
+  // error, not by where an intermediate one T ulp off crosses an e4m3 rounding boundary.
+  const bool wgmma = kernel == Fp8GemmKernel::kWgmma;
+  std::vector<T> h_gpu(pairs * c.inter);
+  MG_CUDA_CHECK(
+      cudaMemcpy(h_gpu.data(),
+                 d_scratch.as<uint8_t>() + cuda::fp8_expert_mlp_scratch_h_offset(pairs, c.hidden),
+                 h_gpu.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<double> h_got, h_ref, h_extra, y_got, y_ref, y_extra, ref;
   for (int64_t row = 0; row < pairs; ++row) {
     const int32_t pair = row_to_pair[row];
+    const float* x_row = x.data() + (pair / c.top_k) * c.hidden;
+    std::vector<double> allowance;
+    const std::vector<double> h =
+        reference_h_row(p, expert_of[pair], x_row, wgmma ? &allowance : nullptr);
+    std::vector<float> h_row(c.inter);
+    for (int64_t i = 0; i < c.inter; ++i) {
+      h_row[i] = to_f32(h_gpu[row * c.inter + i]);
+      h_got.push_back(h_row[i]);
+      h_ref.push_back(h[i]);
+      h_extra.push_back(wgmma ? allowance[i] : 0.0);
+    }
     const std::vector<double> y =
-        reference_mlp_row<T>(p, expert_of[pair], x.data() + (pair / c.top_k) * c.hidden);
+        reference_y_row(p, expert_of[pair], h_row, wgmma ? &allowance : nullptr);
+    const std::vector<double> y_end_to_end = reference_mlp_row<T>(p, expert_of[pair], x_row);
     for (int64_t col = 0; col < c.hidden; ++col) {
-      ref.push_back(y[col]);
-      got.push_back(to_f32(out[row * c.hidden + col]));
+      y_got.push_back(to_f32(out[row * c.hidden + col]));
+      y_ref.push_back(y[col]);
+      y_extra.push_back(wgmma ? allowance[col] : 0.0);
+      ref.push_back(y_end_to_end[col]);
     }
   }
-  const std::string why = compare(got, ref, kMlpRel, kMlpAbs, kMlpL2);
-  EXPECT_TRUE(why.empty()) << why;
+  const std::string why_h =
+      compare(h_got, h_ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2, &h_extra);
+  EXPECT_TRUE(why_h.empty()) << "GEMM1 + act: " << why_h;
+  const std::string why_y =
+      compare(y_got, y_ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2, &y_extra);
+  EXPECT_TRUE(why_y.empty()) << "GEMM2 on the GPU's h: " << why_y;
+  // End to end against the fp64 pipeline: the mma kernels accumulate each k32 step in fp32, so
+  // their h lands on the reference's side of an e4m3 boundary but rarely. fp8_wgmma's coarser
+  // accumulation flips such codes more often (one flipped large h code moves a row's outputs by a
+  // few percent of their RMS; the H100 run that disabled it saw 137 of 6272 outputs 5-10% off,
+  // about 0.011 in L2), so it is held to an L2 bound of 3e-2 only: the stages above are its test.
+  const std::string why =
+      compare(y_got, ref, wgmma ? 1e9 : kMlpRel, wgmma ? 0.0 : kMlpAbs, wgmma ? 3e-2 : kMlpL2);
+  EXPECT_TRUE(why.empty()) << "end to end: " << why;
 }
 
 std::vector<MlpCase> mlp_cases() {

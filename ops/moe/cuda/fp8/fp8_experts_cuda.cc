@@ -95,6 +95,11 @@ size_t fp8_expert_mlp_scratch_bytes(int64_t max_rows, int64_t hidden, int64_t in
   return mlp_scratch_bytes(max_rows, hidden, inter, element_bytes);
 }
 
+size_t fp8_expert_mlp_scratch_h_offset(int64_t max_rows, int64_t hidden) {
+  const auto r = static_cast<size_t>(max_rows);
+  return align_up(r * hidden) + align_up(r * fp8_groups(hidden) * sizeof(float));
+}
+
 std::string fp8_expert_mlp_check(int64_t hidden, int64_t inter, bool gated,
                                  const Fp8WeightScales& s13, const Fp8WeightScales& s2) {
   const int64_t n1 = gated ? 2 * inter : inter;

@@ -143,18 +143,16 @@ constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
 
 // "" when `kernel` can run on a GPU whose binary has (sm90a) or lacks the sm_90a code
 // (grouped_gemm_sm90a_kernels()), else the reason; the launchers refuse it with the same words.
+// This is the kernel level only: fp8_wgmma runs here (its kernel tests force it), while the
+// backend's kernel choice keeps it out of models until it is enabled there
+// (ops/moe/heuristics/fp8_kernel_choice.cc, check_fp8_kernel_request).
 inline std::string fp8_gemm_kernel_check(Fp8GemmKernel kernel, bool sm90a) {
   switch (kernel) {
     case Fp8GemmKernel::kMma16:
     case Fp8GemmKernel::kMma64:
       return "";
     case Fp8GemmKernel::kWgmma:
-      // Its first H100 run (2026-11-25, tests/cuda/fp8_experts_cuda_test.cc) left up to 137 of
-      // 6272 MLP outputs 5-10% off the reference where the mma kernels match: refused until that
-      // is found, so that nothing (not even a forced request) runs it.
-      (void)sm90a;
-      return "fp8_wgmma is disabled: it does not match the reference on an H100 yet "
-             "(docs/quantization.md)";
+      return sm90a ? "" : "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
   }
   return "unknown FP8 GEMM kernel";
 }
@@ -248,6 +246,9 @@ struct Fp8ExpertMlpArgs {
 // g(I)], each 256-byte aligned.
 size_t fp8_expert_mlp_scratch_bytes(int64_t max_rows, int64_t hidden, int64_t inter,
                                     size_t element_bytes);
+// Where h (the intermediate [rows, I] in T, after GEMM1's epilogue) starts in that scratch: tests
+// read it back to check GEMM1 and GEMM2 apart.
+size_t fp8_expert_mlp_scratch_h_offset(int64_t max_rows, int64_t hidden);
 
 // "" when the MLP kernels take (hidden, inter) and the scale layouts, else the reason.
 std::string fp8_expert_mlp_check(int64_t hidden, int64_t inter, bool gated,
