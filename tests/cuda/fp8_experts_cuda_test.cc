@@ -886,6 +886,10 @@ TEST(CudaFp8Experts, GroupedGemmExactSumsEveryKernel) {
 // What the kernels cannot take is refused with a reason (host checks: no GPU needed).
 TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
   EXPECT_NE(cuda::fp8_gemm_check(128, 40), "");
+  // H = 200 with block scales: refused naming the size (16-code vectors); H = 208, I = 96 taken.
+  const cuda::Fp8WeightScales block{nullptr, 128, 128};
+  EXPECT_NE(cuda::fp8_expert_mlp_check(200, 96, true, block, block).find("200"), std::string::npos);
+  EXPECT_EQ(cuda::fp8_expert_mlp_check(208, 96, true, block, block), "");
   EXPECT_NE(cuda::fp8_gemm_check(0, 128), "");
   {
     cuda::Fp8QuantArgs q;  // a static scale needs the per-token layout
@@ -1211,6 +1215,9 @@ std::vector<MlpCase> mlp_cases() {
       {150, 2, 3, 128, 448, MoEActKind::kSilu, false, ScaleKind::kTensor},
       {13, 3, 7, 1040, 192, MoEActKind::kReluSquared, true, ScaleKind::kBlock},
       {9, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kChannel, true},
+      // H and I not multiples of 128: partial last scale blocks in N and K of both GEMMs.
+      {21, 2, 5, 208, 96, MoEActKind::kSiluGated, true, ScaleKind::kBlock},
+      {21, 2, 5, 208, 96, MoEActKind::kSiluGated, false, ScaleKind::kBlock, true},
       // Static activation scales (some of h saturates at ±448).
       {9, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kTensor, true, 2.5f / 448,
        0.25f / 448},
@@ -1331,6 +1338,7 @@ TEST(CudaFp8Experts, DecodeMatchesReference) {
       {5, 6, 7, 1040, 192, MoEActKind::kReluSquared, true, ScaleKind::kBlock},
       {8, 8, 33, 512, 384, MoEActKind::kSiluGated, true, ScaleKind::kBlock},
       {4, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kChannel, true},
+      {5, 2, 5, 208, 96, MoEActKind::kSiluGated, true, ScaleKind::kBlock},
       {4, 2, 3, 448, 256, MoEActKind::kSiluGated, true, ScaleKind::kTensor, true, 2.5f / 448,
        0.25f / 448},
   };

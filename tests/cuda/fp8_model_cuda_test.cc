@@ -120,6 +120,49 @@ TEST(CudaFp8Model, EveryKernelMatchesTheCpuModel) {
   }
 }
 
+// Hidden and intermediate sizes that are not multiples of 128 with 128 x 128 block scales: every
+// CUDA FP8 backend computes them (partial last scale blocks in N and K) or refuses them with a
+// reason naming the size, never wrong numbers. H = 208 (128 + 80) and I = 96 (one partial block)
+// run; H = 200 (not a multiple of 16: the kernels read 16-code vectors) is refused.
+TEST(CudaFp8Model, SizesNotMultiplesOf128RunOrAreRefusedWithTheSize) {
+  MG_REQUIRE_GPU();
+  for (const Fp8Layout& layout : kLayouts) {
+    DecoderSpec spec = testing::small_spec("qwen3_moe");
+    spec.hidden = 208;
+    spec.moe_intermediate = 96;
+    spec.moe_quant = layout.scheme;
+    const std::filesystem::path g =
+        testing::write_model(testing::temp_dir(std::string("fp8_208_") + layout.name), spec);
+    auto cpu = open(g, Device::cpu(), "", true);
+    const std::vector<float> ref = run(*cpu, kPrompt);
+    auto cpu_short = open(g, Device::cpu(), "", true);
+    const std::vector<float> ref_short = run(*cpu_short, kShortPrompt);
+    for (const char* request : {"cuda_fp8", "cuda_fp8:fp8_mma16", "cuda_fp8:fp8_mma64"}) {
+      const std::string what = fmt::format("H 208 I 96 {} {}", layout.name, request);
+      SCOPED_TRACE(what);
+      auto gpu = open(g, Device::cuda(0), request, true);
+      expect_close(run(*gpu, kPrompt), ref, spec.vocab, what);
+    }
+    auto decode = open(g, Device::cuda(0), "cuda_fp8:fp8_decode", true);
+    expect_close(run(*decode, kShortPrompt), ref_short, spec.vocab,
+                 std::string("H 208 I 96 decode ") + layout.name);
+  }
+  DecoderSpec spec = testing::small_spec("qwen3_moe");
+  spec.hidden = 200;
+  spec.moe_intermediate = 96;
+  spec.moe_quant = proto::MOE_QUANT_FP8_BLOCK;
+  const std::filesystem::path g = testing::write_model(testing::temp_dir("fp8_200"), spec);
+  for (const char* request : {"", "cuda_fp8"}) {
+    SCOPED_TRACE(std::string("H 200, request '") + request + "'");
+    try {
+      open(g, Device::cuda(0), request, true);
+      ADD_FAILURE() << "H = 200 compiled on cuda_fp8";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("200"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CudaFp8Model, DecodeStepIsCapturedInACudaGraph) {
   MG_REQUIRE_GPU();
   DecoderSpec spec = testing::small_spec("qwen3_moe");
