@@ -147,19 +147,56 @@ TEST(CudaFp8Model, SizesNotMultiplesOf128RunOrAreRefusedWithTheSize) {
     expect_close(run(*decode, kShortPrompt), ref_short, spec.vocab,
                  std::string("H 208 I 96 decode ") + layout.name);
   }
-  DecoderSpec spec = testing::small_spec("qwen3_moe");
-  spec.hidden = 200;
-  spec.moe_intermediate = 96;
-  spec.moe_quant = proto::MOE_QUANT_FP8_BLOCK;
-  const std::filesystem::path g = testing::write_model(testing::temp_dir("fp8_200"), spec);
-  for (const char* request : {"", "cuda_fp8"}) {
-    SCOPED_TRACE(std::string("H 200, request '") + request + "'");
-    try {
-      open(g, Device::cuda(0), request, true);
-      ADD_FAILURE() << "H = 200 compiled on cuda_fp8";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("200"), std::string::npos) << e.what();
+  // Refusals name the size: H = 200 everywhere; H = 208 on cuda_cublaslt_fp8 (K blocks of 128).
+  for (const int64_t hidden : {200, 208}) {
+    DecoderSpec spec = testing::small_spec("qwen3_moe");
+    spec.hidden = hidden;
+    spec.moe_intermediate = 96;
+    spec.moe_quant = proto::MOE_QUANT_FP8_BLOCK;
+    const std::filesystem::path g =
+        testing::write_model(testing::temp_dir(fmt::format("fp8_{}", hidden)), spec);
+    std::vector<std::string> requests = {"cuda_cublaslt_fp8"};
+    if (hidden == 200) requests = {"", "cuda_fp8", "cuda_cublaslt_fp8"};
+    for (const std::string& request : requests) {
+      SCOPED_TRACE(fmt::format("H {}, request '{}'", hidden, request));
+      try {
+        open(g, Device::cuda(0), request, true);
+        ADD_FAILURE() << "compiled";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::to_string(hidden)), std::string::npos)
+            << e.what();
+      }
     }
+  }
+}
+
+// cuda_cublaslt_fp8 (per-expert cuBLASLt FP8 GEMMs, VEC128 scales) forced, on every FP8 layout,
+// against the CPU and against cuda_fp8 (the cross-check): 7 experts (odd, and with 12 tokens x
+// top 2 some get none), H 256 and I 128 (two and one K blocks), prefill and decode steps.
+TEST(CudaFp8Model, CublasLtBackendMatchesTheCpuAndCudaFp8) {
+  MG_REQUIRE_GPU();
+  for (const Fp8Layout& layout : kLayouts) {
+    DecoderSpec spec = testing::small_spec("qwen3_moe");
+    spec.hidden = 256;
+    spec.moe_intermediate = 128;
+    spec.experts = 7;
+    spec.moe_quant = layout.scheme;
+    const std::filesystem::path g =
+        testing::write_model(testing::temp_dir(std::string("fp8_lt_") + layout.name), spec);
+    auto cpu = open(g, Device::cpu(), "", true);
+    const std::vector<float> ref = run(*cpu, kPrompt);
+    auto lt = open(g, Device::cuda(0), "cuda_cublaslt_fp8", true);
+    EXPECT_NE(lt->plan().describe().find("cuda_cublaslt_fp8 (requested"), std::string::npos)
+        << lt->plan().describe();
+    const std::vector<float> got = run(*lt, kPrompt);
+    expect_close(got, ref, spec.vocab, std::string("cuda_cublaslt_fp8 vs cpu ") + layout.name);
+    auto fp8 = open(g, Device::cuda(0), "cuda_fp8", true);
+    expect_close(got, run(*fp8, kPrompt), spec.vocab,
+                 std::string("cuda_cublaslt_fp8 vs cuda_fp8 ") + layout.name);
+    // Automatic choice stays cuda_fp8; the plan lists cuda_cublaslt_fp8 among the candidates.
+    auto gpu_auto = open(g, Device::cuda(0), "", true);
+    EXPECT_NE(gpu_auto->plan().describe().find("cuda_fp8 (auto"), std::string::npos)
+        << gpu_auto->plan().describe();
   }
 }
 

@@ -3,6 +3,7 @@
 #include "ops/moe/experts/cpu_fp8_experts.h"
 #include "ops/moe/oracle/unquantized.h"
 #ifdef MG_WITH_CUDA
+#include "ops/moe/experts/cuda_cublaslt_fp8_experts.h"
 #include "ops/moe/experts/cuda_fp8_experts.h"
 #endif
 
@@ -45,7 +46,9 @@ std::vector<const ExpertsBackend*> fp8_priority(Device device) {
       break;
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
-      list = {&cuda_fp8_backend(), &cuda_dequant_backend()};
+      // cuda_cublaslt_fp8 takes a subset of cuda_fp8's cases: it runs when forced (a cross-check
+      // and second choice), never in place of cuda_fp8.
+      list = {&cuda_fp8_backend(), &cuda_cublaslt_fp8_backend(), &cuda_dequant_backend()};
 #endif
       break;
   }
