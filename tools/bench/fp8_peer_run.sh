@@ -6,13 +6,15 @@
 #      blocks, activations per token per 128 channels) through ../shared/peers/run_quant_peers.py on
 #      the same shapes and M, under CUDA-graph replay -> $OUT/fp8_peer.{txt,json}
 #   3. both side by side -> $OUT/fp8_side_by_side.md
+#   (and, stage lt, cuda_cublaslt_fp8 timed and checked beside cuda_fp8 -> $OUT/fp8_bench_cublaslt.*)
 # The peer module (vllm_fused_moe_quant, vllm_fused_moe) is a peer's code: it lives in the
 # git-ignored .peer/ (never committed), with the harness copied to .peer/harness/ (the GPU machine
 # has no ../shared); carry .peer to the run. vLLM's FP8 quantizer needs H and I divisible by 128,
 # so the peer skips gpt-oss-120b (H = I = 2880) and says so in its JSON.
 #
 # Usage (repo root on the GPU machine): tools/bench/fp8_peer_run.sh
-# Environment: OUT (default fp8-peer-results); MG_FP8_PEER_STAGES (default build,bench,peer,table:
+# Environment: OUT (default fp8-peer-results); MG_FP8_PEER_STAGES (default
+# build,bench,lt,peer,table; lt: cuda_cublaslt_fp8 beside cuda_fp8, see below;
 # split them over two `run` calls when one 10-minute call is too short: the build stays on a warm
 # machine); MG_BUILD_DIR (default build-gpu); MG_CUDA_ARCHS (default 90a-real); MG_PEER_DIR
 # (default .peer); MG_PEER_BUDGET_S (default 400: run_quant_peers.py's own time budget).
@@ -22,7 +24,7 @@ out="${OUT:-fp8-peer-results}"
 mkdir -p "$out"
 build="${MG_BUILD_DIR:-build-gpu}"
 peer="${MG_PEER_DIR:-.peer}"
-stages=",${MG_FP8_PEER_STAGES:-build,bench,peer,table},"
+stages=",${MG_FP8_PEER_STAGES:-build,bench,lt,peer,table},"
 tokens=1,16,256,4096
 start=$(date +%s)
 stamp() { echo "$(( $(date +%s) - start ))s"; }
@@ -48,6 +50,23 @@ if [[ $stages == *,bench,* ]]; then
     --tokens "$tokens" --json "$out/fp8_bench.json" > "$out/fp8_bench.txt" 2>&1
   echo "bench rc=$? ($(stamp))" | tee -a "$out/summary.txt"
   cat "$out/fp8_bench.txt"
+fi
+
+# The cross-check on real shapes: cuda_cublaslt_fp8 (per-expert cuBLASLt FP8 GEMMs) beside
+# cuda_fp8; the bench's `check` column is each backend's normalized error against the first
+# (cuda_fp8). gpt-oss-120b is left out: cuda_cublaslt_fp8 refuses H = 2880 (not a multiple of 128).
+# Block scales on three shapes; per-channel and per-tensor weights (per-token activations) on one.
+if [[ $stages == *,lt,* ]]; then
+  "$build/moegraph" bench moe --quant fp8-block --shape mixtral,qwen3-30b-a3b,deepseek-v3 \
+    --tokens "$tokens" --backend cuda_fp8,cuda_cublaslt_fp8 --json "$out/fp8_bench_cublaslt.json" \
+    > "$out/fp8_bench_cublaslt.txt" 2>&1
+  echo "bench cuda_cublaslt_fp8 rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+  for q in fp8-channel fp8-tensor; do
+    "$build/moegraph" bench moe --quant "$q" --shape qwen3-30b-a3b --tokens 16,256 \
+      --backend cuda_fp8,cuda_cublaslt_fp8 >> "$out/fp8_bench_cublaslt.txt" 2>&1
+    echo "bench cuda_cublaslt_fp8 $q rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+  done
+  cat "$out/fp8_bench_cublaslt.txt"
 fi
 
 if [[ $stages == *,peer,* ]]; then
