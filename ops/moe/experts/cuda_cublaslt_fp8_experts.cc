@@ -148,7 +148,14 @@ class LtFp8Gemm {
 // block, which check_quant ensures).
 Tensor vec128_weight_scales(const Tensor& scale, const WeightQuantization& q, int64_t experts,
                             int64_t n, int64_t k) {
-  const Tensor s = to_f32_cpu(scale);
+  Tensor host = scale;
+  if (!scale.device().is_cpu()) {
+    // Scales made on the GPU (the MoE benchmark's) may still be in flight on another stream.
+    MG_CUDA_CHECK(cudaDeviceSynchronize());
+    host = Tensor::empty_cpu(scale.dtype(), scale.shape());
+    copy_tensor(host, scale);
+  }
+  const Tensor s = to_f32_cpu(host);
   const int64_t bn = q.group.rows_in(n), bk = q.group.cols_in(k);
   const int64_t s_rows = (n + bn - 1) / bn, s_cols = (k + bk - 1) / bk, blocks = k_blocks(k);
   MG_CHECK(s.numel() == experts * s_rows * s_cols,
