@@ -108,6 +108,17 @@ void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& gr
   }
   v.quant.activation = activation_quant_of(info.quantization());
   v.quant.activation_group = info.quantization().activation_group();
+  if (v.quant.activation == ActivationQuant::kStatic) {
+    if (state.options.random_weights) {
+      // A scale near what calibration of unit-scale activations gives (amax ~4 / 448).
+      v.quant.activation_scale = Tensor::empty_cpu(DType::kF32, {1});
+      v.quant.activation_scale.data<float>()[0] = 4.0f / kFp8E4M3Max;
+    } else {
+      const GraphValue& s = graph.value(info.quantization().activation_scale());
+      v.quant.activation_scale =
+          to_f32_cpu(state.weights->load(graph.model().tensors(s.tensor_index)));
+    }
+  }
 }
 
 class PlaceWeightsPass final : public Pass {

@@ -98,4 +98,10 @@ float quantize_fp8_e4m3_group(const float* x, int64_t n, uint8_t* q) {
   return scale;
 }
 
+void quantize_fp8_e4m3_static(const float* x, int64_t n, float scale, uint8_t* q) {
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = float_to_fp8_e4m3(std::clamp(x[i] / scale, -kFp8E4M3Max, kFp8E4M3Max));
+  }
+}
+
 }  // namespace mg

@@ -35,4 +35,9 @@ uint8_t float_to_fp8_e5m2(float f);
 inline constexpr float kFp8ActAmaxFloor = 1e-10f;
 float quantize_fp8_e4m3_group(const float* x, int64_t n, uint8_t* q);
 
+// Static FP8 activation quantisation (compressed-tensors' static `input_scale`, vLLM's
+// static_scaled_fp8_quant): q[i] = e4m3(clamp(x[i] / scale, -448, 448)) (fp32 division, clamp,
+// RNE), so values past the calibrated range saturate instead of becoming NaN. scale > 0, finite.
+void quantize_fp8_e4m3_static(const float* x, int64_t n, float scale, uint8_t* q);
+
 }  // namespace mg

@@ -42,6 +42,9 @@ struct GroupShape {
 enum class ActivationQuant : uint8_t {
   kNone,     // kept in the compute dtype (weight-only, W8A16)
   kDynamic,  // per token per `group` channels, scale = amax / 448, computed per call (W8A8)
+  // One fixed scale from the checkpoint (compressed-tensors' static `input_scale`) for every token:
+  // q = e4m3(clamp(x / scale, -448, 448)) (W8A8; vLLM's static_scaled_fp8_quant).
+  kStatic,
 };
 
 // The scales of one quantised weight, as an op's kernel receives them (KernelContext).
@@ -52,6 +55,9 @@ struct WeightQuantization {
   ActivationQuant activation = ActivationQuant::kNone;
   // kDynamic: channels per activation scale (128, or -1 for the whole row).
   int64_t activation_group = -1;
+  // kStatic: the activation scales, F32 [n] on the host (n parts of a stacked or fused weight,
+  // each with its checkpoint scale; the consumer uses the largest).
+  Tensor activation_scale;
 
   bool defined() const { return scale.defined(); }
 };

@@ -21,7 +21,8 @@ int64_t checked_group_dim(int64_t v, std::string_view file, const std::string& t
 }  // namespace
 
 GroupShape check_tensor_quantization(const proto::Model& model, const proto::TensorInfo& t,
-                                     const proto::TensorInfo* scale, std::string_view file) {
+                                     const proto::TensorInfo* scale, std::string_view file,
+                                     const proto::TensorInfo* activation_scale) {
   const proto::TensorQuantization& q = t.quantization();
   const std::string& name = t.name();
   MG_CHECK(model.format_version() >= 2,
@@ -67,10 +68,24 @@ GroupShape check_tensor_quantization(const proto::Model& model, const proto::Ten
                file, name, q.activation_group());
       break;
     case proto::ACT_QUANT_STATIC:
-      MG_FAIL(
-          "{}: tensor '{}': static activation scales (ACT_QUANT_STATIC) are not supported yet; "
-          "quantize activations dynamically or not at all",
-          file, name);
+      MG_CHECK(!q.activation_scale().empty(),
+               "{}: tensor '{}': static activation quantization (ACT_QUANT_STATIC) names no "
+               "activation_scale tensor",
+               file, name);
+      MG_CHECK(activation_scale != nullptr,
+               "{}: tensor '{}': activation scale tensor '{}' is not declared", file, name,
+               q.activation_scale());
+      MG_CHECK(
+          !activation_scale->has_quantization() &&
+              (activation_scale->dtype() == proto::F32 ||
+               activation_scale->dtype() == proto::BF16 ||
+               activation_scale->dtype() == proto::F16) &&
+              activation_scale->shape_size() == 1 && activation_scale->shape(0) >= 1,
+          "{}: tensor '{}': activation scale tensor '{}' must be an unquantized F32, BF16 or "
+          "F16 tensor of shape [n] (n >= 1; the consumer uses the largest), got {} {}",
+          file, name, q.activation_scale(), proto::DType_Name(activation_scale->dtype()),
+          shape_str(Shape(activation_scale->shape().begin(), activation_scale->shape().end())));
+      break;
     default:
       MG_FAIL("{}: tensor '{}': unknown quantization.activation {}", file, name,
               static_cast<int>(q.activation()));
@@ -79,8 +94,14 @@ GroupShape check_tensor_quantization(const proto::Model& model, const proto::Ten
 }
 
 ActivationQuant activation_quant_of(const proto::TensorQuantization& q) {
-  return q.activation() == proto::ACT_QUANT_DYNAMIC ? ActivationQuant::kDynamic
-                                                    : ActivationQuant::kNone;
+  switch (q.activation()) {
+    case proto::ACT_QUANT_DYNAMIC:
+      return ActivationQuant::kDynamic;
+    case proto::ACT_QUANT_STATIC:
+      return ActivationQuant::kStatic;
+    default:
+      return ActivationQuant::kNone;
+  }
 }
 
 }  // namespace mg

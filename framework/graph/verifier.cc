@@ -74,7 +74,15 @@ void add_declared_values(Graph& graph, std::unordered_map<std::string, GraphValu
         scale != values.end() && scale->second.source == ValueSource::kWeight
             ? &m.tensors(scale->second.tensor_index)
             : nullptr;
-    values.at(t.name()).type->quant_group = check_tensor_quantization(m, t, scale_info, file);
+    auto act_scale = t.quantization().activation_scale().empty()
+                         ? values.end()
+                         : values.find(t.quantization().activation_scale());
+    const proto::TensorInfo* act_scale_info =
+        act_scale != values.end() && act_scale->second.source == ValueSource::kWeight
+            ? &m.tensors(act_scale->second.tensor_index)
+            : nullptr;
+    values.at(t.name()).type->quant_group =
+        check_tensor_quantization(m, t, scale_info, file, act_scale_info);
   }
 }
 

@@ -132,13 +132,17 @@ HfQuantization read_compressed_tensors(const ConfigReader& q) {
   h.description = fmt::format("compressed-tensors float-quantized (weights {})", h.group.str());
 
   if (const std::optional<ConfigReader> input = group.object_opt("input_activations")) {
-    if (!input->boolean_or("dynamic", false)) {
-      input->fail("dynamic",
-                  "static input scales (input_scale) are not supported; quantize activations "
-                  "dynamically or import a weight-only checkpoint");
-    }
     const std::string act = input->string_or("strategy", "token");
-    if (act == "token") {
+    if (!input->boolean_or("dynamic", false)) {
+      // Static: one calibrated `input_scale` per Linear (stacked and fused weights take the
+      // largest of their parts', as vLLM does).
+      if (act != "tensor") {
+        input->fail("strategy", fmt::format("static activation strategy '{}' is not supported "
+                                            "(expected tensor: one input_scale per Linear)",
+                                            act));
+      }
+      h.activation = proto::ACT_QUANT_STATIC;
+    } else if (act == "token") {
       h.activation_group = -1;
     } else if (act == "group" && input->integer_or("group_size", 0) == 128) {
       h.activation_group = 128;
@@ -153,7 +157,7 @@ HfQuantization read_compressed_tensors(const ConfigReader& q) {
       input->fail("num_bits", fmt::format("{}-bit {} activations are not supported (only FP8)",
                                           input_bits, input_type));
     }
-    h.activation = proto::ACT_QUANT_DYNAMIC;
+    if (h.activation != proto::ACT_QUANT_STATIC) h.activation = proto::ACT_QUANT_DYNAMIC;
   }
   if (group.has("output_activations")) {
     group.fail("output_activations", "quantized output activations are not supported");

@@ -7,10 +7,11 @@
 //     anchored at the start of the module name, or a suffix of it).
 //   - quant_method "compressed-tensors", format "float-quantized" (llm-compressor FP8): one config
 //     group of 8-bit float weights with strategy tensor ([1] or [] scale) or channel ([out, 1]),
-//     `weight_scale` multiplies; input_activations dynamic per token, or absent (weight-only);
+//     `weight_scale` multiplies; input_activations dynamic per token, static per tensor (each
+//     Linear's `input_scale`), or absent (weight-only);
 //     `ignore` lists module names, or regexes after "re:" (anchored at the start).
-// Everything else (other methods and formats, e5m2, static activation scales, odd block sizes) is
-// one error naming config.json and the key.
+// Everything else (other methods and formats, e5m2, fp8's static activation_scheme, odd block
+// sizes) is one error naming config.json and the key.
 //
 // Which tensors are quantized is decided per tensor by the checkpoint itself: a weight is FP8 iff
 // it is F8_E4M3 and its scale sibling ("<key>" + scale_suffix) exists; the config's ignore lists
@@ -47,6 +48,8 @@ struct HfQuantization {
   // How consumers treat the activations a quantized weight multiplies.
   proto::ActivationQuantization activation = proto::ACT_QUANT_NONE;
   int64_t activation_group = 0;  // ACT_QUANT_DYNAMIC: 128 or -1 (per token)
+  // ACT_QUANT_STATIC: weight "<module>.weight" has its activation scale in "<module>.input_scale"
+  // (compressed-tensors; one F32/BF16/F16 element, shape [] or [1]).
 
   struct IgnoreRule {
     std::string text;  // as config.json writes it

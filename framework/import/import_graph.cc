@@ -101,7 +101,7 @@ std::optional<ImportGraph::QuantSource> ImportGraph::quant_source(const std::str
   MG_CHECK(scale_dtype == DType::kF32 || scale_dtype == DType::kBF16 || scale_dtype == DType::kF16,
            "{}: scale '{}' in '{}' is {}, expected F32, BF16 or F16", dir, scale_key,
            scale->file.string(), dtype_name(scale_dtype));
-  QuantSource q{scale_key, scale->entry->shape, scale_shape_for(shape, quant_.group)};
+  QuantSource q{scale_key, scale->entry->shape, scale_shape_for(shape, quant_.group), "", {}};
   // Accepted layouts: exactly the group's shape; per tensor any shape of one scale per matrix
   // ([] or [1] for a matrix); per channel also [rows] without the trailing 1.
   bool fits = q.scale_shape == q.group_shape;
@@ -113,6 +113,21 @@ std::optional<ImportGraph::QuantSource> ImportGraph::quant_source(const std::str
   MG_CHECK(fits, "{}: scale '{}' in '{}' has shape {}, but {} codes {} with {} scales need {}", dir,
            scale_key, scale->file.string(), shape_str(q.scale_shape), key, shape_str(shape),
            quant_.group.str(), shape_str(q.group_shape));
+  if (quant_.activation == proto::ACT_QUANT_STATIC) {
+    q.input_scale_key = module + ".input_scale";
+    const HfCheckpoint::Entry* in = checkpoint_.find(q.input_scale_key);
+    MG_CHECK(in != nullptr,
+             "{}: tensor '{}' in '{}' is F8_E4M3 with static input activations, but its input "
+             "scale '{}' is missing from the checkpoint",
+             dir, key, file, q.input_scale_key);
+    const DType in_dtype = in->entry->dtype;
+    MG_CHECK((in_dtype == DType::kF32 || in_dtype == DType::kBF16 || in_dtype == DType::kF16) &&
+                 shape_numel(in->entry->shape) == 1,
+             "{}: input scale '{}' in '{}' is {} {}, expected one F32, BF16 or F16 element", dir,
+             q.input_scale_key, in->file.string(), dtype_name(in_dtype),
+             shape_str(in->entry->shape));
+    q.input_scale_shape = in->entry->shape;
+  }
   return q;
 }
 
@@ -125,8 +140,8 @@ std::string ImportGraph::relative_file(const std::filesystem::path& file) const 
   return rel.generic_string();
 }
 
-void ImportGraph::set_quantization(proto::TensorInfo& t, const std::string& scale,
-                                   GroupShape group) const {
+void ImportGraph::set_quantization(proto::TensorInfo& t, const std::string& scale, GroupShape group,
+                                   const std::string& activation_scale) const {
   proto::TensorQuantization* q = t.mutable_quantization();
   q->set_scale(scale);
   q->set_group_rows(group.rows);
@@ -134,6 +149,10 @@ void ImportGraph::set_quantization(proto::TensorInfo& t, const std::string& scal
   q->set_activation(quant_.activation);
   if (quant_.activation == proto::ACT_QUANT_DYNAMIC) {
     q->set_activation_group(quant_.activation_group);
+  }
+  if (quant_.activation == proto::ACT_QUANT_STATIC) {
+    MG_ASSERT(!activation_scale.empty(), "static activation scale of '{}' not named", t.name());
+    q->set_activation_scale(activation_scale);
   }
 }
 
@@ -158,7 +177,16 @@ std::string ImportGraph::weight(const std::string& key, const Shape& shape) {
         add_assembled(q->scale_key, q->group_shape, {{q->scale_key, q->scale_shape}});
       }
     }
-    set_quantization(*t, q->scale_key, quant_.group);
+    // A static input scale ([] or [1]) is viewed as [1] under its checkpoint name.
+    if (!q->input_scale_key.empty() &&
+        std::find(declared_.begin(), declared_.end(), q->input_scale_key) == declared_.end()) {
+      if (q->input_scale_shape == Shape{1}) {
+        weight(q->input_scale_key, q->input_scale_shape);
+      } else {
+        add_assembled(q->input_scale_key, {1}, {{q->input_scale_key, q->input_scale_shape}});
+      }
+    }
+    set_quantization(*t, q->scale_key, quant_.group, q->input_scale_key);
   }
   return key;
 }
@@ -312,7 +340,17 @@ std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
              shape_numel(scale_shape), stacked);
     const std::string scale_name = name + ".scale";
     add_assembled(scale_name, scale_shape, scales);
-    set_quantization(*t, scale_name, group);
+    std::string input_scale_name;
+    if (quant_.activation == proto::ACT_QUANT_STATIC) {
+      // Every part's input scale, stacked [parts]: the consumer takes the largest (one scale
+      // per GEMM input, as vLLM does for fused and stacked layers).
+      input_scale_name = name + ".input_scale";
+      std::vector<PartRef> in_parts;
+      for (const QuantSource& s : sources)
+        in_parts.push_back({s.input_scale_key, s.input_scale_shape});
+      add_assembled(input_scale_name, {static_cast<int64_t>(sources.size())}, in_parts);
+    }
+    set_quantization(*t, scale_name, group, input_scale_name);
   }
   return name;
 }

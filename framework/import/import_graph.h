@@ -80,6 +80,9 @@ class ImportGraph {
     std::string scale_key;
     Shape scale_shape;  // as stored in the checkpoint
     Shape group_shape;  // the shape TensorQuantization needs: scale_shape_for(codes, group)
+    // Static activation quantization: the module's `input_scale` entry and its stored shape.
+    std::string input_scale_key;
+    Shape input_scale_shape;
   };
   // The checkpoint entry of `key` after checking that it exists with `shape`.
   const HfCheckpoint::Entry& require(const std::string& key, const Shape& shape) const;
@@ -94,7 +97,9 @@ class ImportGraph {
                                    const std::vector<PartRef>& parts,
                                    const std::vector<QuantSource>& sources,
                                    GroupShape& group) const;
-  void set_quantization(proto::TensorInfo& t, const std::string& scale, GroupShape group) const;
+  // `activation_scale`: the graph tensor of the static activation scales (ACT_QUANT_STATIC).
+  void set_quantization(proto::TensorInfo& t, const std::string& scale, GroupShape group,
+                        const std::string& activation_scale = "") const;
   std::string relative_file(const std::filesystem::path& file) const;
 
   const HfCheckpoint& checkpoint_;

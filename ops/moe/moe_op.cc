@@ -117,16 +117,13 @@ class MoEOp final : public OpDef {
     if (config.shared().present()) {
       // FP8 shared experts (their weights arrive dequantized) quantize their activations as the
       // checkpoint says when dense activations are quantized (CompileOptions).
-      const WeightQuantization& sq = quant(moe_input::kSharedUp);
-      std::optional<int64_t> shared_act_group;
-      if (sq.defined() && sq.activation == ActivationQuant::kDynamic &&
-          ctx.options.quantize_activations && ctx.options.quantize_dense_activations) {
-        shared_act_group = sq.activation_group;
-      }
+      const std::optional<Fp8MlpActivationQuant> shared_act_quant = fp8_mlp_activation_quant(
+          quant(moe_input::kSharedUp), quant(moe_input::kSharedDown),
+          ctx.options.quantize_activations && ctx.options.quantize_dense_activations);
       shared = make_shared_experts(
           device, config.shared(), config.hidden_size(), dtype, parallel.tp_size(),
           parallel.tp_rank(), weight(moe_input::kSharedGate), weight(moe_input::kSharedUp),
-          weight(moe_input::kSharedDown), weight(moe_input::kSharedExpertGate), shared_act_group);
+          weight(moe_input::kSharedDown), weight(moe_input::kSharedExpertGate), shared_act_quant);
     }
     std::string description = build.choice.describe();
     if (!parallel.is_single_rank()) description += "\n  parallel: " + parallel.str();

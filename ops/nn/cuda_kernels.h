@@ -9,6 +9,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "framework/op/op_registry.h"
 #include "ops/nn/attention/attention_cpu.h"
@@ -23,6 +25,15 @@ std::unique_ptr<OpKernel> make_rms_norm_cuda_kernel(const KernelContext& ctx, in
 // weight input (FP8 weights dequantized at build time); undefined: the input is used.
 std::unique_ptr<OpKernel> make_linear_cuda_kernel(const KernelContext& ctx, bool has_bias,
                                                   float scale, Tensor owned_weight = Tensor());
+// FP8 weight codes (ctx.weights[1], F8_E4M3 [out, in]) with `quant`, W8A8: the activations are
+// quantized per call (dynamic per token / per 128 channels, or the static scale) and the GEMM runs
+// on cuBLASLt's FP8 tensor cores (linear_fp8_cuda_kernel.cc). linear_fp8_cuda_refusal says first
+// why it cannot ("" when it can: BF16/F16 activations, K a multiple of 128, N of 16, Hopper).
+std::string linear_fp8_cuda_refusal(const KernelContext& ctx, const WeightQuantization& quant);
+std::unique_ptr<OpKernel> make_linear_fp8_cuda_kernel(const KernelContext& ctx, bool has_bias,
+                                                      float scale, const WeightQuantization& quant);
+// A warning, once per process per (op, reason), that FP8 weights run W8A16 on CUDA.
+void log_fp8_w8a16_fallback_once(std::string_view op, const std::string& reason);
 std::unique_ptr<OpKernel> make_rope_cuda_kernel(const KernelContext& ctx,
                                                 const proto::RopeParams& params);
 std::unique_ptr<OpKernel> make_attention_cuda_kernel(const KernelContext& ctx,

@@ -571,7 +571,15 @@ TEST(HfBadFp8Checkpoint, UnsupportedFp8Configs) {
                           [](nlohmann::json& q) {
                             q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false;
                           }),
-                     {"'dynamic'", "static input scales (input_scale) are not supported"});
+                     {"'strategy'", "static activation strategy 'token' is not supported"});
+  // Static per tensor is supported, but every quantized Linear needs its input_scale.
+  expect_clean_error(with("ct-static-no-input-scale", "qwen3_moe_ct_fp8_channel",
+                          [](nlohmann::json& q) {
+                            auto& in = q["config_groups"]["group_0"]["input_activations"];
+                            in["dynamic"] = false;
+                            in["strategy"] = "tensor";
+                          }),
+                     {"static input activations", "input_scale", "is missing"});
   expect_clean_error(
       with("ct-int", "qwen3_moe_ct_fp8_channel",
            [](nlohmann::json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "int"; }),

@@ -1,6 +1,7 @@
 // FP8 Hugging Face goldens: the FP8 fixtures of tests/fixtures/hf (tools/hf/make_fp8_fixtures.py,
 // README_fp8.md: DeepSeek-V3 and Qwen3-MoE with 128x128 block scales, compressed-tensors per
-// channel and per tensor) are imported with their codes and scales and run on the CPU:
+// channel and per tensor, and per tensor with static input scales) are imported with their codes
+// and scales and run on the CPU:
 //   - W8A16 (CompileOptions::quantize_activations off, `--activation-quant none`): the logits of
 //     the dequantized fp32 model in transformers within 1e-4 normalised, the same argmax at every
 //     position, token by token too, and the same greedy ids;
@@ -40,9 +41,10 @@ struct Fp8Fixture {
   std::string name;
   proto::MoEQuantScheme scheme;
   GroupShape w13_group;
-  GroupShape attention_group;    // of attention_weight
-  std::string moe_prefix;        // "model.layers.N.mlp."
-  std::string attention_weight;  // a quantized attention weight of layer 0
+  GroupShape attention_group;       // of attention_weight
+  std::string moe_prefix;           // "model.layers.N.mlp."
+  std::string attention_weight;     // a quantized attention weight of layer 0
+  bool static_activations = false;  // compressed-tensors static input_scale (ACT_QUANT_STATIC)
 };
 
 std::vector<Fp8Fixture> fixtures() {
@@ -65,6 +67,10 @@ std::vector<Fp8Fixture> fixtures() {
       // Per tensor: w13 keeps one scale per projection (gate, up: 32 rows each).
       {"qwen3_moe_ct_fp8_tensor", proto::MOE_QUANT_FP8_PER_TENSOR, GroupShape{32, -1},
        GroupShape::per_tensor(), "model.layers.1.mlp.", "model.layers.0.self_attn.o_proj.weight"},
+      // Static per-tensor input scales: each Linear's own, the experts' largest per GEMM.
+      {"qwen3_moe_ct_fp8_static", proto::MOE_QUANT_FP8_PER_TENSOR, GroupShape{32, -1},
+       GroupShape::per_tensor(), "model.layers.1.mlp.", "model.layers.0.self_attn.o_proj.weight",
+       true},
   };
 }
 
@@ -175,10 +181,19 @@ TEST_P(HfFp8Golden, ImportKeepsCodesAndScales) {
     ASSERT_TRUE(t->has_quantization()) << name;
     EXPECT_EQ((GroupShape{t->quantization().group_rows(), t->quantization().group_cols()}), group)
         << name;
-    EXPECT_EQ(t->quantization().activation(), proto::ACT_QUANT_DYNAMIC) << name;
-    EXPECT_EQ(t->quantization().activation_group(),
-              f.scheme == proto::MOE_QUANT_FP8_BLOCK ? 128 : -1)
-        << name;
+    if (f.static_activations) {
+      EXPECT_EQ(t->quantization().activation(), proto::ACT_QUANT_STATIC) << name;
+      const proto::TensorInfo* in = find_tensor(m, t->quantization().activation_scale());
+      ASSERT_NE(in, nullptr) << name << ": activation scale '"
+                             << t->quantization().activation_scale() << "'";
+      ASSERT_EQ(in->shape_size(), 1) << in->name();
+      EXPECT_GE(in->shape(0), 1) << in->name();
+    } else {
+      EXPECT_EQ(t->quantization().activation(), proto::ACT_QUANT_DYNAMIC) << name;
+      EXPECT_EQ(t->quantization().activation_group(),
+                f.scheme == proto::MOE_QUANT_FP8_BLOCK ? 128 : -1)
+          << name;
+    }
     const proto::TensorInfo* scale = find_tensor(m, t->quantization().scale());
     ASSERT_NE(scale, nullptr) << t->quantization().scale();
     EXPECT_EQ(scale->dtype(), proto::F32);

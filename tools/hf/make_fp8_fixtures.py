@@ -121,6 +121,12 @@ def fixtures():
             kwargs=QWEN3_SMALL,
             notes="compressed-tensors float-quantized, one scale per matrix (w13: per projection), "
                   "dynamic per-token activations"),
+        "qwen3_moe_ct_fp8_static": dict(
+            config=t.Qwen3MoeConfig, model=t.Qwen3MoeForCausalLM, seed=37, scheme="tensor",
+            static=True, kwargs=QWEN3_SMALL,
+            notes="compressed-tensors per tensor with STATIC per-tensor input scales (input_scale "
+                  "calibrated on the prompt at 0.75 of its amax, so the largest inputs saturate "
+                  "at 448); experts' scales differ and the layer takes the largest"),
     }
 
 
@@ -171,7 +177,7 @@ def dequantize(codes, scale, scheme, block=128):
     return values * scale  # [out, 1] or [1] broadcast
 
 
-def quantization_config(scheme, config):
+def quantization_config(scheme, config, static=False):
     if scheme == "block":
         q = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
              "weight_block_size": [128, 128]}
@@ -200,7 +206,8 @@ def quantization_config(scheme, config):
                         "strategy": strategy, "group_size": None, "block_structure": None,
                         "actorder": None, "observer": "minmax", "observer_kwargs": {}},
             "input_activations": {"num_bits": 8, "type": "float", "symmetric": True,
-                                  "dynamic": True, "strategy": "token", "group_size": None,
+                                  "dynamic": not static,
+                                  "strategy": "tensor" if static else "token", "group_size": None,
                                   "block_structure": None, "actorder": None, "observer": None,
                                   "observer_kwargs": {}},
             "output_activations": None,
@@ -259,9 +266,30 @@ def act_quant(x, group):
     return out
 
 
-def quantized_experts_forward(group):
+def static_quant(x, scale):
+    """x fp32 -> codes x scale with one fixed scale: e4m3(clamp(x / scale, -448, 448)) * scale
+    (framework/core/fp8.h quantize_fp8_e4m3_static, vLLM's static_scaled_fp8_quant)."""
+    import torch
+
+    x = x.float()
+    scale = torch.tensor(scale, dtype=torch.float32)
+    exact = torch.clamp(x / scale, -FP8_MAX, FP8_MAX)
+    codes = exact.to(torch.float8_e4m3fn)
+    FLIP.calls += 1
+    if FLIP.target == FLIP.calls:
+        codes = FLIP.flip(codes, exact)
+    return codes.float() * scale
+
+
+def quantized_experts_forward(group, static_scales=None):
     """The eager experts forward of transformers 5.17 (Qwen3MoeExperts / DeepseekV3Experts) with
-    both GEMM inputs quantized, as moegraph's cpu_fp8 backend computes them."""
+    both GEMM inputs quantized, as moegraph's cpu_fp8 backend computes them: dynamically per
+    `group`, or with static_scales = (GEMM1 input scale, GEMM2 input scale) of the layer."""
+    if static_scales is not None:
+        quant1 = lambda x: static_quant(x, static_scales[0])  # noqa: E731
+        quant2 = lambda x: static_quant(x, static_scales[1])  # noqa: E731
+    else:
+        quant1 = quant2 = lambda x: act_quant(x, group)  # noqa: E731
     import torch
     from torch import nn
 
@@ -276,10 +304,10 @@ def quantized_experts_forward(group):
             if expert_idx == self.num_experts:
                 continue
             top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
-            current_state = act_quant(hidden_states[token_idx], group)
+            current_state = quant1(hidden_states[token_idx])
             gate, up = nn.functional.linear(current_state,
                                             self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
-            current = act_quant(self.act_fn(gate) * up, group)
+            current = quant2(self.act_fn(gate) * up)
             current = nn.functional.linear(current, self.down_proj[expert_idx])
             current = current * top_k_weights[token_idx, top_k_pos, None]
             final_hidden_states.index_add_(0, token_idx, current.to(final_hidden_states.dtype))
@@ -292,18 +320,27 @@ class ActivationQuantization:
     """Installs the W8A8 emulation on a model: the experts always, every other quantized Linear
     when `all_linears`; `remove()` restores the model."""
 
-    def __init__(self, model, quantized_keys, group, all_linears):
+    def __init__(self, model, quantized_keys, group, all_linears, input_scales=None):
+        """input_scales: static checkpoints' scale per Linear weight key (experts: the layer's
+        largest per GEMM, under "<experts module>.gemm1" / ".gemm2"); None: dynamic."""
         from torch import nn
 
         self.patched, self.hooks = [], []
         for name, module in model.named_modules():
             if hasattr(module, "gate_up_proj") and hasattr(module, "down_proj"):
-                module.forward = types.MethodType(quantized_experts_forward(group), module)
+                statics = None if input_scales is None else (input_scales[f"{name}.gemm1"],
+                                                              input_scales[f"{name}.gemm2"])
+                module.forward = types.MethodType(quantized_experts_forward(group, statics),
+                                                  module)
                 self.patched.append(module)
             elif all_linears and isinstance(module, nn.Linear) and \
                     f"{name}.weight" in quantized_keys:
+                if input_scales is None:
+                    quant = lambda x: act_quant(x, group)  # noqa: E731
+                else:
+                    quant = (lambda s: lambda x: static_quant(x, s))(input_scales[f"{name}.weight"])
                 self.hooks.append(module.register_forward_pre_hook(
-                    lambda _m, args: (act_quant(args[0], group),) + tuple(args[1:])))
+                    (lambda q: lambda _m, args: (q(args[0]),) + tuple(args[1:]))(quant)))
         assert self.patched, "no experts module found"
 
     def remove(self):
@@ -384,6 +421,89 @@ def flip_cost(model, base, seed):
     return worst
 
 
+STATIC_FRACTION = 0.75  # input_scale = 0.75 * calibrated amax / 448: the largest inputs clamp
+
+
+def calibrate_input_scales(model, quantized_keys):
+    """Static input scales from one W8A16 forward of the prompt: per quantized nn.Linear, and per
+    expert of each experts module (GEMM1 input: the tokens routed to it; GEMM2 input:
+    act(gate) * up). Returns (checkpoint entries "<module>.input_scale" -> [1] tensor, the
+    golden's scales: Linear weight key -> scale, "<experts>.gemm1"/".gemm2" -> the layer's
+    largest, as moegraph (and vLLM) use one scale per stacked GEMM)."""
+    import torch
+    from torch import nn
+
+    amax, hooks, patched = {}, [], []
+
+    def record(key, x):
+        amax[key] = max(amax.get(key, 0.0), float(x.detach().abs().max()))
+
+    def recording_forward(prefix):
+        def forward(self, hidden_states, top_k_index, top_k_weights):
+            final = torch.zeros_like(hidden_states)
+            mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts)
+            mask = mask.permute(2, 1, 0)
+            for e in range(self.num_experts):
+                top_k_pos, token_idx = torch.where(mask[e])
+                if token_idx.numel() == 0:
+                    continue
+                x = hidden_states[token_idx]
+                record(f"{prefix}.{e}.gate_up", x)
+                gate, up = nn.functional.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
+                h = self.act_fn(gate) * up
+                record(f"{prefix}.{e}.down", h)
+                y = nn.functional.linear(h, self.down_proj[e]) * top_k_weights[token_idx,
+                                                                               top_k_pos, None]
+                final.index_add_(0, token_idx, y.to(final.dtype))
+            return final
+        return forward
+
+    experts_modules = []
+    for name, module in model.named_modules():
+        if hasattr(module, "gate_up_proj") and hasattr(module, "down_proj"):
+            module.forward = types.MethodType(recording_forward(name), module)
+            patched.append(module)
+            experts_modules.append((name, module.num_experts))
+        elif isinstance(module, nn.Linear) and f"{name}.weight" in quantized_keys:
+            hooks.append(module.register_forward_pre_hook(
+                (lambda key: lambda _m, args: record(key, args[0]))(name)))
+    try:
+        prompt_logits(model)
+    finally:
+        for h in hooks:
+            h.remove()
+        for m in patched:
+            del m.forward
+
+    def scale_of(a):
+        return torch.tensor([STATIC_FRACTION * a / FP8_MAX], dtype=torch.float32)
+
+    entries, golden = {}, {}
+    for key in quantized_keys:
+        module = key[:-len(".weight")]
+        if module in amax:  # a dense Linear
+            entries[f"{module}.input_scale"] = scale_of(amax[module])
+            golden[key] = float(entries[f"{module}.input_scale"][0])
+    for name, num_experts in experts_modules:
+        seen1 = [amax[f"{name}.{e}.gate_up"] for e in range(num_experts)
+                 if f"{name}.{e}.gate_up" in amax]
+        seen2 = [amax[f"{name}.{e}.down"] for e in range(num_experts) if f"{name}.{e}.down" in amax]
+        s1, s2 = [], []
+        for e in range(num_experts):
+            # An expert no prompt token reached gets half the layer's smallest (any value at most
+            # the largest leaves the layer's scale unchanged).
+            a1 = amax.get(f"{name}.{e}.gate_up", 0.5 * min(seen1))
+            a2 = amax.get(f"{name}.{e}.down", 0.5 * min(seen2))
+            for proj in ("gate_proj", "up_proj"):
+                entries[f"{name}.{e}.{proj}.input_scale"] = scale_of(a1)
+            entries[f"{name}.{e}.down_proj.input_scale"] = scale_of(a2)
+            s1.append(float(scale_of(a1)[0]))
+            s2.append(float(scale_of(a2)[0]))
+        golden[f"{name}.gemm1"] = max(s1)
+        golden[f"{name}.gemm2"] = max(s2)
+    return entries, golden
+
+
 def build(name, spec, out_dir, work):
     import numpy as np
     import torch
@@ -430,23 +550,33 @@ def build(name, spec, out_dir, work):
         if key in loaded:
             assert torch.equal(loaded[key], dequantized[key]), key
 
+    input_scales = None
+    if spec.get("static"):
+        entries, input_scales = calibrate_input_scales(golden, quantized_keys)
+        missing = [k for k in entries if k[:-len(".input_scale")] + ".weight" not in quantized]
+        assert not missing, f"input scales of no checkpoint weight: {missing[:4]}"
+        quantized.update(entries)
+
     # The FP8 checkpoint, in the Hub layout.
     folder = os.path.join(out_dir, name)
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     with open(os.path.join(fp32_dir, "config.json")) as f:
         cfg = json.load(f)
-    cfg["quantization_config"] = quantization_config(scheme, config)
+    cfg["quantization_config"] = quantization_config(scheme, config, bool(spec.get("static")))
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
     save_file(quantized, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
 
     group = 128 if scheme == "block" else -1
+    if input_scales is not None:
+        group = 0  # static: no groups
     ref = {"family": name, "model_type": config.model_type,
            "model_class": spec["model"].__name__, "prompt_ids": PROMPT,
            "quantization": scheme, "activation_group": group, "seed": spec["seed"],
            "notes": spec["notes"], "golden_model": "dequantized fp32 (codes x scales)",
+           "activation": "static" if input_scales is not None else "dynamic",
            "attn_implementation": "eager", "experts_implementation": "eager"}
 
     logits = prompt_logits(golden)
@@ -455,7 +585,7 @@ def build(name, spec, out_dir, work):
     np.save(os.path.join(folder, "logits.npy"), logits.astype(np.float32))
 
     for suffix, all_linears in (("w8a8", False), ("w8a8_all", True)):
-        quant = ActivationQuantization(golden, quantized_keys, group, all_linears)
+        quant = ActivationQuantization(golden, quantized_keys, group, all_linears, input_scales)
         try:
             q_logits = prompt_logits(golden)
             ref[f"greedy_ids_{suffix}"] = greedy(golden)

@@ -32,10 +32,13 @@ void add_bias_rows(float* y, int64_t n, int64_t width, const Tensor& bias, int64
 class Fp8ExpertMlp final : public CpuExpertMlp {
  public:
   Fp8ExpertMlp(ExpertsShape shape, QuantizedExpertWeights w, const QuantKey& activation)
-      : shape_(std::move(shape)),
-        w_(std::move(w)),
-        act_quant_(activation.quantized()),
-        act_group_(activation.group().cols) {
+      : shape_(std::move(shape)), w_(std::move(w)), act_quant_(activation.quantized()) {
+    if (act_quant_) {
+      // GEMM1's input with w13's instruction, GEMM2's with w2's (static checkpoints: a scale
+      // each; dynamic: the same group).
+      x_quant_ = fp8_activation_quant(w_.w13_quant);
+      h_quant_ = fp8_activation_quant(w_.w2_quant);
+    }
     const int64_t E = shape_.num_local_experts(), H = shape_.hidden_size;
     const int64_t I = shape_.intermediate_size, N1 = shape_.w13_rows();
     MG_ASSERT(
@@ -51,11 +54,11 @@ class Fp8ExpertMlp final : public CpuExpertMlp {
     if (n == 0) return;
     const int64_t H = shape_.hidden_size, I = shape_.intermediate_size, N1 = shape_.w13_rows();
     // GEMM1 reads the rows quantized in place (GEMM2 overwrites them anyway).
-    if (act_quant_) cpu_fake_quantize_fp8_rows(rows, n, H, act_group_, rows);
+    if (act_quant_) cpu_fake_quantize_fp8_activations(rows, n, H, x_quant_, rows);
     expert_gemm(rows, n, w_.w13, w_.w13_quant, e, h1);
     add_bias_rows(h1, n, N1, w_.w13_bias, e);
     apply_expert_activation(shape_.activation, h1, n, I, act);
-    if (act_quant_) cpu_fake_quantize_fp8_rows(act, n, I, act_group_, act);
+    if (act_quant_) cpu_fake_quantize_fp8_activations(act, n, I, h_quant_, act);
     expert_gemm(act, n, w_.w2, w_.w2_quant, e, rows);
     add_bias_rows(rows, n, H, w_.w2_bias, e);
   }
@@ -64,7 +67,7 @@ class Fp8ExpertMlp final : public CpuExpertMlp {
   ExpertsShape shape_;
   QuantizedExpertWeights w_;
   bool act_quant_;
-  int64_t act_group_;
+  Fp8ActivationQuant x_quant_, h_quant_;
 };
 
 class CpuFp8Backend final : public ExpertsBackend {
@@ -78,8 +81,8 @@ class CpuFp8Backend final : public ExpertsBackend {
       return fmt::format("takes FP8 weights, not {}", quant_scheme_name(quant.scheme()));
     }
     const QuantKey& a = quant.activation_key();
-    if (a.quantized() && (a.dtype() != DType::kF8E4M3 || a.is_static())) {
-      return "quantizes activations dynamically to F8_E4M3 only, not " + a.str();
+    if (a.quantized() && a.dtype() != DType::kF8E4M3) {
+      return "quantizes activations to F8_E4M3 only, not " + a.str();
     }
     if (!a.quantized() && a.dtype() != DType::kF32) {
       return "computes in F32, not " + a.str();

@@ -20,158 +20,18 @@
 #include "ops/moe/experts/cuda_expert_common.h"
 #include "ops/moe/experts/cuda_experts.h"
 #include "ops/moe/router/router_cuda.h"
+#include "ops/nn/linear/fp8_gemm_cublaslt_cuda.h"
 
 namespace mg {
 
 namespace {
 
-constexpr int64_t kBlock = 128;  // cuBLASLt's VEC128 block along K
-// Pointers handed to cuBLASLt are at least this aligned (workspace pieces are 64-byte aligned;
-// rows of codes are multiples of 16 bytes, rows of outputs of 32): its heuristic is told so.
-constexpr uint32_t kMinAlignment = 16;
-constexpr size_t kBlasWorkspace = size_t{32} << 20;
+using cuda::kLtFp8Block;
+using cuda::LtFp8Gemm;
+constexpr size_t kBlasWorkspace = cuda::kLtFp8WorkspaceBytes;
 
 int64_t k_blocks(int64_t k) {
-  return (k + kBlock - 1) / kBlock;
-}
-
-template <typename V>
-void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value) {
-  MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
-}
-
-// One FP8 GEMM shape of every expert: y [rows, n] (T) = x [rows, k] (e4m3, VEC128 scales) .
-// w [n, k]^T (e4m3, VEC128 scales). In cuBLASLt's column-major terms w is A (k x n, used
-// transposed), x is B (k x rows), y is D (n x rows): the "TN" layout its FP8 kernels take. The
-// scale pointers change per expert and call, so a call sets them under the object's mutex.
-class LtFp8Gemm {
- public:
-  LtFp8Gemm(int64_t k, int64_t n, DType out_dtype, int device)
-      : k_(k),
-        n_(n),
-        device_(device),
-        out_type_(out_dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF) {
-    MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    set_desc(desc_, CUBLASLT_MATMUL_DESC_TRANSA, cublasOperation_t{CUBLAS_OP_T});
-    set_desc(desc_, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    set_desc(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
-    set_desc(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout_, CUDA_R_8F_E4M3, static_cast<uint64_t>(k),
-                                               static_cast<uint64_t>(n), k));
-  }
-  ~LtFp8Gemm() {
-    for (auto& [rows, plan] : plans_) {
-      cublasLtMatrixLayoutDestroy(plan.x);
-      cublasLtMatrixLayoutDestroy(plan.y);
-    }
-    if (w_layout_) cublasLtMatrixLayoutDestroy(w_layout_);
-    if (desc_) cublasLtMatmulDescDestroy(desc_);
-  }
-  LtFp8Gemm(const LtFp8Gemm&) = delete;
-  LtFp8Gemm& operator=(const LtFp8Gemm&) = delete;
-
-  void run(const uint8_t* x, const float* x_scales, int64_t rows, const uint8_t* w,
-           const float* w_scales, void* y, void* workspace, cudaStream_t stream) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    set_desc(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scales));
-    set_desc(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scales));
-    const Plan& plan = plan_for(rows);
-    const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t st =
-        cublasLtMatmul(cuda::cublaslt_handle(device_), desc_, &alpha, w, w_layout_, x, plan.x,
-                       &beta, y, plan.y, y, plan.y, &plan.algo, workspace, plan.workspace, stream);
-    MG_CHECK(st == CUBLAS_STATUS_SUCCESS,
-             "cuda_cublaslt_fp8: cublasLtMatmul (FP8, VEC128 scales, {} x {} x {}) failed: {}",
-             rows, n_, k_, cublasGetStatusString(st));
-  }
-
- private:
-  struct Plan {
-    cublasLtMatrixLayout_t x = nullptr;
-    cublasLtMatrixLayout_t y = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-    size_t workspace = 0;
-  };
-
-  // Layouts and the heuristic's algorithm per row count (called under mutex_, scale pointers set).
-  const Plan& plan_for(int64_t rows) {
-    auto it = plans_.find(rows);
-    if (it != plans_.end()) return it->second;
-    Plan plan;
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.x, CUDA_R_8F_E4M3, static_cast<uint64_t>(k_),
-                                               static_cast<uint64_t>(rows), k_));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.y, out_type_, static_cast<uint64_t>(n_),
-                                               static_cast<uint64_t>(rows), n_));
-    cublasLtMatmulPreference_t pref = nullptr;
-    MG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t max_workspace = kBlasWorkspace;
-    MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace)));
-    for (auto attr :
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      MG_CUBLAS_CHECK(
-          cublasLtMatmulPreferenceSetAttribute(pref, attr, &kMinAlignment, sizeof(kMinAlignment)));
-    }
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(cuda::cublaslt_handle(device_), desc_, w_layout_, plan.x,
-                                       plan.y, plan.y, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-      cublasLtMatrixLayoutDestroy(plan.x);
-      cublasLtMatrixLayoutDestroy(plan.y);
-      MG_FAIL(
-          "cuda_cublaslt_fp8: cuBLASLt has no FP8 GEMM with 128-element block scales for {} rows x "
-          "N {} x K {} on this GPU ({}); use cuda_fp8",
-          rows, n_, k_, st == CUBLAS_STATUS_SUCCESS ? "no algorithm" : cublasGetStatusString(st));
-    }
-    plan.algo = result.algo;
-    plan.workspace = result.workspaceSize;
-    return plans_.emplace(rows, plan).first->second;
-  }
-
-  int64_t k_, n_;
-  int device_;
-  cudaDataType_t out_type_;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t w_layout_ = nullptr;
-  std::map<int64_t, Plan> plans_;
-  std::mutex mutex_;
-};
-
-// A weight's scales as VEC128 scales for cuBLASLt: [E, ceil(K / 128), N] F32 on the host, the
-// scale of weight row n and K block kb at (e * blocks + kb) * N + n, from the checkpoint's groups
-// (128 x 128 blocks, per channel, per tensor or per projection: all constant over a 128-wide K
-// block, which check_quant ensures).
-Tensor vec128_weight_scales(const Tensor& scale, const WeightQuantization& q, int64_t experts,
-                            int64_t n, int64_t k) {
-  Tensor host = scale;
-  if (!scale.device().is_cpu()) {
-    // Scales made on the GPU (the MoE benchmark's) may still be in flight on another stream.
-    MG_CUDA_CHECK(cudaDeviceSynchronize());
-    host = Tensor::empty_cpu(scale.dtype(), scale.shape());
-    copy_tensor(host, scale);
-  }
-  const Tensor s = to_f32_cpu(host);
-  const int64_t bn = q.group.rows_in(n), bk = q.group.cols_in(k);
-  const int64_t s_rows = (n + bn - 1) / bn, s_cols = (k + bk - 1) / bk, blocks = k_blocks(k);
-  MG_CHECK(s.numel() == experts * s_rows * s_cols,
-           "cuda_cublaslt_fp8: {} weight scales, expected {} x {} x {}", s.numel(), experts, s_rows,
-           s_cols);
-  Tensor out = Tensor::empty_cpu(DType::kF32, {experts, blocks, n});
-  const float* src = s.data<float>();
-  float* dst = out.data<float>();
-  for (int64_t e = 0; e < experts; ++e) {
-    for (int64_t kb = 0; kb < blocks; ++kb) {
-      for (int64_t r = 0; r < n; ++r) {
-        dst[(e * blocks + kb) * n + r] = src[(e * s_rows + r / bn) * s_cols + kb * kBlock / bk];
-      }
-    }
-  }
-  return out;
+  return cuda::lt_fp8_k_blocks(k);
 }
 
 Tensor upload(const Tensor& host, Device device) {
@@ -197,10 +57,11 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
         gemm2_(b.shape.intermediate_size, b.shape.hidden_size, b.shape.dtype, b.device.index) {
     const int64_t E = shape_.num_local_experts(), H = shape_.hidden_size;
     const int64_t I = shape_.intermediate_size, N1 = shape_.w13_rows();
-    s13_ =
-        upload(vec128_weight_scales(b.quantized.w13_quant.scale, b.quantized.w13_quant, E, N1, H),
-               b.device);
-    s2_ = upload(vec128_weight_scales(b.quantized.w2_quant.scale, b.quantized.w2_quant, E, H, I),
+    s13_ = upload(cuda::lt_fp8_vec128_weight_scales(b.quantized.w13_quant.scale,
+                                                    b.quantized.w13_quant, E, N1, H),
+                  b.device);
+    s2_ = upload(cuda::lt_fp8_vec128_weight_scales(b.quantized.w2_quant.scale, b.quantized.w2_quant,
+                                                   E, H, I),
                  b.device);
     const std::vector<int32_t>& g2l = shape_.expert_map.global_to_local;
     Tensor map = Tensor::empty_cpu(DType::kI32, {static_cast<int64_t>(g2l.size())});
@@ -368,20 +229,7 @@ class CudaCublasLtFp8Backend final : public ExpertsBackend {
   std::string check_device(Device device) const override {
     std::string why = cuda_check_device(device);
     if (!why.empty()) return why;
-    // FP8 GEMMs with 128-element block scales: cuBLASLt 12.9+ on compute capability 9.x.
-    if (cublasLtGetVersion() < 120900) {
-      return fmt::format("needs cuBLASLt 12.9 or later for FP8 block scales, not {}",
-                         cublasLtGetVersion());
-    }
-    int major = 0;
-    MG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index));
-    if (major != 9) {
-      return fmt::format(
-          "cuBLASLt's FP8 GEMMs with 128-element block scales run on compute capability 9.x "
-          "(Hopper), not {}.x",
-          major);
-    }
-    return {};
+    return cuda::lt_fp8_device_reason(device.index);
   }
   std::string check_quant(const MoEQuantConfig& quant) const override {
     if (!is_fp8_scheme(quant.scheme())) {
@@ -397,14 +245,7 @@ class CudaCublasLtFp8Backend final : public ExpertsBackend {
       return "quantizes activations dynamically to F8_E4M3 per token or per 128 channels, not " +
              a.str();
     }
-    const GroupShape g = quant.weight_key().group();
-    if (g.cols != -1 && g.cols % kBlock != 0) {
-      return fmt::format(
-          "weight scales per {} columns: cuBLASLt's block scales are per 128 columns (scale "
-          "groups of a multiple of 128 columns, or whole rows)",
-          g.cols);
-    }
-    return {};
+    return cuda::lt_fp8_weight_group_reason(quant.weight_key().group());
   }
   std::string check_activation(const ActivationConfig&) const override { return {}; }
   std::string check_routing(const RoutingConfig& routing) const override {
@@ -424,7 +265,7 @@ class CudaCublasLtFp8Backend final : public ExpertsBackend {
     }
     for (const auto& [what, size] : {std::pair<const char*, int64_t>{"hidden", shape.hidden_size},
                                      {"intermediate", shape.intermediate_size}}) {
-      if (size % kBlock != 0) {
+      if (size % kLtFp8Block != 0) {
         return fmt::format(
             "{} size {} is not a multiple of 128: cuBLASLt's 128-element block scales are not "
             "documented for a partial last block (cuda_fp8 takes it)",

@@ -15,6 +15,7 @@
 #include "ops/moe/experts/cuda_experts.h"
 #include "ops/moe/heuristics/fp8_kernel_choice.h"
 #include "ops/moe/router/router_cuda.h"
+#include "ops/nn/linear/fp8_gemm_cpu.h"
 
 namespace mg {
 
@@ -69,6 +70,13 @@ class CudaFp8Experts final : public ExpertsMonolithic {
     if (b.config.routing().has_score_correction_bias) {
       bias_ = upload(to_f32_cpu(b.score_correction_bias), b.device);
     }
+    if (b.quant.activation_key().is_static()) {
+      // The checkpoint's fixed scales of GEMM1's and GEMM2's inputs, [2] F32 on the device.
+      Tensor statics = Tensor::empty_cpu(DType::kF32, {2});
+      statics.data<float>()[0] = fp8_activation_quant(b.quantized.w13_quant).static_scale;
+      statics.data<float>()[1] = fp8_activation_quant(b.quantized.w2_quant).static_scale;
+      static_scales_ = upload(statics, b.device);
+    }
   }
 
   size_t workspace_bytes(int64_t max_rows) const override {
@@ -114,6 +122,8 @@ class CudaFp8Experts final : public ExpertsMonolithic {
         d.inter = I;
         d.act = cuda_act_params(shape_.activation);
         d.act_per_token = per_token_;
+        d.x_static_scale = static_scale(0);
+        d.h_static_scale = static_scale(1);
         cuda::launch_fp8_decode_experts<T>(d, s);
         return;
       }
@@ -137,6 +147,8 @@ class CudaFp8Experts final : public ExpertsMonolithic {
       a.b2 = b2_.defined() ? b2_.data<float>() : nullptr;
       a.act = cuda_act_params(shape_.activation);
       a.act_per_token = per_token_;
+      a.x_static_scale = static_scale(0);
+      a.h_static_scale = static_scale(1);
       a.out = sc.y_perm;
       a.scratch = sc.mlp;
       a.scratch_bytes = sc.mlp_bytes;
@@ -162,6 +174,10 @@ class CudaFp8Experts final : public ExpertsMonolithic {
   }
 
   static const uint8_t* codes(const Tensor& t) { return fp8_codes(t); }
+  // The device pointer of static scale i (0: x, 1: h), or null for dynamic quantization.
+  const float* static_scale(int i) const {
+    return static_scales_.defined() ? static_scales_.data<float>() + i : nullptr;
+  }
 
   static cuda::Fp8GemmKernel gemm_kernel(Fp8Kernel k) {
     switch (k) {
@@ -213,7 +229,8 @@ class CudaFp8Experts final : public ExpertsMonolithic {
   Tensor w13_, s13_, w2_, s2_, b13_, b2_;
   WeightQuantization q13_, q2_;  // group shapes (their scale tensors are the host copies)
   Tensor expert_map_;
-  Tensor bias_;  // [E] F32 on the device, or undefined
+  Tensor bias_;           // [E] F32 on the device, or undefined
+  Tensor static_scales_;  // [2] F32 on the device (static activation scales), or undefined
 };
 
 class CudaFp8Backend final : public ExpertsBackend {
@@ -231,9 +248,10 @@ class CudaFp8Backend final : public ExpertsBackend {
       return "quantizes activations (W8A8); W8A16 (" + a.str() +
              " activations) runs on cuda_dequant";
     }
-    if (a.dtype() != DType::kF8E4M3 || a.is_static() ||
-        !(a.group().cols == 128 || a.group().cols == -1)) {
-      return "quantizes activations dynamically to F8_E4M3 per token or per 128 channels, not " +
+    if (a.dtype() != DType::kF8E4M3 || !(a.group().cols == 128 || a.group().cols == -1) ||
+        (a.is_static() && a.group().cols != -1)) {
+      return "quantizes activations to F8_E4M3 per token or per 128 channels (dynamic), or with "
+             "one static scale, not " +
              a.str();
     }
     const GroupShape g = quant.weight_key().group();

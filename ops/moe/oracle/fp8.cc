@@ -74,8 +74,12 @@ MoEQuantConfig fp8_quant_config(const MoEConfig& config, const RawExpertWeights&
   if (w13.activation == ActivationQuant::kNone || !quantize_activations) {
     return MoEQuantConfig(config.quant_scheme(), weight, QuantKey::unquantized(activation_dtype));
   }
-  const QuantKey activation(DType::kF8E4M3, DType::kF32, GroupShape{1, w13.activation_group},
-                            /*is_static=*/false);
+  // Static: one fixed scale per GEMM input (w13's and w2's activation_scale), per token in
+  // layout; dynamic: per token per activation_group channels.
+  const bool is_static = w13.activation == ActivationQuant::kStatic;
+  const QuantKey activation(
+      DType::kF8E4M3, DType::kF32,
+      is_static ? GroupShape::per_token() : GroupShape{1, w13.activation_group}, is_static);
   return MoEQuantConfig(config.quant_scheme(), weight, activation);
 }
 

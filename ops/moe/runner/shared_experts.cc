@@ -24,17 +24,15 @@ struct CpuSharedExperts::Scratch {
     h = ws.take<float>(M * N1);
     a = ws.take<float>(M * s.intermediate_size_);
     gate = ws.take<float>(s.expert_gate_.defined() ? M : 0);
-    xq = ws.take<float>(s.activation_group_ ? M * s.hidden_size_ : 0);
+    xq = ws.take<float>(s.act_quant_ ? M * s.hidden_size_ : 0);
   }
 };
 
 CpuSharedExperts::CpuSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size,
                                    int tp_size, int tp_rank, const Tensor& gate, const Tensor& up,
                                    const Tensor& down, const Tensor& expert_gate,
-                                   std::optional<int64_t> activation_group)
-    : activation_(config.activation),
-      hidden_size_(hidden_size),
-      activation_group_(activation_group) {
+                                   std::optional<Fp8MlpActivationQuant> act_quant)
+    : activation_(config.activation), hidden_size_(hidden_size), act_quant_(act_quant) {
   const int64_t Is = config.intermediate_size, H = hidden_size;
   MG_CHECK(Is % tp_size == 0,
            "shared experts: intermediate size {} cannot be split evenly over {} tensor-parallel "
@@ -72,10 +70,10 @@ void CpuSharedExperts::forward(const void* x_in, int64_t M, void* out_, Workspac
   if (M == 0) return;
   const int64_t H = hidden_size_, Il = intermediate_size_;
   const float* x_gemm = x;
-  if (activation_group_) {
+  if (act_quant_) {
     cpu_parallel_for(pool, M, 1, [&](int64_t begin, int64_t end) {
-      cpu_fake_quantize_fp8_rows(x + begin * H, end - begin, H, *activation_group_,
-                                 sc.xq + begin * H);
+      cpu_fake_quantize_fp8_activations(x + begin * H, end - begin, H, act_quant_->input,
+                                        sc.xq + begin * H);
     });
     x_gemm = sc.xq;
   }
@@ -83,9 +81,9 @@ void CpuSharedExperts::forward(const void* x_in, int64_t M, void* out_, Workspac
   cpu_parallel_for(pool, M, std::max<int64_t>(1, 4096 / Il), [&](int64_t begin, int64_t end) {
     apply_expert_activation(activation_, sc.h + begin * w13_.dim(0), end - begin, Il,
                             sc.a + begin * Il);
-    if (activation_group_) {
-      cpu_fake_quantize_fp8_rows(sc.a + begin * Il, end - begin, Il, *activation_group_,
-                                 sc.a + begin * Il);
+    if (act_quant_) {
+      cpu_fake_quantize_fp8_activations(sc.a + begin * Il, end - begin, Il, act_quant_->hidden,
+                                        sc.a + begin * Il);
     }
   });
   cpu_gemm_xwt(sc.a, M, Il, w2_.data<float>(), H, out, pool);
@@ -109,11 +107,11 @@ std::unique_ptr<SharedExperts> make_shared_experts(Device device, const SharedEx
                                                    int tp_rank, const Tensor& gate,
                                                    const Tensor& up, const Tensor& down,
                                                    const Tensor& expert_gate,
-                                                   std::optional<int64_t> activation_group) {
+                                                   std::optional<Fp8MlpActivationQuant> act_quant) {
   switch (device.type) {
     case DeviceType::kCPU:
       return std::make_unique<CpuSharedExperts>(config, hidden_size, tp_size, tp_rank, gate, up,
-                                                down, expert_gate, activation_group);
+                                                down, expert_gate, act_quant);
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
       MG_CHECK(tp_size == 1, "op moe: shared experts on CUDA run one rank only, not tp {}",

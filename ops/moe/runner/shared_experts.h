@@ -14,8 +14,8 @@
 // FP8 checkpoints (DeepSeek-V3) quantize the shared experts too. Their weights arrive dequantized
 // (the place-weights pass does that for inputs that take no codes), which is exactly the codes x
 // scales an FP8 GEMM multiplies by; what W8A8 adds is the activation quantization, which the CPU
-// class applies to the GEMMs' inputs when `activation_group` is set (fp8 group 128, or -1 per
-// token). CUDA runs them W8A16 for now.
+// class applies to the GEMMs' inputs when `act_quant` is set (per token per 128 channels, per
+// token, or static scales). CUDA runs them W8A16 for now.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,7 @@
 #include "framework/device/device.h"
 #include "ops/moe/config.h"
 #include "ops/moe/kernel/workspace.h"
+#include "ops/nn/linear/fp8_gemm_cpu.h"
 
 namespace mg {
 
@@ -50,11 +51,10 @@ class CpuSharedExperts final : public SharedExperts {
   // gate [Is, H] (gated activations only), up [Is, H], down [H, Is], expert_gate [1, H] iff
   // config.has_gate; host F32. Keeps its own copy of this TP rank's slice. Throws mg::Error when
   // Is does not split over tp_size.
-  // `activation_group`: quantize both GEMMs' inputs to FP8 per token per that many channels (-1:
-  // per token), as W8A8 checkpoints do; nullopt: keep them.
+  // `act_quant`: quantize both GEMMs' inputs to FP8 as W8A8 checkpoints do; nullopt: keep them.
   CpuSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size, int tp_size, int tp_rank,
                    const Tensor& gate, const Tensor& up, const Tensor& down,
-                   const Tensor& expert_gate, std::optional<int64_t> activation_group);
+                   const Tensor& expert_gate, std::optional<Fp8MlpActivationQuant> act_quant);
 
   size_t workspace_bytes(int64_t max_tokens) const override;
   void forward(const void* x, int64_t num_tokens, void* out, Workspace& ws, ThreadPool* pool,
@@ -70,11 +70,11 @@ class CpuSharedExperts final : public SharedExperts {
   Tensor w13_;                 // [N1s, H]
   Tensor w2_;                  // [H, Is]
   Tensor expert_gate_;         // [H] or undefined
-  std::optional<int64_t> activation_group_;
+  std::optional<Fp8MlpActivationQuant> act_quant_;
 };
 
 // The shared experts of `device` for TP rank `tp_rank` of `tp_size`: weights as the plan places
-// them (CPU: host F32; CUDA: `dtype` on that device, one rank). `activation_group` as for
+// them (CPU: host F32; CUDA: `dtype` on that device, one rank). `act_quant` as for
 // CpuSharedExperts (CUDA ignores it: W8A16). Throws mg::Error for what the device's class lacks
 // (CUDA: tensor parallelism, an activation) or a device this build lacks.
 std::unique_ptr<SharedExperts> make_shared_experts(Device device, const SharedExpertsConfig& config,
@@ -82,6 +82,6 @@ std::unique_ptr<SharedExperts> make_shared_experts(Device device, const SharedEx
                                                    int tp_rank, const Tensor& gate,
                                                    const Tensor& up, const Tensor& down,
                                                    const Tensor& expert_gate,
-                                                   std::optional<int64_t> activation_group);
+                                                   std::optional<Fp8MlpActivationQuant> act_quant);
 
 }  // namespace mg

@@ -46,15 +46,15 @@ void gate_rows(float* g, const float* u, int64_t begin, int64_t end) {
 
 class GatedMlpCpuKernel final : public OpKernel {
  public:
-  // `activation_group`: FP8 (W8A8) checkpoints quantize both GEMMs' inputs per token per that many
-  // channels (-1: per token); their weights arrive dequantized, which is what an FP8 GEMM
+  // `act_quant`: FP8 (W8A8) checkpoints quantize both GEMMs' inputs (per token per 128 channels,
+  // per token, or with static scales); their weights arrive dequantized, which is what an FP8 GEMM
   // multiplies by. nullopt: inputs kept (every other model, and W8A16).
   GatedMlpCpuKernel(GatedActivation activation, int64_t hidden, int64_t intermediate,
-                    std::optional<int64_t> activation_group)
+                    std::optional<Fp8MlpActivationQuant> act_quant)
       : activation_(activation),
         hidden_(hidden),
         intermediate_(intermediate),
-        activation_group_(activation_group) {}
+        act_quant_(act_quant) {}
 
   // inputs: x [T, H], gate [I, H], up [I, H], down [H, I]. outputs: out [T, H].
   // workspace: g [T, I] then u [T, I] (W8A8: then xq [T, H]).
@@ -69,9 +69,9 @@ class GatedMlpCpuKernel final : public OpKernel {
     float* g = static_cast<float*>(ctx.workspace);
     float* u = g + tokens * inter;
     const float* x = inputs[0].data<float>();
-    if (activation_group_) {
+    if (act_quant_) {
       float* xq = u + tokens * inter;
-      cpu_fake_quantize_fp8_rows(x, tokens, hidden, *activation_group_, xq);
+      cpu_fake_quantize_fp8_activations(x, tokens, hidden, act_quant_->input, xq);
       x = xq;
     }
     cpu_gemm_xwt(x, tokens, hidden, inputs[1].data<float>(), inter, g, ctx.pool);
@@ -93,26 +93,26 @@ class GatedMlpCpuKernel final : public OpKernel {
     } else {
       activate(0, n);
     }
-    if (activation_group_) cpu_fake_quantize_fp8_rows(g, tokens, inter, *activation_group_, g);
+    if (act_quant_) cpu_fake_quantize_fp8_activations(g, tokens, inter, act_quant_->hidden, g);
     cpu_gemm_xwt(g, tokens, inter, inputs[3].data<float>(), hidden, outputs[0].data<float>(),
                  ctx.pool);
   }
 
   size_t workspace_bytes(int64_t max_tokens) const override {
     return static_cast<size_t>(2 * max_tokens * intermediate_ +
-                               (activation_group_ ? max_tokens * hidden_ : 0)) *
+                               (act_quant_ ? max_tokens * hidden_ : 0)) *
            sizeof(float);
   }
 
   std::string describe() const override {
-    return activation_group_ ? "cpu (FP8 weights dequantized, activations quantized: W8A8)" : "cpu";
+    return act_quant_ ? "cpu (FP8 weights dequantized, activations quantized: W8A8)" : "cpu";
   }
 
  private:
   GatedActivation activation_;
   int64_t hidden_;
   int64_t intermediate_;
-  std::optional<int64_t> activation_group_;
+  std::optional<Fp8MlpActivationQuant> act_quant_;
 };
 
 class GatedMlpOp final : public OpDef {
@@ -160,16 +160,15 @@ class GatedMlpOp final : public OpDef {
               "gated_mlp: kernel built without the gate type");
     // FP8 gate/up/down (dequantized by the place-weights pass) quantize the activations they
     // multiply when dense activations are quantized (CompileOptions::quantize_dense_activations).
-    std::optional<int64_t> act_group;
-    const WeightQuantization q =
-        ctx.weight_quant.size() > 2 ? ctx.weight_quant[2] : WeightQuantization();
-    if (q.defined() && q.activation == ActivationQuant::kDynamic &&
-        ctx.options.quantize_activations && ctx.options.quantize_dense_activations) {
-      act_group = q.activation_group;
-    }
+    auto quant = [&](size_t i) {
+      return ctx.weight_quant.size() > i ? ctx.weight_quant[i] : WeightQuantization();
+    };
+    const std::optional<Fp8MlpActivationQuant> act_quant = fp8_mlp_activation_quant(
+        quant(2), quant(3),
+        ctx.options.quantize_activations && ctx.options.quantize_dense_activations);
     return std::make_unique<GatedMlpCpuKernel>(
         gated_activation_of(ctx.node.gated_mlp().activation()), ctx.input_types[1]->shape[1],
-        ctx.input_types[1]->shape[0], act_group);
+        ctx.input_types[1]->shape[0], act_quant);
   }
 
  private:

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "framework/core/quant.h"
 
@@ -22,5 +24,32 @@ void cpu_fp8_gemm_xwt(const float* x, int64_t n, const uint8_t* codes, const flo
 // quantize_fp8_e4m3_group (framework/core/fp8.h), as codes x scales in fp32. out may be rows.
 void cpu_fake_quantize_fp8_rows(const float* rows, int64_t n, int64_t width, int64_t group,
                                 float* out);
+
+// How a consumer of FP8 weights quantizes its activations (WeightQuantization's instruction).
+struct Fp8ActivationQuant {
+  int64_t group = -1;         // dynamic: channels per scale, -1 the whole row
+  float static_scale = 0.0f;  // > 0: static, every row with this scale (group unused)
+  // "activations quantized per token per 128 channels", "... with the static scale 0.0123".
+  std::string str() const;
+};
+// The instruction of a weight whose activation is kDynamic or kStatic (asserts).
+Fp8ActivationQuant fp8_activation_quant(const WeightQuantization& q);
+
+// The two activation quantizations of an FP8 MLP (dense gated MLP, MoE shared experts): the
+// input of gate/up, and the input of down (the same group; a static checkpoint has a scale each).
+struct Fp8MlpActivationQuant {
+  Fp8ActivationQuant input;
+  Fp8ActivationQuant hidden;
+};
+// From up's and down's WeightQuantization: nullopt when `enabled` is false or up does not
+// quantize its activations (W8A16, or unquantized weights).
+std::optional<Fp8MlpActivationQuant> fp8_mlp_activation_quant(const WeightQuantization& up,
+                                                              const WeightQuantization& down,
+                                                              bool enabled);
+
+// out [n, width] = rows quantized as `a` says (quantize_fp8_e4m3_group per group, or
+// quantize_fp8_e4m3_static), as codes x scales in fp32. out may be rows.
+void cpu_fake_quantize_fp8_activations(const float* rows, int64_t n, int64_t width,
+                                       const Fp8ActivationQuant& a, float* out);
 
 }  // namespace mg

@@ -50,10 +50,9 @@ class LinearCudaKernel final : public OpKernel {
 
   std::string describe() const override {
     return "cuda " + gemm_.describe() +
-           (owned_weight_.defined()
-                ? " (FP8 weight dequantized to " + std::string(dtype_name(dtype_)) +
-                      " at build: W8A16; no FP8 GEMM on CUDA yet)"
-                : "");
+           (owned_weight_.defined() ? " (FP8 weight dequantized to " +
+                                          std::string(dtype_name(dtype_)) + " at build: W8A16)"
+                                    : "");
   }
 
  private:

@@ -2,7 +2,9 @@
 // y = (x Wᵀ + b) * scale. CPU kernel: cpu_gemm_xwt (Eigen, parallel over output features).
 // FP8 weights (TensorInfo.quantization, docs/quantization.md) are taken as codes: the CPU kernel
 // reads them through cpu_fp8_gemm_xwt and quantizes x per token group when the weight asks for it
-// (W8A8, as HF's FP8Linear); CUDA dequantizes them once at build (W8A16) until an FP8 GEMM lands.
+// (W8A8, as HF's FP8Linear; or with the checkpoint's static scale); CUDA runs W8A8 on cuBLASLt's
+// FP8 GEMM (linear_fp8_cuda_kernel.cc) and, where that refuses the size or dtype, dequantizes the
+// weight once at build (W8A16, logged once).
 #include <algorithm>
 
 #include "framework/device/allocator.h"
@@ -52,7 +54,9 @@ class LinearFp8CpuKernel final : public OpKernel {
         quant_(std::move(quant)),
         quantize_x_(quantize_x),
         has_bias_(has_bias),
-        scale_(scale) {}
+        scale_(scale) {
+    if (quantize_x_) act_ = fp8_activation_quant(quant_);
+  }
 
   void run(const ExecContext& ctx, std::span<const Tensor> inputs,
            std::span<const Tensor> outputs) override {
@@ -64,7 +68,7 @@ class LinearFp8CpuKernel final : public OpKernel {
     if (quantize_x_) {
       // Scratch from the workspace: [tokens, in] floats.
       float* xq = static_cast<float*>(ctx.workspace);
-      cpu_fake_quantize_fp8_rows(xin, tokens, in, quant_.activation_group, xq);
+      cpu_fake_quantize_fp8_activations(xin, tokens, in, act_, xq);
       xin = xq;
     }
     float* y = outputs[0].data<float>();
@@ -78,19 +82,16 @@ class LinearFp8CpuKernel final : public OpKernel {
   }
 
   std::string describe() const override {
-    return fmt::format("cpu fp8 (weight scales {}, {})", quant_.group.str(),
-                       quantize_x_ ? (quant_.activation_group < 0
-                                          ? std::string("activations quantized per token: W8A8")
-                                          : fmt::format("activations quantized per token per {} "
-                                                        "channels: W8A8",
-                                                        quant_.activation_group))
-                                   : std::string("activations not quantized: W8A16"));
+    return fmt::format(
+        "cpu fp8 (weight scales {}, {})", quant_.group.str(),
+        quantize_x_ ? act_.str() + ": W8A8" : std::string("activations not quantized: W8A16"));
   }
 
  private:
   Tensor codes_;
   WeightQuantization quant_;
   bool quantize_x_;
+  Fp8ActivationQuant act_;  // quantize_x_: how
   bool has_bias_;
   float scale_;
 };
@@ -158,9 +159,18 @@ class LinearOp final : public OpDef {
     const float scale = p.has_scale() ? p.scale() : 1.0f;
     const WeightQuantization quant =
         ctx.weight_quant.size() > 1 ? ctx.weight_quant[1] : WeightQuantization();
+    // W8A8 where the checkpoint quantizes activations and the options let dense ops do it.
+    const bool quantize_x = quant.defined() && quant.activation != ActivationQuant::kNone &&
+                            ctx.options.quantize_activations &&
+                            ctx.options.quantize_dense_activations;
 #ifdef MG_WITH_CUDA
     if (ctx.options.device.is_cuda()) {
       if (!quant.defined()) return make_linear_cuda_kernel(ctx, p.has_bias(), scale);
+      if (quantize_x) {
+        const std::string why = linear_fp8_cuda_refusal(ctx, quant);
+        if (why.empty()) return make_linear_fp8_cuda_kernel(ctx, p.has_bias(), scale, quant);
+        log_fp8_w8a16_fallback_once("linear", why);
+      }
       const Tensor dequantized =
           cast_cpu(dequantize_cpu(ctx.weights[1], quant), activation_dtype_of(ctx.options));
       Tensor placed = empty_tensor(ctx.options.device, dequantized.dtype(), dequantized.shape());
@@ -170,9 +180,6 @@ class LinearOp final : public OpDef {
 #endif
     expect_cpu_kernel(ctx, "linear", kFloatActivations);
     if (quant.defined()) {
-      const bool quantize_x = quant.activation == ActivationQuant::kDynamic &&
-                              ctx.options.quantize_activations &&
-                              ctx.options.quantize_dense_activations;
       return std::make_unique<LinearFp8CpuKernel>(ctx.weights[1], quant, quantize_x, p.has_bias(),
                                                   scale);
     }

@@ -127,7 +127,17 @@ TEST_F(QuantizedTensorErrors, EachNamesTheTensorOrNode) {
       {[](proto::Model& m) { w13_quant(m).set_element(proto::QUANT_ELEMENT_INT4); },
        {w13, "QUANT_ELEMENT_INT4 is not supported yet"}},
       {[](proto::Model& m) { w13_quant(m).set_activation(proto::ACT_QUANT_STATIC); },
-       {w13, "static activation scales (ACT_QUANT_STATIC) are not supported yet"}},
+       {w13, "ACT_QUANT_STATIC", "names no activation_scale tensor"}},
+      {[](proto::Model& m) {
+         w13_quant(m).set_activation(proto::ACT_QUANT_STATIC);
+         w13_quant(m).set_activation_scale("nowhere");
+       },
+       {w13, "activation scale tensor 'nowhere' is not declared"}},
+      {[](proto::Model& m) {
+         w13_quant(m).set_activation(proto::ACT_QUANT_STATIC);
+         w13_quant(m).set_activation_scale("layers.0.moe.experts.w13.scale");
+       },
+       {w13, "activation scale tensor 'layers.0.moe.experts.w13.scale' must be", "of shape [n]"}},
       {[](proto::Model& m) { w13_quant(m).set_activation_group(64); },
        {w13, "activation_group is 64"}},
       {[](proto::Model& m) { tensor(m, "layers.0.moe.experts.w13").set_dtype(proto::BF16); },

@@ -3,6 +3,9 @@
 // scale, W8A16 and W8A8 (x quantized per token (group) exactly as quantize_fp8_e4m3_group says).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "framework/core/fp8.h"
 #include "framework/core/thread_pool.h"
 #include "framework/op/op_registry.h"
@@ -124,6 +127,61 @@ TEST(LinearFp8, MatchesTheDequantizedReference) {
                 1e-4);
     }
   }
+}
+
+// Static activation scales (compressed-tensors' input_scale): x quantized with the fixed scale,
+// values past 448 * scale saturated to +-448 codes (never NaN); a stacked scale tensor [n] uses its
+// largest entry.
+TEST(LinearFp8, StaticActivationScaleQuantizesWithTheFixedScaleAndClamps) {
+  const OpDef* def = OpRegistry::global().find("linear");
+  ASSERT_NE(def, nullptr);
+  const int64_t out = 33, in = 48, tokens = 7;
+  Fp8Linear w = random_fp8_linear(out, in, GroupShape::per_channel(), 90);
+  // |x| up to 2 with scale 1 / 448 (largest part): everything past 1 saturates.
+  const float s = 1.0f / kFp8E4M3Max;
+  w.quant.activation = ActivationQuant::kStatic;
+  w.quant.activation_scale = Tensor::empty_cpu(DType::kF32, {3});
+  w.quant.activation_scale.data<float>()[0] = 0.25f * s;
+  w.quant.activation_scale.data<float>()[1] = s;
+  w.quant.activation_scale.data<float>()[2] = 0.5f * s;
+  proto::Node node;
+  node.set_name("proj");
+  node.set_op("linear");
+  CompileOptions options;
+  const std::vector<std::optional<ValueType>> types = {
+      ValueType{DType::kF32, {kTokens, in}},
+      ValueType{DType::kF8E4M3, {out, in}, GroupShape::per_channel()}, std::nullopt};
+  const std::vector<Tensor> weights = {Tensor(), w.codes, Tensor()};
+  const std::vector<WeightQuantization> quant = {{}, w.quant, {}};
+  const KernelContext ctx{node, options, types, weights, quant};
+  const std::unique_ptr<OpKernel> kernel = def->create_kernel(ctx);
+  EXPECT_NE(kernel->describe().find("static scale"), std::string::npos) << kernel->describe();
+
+  const std::vector<float> x = testing::random_floats(tokens * in, 91, -2.0f, 2.0f);
+  Tensor xt = Tensor::empty_cpu(DType::kF32, {tokens, in});
+  std::copy(x.begin(), x.end(), xt.data<float>());
+  Tensor y = Tensor::empty_cpu(DType::kF32, {tokens, out});
+  std::vector<uint8_t> ws(kernel->workspace_bytes(tokens));
+  ExecContext ec;
+  ec.workspace = ws.data();
+  ec.workspace_bytes = ws.size();
+  const std::vector<Tensor> ins = {xt, Tensor(), Tensor()};
+  kernel->run(ec, ins, std::span<const Tensor>(&y, 1));
+  const std::vector<float> got(y.data<float>(), y.data<float>() + y.numel());
+
+  // The reference quantizes by hand: clamp(x / s) to +-448, then RNE to e4m3.
+  std::vector<float> xq(x.size());
+  int saturated = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = std::clamp(x[i] / s, -kFp8E4M3Max, kFp8E4M3Max);
+    saturated += std::fabs(v) == kFp8E4M3Max;
+    xq[i] = fp8_e4m3_to_float(float_to_fp8_e4m3(v)) * s;
+  }
+  EXPECT_GT(saturated, static_cast<int>(x.size()) / 4);
+  EXPECT_LE(testing::normalized_error(got, reference(xq, tokens, w, Tensor(), 1.0f, std::nullopt)),
+            1e-5);
+  // Dynamic per-token quantization would be far off (no clamp).
+  EXPECT_GT(testing::normalized_error(got, reference(x, tokens, w, Tensor(), 1.0f, -1)), 1e-2);
 }
 
 }  // namespace

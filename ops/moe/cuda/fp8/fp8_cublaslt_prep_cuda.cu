@@ -43,6 +43,15 @@ __global__ void vec128_scales_kernel(const float* __restrict__ xs, int cols,
       xs[static_cast<int64_t>(r) * cols + (cols == 1 ? 0 : kb)];
 }
 
+__global__ void vec128_scales_dense_kernel(const float* __restrict__ xs, int cols, int rows,
+                                           int k_blocks, float* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(rows) * k_blocks) return;
+  const int r = static_cast<int>(i / k_blocks), kb = static_cast<int>(i % k_blocks);
+  out[static_cast<int64_t>(kb) * rows + r] =
+      xs[static_cast<int64_t>(r) * cols + (cols == 1 ? 0 : kb)];
+}
+
 template <typename T>
 __global__ void rows_bias_act_kernel(const T* in, int n_in, T* out, int n_out,
                                      const int32_t* __restrict__ offsets, int num_experts,
@@ -82,6 +91,16 @@ void launch_fp8_vec128_scales(const float* xs, int64_t cols, const int32_t* offs
   vec128_scales_kernel<<<blocks_for(max_rows * k_blocks), kThreads, 0, stream>>>(
       xs, static_cast<int>(cols), offsets, static_cast<int>(num_experts),
       static_cast<int>(max_rows), static_cast<int>(k_blocks), out);
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fp8_vec128_scales_dense(const float* xs, int64_t cols, int64_t rows, int64_t k_blocks,
+                                    float* out, cudaStream_t stream) {
+  if (rows <= 0 || k_blocks <= 0) return;
+  MG_CHECK(rows <= INT32_MAX && k_blocks <= INT32_MAX && cols <= INT32_MAX,
+           "FP8 cuBLASLt scales: {} rows x {} blocks exceed 32-bit indices", rows, k_blocks);
+  vec128_scales_dense_kernel<<<blocks_for(rows * k_blocks), kThreads, 0, stream>>>(
+      xs, static_cast<int>(cols), static_cast<int>(rows), static_cast<int>(k_blocks), out);
   MG_CUDA_CHECK_LAUNCH();
 }
 

@@ -32,6 +32,11 @@ void launch_fp8_vec128_scales(const float* xs, int64_t cols, const int32_t* offs
                               int64_t num_experts, int64_t max_rows, int64_t k_blocks, float* out,
                               cudaStream_t stream);
 
+// The same layout for one dense operand of `rows` rows (no experts): out[kb * rows + r] =
+// xs[r, cols == 1 ? 0 : kb], xs as launch_fp8_quantize writes it. The FP8 linear's activations.
+void launch_fp8_vec128_scales_dense(const float* xs, int64_t cols, int64_t rows, int64_t k_blocks,
+                                    float* out, cudaStream_t stream);
+
 // Per row r of the permuted rows (r < offsets[E]), with e its expert:
 //   activation: out[r, c] = act(in[r, c] + bias[e, c], in[r, n_out + c] + bias[e, n_out + c])
 //               (gated; plain: act(in[r, c] + bias[e, c], 0)), c < n_out, in [rows, n_in]
