@@ -69,6 +69,33 @@ TEST(CudaFp8CublasLtPrep, Vec128ScalesAreOuterMajorPerExpert) {
   }
 }
 
+// The dense layout of the FP8 linear: block kb of row r at kb * rows + r, odd row counts.
+TEST(CudaFp8CublasLtPrep, DenseVec128ScalesAreOuterMajor) {
+  MG_REQUIRE_GPU();
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> value(0.1f, 2.0f);
+  for (const bool per_token : {false, true}) {
+    for (const int64_t rows : {1, 7, 300}) {
+      const int64_t k_blocks = 3, cols = per_token ? 1 : k_blocks;
+      std::vector<float> xs(rows * cols);
+      for (float& v : xs) v = value(rng);
+      DeviceBuffer d_xs(xs.size() * 4), d_out(rows * k_blocks * 4);
+      d_xs.upload(xs.data(), xs.size() * 4);
+      cuda::launch_fp8_vec128_scales_dense(d_xs.as<float>(), cols, rows, k_blocks,
+                                           d_out.as<float>(), nullptr);
+      MG_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<float> out(rows * k_blocks);
+      d_out.download(out.data(), out.size() * 4);
+      for (int64_t kb = 0; kb < k_blocks; ++kb) {
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(out[kb * rows + r], xs[r * cols + (per_token ? 0 : kb)])
+              << "rows " << rows << " block " << kb << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaFp8CublasLtPrep, BiasAndActivationPerExpert) {
   MG_REQUIRE_GPU();
   const std::vector<int32_t> offsets = {0, 2, 2, 7};  // expert 1 has no rows

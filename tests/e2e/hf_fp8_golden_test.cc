@@ -84,6 +84,7 @@ struct Reference {
   // How far a relative 1e-7 perturbation of the embeddings moves the W8A8 golden (README_fp8.md):
   // where it is large, one E4M3 rounding sits that close to its boundary.
   double sensitivity_w8a8 = 0;
+  double sensitivity_w8a8_experts = 0;  // the same for logits_w8a8_experts
 };
 
 std::vector<int32_t> ids(const nlohmann::json& ref, const char* key,
@@ -106,6 +107,7 @@ Reference load_reference(const std::filesystem::path& dir) {
   r.logits_w8a8 = read_npy(dir / "logits_w8a8_all.npy");
   r.logits_w8a8_experts = read_npy(dir / "logits_w8a8.npy");
   r.sensitivity_w8a8 = json_double(ref, "sensitivity_w8a8_all", file);
+  r.sensitivity_w8a8_experts = json_double(ref, "sensitivity_w8a8", file);
   return r;
 }
 
@@ -128,11 +130,12 @@ std::unique_ptr<Session> open_imported(const std::filesystem::path& hf_dir,
   return std::make_unique<Session>(std::move(plan), session);
 }
 
-double expect_logits_match(const Tensor& got, const Tensor& expected, const std::string& what) {
+double expect_logits_match(const Tensor& got, const Tensor& expected, const std::string& what,
+                           double bound = kMaxNormalizedError) {
   EXPECT_EQ(got.shape(), expected.shape()) << what;
   if (got.shape() != expected.shape()) return INFINITY;
   const double err = testing::normalized_error(testing::span_of(got), testing::span_of(expected));
-  EXPECT_LE(err, kMaxNormalizedError) << what << ": normalised error " << err;
+  EXPECT_LE(err, bound) << what << ": normalised error " << err;
   const int64_t tokens = expected.dim(0), vocab = expected.dim(1);
   for (int64_t t = 0; t < tokens; ++t) {
     EXPECT_EQ(argmax_row(got.data<float>(), t, vocab), argmax_row(expected.data<float>(), t, vocab))
@@ -257,7 +260,11 @@ TEST_P(HfFp8Golden, ExpertsOnlyActivationQuantizationMatchesItsGolden) {
   // --activation-quant experts: the routed experts quantize their inputs, the dense ops do not.
   auto session = open_imported(dir_, /*quantize_activations=*/true, /*dense_too=*/false);
   const Tensor& logits = session->forward(ref_.prompt, positions());
-  expect_logits_match(logits, ref_.logits_w8a8_experts, GetParam().name + " W8A8 experts only");
+  // Where the golden itself moves under a 1e-7 perturbation by more than 1e-4 (the static
+  // fixture's experts-only golden: 1.2e-4, one E4M3 rounding at its boundary), that flip is let
+  // through, as for the token-by-token runs below; 1e-4 everywhere else.
+  expect_logits_match(logits, ref_.logits_w8a8_experts, GetParam().name + " W8A8 experts only",
+                      std::max(kMaxNormalizedError, 1.5 * ref_.sensitivity_w8a8_experts));
 }
 
 TEST_P(HfFp8Golden, W8A8TokenByTokenLogitsMatch) {
