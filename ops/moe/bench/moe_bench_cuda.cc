@@ -202,6 +202,15 @@ QuantizedExpertWeights random_fp8_weights(QuantScheme quant, int64_t E, int64_t 
   return w;
 }
 
+// Row `r` of the device matrix `t` [M, H] as F32 [1, H] on the host.
+Tensor row_to_host_f32(const Tensor& t, int64_t r) {
+  const int64_t H = t.shape()[1];
+  Tensor host = Tensor::empty_cpu(t.dtype(), {1, H});
+  MG_CUDA_CHECK(cudaMemcpy(host.raw(), static_cast<const char*>(t.raw()) + r * host.nbytes(),
+                           host.nbytes(), cudaMemcpyDeviceToHost));
+  return to_f32_cpu(host);
+}
+
 // Experts `ids` of the device tensor `t` [E, ...] copied to a host tensor [ids.size(), ...] of the
 // same dtype (scale tensors included: their leading dimension is the expert's).
 Tensor experts_to_host(const Tensor& t, std::span<const int32_t> ids) {
@@ -228,8 +237,8 @@ struct CheckReference {
 
   CheckReference(const MoEConfig& config, const Tensor& x, const Tensor& logits,
                  const CanonicalExpertWeights& w, const QuantizedExpertWeights& qw) {
-    const int64_t M = x.shape()[0], H = x.shape()[1], k = config.top_k();
-    const Tensor hx = to_host_f32(x), hl = to_host_f32(logits);
+    const int64_t M = x.shape()[0], k = config.top_k();
+    const Tensor hl = to_host_f32(logits);
     const reference::Routing routing = reference::route(
         config.routing(), {hl.data<float>(), static_cast<size_t>(hl.numel())}, M, {});
     const int64_t step = std::max<int64_t>(1, M / kMoEBenchCheckRows);
@@ -241,6 +250,7 @@ struct CheckReference {
         }
       }
     }
+    if (rows.empty()) rows.push_back(0);  // every row a near-tie: check row 0 all the same
     // The row's k experts become experts 0..k-1 of a k-expert layer.
     MoEConfig::Fields f = config.fields();
     f.routing.num_experts = k;
@@ -250,7 +260,8 @@ struct CheckReference {
     for (int64_t r : rows) {
       const std::span<const int32_t> ids(routing.ids.data() + r * k, k);
       const std::span<const float> weights(routing.weights.data() + r * k, k);
-      const std::span<const float> xr(hx.data<float>() + r * H, H);
+      const Tensor hx = row_to_host_f32(x, r);
+      const std::span<const float> xr(hx.data<float>(), static_cast<size_t>(hx.numel()));
       std::vector<float> y;
       if (w.w13.defined()) {
         y = reference::experts(sub, xr, 1, local, weights, experts_to_host(w.w13, ids), Tensor(),
@@ -271,13 +282,13 @@ struct CheckReference {
 
   // The normalised error of `got` (device [M, H]) on the sampled rows.
   double error(const Tensor& got) const {
-    const Tensor h = to_host_f32(got);
     const int64_t H = got.shape()[1];
     double num = 0, den = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
+      const Tensor h = row_to_host_f32(got, rows[i]);
       for (int64_t c = 0; c < H; ++c) {
         const double ref = out[i * H + c];
-        const double d = h.data<float>()[rows[i] * H + c] - ref;
+        const double d = h.data<float>()[c] - ref;
         num += d * d;
         den += ref * ref;
       }
