@@ -1,7 +1,10 @@
-// `moegraph bench moe` (one MoE layer per backend against its floor, ops/moe/bench) and
-// `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model).
+// `moegraph bench moe` (one MoE layer per backend against its floor, ops/moe/bench),
+// `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model) and
+// `moegraph bench soak MODEL` (many decode steps; fails when host or device memory grows).
 #include <algorithm>
+#include <chrono>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -11,6 +14,7 @@
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/device/allocator.h"
+#include "framework/device/memory_usage.h"
 #include "framework/io/json.h"
 #include "framework/io/regular_file.h"
 #include "framework/runtime/session.h"
@@ -131,7 +135,8 @@ int bench_moe(const BenchMoeArgs& a) {
         "{:<14} {:>6} {:<13} {:>10.1f} {:>10.1f} {:>8.3f} {:>9.1f} {:>10.1f} {:>7.1f}% {:>9}\n",
         p.shape, p.tokens, p.backend, p.median_us, p.p90_us, p.tb_per_s(), p.tflop_per_s(),
         p.floor_us, p.pct_of_floor(),
-        p.check_error < 0 ? std::string("-") : fmt::format("{:.1e}", p.check_error));
+        p.check_error < 0 ? std::string("-")
+                          : fmt::format("{}{:.1e}", p.check_failed ? "FAIL " : "", p.check_error));
     std::cout.flush();
   });
   if (!a.json.empty() || !a.png.empty()) {
@@ -156,7 +161,8 @@ int bench_moe(const BenchMoeArgs& a) {
                              {"pct_of_floor", p.pct_of_floor()},
                              {"tb_per_s", p.tb_per_s()},
                              {"tflop_per_s", p.tflop_per_s()},
-                             {"check_error", p.check_error}});
+                             {"check_error", p.check_error},
+                             {"check_failed", p.check_failed}});
     }
     if (!a.json.empty()) {
       write_file_atomically(a.json, j.dump(1) + "\n", "--json");
@@ -166,6 +172,15 @@ int bench_moe(const BenchMoeArgs& a) {
       plot_moe_bench(j, a.png);
       std::cout << "plot written to " << a.png << "\n";
     }
+  }
+  const auto failed = std::count_if(points.begin(), points.end(),
+                                    [](const MoEBenchPoint& p) { return p.check_failed; });
+  if (failed > 0) {
+    std::cerr << fmt::format(
+        "bench moe: {} point(s) FAILED the check against the fp64 reference (normalised error "
+        "above {:.0e})\n",
+        failed, moe_bench_check_tolerance(o.dtype, o.quant));
+    return 1;
   }
   return 0;
 }
@@ -246,10 +261,94 @@ int bench_e2e(const BenchE2eArgs& a) {
   return 0;
 }
 
+struct BenchSoakArgs {
+  std::string model;
+  std::string device = "cpu";
+  std::string dtype;
+  int64_t steps = 10000;
+  int window = 128;
+  bool cuda_graph = false;
+  double max_host_growth_mib = 8;
+  double max_device_growth_mib = 2;
+  int64_t leak_bytes_per_step = 0;  // test hook: proves the check catches a leak
+};
+
+std::string memory_line(const MemoryUsage& m) {
+  std::string s = fmt::format("host RSS {:.1f} MiB", m.host_rss_bytes / 1048576.0);
+  if (m.device_used_bytes) {
+    s += fmt::format(", device used {:.1f} MiB", *m.device_used_bytes / 1048576.0);
+  }
+  return s;
+}
+
+// Decode steps of one model, one token at a time, with memory read after a warm-up and at the
+// end: a leak per step (host or device) shows as growth. Positions cycle through a window of the
+// KV cache (a new sequence starts at 0 each time round), so any number of steps fits.
+int bench_soak(const BenchSoakArgs& a) {
+  MG_CHECK(a.steps > 0 && a.window >= 2, "bench soak: --steps must be positive, --window >= 2");
+  const std::filesystem::path graph = resolve_model(a.model);
+  CompileOptions compile;
+  compile.device = Device::parse(a.device);
+  if (!a.dtype.empty()) {
+    MG_CHECK(a.dtype == "bf16" || a.dtype == "f16" || a.dtype == "f32",
+             "--dtype: expected bf16, f16 or f32, got '{}'", a.dtype);
+    compile.activation_dtype =
+        a.dtype == "bf16" ? DType::kBF16 : (a.dtype == "f16" ? DType::kF16 : DType::kF32);
+  }
+  compile.max_seq_len = a.window;
+  compile.max_tokens = 8;
+  SessionOptions options;
+  options.threads = 2;
+  options.cuda_graph = a.cuda_graph;
+  auto session = Session::open(graph, compile, options);
+  const int64_t vocab = session->plan().info.vocab_size();
+  int32_t token = 1;
+  std::vector<std::unique_ptr<char[]>> leaked;
+  auto step = [&](int64_t i) {
+    const int32_t pos = static_cast<int32_t>(i % a.window);
+    const Tensor& logits =
+        session->forward(std::span(&token, 1), std::span(&pos, 1), Session::Logits::kLastRow);
+    const float* row = logits.data<float>();
+    token = static_cast<int32_t>(std::max_element(row, row + vocab) - row);  // greedy
+    if (a.leak_bytes_per_step > 0) {
+      leaked.emplace_back(new char[a.leak_bytes_per_step]);
+      std::fill_n(leaked.back().get(), a.leak_bytes_per_step, 1);  // resident, not just mapped
+    }
+  };
+  // Warm-up: twice round the window, so every plan, cache and pool block exists.
+  const int64_t warmup = 2 * static_cast<int64_t>(a.window);
+  for (int64_t i = 0; i < warmup; ++i) step(i);
+  const MemoryUsage start = memory_usage(compile.device);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < a.steps; ++i) step(warmup + i);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const MemoryUsage end = memory_usage(compile.device);
+  std::cout << fmt::format(
+      "model: {} on {} ({}{}), {} decode steps after {} warm-up steps, "
+      "{:.1f} steps/s\n",
+      session->plan().model_name, compile.device.str(), dtype_name(activation_dtype_of(compile)),
+      a.cuda_graph ? ", decode as a CUDA graph" : "", a.steps, warmup, a.steps / seconds);
+  std::cout << "memory at start: " << memory_line(start) << "\n";
+  std::cout << "memory at end:   " << memory_line(end) << "\n";
+  const double host_growth = (end.host_rss_bytes - start.host_rss_bytes) / 1048576.0;
+  const double device_growth =
+      end.device_used_bytes ? (*end.device_used_bytes - *start.device_used_bytes) / 1048576.0 : 0;
+  std::cout << fmt::format("growth: host {:+.1f} MiB (limit {}), device {:+.1f} MiB (limit {})\n",
+                           host_growth, a.max_host_growth_mib, device_growth,
+                           a.max_device_growth_mib);
+  if (host_growth > a.max_host_growth_mib || device_growth > a.max_device_growth_mib) {
+    std::cerr << "bench soak: memory grew over the decode steps (a leak?)\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: one MoE layer, or a whole model");
+  CLI::App* cmd =
+      app.add_subcommand("bench", "Benchmarks: one MoE layer, a whole model, a memory soak");
   cmd->require_subcommand(1);
 
   auto moe = std::make_shared<BenchMoeArgs>();
@@ -282,7 +381,8 @@ Command add_bench_command(CLI::App& app) {
       ->check(int_range(1, 64));
   m->add_option("--target-ms", moe->target_ms, "Timed calls fill about this long (5..400 calls)")
       ->capture_default_str();
-  m->add_flag("--no-check", moe->no_check, "Skip comparing the backends' outputs");
+  m->add_flag("--no-check", moe->no_check,
+              "Skip checking each point against the fp64 reference layer on sampled rows");
   m->add_option("--json", moe->json, "Write the results as JSON here");
   m->add_option("--png", moe->png, "Draw % of the floor vs tokens per shape and backend here");
 
@@ -312,10 +412,34 @@ Command add_bench_command(CLI::App& app) {
                 "(for graphs written by make-model --graph-only)")
       ->check(non_negative_u64());
 
-  return [m, e, p, moe, e2e, plot] {
+  auto soak = std::make_shared<BenchSoakArgs>();
+  CLI::App* k =
+      cmd->add_subcommand("soak", "Many decode steps of a model; fails when memory grows");
+  k->add_option("model", soak->model, "Model directory or graph file (default: bundled model)");
+  k->add_option("--device", soak->device, "cpu, cuda or cuda:N")->capture_default_str();
+  k->add_option("--dtype", soak->dtype, "Activation dtype: bf16, f16 or f32");
+  k->add_option("--steps", soak->steps, "Decode steps measured (after the warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  k->add_option("--window", soak->window, "Positions cycle through this many KV-cache slots")
+      ->capture_default_str()
+      ->check(int_range(2, kMaxSeqLen));
+  k->add_flag("--cuda-graph", soak->cuda_graph, "Replay the decode step as a CUDA graph");
+  k->add_option("--max-host-growth-mib", soak->max_host_growth_mib,
+                "Fail when host RSS grows more than this over the steps")
+      ->capture_default_str();
+  k->add_option("--max-device-growth-mib", soak->max_device_growth_mib,
+                "Fail when GPU memory in use grows more than this over the steps")
+      ->capture_default_str();
+  k->add_option("--leak-bytes-per-step", soak->leak_bytes_per_step,
+                "Testing: leak this many host bytes per step (the check must then fail)")
+      ->group("");  // hidden
+
+  return [m, e, p, k, moe, e2e, plot, soak] {
     if (m->parsed()) return bench_moe(*moe);
     if (p->parsed()) return bench_plot(*plot);
     if (e->parsed()) return bench_e2e(*e2e);
+    if (k->parsed()) return bench_soak(*soak);
     return 2;
   };
 }

@@ -79,6 +79,10 @@ const GemmXwt::TokensPlan& GemmXwt::plan_for(int64_t tokens) const {
                                              static_cast<uint64_t>(tokens), out_));
   // cuBLASLt has had trouble with single-row or single-column weights; cublasGemmEx serves them.
   if (in_ < 2 || out_ < 2) return plan;
+  // Rows that are not 16-byte multiples (an odd hidden size in BF16): cuBLASLt's heuristic is told
+  // every operand is 16-byte aligned, which only the row starts of aligned rows are, so such
+  // GEMMs go to cublasGemmEx, which takes any leading dimension.
+  if (!rows_aligned()) return plan;
 
   cublasLtMatmulPreference_t pref = nullptr;
   MG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -109,16 +113,18 @@ const GemmXwt::TokensPlan& GemmXwt::plan_for(int64_t tokens) const {
 void GemmXwt::run(const void* x, int64_t tokens, const void* w, void* y, float alpha,
                   void* workspace, size_t workspace_bytes, cudaStream_t stream) const {
   if (tokens <= 0) return;
-  MG_ASSERT(reinterpret_cast<uintptr_t>(x) % kMinAlignment == 0 &&
-                reinterpret_cast<uintptr_t>(w) % kMinAlignment == 0 &&
-                reinterpret_cast<uintptr_t>(y) % kMinAlignment == 0,
-            "GemmXwt: operands must be {}-byte aligned", kMinAlignment);
+  const auto aligned = [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % kMinAlignment == 0;
+  };
   const TokensPlan& plan = plan_for(tokens);
   bool has_algo;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     has_algo = plan.has_algo;
   }
+  // cuBLASLt's plan assumes 16-byte aligned operands; a view that starts elsewhere takes the
+  // cublasGemmEx path.
+  has_algo = has_algo && aligned(x) && aligned(w) && aligned(y);
   if (has_algo) {
     MG_ASSERT(workspace_bytes >= plan.workspace, "GemmXwt: workspace of {} bytes, need {}",
               workspace_bytes, plan.workspace);
@@ -157,9 +163,15 @@ void GemmXwt::run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y,
   }
 }
 
+bool GemmXwt::rows_aligned() const {
+  return (in_ * static_cast<int64_t>(dtype_size(dtype_))) % kMinAlignment == 0 &&
+         (out_ * static_cast<int64_t>(dtype_size(out_dtype_))) % kMinAlignment == 0;
+}
+
 std::string GemmXwt::describe() const {
-  if (out_dtype_ == dtype_) return fmt::format("cublasLt {}", dtype_name(dtype_));
-  return fmt::format("cublasLt {} -> {}", dtype_name(dtype_), dtype_name(out_dtype_));
+  const char* api = rows_aligned() ? "cublasLt" : "cublasGemmEx (rows not 16-byte aligned)";
+  if (out_dtype_ == dtype_) return fmt::format("{} {}", api, dtype_name(dtype_));
+  return fmt::format("{} {} -> {}", api, dtype_name(dtype_), dtype_name(out_dtype_));
 }
 
 }  // namespace mg::cuda

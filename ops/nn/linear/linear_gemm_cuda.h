@@ -1,7 +1,9 @@
 // The CUDA GEMM behind linear and gated_mlp (the GPU twin of linear_gemm.h):
 //   y [tokens, out] = alpha · x [tokens, in] · w [out, in]ᵀ (+ bias [out])
-// through cuBLASLt, with fp32 accumulation (pure fp32 for F32 data: no TF32) and the bias added in
-// the GEMM epilogue. x, w, y and bias share one dtype: F32, F16 or BF16.
+// through cuBLASLt when rows are 16-byte multiples (in and out times the element size) and
+// cublasGemmEx, which takes any leading dimension, when not; with fp32 accumulation (pure fp32 for
+// F32 data: no TF32) and the bias added in the GEMM epilogue. x, w, y and bias share one dtype:
+// F32, F16 or BF16.
 #pragma once
 
 #include <cublasLt.h>
@@ -33,7 +35,8 @@ class GemmXwt {
   GemmXwt(const GemmXwt&) = delete;
   GemmXwt& operator=(const GemmXwt&) = delete;
 
-  // Queues the GEMM on `stream`. Pointers are device pointers aligned to 16 bytes; `workspace`
+  // Queues the GEMM on `stream`. Device pointers: 16-byte aligned ones take the cuBLASLt plan,
+  // others cublasGemmEx; `workspace`
   // holds at least kWorkspaceBytes. Thread-safe (sessions may share a kernel).
   void run(const void* x, int64_t tokens, const void* w, void* y, float alpha, void* workspace,
            size_t workspace_bytes, cudaStream_t stream) const;
@@ -52,6 +55,8 @@ class GemmXwt {
     size_t workspace = 0;
   };
   const TokensPlan& plan_for(int64_t tokens) const;
+  // Rows of x, w and y are 16-byte multiples: the condition for the cuBLASLt path.
+  bool rows_aligned() const;
   void run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y, float alpha,
                    cudaStream_t stream) const;
 
