@@ -36,6 +36,9 @@
 
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/experts/cuda_wna16_experts.h"
+#include "ops/moe/reference/moe_reference.h"
+#include "tests/unit/moe/moe_test_util.h"
 #endif
 
 namespace mg {
@@ -665,7 +668,94 @@ TEST(CudaWna16Experts, ExpertMlpEveryKernelMatchesReference) {
   }
 }
 
-// ---- 4. Timing (MG_WNA16_TIMING=1; prints, asserts nothing) ---------------------------------
+// ---- 4. The cuda_wna16 backend: routing included, against the reference layer ------------------
+
+Tensor host_tensor(DType dtype, Shape shape, const void* data) {
+  Tensor t = Tensor::empty_cpu(dtype, std::move(shape));
+  std::memcpy(t.raw(), data, t.numel() * dtype_size(dtype));
+  return t;
+}
+
+// make_cuda_wna16_experts on random asymmetric weights with biases, routed from random logits on
+// the GPU, against reference::experts on the dequantized weights and the fp64 routing (BF16
+// activations: weights and the intermediate rounded to BF16, so a normalised error within 2e-2).
+TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
+  MG_REQUIRE_GPU();
+  const int64_t E = 6, k = 2, H = 256, I = 128;
+  uint32_t seed = 4000;
+  for (const MoEActivation act : {MoEActivation::kSiluGated, MoEActivation::kGelu}) {
+    const MoEConfig config = moe_test::experts_config(E, k, H, I, act, /*biases=*/true);
+    ExpertsShape shape = local_experts_shape(config, ParallelConfig());
+    shape.dtype = DType::kBF16;
+    const int64_t n1 = shape.w13_rows();
+    for (const int bits : {4, 8}) {
+      for (const int64_t group : {int64_t{32}, int64_t{128}, int64_t{-1}}) {
+        for (const char* kernel : {"auto", "wna16_mma16", "wna16_mma64"}) {
+          for (const int64_t M : {int64_t{1}, int64_t{5}, int64_t{300}}) {
+            SCOPED_TRACE(fmt::format("act {} int{} group {} kernel {} M {}", static_cast<int>(act),
+                                     bits, group, kernel, M));
+            ++seed;
+            const CanonicalExpertWeights w = moe_test::random_weights(config, seed);
+            const auto quantized = [&](const Tensor& f32, int64_t rows, int64_t cols,
+                                       Tensor& dequantized) {
+              const cuda::Wna16HostCodes q = cuda::wna16_quantize_host(
+                  f32.data<float>(), E, rows, cols, bits, group, /*symmetric=*/false);
+              const std::vector<float> d = cuda::wna16_dequantize_host(q.view());
+              dequantized = host_tensor(DType::kF32, {E, rows, cols}, d.data());
+              const int64_t groups = cuda::wna16_groups(cols, group);
+              Wna16MatrixTensors m;
+              m.codes = host_tensor(DType::kU8, {E, rows, cols}, q.codes.data());
+              m.scales = host_tensor(DType::kF32, {E, rows, groups}, q.scales.data());
+              m.zeros = host_tensor(DType::kF32, {E, rows, groups}, q.zeros.data());
+              m.bits = bits;
+              m.group_size = group;
+              return m;
+            };
+            Tensor d13, d2;
+            const Wna16MatrixTensors m13 = quantized(w.w13, n1, H, d13);
+            const Wna16MatrixTensors m2 = quantized(w.w2, H, I, d2);
+            ExpertsBuild build{config, shape, Device::cuda(0), CanonicalExpertWeights{}, Tensor()};
+            build.kernel = kernel;
+            build.quantized.w13_bias = w.w13_bias;
+            build.quantized.w2_bias = w.w2_bias;
+            std::unique_ptr<Experts> experts = make_cuda_wna16_experts(build, m13, m2);
+            auto* mono = dynamic_cast<ExpertsMonolithic*>(experts.get());
+            ASSERT_NE(mono, nullptr);
+            EXPECT_TRUE(experts->graph_capturable());
+
+            std::mt19937 rng(seed);
+            const std::vector<float> x = random_activations<__nv_bfloat16>(M, H, 1.0f, rng);
+            std::vector<float> logits(M * E);
+            std::uniform_real_distribution<float> logit(-2.0f, 2.0f);
+            for (float& v : logits) v = logit(rng);
+            const std::unique_ptr<DeviceBuffer> d_x = device_copy(to_dtype<__nv_bfloat16>(x));
+            const std::unique_ptr<DeviceBuffer> d_logits = device_copy(logits);
+            DeviceBuffer d_out(M * H * 2), d_ws(experts->workspace_bytes(M));
+            DispatchedLogits t;
+            t.hidden = d_x->as<void>();
+            t.router_logits = d_logits->as<float>();
+            t.num_tokens = M;
+            t.expert_output = d_out.as<void>();
+            Workspace ws(d_ws.as<void>(), experts->workspace_bytes(M));
+            mono->apply(t, ws, MoEExecContext{});
+            MG_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<__nv_bfloat16> out(M * H);
+            d_out.download(out.data(), out.size() * 2);
+            std::vector<float> got(out.size());
+            for (size_t i = 0; i < out.size(); ++i) got[i] = to_f32(out[i]);
+
+            const reference::Routing r = reference::route(config.routing(), logits, M, {});
+            const std::vector<float> want =
+                reference::experts(config, x, M, r.ids, r.weights, d13, w.w13_bias, d2, w.w2_bias);
+            EXPECT_LE(testing::normalized_error(got, want), 2e-2);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- 5. Timing (MG_WNA16_TIMING=1; prints, asserts nothing) ---------------------------------
 
 // align -> GEMM1 + act -> GEMM2 -> combine on a Qwen3-30B-A3B-shaped layer (H 2048, I 768, top 8;
 // 64 of its 128 experts, which changes no time: only touched experts are read) with random codes,
