@@ -245,6 +245,12 @@ TEST(CudaWna16Experts, PackPutsEveryCodeWhereTheLayoutSays) {
       m.group_size = -1;
       const cuda::Wna16PackedHost p = cuda::wna16_pack(m, parts);
       ASSERT_EQ(p.part_rows, parts == 2 ? 16 : 24);
+      ASSERT_EQ(static_cast<int64_t>(p.words.size()), p.word_count());
+      ASSERT_EQ(static_cast<int64_t>(p.params.size()), p.param_count());
+      const std::vector<float> unpacked = cuda::wna16_unpack_host(p, N);
+      for (int64_t i = 0; i < E * N * K; ++i) {
+        ASSERT_EQ(unpacked[i], (codes[i] - 3.0f) * 0.5f) << "element " << i;
+      }
       ASSERT_EQ(p.k_steps, 2);
       const int64_t rows_padded = parts * p.part_rows, W = bits == 4 ? 4 : 8;
       for (int64_t e = 0; e < E; ++e) {
@@ -751,6 +757,68 @@ TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
           }
         }
       }
+    }
+  }
+}
+
+// The random packed weights of the benchmarks: unpacked on the host they are codes in range with
+// their pairs, and the GEMM over them matches the reference on the unpacked weights.
+TEST(CudaWna16Experts, RandomFillRunsThroughTheGemm) {
+  MG_REQUIRE_GPU();
+  using T = __nv_bfloat16;
+  const int64_t E = 3, n = 40, K = 256;
+  for (const int bits : {4, 8}) {
+    cuda::Wna16PackedHost p = cuda::wna16_layout(E, 2 * n, K, bits, 64, 2);
+    DeviceBuffer d_words(p.word_count() * 4), d_params(p.param_count() * 4);
+    cuda::launch_wna16_random_fill(d_words.as<uint32_t>(), p.word_count(), d_params.as<float>(),
+                                   p.param_count(), bits, 0.05f, 99, nullptr);
+    MG_CUDA_CHECK(cudaDeviceSynchronize());
+    p.words.resize(p.word_count());
+    p.params.resize(p.param_count());
+    d_words.download(p.words.data(), p.words.size() * 4);
+    d_params.download(p.params.data(), p.params.size() * 4);
+    std::vector<float> w = cuda::wna16_unpack_host(p, 2 * n);
+    for (float& v : w) v = round_to<T>(v);
+    double w2 = 0.0;
+    for (const float v : w) w2 += static_cast<double>(v) * v;
+    EXPECT_GT(w2, 0.0);
+    EXPECT_TRUE(std::isfinite(w2));
+
+    const std::vector<int32_t> offsets = {0, 5, 5, 70};
+    std::mt19937 rng(bits);
+    const std::vector<float> x = random_activations<T>(70, K, 1.0f, rng);
+    const std::unique_ptr<DeviceBuffer> d_x = device_copy(to_dtype<T>(x));
+    const std::unique_ptr<DeviceBuffer> d_offsets = device_copy(offsets);
+    DeviceBuffer d_c(70 * n * sizeof(T));
+    cuda::Wna16GemmArgs args;
+    args.a = d_x->as<void>();
+    args.b = cuda::wna16_weights_view(p, d_words.as<uint32_t>(), d_params.as<float>());
+    args.c = d_c.as<void>();
+    args.expert_offsets = d_offsets->as<int32_t>();
+    args.num_experts = E;
+    args.max_rows = 70;
+    args.n = n;
+    args.k = K;
+    args.epilogue = GroupedEpilogue::kActivation;
+    args.act.kind = MoEActKind::kSiluGated;
+    for (const Wna16GemmKernel kernel : cuda::kAllWna16GemmKernels) {
+      SCOPED_TRACE(fmt::format("int{} {}", bits, cuda::wna16_gemm_kernel_name(kernel)));
+      cuda::launch_wna16_grouped_gemm<T>(args, kernel, nullptr);
+      MG_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<T> out(70 * n);
+      d_c.download(out.data(), out.size() * sizeof(T));
+      std::vector<double> got, ref;
+      for (int64_t row = 0; row < 70; ++row) {
+        const int64_t e = row < 5 ? 0 : 2;
+        for (int64_t col = 0; col < n; ++col) {
+          const double g = dot(x.data() + row * K, w.data() + (e * 2 * n + col) * K, K);
+          const double u = dot(x.data() + row * K, w.data() + (e * 2 * n + n + col) * K, K);
+          ref.push_back(activation(args.act, g, u));
+          got.push_back(to_f32(out[row * n + col]));
+        }
+      }
+      const std::string why = compare(got, ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2);
+      EXPECT_TRUE(why.empty()) << why;
     }
   }
 }

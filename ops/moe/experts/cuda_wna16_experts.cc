@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
+#include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
@@ -106,17 +108,14 @@ std::optional<cuda::Wna16GemmKernel> parse_request(std::string_view kernel) {
 
 class CudaWna16Experts final : public ExpertsMonolithic {
  public:
-  CudaWna16Experts(const ExpertsBackend& backend, const ExpertsBuild& b,
-                   const Wna16MatrixTensors& w13, const Wna16MatrixTensors& w2)
+  CudaWna16Experts(const ExpertsBackend& backend, const ExpertsBuild& b, PackedMatrix w13,
+                   PackedMatrix w2)
       : ExpertsMonolithic(backend),
         shape_(b.shape),
         request_(parse_request(b.kernel)),
-        route_(route_params(b.config.routing())) {
-    const int64_t E = shape_.num_local_experts(), H = shape_.hidden_size;
-    const int64_t I = shape_.intermediate_size;
-    const bool gated = is_gated(shape_.activation.kind);
-    w13_ = pack_and_upload(w13, "w13", E, shape_.w13_rows(), H, gated ? 2 : 1, b.device);
-    w2_ = pack_and_upload(w2, "w2", E, H, I, 1, b.device);
+        route_(route_params(b.config.routing())),
+        w13_(std::move(w13)),
+        w2_(std::move(w2)) {
     b13_ = upload(b.quantized.w13_bias, b.device);
     b2_ = upload(b.quantized.w2_bias, b.device);
     MG_CHECK(!b13_.defined() || b13_.dtype() == DType::kF32, "cuda_wna16: w13 bias must be F32");
@@ -308,9 +307,57 @@ const ExpertsBackend& cuda_wna16_backend() {
 std::unique_ptr<Experts> make_cuda_wna16_experts(const ExpertsBuild& build,
                                                  const Wna16MatrixTensors& w13,
                                                  const Wna16MatrixTensors& w2) {
-  const std::string why = cuda_wna16_backend().check_shape(build.shape);
+  const ExpertsShape& shape = build.shape;
+  const std::string why = cuda_wna16_backend().check_shape(shape);
   MG_CHECK(why.empty(), "cuda_wna16: {}", why);
-  return std::make_unique<CudaWna16Experts>(cuda_wna16_backend(), build, w13, w2);
+  const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
+  const int64_t parts = is_gated(shape.activation.kind) ? 2 : 1;
+  PackedMatrix p13 = pack_and_upload(w13, "w13", E, shape.w13_rows(), H, parts, build.device);
+  PackedMatrix p2 = pack_and_upload(w2, "w2", E, H, shape.intermediate_size, 1, build.device);
+  return std::make_unique<CudaWna16Experts>(cuda_wna16_backend(), build, std::move(p13),
+                                            std::move(p2));
+}
+
+std::unique_ptr<Experts> make_random_cuda_wna16_experts(const ExpertsBuild& build, int bits,
+                                                        int64_t group_size, uint64_t seed) {
+  const ExpertsShape& shape = build.shape;
+  const std::string why = cuda_wna16_backend().check_shape(shape);
+  MG_CHECK(why.empty(), "cuda_wna16: {}", why);
+  MG_CHECK(build.device.is_cuda(), "cuda_wna16: random weights are made on a GPU, not {}",
+           build.device.str());
+  const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
+  const int64_t I = shape.intermediate_size;
+  const auto make = [&](int64_t rows, int64_t cols, int64_t parts, float scale, uint64_t salt) {
+    const cuda::Wna16PackedHost layout = cuda::wna16_layout(E, rows, cols, bits, group_size, parts);
+    PackedMatrix p;
+    p.words = empty_tensor(build.device, DType::kI32, {layout.word_count()});
+    p.params = empty_tensor(build.device, DType::kF32, {layout.param_count()});
+    cuda::launch_wna16_random_fill(reinterpret_cast<uint32_t*>(p.words.raw()), layout.word_count(),
+                                   p.params.data<float>(), layout.param_count(), bits, scale,
+                                   seed * 31 + salt, nullptr);
+    p.view = cuda::wna16_weights_view(layout, reinterpret_cast<const uint32_t*>(p.words.raw()),
+                                      p.params.data<float>());
+    return p;
+  };
+  // Scales that keep activations O(1): a uniform code is ~2^bits / sqrt(12) from its zero point
+  // on average, so s ~ 2 / (2^bits sqrt(K)) gives unit-variance rows.
+  const auto scale = [&](int64_t k) {
+    return 2.0f / (static_cast<float>(1 << bits) * std::sqrt(static_cast<float>(k)));
+  };
+  PackedMatrix p13 =
+      make(shape.w13_rows(), H, is_gated(shape.activation.kind) ? 2 : 1, scale(H), 1);
+  PackedMatrix p2 = make(H, I, 1, scale(I), 2);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  return std::make_unique<CudaWna16Experts>(cuda_wna16_backend(), build, std::move(p13),
+                                            std::move(p2));
+}
+
+double cuda_wna16_expert_bytes(const ExpertsShape& shape, int bits, int64_t group_size) {
+  const int64_t H = shape.hidden_size, I = shape.intermediate_size;
+  return cuda::wna16_layout(1, shape.w13_rows(), H, bits, group_size,
+                            is_gated(shape.activation.kind) ? 2 : 1)
+             .bytes_per_expert() +
+         cuda::wna16_layout(1, H, I, bits, group_size, 1).bytes_per_expert();
 }
 
 }  // namespace mg

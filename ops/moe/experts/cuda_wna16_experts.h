@@ -41,4 +41,14 @@ std::unique_ptr<Experts> make_cuda_wna16_experts(const ExpertsBuild& build,
                                                  const Wna16MatrixTensors& w13,
                                                  const Wna16MatrixTensors& w2);
 
+// cuda_wna16 experts with random packed weights made on the GPU (the MoE benchmark's and e2e
+// benchmark's layers; launch_wna16_random_fill): uniform codes and zero points, scales that keep
+// activations O(1). build.quantized's biases are read; nothing else of it.
+std::unique_ptr<Experts> make_random_cuda_wna16_experts(const ExpertsBuild& build, int bits,
+                                                        int64_t group_size, uint64_t seed);
+
+// Bytes the kernels stream per expert of `shape` (packed codes of w13 and w2 and their F32 group
+// pairs): the bench's floor.
+double cuda_wna16_expert_bytes(const ExpertsShape& shape, int bits, int64_t group_size);
+
 }  // namespace mg

@@ -86,6 +86,16 @@ struct Wna16PackedHost {
   int64_t k_steps = 0;    // ceil(K / 128)
   int64_t groups = 1;
   int64_t group_size = 0;  // columns per group (K when channel-wise)
+
+  // Sizes of words and params (the vectors may be empty: wna16_layout).
+  int64_t word_count() const {
+    return experts * parts * part_rows / 8 * k_steps * 32 * (bits == 4 ? 4 : 8);
+  }
+  int64_t param_count() const { return experts * parts * part_rows * groups * 2; }
+  // Bytes the kernels stream per expert: codes and group pairs.
+  double bytes_per_expert() const {
+    return 4.0 * static_cast<double>(word_count() + param_count()) / static_cast<double>(experts);
+  }
 };
 
 // Number of scale groups of a K-wide row: 1 channel-wise (group_size -1 or >= K), else K / G.
@@ -98,10 +108,22 @@ inline int64_t wna16_groups(int64_t cols, int64_t group_size) {
 std::string wna16_pack_check(int bits, int64_t rows, int64_t cols, int64_t group_size,
                              int64_t parts);
 
+// The fields of wna16_pack's result for such a matrix, without its data (words and params empty).
+// Throws mg::Error when wna16_pack_check refuses.
+Wna16PackedHost wna16_layout(int64_t experts, int64_t rows, int64_t cols, int bits,
+                             int64_t group_size, int64_t parts);
+
 // Repacks `m` into the kernels' layout; `parts` = 2 for a gated w13 ([gate; up] rows, each half
 // padded separately), else 1. Throws mg::Error when wna16_pack_check refuses, or a code or uint8
 // zero point is out of range for `bits`.
 Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts);
+
+// Random packed weights made on the GPU (benchmarks: the host never holds them): every word
+// uniform (so every code is uniform), each group's pair {s, -z·s} with s uniform in
+// [0.5, 1.5] · scale and z a uniform integer code. Deterministic in `seed`. One launch each.
+void launch_wna16_random_fill(uint32_t* words, int64_t word_count, float* params,
+                              int64_t param_count, int bits, float scale, uint64_t seed,
+                              cudaStream_t stream);
 
 // The input contract with its own arrays: what wna16_quantize_host makes (tests, benchmarks and
 // random quantized layers build their weights with it).
@@ -126,6 +148,11 @@ Wna16HostCodes wna16_quantize_host(const float* w, int64_t experts, int64_t rows
 
 // The real weights of the contract: (q - z) * s as F32 [E, N, K].
 std::vector<float> wna16_dequantize_host(const Wna16HostMatrix& m);
+
+// The weights a packed matrix holds, read back through the layout: fma(q, s, -z·s) as F32
+// [E, rows, K] for the `rows` unpadded rows (parts as packed). The inverse of wna16_pack (up to
+// the fma), for tests of weights made on the GPU.
+std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows);
 
 // The device view of a packed matrix (Wna16PackedHost uploaded).
 struct Wna16Weights {

@@ -39,6 +39,22 @@ std::string wna16_pack_check(int bits, int64_t rows, int64_t cols, int64_t group
   return "";
 }
 
+Wna16PackedHost wna16_layout(int64_t experts, int64_t rows, int64_t cols, int bits,
+                             int64_t group_size, int64_t parts) {
+  const std::string why = wna16_pack_check(bits, rows, cols, group_size, parts);
+  MG_CHECK(why.empty(), "WNA16 layout: {}", why);
+  Wna16PackedHost p;
+  p.bits = bits;
+  p.experts = experts;
+  p.parts = parts;
+  p.part_rows = (rows / parts + 7) / 8 * 8;
+  p.cols = cols;
+  p.k_steps = (cols + kWna16KStep - 1) / kWna16KStep;
+  p.groups = wna16_groups(cols, group_size);
+  p.group_size = p.groups == 1 ? cols : group_size;
+  return p;
+}
+
 Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
   const std::string why = wna16_pack_check(m.bits, m.rows, m.cols, m.group_size, parts);
   MG_CHECK(why.empty(), "WNA16 pack: {}", why);
@@ -50,21 +66,13 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
   const int max_code = (1 << m.bits) - 1;
   const float sym_zero = m.bits == 4 ? 8.0f : 128.0f;
 
-  Wna16PackedHost p;
-  p.bits = m.bits;
-  p.experts = E;
-  p.parts = parts;
-  p.part_rows = (rows_per_part + 7) / 8 * 8;
-  p.cols = K;
-  p.k_steps = (K + kWna16KStep - 1) / kWna16KStep;
-  p.groups = wna16_groups(K, m.group_size);
-  p.group_size = p.groups == 1 ? K : m.group_size;
+  Wna16PackedHost p = wna16_layout(E, N, K, m.bits, m.group_size, parts);
   const int64_t rows_padded = parts * p.part_rows;
   const int64_t row_blocks = rows_padded / 8;
   const int64_t words_per_lane = m.bits == 4 ? 4 : 8;
   const int64_t step_words = 32 * words_per_lane;
-  p.words.assign(static_cast<size_t>(E * row_blocks * p.k_steps * step_words), 0u);
-  p.params.assign(static_cast<size_t>(E * rows_padded * p.groups * 2), 0.0f);
+  p.words.assign(static_cast<size_t>(p.word_count()), 0u);
+  p.params.assign(static_cast<size_t>(p.param_count()), 0.0f);
 
   // The padded row of canonical row n: its part's rows start at part * part_rows.
   const auto padded_row = [&](int64_t n) {
@@ -122,6 +130,38 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
     }
   }
   return p;
+}
+
+std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows) {
+  MG_CHECK(static_cast<int64_t>(p.words.size()) == p.word_count() &&
+               static_cast<int64_t>(p.params.size()) == p.param_count() && rows % p.parts == 0 &&
+               rows / p.parts <= p.part_rows,
+           "WNA16 unpack: {} words, {} params and {} rows do not fit the layout", p.words.size(),
+           p.params.size(), rows);
+  const int64_t E = p.experts, K = p.cols, rows_per_part = rows / p.parts;
+  const int64_t rows_padded = p.parts * p.part_rows, W = p.bits == 4 ? 4 : 8;
+  std::vector<float> out(static_cast<size_t>(E * rows * K));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t n = 0; n < rows; ++n) {
+      const int64_t pr = n / rows_per_part * p.part_rows + n % rows_per_part;
+      const int64_t block = pr / 8, g = pr % 8;
+      for (int64_t k = 0; k < K; ++k) {
+        // k = 128 step + 32 unit + 16 half + 2t + {0, 1, 8, 9}[j].
+        const int64_t step = k / 128, in = k % 128, unit = in / 32, half = (in % 32) / 16;
+        const int64_t r = in % 16, t = (r % 8) / 2, j = (r >= 8 ? 2 : 0) + r % 2;
+        const int64_t w = p.bits == 4 ? unit : 2 * unit + half;
+        const int64_t shift = p.bits == 4 ? 4 * (4 * half + j) : 8 * j;
+        const uint32_t word =
+            p.words[((e * (rows_padded / 8) + block) * p.k_steps + step) * 32 * W + (w / 4) * 128 +
+                    (4 * g + t) * 4 + w % 4];
+        const float q = static_cast<float>((word >> shift) & ((1u << p.bits) - 1u));
+        const float* sb =
+            p.params.data() + ((e * rows_padded + pr) * p.groups + k / p.group_size) * 2;
+        out[(e * rows + n) * K + k] = std::fma(q, sb[0], sb[1]);
+      }
+    }
+  }
+  return out;
 }
 
 Wna16HostMatrix Wna16HostCodes::view() const {
