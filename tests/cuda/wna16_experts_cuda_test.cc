@@ -825,8 +825,8 @@ TEST(CudaWna16Experts, RandomFillRunsThroughTheGemm) {
 
 // ---- 5. Timing (MG_WNA16_TIMING=1; prints, asserts nothing) ---------------------------------
 
-// align -> GEMM1 + act -> GEMM2 -> combine on a Qwen3-30B-A3B-shaped layer (H 2048, I 768, top 8;
-// 64 of its 128 experts, which changes no time: only touched experts are read) with random codes,
+// align -> GEMM1 + act -> GEMM2 -> combine on a Qwen3-30B-A3B-shaped layer (E 128, H 2048, I 768,
+// top 8) with random packed weights made on the GPU (launch_wna16_random_fill),
 // against the floor of the packed bytes (codes + F32 group pairs) of the touched experts at
 // 3.35 TB/s. Run on an H100 with
 //   MG_WNA16_TIMING=1 build/tests/mg_cuda_tests --gtest_filter='CudaWna16Experts.Timing*'
@@ -834,27 +834,20 @@ TEST(CudaWna16Experts, TimingQwen3Shape) {
   MG_REQUIRE_GPU();
   if (std::getenv("MG_WNA16_TIMING") == nullptr) GTEST_SKIP() << "set MG_WNA16_TIMING=1 to time";
   using T = __nv_bfloat16;
-  const int64_t E = 64, H = 2048, I = 768, top_k = 8;
+  const int64_t E = 128, H = 2048, I = 768, top_k = 8;
   std::mt19937 rng(5);
   for (const auto& [bits, group] : {std::pair<int, int64_t>{4, 128}, {4, 32}, {8, -1}}) {
+    // Random packed weights made on the GPU, as the benchmarks make them.
     const auto matrix = [&](int64_t rows, int64_t cols, int64_t parts) {
-      cuda::Wna16HostCodes c;
-      c.experts = E;
-      c.rows = rows;
-      c.cols = cols;
-      c.bits = bits;
-      c.group_size = group;
-      c.codes.resize(E * rows * cols);
-      std::uniform_int_distribution<int> code(0, (1 << bits) - 1);
-      for (uint8_t& q : c.codes) q = static_cast<uint8_t>(code(rng));
-      c.scales.assign(E * rows * cuda::wna16_groups(cols, group), 0.01f);
-      const cuda::Wna16PackedHost p = cuda::wna16_pack(c.view(), parts);
+      const cuda::Wna16PackedHost p = cuda::wna16_layout(E, rows, cols, bits, group, parts);
       QuantMatrix m;
-      m.words = device_copy(p.words);
-      m.params = device_copy(p.params);
+      m.words = std::make_unique<DeviceBuffer>(p.word_count() * 4);
+      m.params = std::make_unique<DeviceBuffer>(p.param_count() * 4);
+      cuda::launch_wna16_random_fill(m.words->as<uint32_t>(), p.word_count(), m.params->as<float>(),
+                                     p.param_count(), bits, 0.01f, static_cast<uint64_t>(rows),
+                                     nullptr);
       m.view = cuda::wna16_weights_view(p, m.words->as<uint32_t>(), m.params->as<float>());
-      const double bytes = (p.words.size() * 4.0 + p.params.size() * 4.0) / E;
-      return std::make_pair(std::move(m), bytes);
+      return std::make_pair(std::move(m), p.bytes_per_expert());
     };
     auto [w13, w13_bytes] = matrix(2 * I, H, 2);
     auto [w2, w2_bytes] = matrix(H, I, 1);
