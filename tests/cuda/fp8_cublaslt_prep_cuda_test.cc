@@ -51,19 +51,22 @@ TEST(CudaFp8CublasLtPrep, Vec128ScalesAreOuterMajorPerExpert) {
       for (int64_t e = 0; e < E; ++e) {
         const int64_t base = cuda::fp8_vec128_scale_offset(k_blocks, offsets[e], e);
         EXPECT_EQ(base % 4, 0) << "piece of expert " << e << " not 16-byte aligned";
+        const int64_t ld = cuda::fp8_lt_rows(counts[e]);
+        EXPECT_EQ(ld % 4, 0);
         if (e + 1 < E) {
-          EXPECT_LE(base + k_blocks * counts[e],
+          EXPECT_LE(base + k_blocks * ld,
                     cuda::fp8_vec128_scale_offset(k_blocks, offsets[e + 1], e + 1));
         }
         for (int64_t kb = 0; kb < k_blocks; ++kb) {
           for (int64_t j = 0; j < counts[e]; ++j) {
             const int64_t r = offsets[e] + j;
-            ASSERT_EQ(out[base + kb * counts[e] + j], xs[r * cols + (per_token ? 0 : kb)])
+            ASSERT_EQ(out[base + kb * ld + j], xs[r * cols + (per_token ? 0 : kb)])
                 << "expert " << e << " block " << kb << " row " << j;
           }
         }
       }
-      EXPECT_LE(cuda::fp8_vec128_scale_offset(k_blocks, rows, E - 1) + k_blocks * counts[E - 1],
+      EXPECT_LE(cuda::fp8_vec128_scale_offset(k_blocks, offsets[E - 1], E - 1) +
+                    k_blocks * cuda::fp8_lt_rows(counts[E - 1]),
                 floats);
     }
   }

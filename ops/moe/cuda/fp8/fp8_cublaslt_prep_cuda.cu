@@ -38,8 +38,8 @@ __global__ void vec128_scales_kernel(const float* __restrict__ xs, int cols,
   if (r < __ldg(offsets) || r >= __ldg(offsets + num_experts)) return;
   const int e = expert_of_row(offsets, num_experts, r);
   const int begin = __ldg(offsets + e), rows = __ldg(offsets + e + 1) - begin;
-  const int64_t base = (static_cast<int64_t>(k_blocks) * begin + 3) / 4 * 4 + 4 * e;
-  out[base + static_cast<int64_t>(kb) * rows + (r - begin)] =
+  const int64_t base = fp8_vec128_scale_offset(k_blocks, begin, e);
+  out[base + static_cast<int64_t>(kb) * fp8_lt_rows(rows) + (r - begin)] =
       xs[static_cast<int64_t>(r) * cols + (cols == 1 ? 0 : kb)];
 }
 
