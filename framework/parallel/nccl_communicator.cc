@@ -362,11 +362,13 @@ class NcclCommunicator final : public Communicator {
     return total;
   }
 
-  void throw_if_failed() const {
-    if (failed_.load()) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      MG_FAIL("{}", failure_);
-    }
+  // Called holding call_mutex_: a failure the watchdog recorded without the lock is turned into
+  // the abort here, then thrown.
+  void throw_if_failed() {
+    if (!failed_.load()) return;
+    abort_comm();
+    std::lock_guard<std::mutex> lock(mutex_);
+    MG_FAIL("{}", failure_);
   }
 
   // ncclResult_t -> mg::Error naming the call; ncclInProgress (non-blocking) is waited for.
@@ -489,8 +491,18 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // Marks the communicator failed and aborts it (and its subgroups); the first reason stays.
-  void abort_with(const std::string& why) {
+  // ncclCommAbort once; only with call_mutex_ held (never while another thread is in a call).
+  void abort_comm() {
+    if (comm_ == nullptr) return;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  // Marks the communicator failed (the first reason stays) and aborts it, and its subgroups.
+  // `have_call_lock`: the caller holds call_mutex_ (the main thread inside a call). Otherwise
+  // (the watchdog) the abort happens now if no call is in progress, else the thread in the
+  // call aborts when it next checks (its own waits are bounded by the same timeout).
+  void abort_with(const std::string& why, bool have_call_lock = true) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (failed_.load()) return;
@@ -498,10 +510,14 @@ class NcclCommunicator final : public Communicator {
       failed_.store(true);
     }
     MG_LOG_ERROR("runtime", "{}; aborting the NCCL communicator", why);
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
+    if (have_call_lock) {
+      abort_comm();
+    } else {
+      std::unique_lock<std::mutex> call(call_mutex_, std::try_to_lock);
+      if (call.owns_lock()) abort_comm();
+    }
     std::lock_guard<std::mutex> subs(subgroups_mutex_);
-    for (auto& [ranks, sub] : subgroups_) sub->abort_with(why);
+    for (auto& [ranks, sub] : subgroups_) sub->abort_with(why, false);
   }
 
   // The watchdog: retires finished collectives, aborts on an asynchronous error or a
@@ -519,13 +535,12 @@ class NcclCommunicator final : public Communicator {
       std::string why;
       if (!pending_.empty() && Clock::now() - pending_.front().enqueued > timeout_) {
         why = fmt::format(
-            "{} on rank {} of {} ({}) did not finish within {} ms (a peer rank died "
-            "or hangs)",
+            "{} on rank {} of {} ({}) did not finish within {} ms (a peer rank died or hangs)",
             pending_.front().op, rank_, size_, name_, timeout_.count());
       }
       lock.unlock();
       if (why.empty()) {
-        // Under call_mutex_: the main thread may be aborting or calling into NCCL right now.
+        // Only while no call is in progress: the main thread may be inside NCCL right now.
         std::unique_lock<std::mutex> call(call_mutex_, std::try_to_lock);
         if (call.owns_lock() && comm_ != nullptr) {
           ncclResult_t async = ncclSuccess;
@@ -536,8 +551,7 @@ class NcclCommunicator final : public Communicator {
           }
         }
       }
-      // Aborting needs no call_mutex_: a main thread inside NCCL is released by the abort.
-      if (!why.empty()) abort_with(why);
+      if (!why.empty()) abort_with(why, false);
       lock.lock();
     }
   }
