@@ -9,7 +9,8 @@
 #   4. the CUDA tests of the runs (NcclRun.*: world size 1 through NCCL, --tp 2 / --tp 2 --ep
 #      over 2 GPUs vs one) and of the TP/EP expert shards (CudaMoEParallel.*),
 #   5. a --tp 2 and a --tp 2 --ep run of a make-model Mixtral-8x7B-shaped BF16 model
-#      (MG_MULTI_GPU_LAYERS layers, default 2) vs one GPU: generated ids and tokens/s.
+#      (MG_MULTI_GPU_LAYERS layers, default 2) vs one GPU: generated ids and tokens/s, then
+#      `bench e2e` of it on 1 GPU and under --tp 2 / --tp 2 --ep (prefill and decode tokens/s).
 # Logs go to ${OUT:-multi-gpu-results}; a summary is printed last.
 # NCCL_NVLS_ENABLE=0 everywhere: NVLink multicast can take a shared host's GPUs out of service.
 set -uo pipefail
@@ -89,6 +90,16 @@ if [ "$gpus" -ge 2 ]; then
     "$exe" --nproc-per-node 2 "${common[@]}" $layout > "$out/mixtral_$name.log" 2>&1
     note "$layout: rc=$? $(grep -h -E 'generated ids|tokens/s|error' "$out/mixtral_$name.log" | tr '\n' ' ')"
   done
+  for layout in "--tp 2" "--tp 2 --ep"; do
+    name=$(echo "$layout" | tr -d ' -')
+    # shellcheck disable=SC2086
+    "$exe" --nproc-per-node 2 bench e2e "$model" --device cuda --prompt-tokens 512 \
+      --decode-tokens 64 --repeats 3 $layout > "$out/bench_$name.log" 2>&1
+    note "bench e2e $layout: rc=$? $(grep -h -E 'prefill|decode|error' "$out/bench_$name.log" | tr '\n' ' ')"
+  done
+  "$exe" bench e2e "$model" --device cuda --prompt-tokens 512 --decode-tokens 64 --repeats 3 \
+    > "$out/bench_1gpu.log" 2>&1
+  note "bench e2e 1 GPU: rc=$? $(grep -h -E 'prefill|decode|error' "$out/bench_1gpu.log" | tr '\n' ' ')"
 fi
 echo "---- summary ($out) ----"
 cat "$summary"

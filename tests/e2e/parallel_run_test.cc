@@ -76,6 +76,16 @@ TEST(ParallelRunFlags, AreCheckedBeforeRunning) {
 
 // GPU ranks are processes (tools/multi_gpu_check.sh runs them where GPUs are lent); what the
 // command checks before any GPU is touched is tested here.
+TEST(ParallelRunProcesses, BenchE2eRunsTpRanksOnTheCpu) {
+  const auto r = run_moegraph({"bench", "e2e", "--device", "cpu", "--tp", "2", "--ep",
+                               "--prompt-tokens", "8", "--decode-tokens", "2", "--repeats", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("on 2 cpu ranks (tp=2, ep)"));
+  const auto gpu = run_moegraph({"bench", "e2e", "--device", "cuda", "--tp", "2"});
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_THAT(gpu.err, ::testing::HasSubstr("--nproc-per-node 2"));
+}
+
 TEST(ParallelRunProcesses, GpuRanksNeedALauncher) {
   const auto r = run_moegraph({"run", "--device", "cuda", "--tp", "2"});
   EXPECT_EQ(r.exit_code, 2);
