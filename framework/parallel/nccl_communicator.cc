@@ -524,6 +524,9 @@ class NcclCommunicator final : public Communicator {
   // collective unfinished for longer than the timeout.
   void watch() {
     cudaSetDevice(device_);
+    // Its event queries must neither fail nor break a CUDA graph another thread is capturing.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
