@@ -1,6 +1,7 @@
 #include "framework/parallel/process_launcher.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,11 +39,14 @@ TEST(ProcessLauncher, EveryRankGetsTorchrunVariables) {
                                       dir.string() + "/$RANK"),
                                    options, 8),
             0);
+  // NCCL_NVLS_ENABLE: 0 unless this process has it set already (then that value is kept).
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   for (int r = 0; r < 4; ++r) {
     std::ifstream in(dir / std::to_string(r));
     std::stringstream text;
     text << in.rdbuf();
-    EXPECT_EQ(text.str(), fmt::format("{} {} 4 4 127.0.0.1 31234 0\n", r, r)) << "rank " << r;
+    EXPECT_EQ(text.str(), fmt::format("{} {} 4 4 127.0.0.1 31234 {}\n", r, r, nvls ? nvls : "0"))
+        << "rank " << r;
   }
   std::filesystem::remove_all(dir);
 }
