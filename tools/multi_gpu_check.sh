@@ -14,12 +14,12 @@
 # Logs go to ${OUT:-multi-gpu-results}; a summary is printed last.
 # NCCL_NVLS_ENABLE=0 everywhere: NVLink multicast can take a shared host's GPUs out of service.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out="${OUT:-multi-gpu-results}"
 mkdir -p "$out"
-build=build-gpu
+build="build-gpu"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
@@ -45,8 +45,9 @@ exe="$build/moegraph"
 run_ranks() {
   local n=$1 extra=$2 log=$3 port=$((29600 + RANDOM % 1000)) pids=() rc=0
   for ((r = 0; r < n; r++)); do
-    env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port $extra timeout 300 "$tests" --gtest_filter='NcclComm.*' \
+    # shellcheck disable=SC2086  # $extra: VAR=value words for env
+    env RANK="$r" WORLD_SIZE="$n" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$n" MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT="$port" $extra timeout 300 "$tests" --gtest_filter='NcclComm.*' \
       > "$log.rank$r" 2>&1 &
     pids+=($!)
   done
@@ -59,13 +60,15 @@ run_ranks() {
 for n in 1 2 4; do
   [ "$n" -le "$gpus" ] || continue
   run_ranks "$n" "" "$out/collectives_$n"
-  note "collectives on $n rank(s): rc=$? ($(grep -h -E '^\[  (PASSED|FAILED) ' "$out"/collectives_$n.rank* | sort | uniq -c | tr '\n' ' '))"
+  rc=$?
+  note "collectives on $n rank(s): rc=$rc ($(grep -h -E '^\[  (PASSED|FAILED) ' "$out"/collectives_$n.rank* | sort | uniq -c | tr '\n' ' '))"
 done
 
 if [ "$gpus" -ge 2 ]; then
   start=$(date +%s)
   run_ranks 2 "MG_DIST_TIMEOUT_S=20 MG_TEST_DEAD_RANK=1" "$out/dead_rank"
-  note "dead rank 1 of 2: rc=$? in $(( $(date +%s) - start )) s (rank 0 must report PASSED: it got the error)"
+  rc=$?
+  note "dead rank 1 of 2: rc=$rc in $(( $(date +%s) - start )) s (rank 0 must report PASSED: it got the error)"
   grep -h -E "did not finish|NCCL error|PASSED|FAILED" "$out"/dead_rank.rank0 | head -5 | tee -a "$summary"
 fi
 
@@ -81,7 +84,7 @@ if [ "$gpus" -ge 2 ]; then
     --head-dim 128 --experts 8 --topk 2 --moe-inter 14336 --vocab 32000 --max-seq-len 4096 \
     --dtype bf16 --out "$model" > "$out/make_model.log" 2>&1
   note "make-model mixtral-8x7b-shaped ($layers layers): rc=$?"
-  common=(run "$model" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 --max-new-tokens 16)
+  common=(run "$model" --device cuda --prompt-ids "1,2,3,4,5,6,7,8" --max-new-tokens 16)
   "$exe" "${common[@]}" > "$out/mixtral_1gpu.log" 2>&1
   note "1 GPU: rc=$? $(grep -h -E 'generated ids|tokens/s' "$out/mixtral_1gpu.log" | tr '\n' ' ')"
   for layout in "--tp 2" "--tp 2 --ep"; do
