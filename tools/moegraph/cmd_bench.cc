@@ -17,6 +17,9 @@
 #include "framework/device/memory_usage.h"
 #include "framework/io/json.h"
 #include "framework/io/regular_file.h"
+#include "framework/parallel/launch_env.h"
+#include "framework/runtime/local_ranks.h"
+#include "framework/runtime/process_ranks.h"
 #include "framework/runtime/session.h"
 #include "tools/moegraph/bench_plot.h"
 #include "tools/moegraph/commands.h"
@@ -214,6 +217,8 @@ struct BenchE2eArgs {
   int repeats = 3;
   bool cuda_graph = false;
   std::optional<uint64_t> random_weights;
+  int tp = 1;
+  bool ep = false;
 };
 
 int bench_e2e(const BenchE2eArgs& a) {
@@ -234,30 +239,63 @@ int bench_e2e(const BenchE2eArgs& a) {
   SessionOptions options;
   options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.cuda_graph = a.cuda_graph;
-  auto session = Session::open(graph, compile, options);
-  const int64_t vocab = session->plan().info.vocab_size();
-  std::vector<int32_t> prompt(a.prompt_tokens);
-  for (int i = 0; i < a.prompt_tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % vocab);
-  GenerateOptions gen;
-  gen.max_new_tokens = a.decode_tokens + 1;  // one token from the prefill, then decode steps
-  gen.stop_at_eos = false;
-  std::vector<double> prefill, decode;
-  for (int r = 0; r <= a.repeats; ++r) {  // the first run warms up (plans, caches)
-    const GenerateResult res = session->generate(prompt, gen);
-    if (r == 0) continue;
-    prefill.push_back(res.prompt_tokens / res.prefill_seconds);
-    decode.push_back((res.tokens.size() - 1) / res.decode_seconds);
+  // Every rank runs the same prompt and steps (the MoE collectives stay in lockstep); rank 0
+  // prints.
+  auto measure = [&](Session& session, bool print, const std::string& where) {
+    const int64_t vocab = session.plan().info.vocab_size();
+    std::vector<int32_t> prompt(a.prompt_tokens);
+    for (int i = 0; i < a.prompt_tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % vocab);
+    GenerateOptions gen;
+    gen.max_new_tokens = a.decode_tokens + 1;  // one token from the prefill, then decode steps
+    gen.stop_at_eos = false;
+    std::vector<double> prefill, decode;
+    for (int r = 0; r <= a.repeats; ++r) {  // the first run warms up (plans, caches)
+      const GenerateResult res = session.generate(prompt, gen);
+      if (r == 0) continue;
+      prefill.push_back(res.prompt_tokens / res.prefill_seconds);
+      decode.push_back((res.tokens.size() - 1) / res.decode_seconds);
+    }
+    if (!print) return;
+    std::sort(prefill.begin(), prefill.end());
+    std::sort(decode.begin(), decode.end());
+    std::cout << fmt::format("model: {} on {} ({}{}{})\n", session.plan().model_name, where,
+                             dtype_name(activation_dtype_of(compile)),
+                             a.cuda_graph ? ", decode as a CUDA graph" : "",
+                             a.random_weights ? ", random weights" : "");
+    std::cout << fmt::format("prefill: {} tokens, median {:.1f} tokens/s over {} runs\n",
+                             a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
+    std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
+                             a.decode_tokens, decode[decode.size() / 2], a.repeats);
+  };
+  // --tp/--ep: CPU ranks are threads, GPU ranks processes (--nproc-per-node or a launcher).
+  std::optional<LaunchEnv> launch = LaunchEnv::from_environment(kMaxRanks);
+  if (launch && launch->world_size == 1 && !compile.device.is_cuda()) launch.reset();
+  if (a.tp > 1 || a.ep || launch) {
+    MG_CHECK(a.tp > 1 || !a.ep, "--ep needs more than one rank (--tp > 1)");
+    const LocalRanksOptions ranks{a.tp, 1, a.ep, MoEDispatch::kAllGatherReduceScatter};
+    const std::string where =
+        fmt::format("{} {} ranks (tp={}{})", a.tp, compile.device.is_cuda() ? "GPU" : "cpu", a.tp,
+                    a.ep ? ", ep" : "");
+    auto rank = [&](const ParallelConfig& pc, Session& s) {
+      measure(s, pc.world_rank() == 0, where);
+    };
+    if (launch) {
+      run_process_rank(graph, compile, options, ranks, *launch,
+                       fmt::format("bench e2e prompt={} decode={} repeats={}", a.prompt_tokens,
+                                   a.decode_tokens, a.repeats),
+                       rank);
+    } else {
+      MG_CHECK(compile.device.is_cpu(),
+               "--tp on {}: GPU ranks are processes, one per GPU; start them with "
+               "--nproc-per-node {} (or torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)",
+               compile.device.str(), a.tp);
+      options.threads = std::max(1, options.threads / a.tp);
+      run_local_ranks(graph, compile, options, ranks, rank);
+    }
+    return 0;
   }
-  std::sort(prefill.begin(), prefill.end());
-  std::sort(decode.begin(), decode.end());
-  std::cout << fmt::format("model: {} on {} ({}{}{})\n", session->plan().model_name,
-                           compile.device.str(), dtype_name(activation_dtype_of(compile)),
-                           a.cuda_graph ? ", decode as a CUDA graph" : "",
-                           a.random_weights ? ", random weights" : "");
-  std::cout << fmt::format("prefill: {} tokens, median {:.1f} tokens/s over {} runs\n",
-                           a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
-  std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
-                           a.decode_tokens, decode[decode.size() / 2], a.repeats);
+  auto session = Session::open(graph, compile, options);
+  measure(*session, true, compile.device.str());
   return 0;
 }
 
@@ -411,6 +449,12 @@ Command add_bench_command(CLI::App& app) {
                 "Fill the weights with random values from this seed instead of reading them "
                 "(for graphs written by make-model --graph-only)")
       ->check(non_negative_u64());
+  e->add_option("--tp", e2e->tp,
+                "Tensor-parallel ranks (CPU: threads; CUDA: one process per GPU, started with "
+                "--nproc-per-node or a launcher)")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxRanks));
+  e->add_flag("--ep", e2e->ep, "Expert parallelism over the --tp ranks (whole experts per rank)");
 
   auto soak = std::make_shared<BenchSoakArgs>();
   CLI::App* k =

@@ -11,7 +11,9 @@
 #include "framework/io/npy.h"
 #include "framework/io/regular_file.h"
 #include "framework/io/weight_scan.h"
+#include "framework/parallel/launch_env.h"
 #include "framework/runtime/local_ranks.h"
+#include "framework/runtime/process_ranks.h"
 #include "framework/runtime/session.h"
 #include "framework/text/tokenizer.h"
 #include "tools/moegraph/commands.h"
@@ -124,9 +126,13 @@ void print_result(const std::string& who, std::span<const int32_t> prompt, const
 // prompt, and its logits are the ones --dump-logits writes. Every rank makes the same calls
 // (one prefill, then max-new-tokens - 1 decode steps, no early stop at eos) so the MoE
 // collectives stay in lockstep.
+//
+// Launched as one of several processes (`launch`: torchrun-style environment, or
+// --nproc-per-node), this process is one rank on GPU LOCAL_RANK and the ranks talk through NCCL.
 int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
                  const std::vector<int32_t>& prompt, const text::Tokenizer* tokenizer,
-                 CompileOptions compile, SessionOptions options) {
+                 CompileOptions compile, SessionOptions options,
+                 const std::optional<LaunchEnv>& launch) {
   LocalRanksOptions ranks{a.tp, a.dp, a.ep, MoEDispatch::kAllGatherReduceScatter};
   if (a.moe_dispatch == "alltoall") {
     ranks.dispatch = MoEDispatch::kAllToAll;
@@ -138,8 +144,14 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
            a.tp, a.dp, kMaxRanks);
   const int world = a.tp * a.dp;
   MG_CHECK(world > 1 || !a.ep, "--ep needs more than one rank (--tp or --dp > 1)");
+  if (!launch) {
+    MG_CHECK(compile.device.is_cpu(),
+             "--tp/--dp/--ep on {}: GPU ranks are processes, one per GPU; start them with "
+             "--nproc-per-node {} (or torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)",
+             compile.device.str(), world);
+  }
   compile.max_tokens = std::max<int64_t>(compile.max_tokens, static_cast<int64_t>(prompt.size()));
-  options.threads = std::max(1, options.threads / world);
+  if (!launch) options.threads = std::max(1, options.threads / world);
   struct RankResult {
     ParallelConfig config;
     std::vector<int32_t> prompt;
@@ -147,7 +159,7 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
   };
   std::vector<RankResult> results(world);
   std::string model_name;
-  run_local_ranks(graph, compile, options, ranks, [&](const ParallelConfig& pc, Session& s) {
+  auto run_rank = [&](const ParallelConfig& pc, Session& s) {
     const size_t drop = std::min<size_t>(prompt.size() - 1, static_cast<size_t>(pc.dp_rank()));
     std::vector<int32_t> own(prompt.begin(), prompt.end() - static_cast<std::ptrdiff_t>(drop));
     check_prompt_ids(own, s.plan().info.vocab_size(), a.prompt_given);
@@ -165,7 +177,24 @@ int run_parallel(const RunArgs& a, const std::filesystem::path& graph,
     r.prompt = own;
     r.result = s.generate(own, gen);
     if (pc.world_rank() == 0) model_name = s.plan().model_name;
-  });
+  };
+  if (launch) {
+    // This process is one rank; it prints its own result (rank 0 the model line too).
+    const std::string steps = fmt::format("prompt={} max_new_tokens={} dump_logits={}",
+                                          prompt.size(), a.max_new_tokens, !a.dump_logits.empty());
+    run_process_rank(graph, compile, options, ranks, *launch, steps, run_rank);
+    const RankResult& r = results[launch->rank];
+    if (launch->rank == 0) {
+      std::cout << "model: " << model_name << " (" << graph.string() << ") on " << world
+                << " GPU processes (NCCL)\n";
+    }
+    if (r.config.tp_rank() == 0) {
+      print_result(fmt::format("[rank {}: {}] ", launch->rank, r.config.str()), r.prompt, r.result,
+                   tokenizer);
+    }
+    return 0;
+  }
+  run_local_ranks(graph, compile, options, ranks, run_rank);
   std::cout << "model: " << model_name << " (" << graph.string() << ") on " << world
             << " cpu ranks, " << options.threads << " threads each\n";
   for (const RankResult& r : results) {
@@ -218,9 +247,11 @@ int run(const RunArgs& a) {
                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.profile = a.profile || !a.trace.empty();
   options.cuda_graph = a.cuda_graph;
-  if (a.tp > 1 || a.dp > 1 || a.ep) {
-    MG_CHECK(compile.device.is_cpu(), "--tp/--dp/--ep run on the CPU for now (ranks as threads)");
-    return run_parallel(a, graph, prompt, tokenizer.get(), compile, options);
+  // A launcher's environment makes this process one rank (a CPU run of one process ignores it).
+  std::optional<LaunchEnv> launch = LaunchEnv::from_environment(kMaxRanks);
+  if (launch && launch->world_size == 1 && !compile.device.is_cuda()) launch.reset();
+  if (a.tp > 1 || a.dp > 1 || a.ep || launch) {
+    return run_parallel(a, graph, prompt, tokenizer.get(), compile, options, launch);
   }
   auto session = Session::open(graph, compile, options);
   const ExecutionPlan& plan = session->plan();
@@ -320,11 +351,14 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::IsMember({"dynamic", "experts", "none"}));
   cmd->add_option("--moe-backend", args->moe_backend,
                   "Force this expert backend on every MoE node (error if it does not fit)");
-  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (CPU: threads; MoE experts are split)")
+  cmd->add_option("--tp", args->tp,
+                  "Tensor-parallel ranks (CPU: threads; CUDA: one process per GPU, started with "
+                  "--nproc-per-node or a launcher; MoE experts are split)")
       ->capture_default_str()
       ->check(int_range(1, kMaxRanks));
   cmd->add_option("--dp", args->dp,
-                  "Data-parallel ranks (CPU: threads; each runs its own prompt, MoE tokens are "
+                  "Data-parallel ranks (CPU: threads; CUDA: processes; each runs its own prompt, "
+                  "MoE tokens are "
                   "exchanged)")
       ->capture_default_str()
       ->check(int_range(1, kMaxRanks));

@@ -251,7 +251,7 @@ class CudaFp8Backend final : public ExpertsBackend {
     return check_cuda_routing(routing);
   }
   std::string check_parallel(const ParallelConfig& parallel) const override {
-    return cuda_check_parallel(parallel);
+    return cuda_check_single_rank(parallel);
   }
   std::string check_shape(const ExpertsShape& shape) const override {
     if (shape.dtype != DType::kBF16 && shape.dtype != DType::kF16) {
@@ -315,7 +315,7 @@ class CudaDequantBackend final : public ExpertsBackend {
     return cuda_moe_backend().check_routing(routing);
   }
   std::string check_parallel(const ParallelConfig& parallel) const override {
-    return cuda_moe_backend().check_parallel(parallel);
+    return cuda_check_single_rank(parallel);
   }
   std::string check_shape(const ExpertsShape& shape) const override {
     return cuda_moe_backend().check_shape(shape);
