@@ -202,6 +202,10 @@ TEST(CudaMoE, CudaPaddedTakesCudaMoEKernelRequests) {
   for (const char* backend :
        {"cuda_padded:decode", "cuda_padded:grouped_mma16+mma16", "cuda_padded:cublas"}) {
     for (const auto& d : cuda_dtypes()) {
+      // The mma kernels run BF16/F16 only (F32 runs ffma): the request is refused for F32.
+      if (d.dtype == DType::kF32 && std::string_view(backend).find("mma16") != std::string::npos) {
+        continue;
+      }
       DeviceOp op(n.node, n.inputs, d.dtype, 256, backend);
       for (int64_t M : {1, 5, 40}) {
         if (std::string_view(backend).ends_with("decode") && M > 16) continue;

@@ -386,7 +386,11 @@ std::vector<MoEBenchPoint> run_moe_bench(
       Tensor weights = empty_tensor(kGpu, DType::kF32, {M, k});
       Tensor out = empty_tensor(kGpu, o.dtype, {M, H});
       std::optional<CheckReference> check;  // once per (shape, tokens), for every backend
-      if (o.check) check.emplace(config, xs[0], logits[0], w, qw);
+      if (o.check) {
+        // The inputs (and the weights) were made on `s`; the reference reads them from the host.
+        MG_CUDA_CHECK(cudaStreamSynchronize(s));
+        check.emplace(config, xs[0], logits[0], w, qw);
+      }
       const cuda::RouteParams route = route_params(config.routing());
       for (const std::string& name : o.backends) {
         // "backend" or "backend:kernel" (a forced kernel, `bench moe --kernel`).
