@@ -57,6 +57,8 @@ class ChatTemplate {
     bos_token_ = std::move(bos);
     eos_token_ = std::move(eos);
   }
+  const std::string& bos_token() const { return bos_token_; }
+  const std::string& eos_token() const { return eos_token_; }
   const std::string& name() const { return name_; }
   const std::string& source() const { return source_; }
 
