@@ -106,7 +106,7 @@ TEST(ServerOpenAi, RealClientAgainstTheBundledModel) {
                     "MG_PYTHON to an interpreter that has it)";
   }
   // A long context, so the disconnecting client leaves while its sequence still generates.
-  ServerProcess server({"--max-seq-len", "65536"});
+  ServerProcess server({"--max-seq-len", "16384", "--max-sequences", "8"});
   ASSERT_GT(server.port(), 0) << "no 'listening on' line; the server printed:\n"
                               << server.startup();
   EXPECT_THAT(server.startup(), HasSubstr("chat template:"));

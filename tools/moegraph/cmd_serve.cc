@@ -9,12 +9,14 @@
 #include <sstream>
 #include <thread>
 
+#include "framework/compile/compiler.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
 #include "framework/runtime/session.h"
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
+#include "serve/engine_backend.h"
 #include "serve/http_server.h"
 #include "serve/sequential_backend.h"
 #include "tools/moegraph/commands.h"
@@ -39,6 +41,10 @@ struct ServeArgs {
   int http_threads = 128;
   std::string moe_backend;
   bool cuda_graph = false;
+  int max_sequences = 32;
+  int64_t kv_blocks = 0;
+  int64_t kv_block_size = 16;
+  bool sequential = false;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -101,10 +107,23 @@ int serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto session = Session::open(graph, compile, options);
+  std::unique_ptr<serve::GenerationBackend> backend_owner;
+  if (a.sequential) {
+    backend_owner =
+        std::make_unique<serve::SequentialBackend>(Session::open(graph, compile, options));
+  } else {
+    EngineOptions eo;
+    eo.max_sequences = a.max_sequences;
+    eo.kv_blocks = a.kv_blocks;
+    eo.kv_block_size = a.kv_block_size;
+    eo.session = options;
+    // A forward carries one decode row per sequence at least.
+    compile.max_tokens = std::max<int64_t>(compile.max_tokens, eo.max_sequences);
+    backend_owner = std::make_unique<serve::EngineBackend>(compile_graph_file(graph, compile), eo);
+  }
+  serve::GenerationBackend& backend = *backend_owner;
   const std::string model_name =
-      a.served_model_name.empty() ? session->plan().model_name : a.served_model_name;
-  serve::SequentialBackend backend(std::move(session));
+      a.served_model_name.empty() ? backend.plan().model_name : a.served_model_name;
 
   serve::ServerOptions server_options;
   server_options.host = a.host;
@@ -174,6 +193,20 @@ Command add_serve_command(CLI::App& app) {
                   "Force this expert backend on every MoE node (error if it does not fit)");
   cmd->add_flag("--cuda-graph", args->cuda_graph,
                 "Capture the decode step as a CUDA graph and replay it (CUDA devices)");
+  cmd->add_option("--max-sequences", args->max_sequences,
+                  "Sequences generated at once (continuous batching); more requests wait")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxEngineSequences));
+  cmd->add_option("--kv-blocks", args->kv_blocks,
+                  "KV-cache blocks in the pool (default: enough for every sequence to reach the "
+                  "context length)")
+      ->check(int_range(0, kMaxSeqLen));
+  cmd->add_option("--kv-block-size", args->kv_block_size, "Positions per KV-cache block")
+      ->capture_default_str()
+      ->check(int_range(1, 4096));
+  cmd->add_flag("--sequential", args->sequential,
+                "Generate one request at a time with a plain session (no batching; a reference "
+                "for the batching engine)");
   return [args] { return serve(*args); };
 }
 
