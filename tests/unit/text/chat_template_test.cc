@@ -2,6 +2,7 @@
 // conversation must equal Python jinja2's rendering byte for byte (expected.json, written by
 // tools/hf/make_chat_template_expected.py); what jinja2 refuses we refuse. Beside them, small
 // hand-checked cases of the Jinja subset and the refusals of what it leaves out.
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -70,6 +71,37 @@ TEST(ChatTemplate, EveryFamilyMatchesJinja2) {
   EXPECT_EQ(expected["families"].size(), 9u);
   EXPECT_GE(compared, 60);
   EXPECT_GE(refused, 10);
+}
+
+// Real checkpoints' templates, when given: MG_CHAT_TEMPLATE_EXPECTED names the JSON that
+// `tools/hf/make_chat_template_expected.py --check FILE.jinja ...` printed (keyed by file path).
+TEST(ChatTemplate, TemplatesNamedByEnvironmentMatchJinja2) {
+  const char* path = std::getenv("MG_CHAT_TEMPLATE_EXPECTED");
+  if (path == nullptr || *path == '\0') {
+    GTEST_SKIP() << "set MG_CHAT_TEMPLATE_EXPECTED to the output of "
+                    "make_chat_template_expected.py --check to compare other templates";
+  }
+  const ojson expected = ojson::parse(read_file(path));
+  const ojson conversations = ojson::parse(read_file(kDir / "conversations.json"));
+  for (const auto& [file, cases] : expected.items()) {
+    SCOPED_TRACE(file);
+    ChatTemplate t(read_file(file), file);
+    t.set_special_tokens("<s>", "</s>");
+    for (size_t i = 0; i < conversations.size(); ++i) {
+      const ojson& conv = conversations[i];
+      SCOPED_TRACE(conv["name"].get<std::string>());
+      ChatRenderOptions options;
+      options.now = kNow;
+      options.add_generation_prompt = conv.value("add_generation_prompt", true);
+      if (conv.contains("tools")) options.tools = conv["tools"];
+      if (conv.contains("kwargs")) options.kwargs = conv["kwargs"];
+      if (cases[i].contains("error")) {
+        EXPECT_THROW(t.render(conv["messages"], options), Error);
+      } else {
+        EXPECT_EQ(t.render(conv["messages"], options), cases[i]["text"].get<std::string>());
+      }
+    }
+  }
 }
 
 std::string render(const std::string& source, const ojson& messages = ojson::array(),
