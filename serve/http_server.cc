@@ -2,10 +2,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <random>
 
 #include "framework/core/error.h"
-#include "framework/core/logging.h"
 #include "serve/openai_protocol.h"
 #include "serve/request_runner.h"
 

@@ -156,9 +156,7 @@ struct Token {
 };
 
 std::vector<Token> tokenize(std::string_view s, int line) {
-  static constexpr std::string_view kOps3[] = {};
   static constexpr std::string_view kOps2[] = {"==", "!=", "<=", ">=", "//", "**"};
-  (void)kOps3;
   std::vector<Token> out;
   size_t i = 0;
   while (i < s.size()) {
