@@ -100,14 +100,14 @@ class ServerProcess {
   std::string startup_;
 };
 
-TEST(ServerOpenAi, RealClientAgainstTheBundledModel) {
+// Runs openai_client_check.py against a server started with `args`.
+void check_with_openai_client(const std::vector<std::string>& args) {
   if (std::system((python() + " -c 'import openai' >/dev/null 2>&1").c_str()) != 0) {
     GTEST_SKIP() << python()
                  << " with the 'openai' package is not available (pip install openai, or set "
                     "MG_PYTHON to an interpreter that has it)";
   }
-  // A long context, so the disconnecting client leaves while its sequence still generates.
-  ServerProcess server({"--max-seq-len", "16384", "--max-sequences", "8"});
+  ServerProcess server(args);
   ASSERT_GT(server.port(), 0) << "no 'listening on' line; the server printed:\n"
                               << server.startup();
   EXPECT_THAT(server.startup(), HasSubstr("chat template:"));
@@ -124,6 +124,17 @@ TEST(ServerOpenAi, RealClientAgainstTheBundledModel) {
   EXPECT_THAT(output, HasSubstr("checks passed")) << output;
   // SIGTERM stops the server cleanly.
   EXPECT_EQ(server.stop(), 0);
+}
+
+// The batching engine, 8 sequences at once (the 32 clients queue); a long context, so the
+// disconnecting client leaves while its sequence still generates.
+TEST(ServerOpenAi, RealClientAgainstTheBatchingEngine) {
+  check_with_openai_client({"--max-seq-len", "16384", "--max-sequences", "8"});
+}
+
+// One request at a time on a plain session: the same answers.
+TEST(ServerOpenAi, RealClientAgainstTheSequentialBackend) {
+  check_with_openai_client({"--max-seq-len", "16384", "--sequential"});
 }
 
 TEST(ServerOpenAi, StartupErrorsAreOneLine) {
