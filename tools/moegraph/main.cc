@@ -33,9 +33,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   std::vector<std::pair<CLI::App*, mg::cli::Command>> commands;
-  for (auto add : {mg::cli::add_run_command, mg::cli::add_inspect_command,
-                   mg::cli::add_make_model_command, mg::cli::add_import_hf_command,
-                   mg::cli::add_tokenize_command, mg::cli::add_bench_command}) {
+  for (auto add :
+       {mg::cli::add_run_command, mg::cli::add_inspect_command, mg::cli::add_make_model_command,
+        mg::cli::add_import_hf_command, mg::cli::add_tokenize_command, mg::cli::add_serve_command,
+        mg::cli::add_bench_command}) {
     const size_t before = app.get_subcommands([](CLI::App*) { return true; }).size();
     mg::cli::Command run = add(app);
     auto subs = app.get_subcommands([](CLI::App*) { return true; });
