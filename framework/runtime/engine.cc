@@ -267,7 +267,6 @@ bool Engine::Impl::step() {
   // decoding sequences first so that prompts fill the rest of the max_tokens budget.
   struct Part {
     Sequence* seq;
-    int64_t first_row;
     int64_t rows;
   };
   std::vector<Part> parts;
@@ -286,7 +285,7 @@ bool Engine::Impl::step() {
         if (decoding != (pass == 0) || budget == 0) continue;
         const int64_t rows = std::min(pending, budget);
         budget -= rows;
-        parts.push_back({&seq, static_cast<int64_t>(ids.size()), rows});
+        parts.push_back({&seq, rows});
         // Grow the block table to cover the new positions (reserved at admission, so the pool
         // has them).
         const int64_t need = blocks_for(seq.cached + rows);

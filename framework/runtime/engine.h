@@ -16,7 +16,8 @@
 // Threads: add_request(), cancel(), stats() and stop() may be called from any thread. step() must
 // be called by one thread at a time; start() runs it on a background thread until stop(). Events
 // are delivered on the thread that runs step(), with no engine lock held (a callback may call
-// add_request() or cancel()).
+// add_request(), cancel() or stats(), never step(); it must not block for long: every other
+// sequence waits for it).
 #pragma once
 
 #include <cstdint>

@@ -101,7 +101,7 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
     row_slots_ = empty_tensor(p.device, DType::kI32, {p.max_tokens}, stream_.get());
     block_tables_ =
         empty_tensor(p.device, DType::kI32, {slots, max_blocks_per_seq_}, stream_.get());
-    block_tables_dirty_ = true;
+    copy_tensor(block_tables_, host_block_tables_, stream_.get());
     kv_.row_slots = row_slots_.data<int32_t>();
     kv_.block_tables = block_tables_.data<int32_t>();
     kv_.max_blocks_per_seq = max_blocks_per_seq_;
@@ -167,10 +167,11 @@ void Session::upload_and_run(const int32_t* token_ids, const int32_t* positions,
     MG_ASSERT(slots != nullptr, "a paged forward without sequence slots");
     std::memcpy(host_slots_.raw(), slots, tokens * sizeof(int32_t));
     copy_tensor(row_slots_.slice_rows(0, tokens), host_slots_.slice_rows(0, tokens), stream_.get());
-    if (block_tables_dirty_) {
-      copy_tensor(block_tables_, host_block_tables_, stream_.get());
-      block_tables_dirty_ = false;
+    for (int slot : dirty_slots_) {
+      copy_tensor(block_tables_.slice_rows(slot, slot + 1),
+                  host_block_tables_.slice_rows(slot, slot + 1), stream_.get());
     }
+    dirty_slots_.clear();
   }
 
 #ifdef MG_WITH_CUDA
@@ -316,7 +317,9 @@ void Session::set_block_table(int slot, std::span<const int32_t> blocks) {
     row[i] = blocks[i];
   }
   std::fill(row + blocks.size(), row + max_blocks_per_seq_, -1);
-  block_tables_dirty_ = true;
+  if (std::find(dirty_slots_.begin(), dirty_slots_.end(), slot) == dirty_slots_.end()) {
+    dirty_slots_.push_back(slot);
+  }
 }
 
 const Tensor& Session::forward_batch(std::span<const int32_t> token_ids,

@@ -143,14 +143,15 @@ class Session {
   std::map<int64_t, std::unique_ptr<CudaGraph>> graphs_;
   int64_t graph_max_rows_ = 0;
   // Paged KV cache: kv_ points at row_slots_ and block_tables_ (plan device); host_slots_ and
-  // host_block_tables_ are their host copies, uploaded before a forward when changed.
+  // host_block_tables_ are their host copies, uploaded before a forward (the tables: only the
+  // rows that changed).
   KvBatch kv_;
   int64_t max_blocks_per_seq_ = 0;
   Tensor row_slots_;
   Tensor block_tables_;
   Tensor host_slots_;
-  Tensor host_block_tables_;  // I32 [max_sequences, max_blocks_per_seq], -1: no block
-  bool block_tables_dirty_ = false;
+  Tensor host_block_tables_;      // I32 [max_sequences, max_blocks_per_seq], -1: no block
+  std::vector<int> dirty_slots_;  // block-table rows changed since the last upload
 };
 
 }  // namespace mg

@@ -65,8 +65,8 @@ class AttentionCpuKernel final : public OpKernel {
     for (int64_t t = 0; t < tokens; ++t) {
       MG_CHECK(positions[t] >= 0, "attention: position {} (row {}) is negative", positions[t], t);
       MG_CHECK(positions[t] < max_positions,
-               "attention: position {} (row {}) is past the KV cache, which holds {} positions "
-               "per sequence (max_seq_len)",
+               "attention: position {} (row {}) is past the KV cache, which holds max_seq_len = {} "
+               "positions per sequence",
                positions[t], t, max_positions);
       const int64_t slot = row_slots ? row_slots[t] : 0;
       const int64_t row = kv_cache_row(kv, slot, positions[t]);
