@@ -206,7 +206,10 @@ std::string moe(ImportGraph& g, const std::string& node, const std::string& x,
            g.checkpoint().dir().string(), in.w13, w13_group ? "FP8" : "not quantized", in.w2,
            w2_group ? "FP8" : "not quantized");
   proto::MoEParams p = params;
-  if (w2_group) p.set_quant_scheme(fp8_scheme(*w2_group));
+  // A family that declared its experts' scheme itself (GPT-OSS's MXFP4) keeps it.
+  if (w2_group && p.quant_scheme() == proto::MOE_QUANT_UNQUANTIZED) {
+    p.set_quant_scheme(fp8_scheme(*w2_group));
+  }
   proto::Node& n = g.node(
       node, "moe",
       {x, in.router_weight, in.router_bias, in.score_correction_bias, in.w13, in.w13_bias, in.w2,

@@ -53,6 +53,11 @@ HfImportResult build_hf_graph(const std::filesystem::path& hf_dir, const HfImpor
            fmt::join(hf_supported_model_types(), ", "));
   // Checked before the family reads its keys: an unsupported quantization is the first error.
   HfQuantization quantization = read_hf_quantization(config);
+  // (fp4) MXFP4 checkpoints exist for GPT-OSS only: its importer reads the *_blocks / *_scales.
+  MG_CHECK(quantization.method != HfQuantization::Method::kMxfp4 || model_type == "gpt_oss",
+           "{}: quantization_config.quant_method 'mxfp4' is supported for model_type gpt_oss only "
+           "(GPT-OSS's released experts), not '{}'",
+           checkpoint.config_path().string(), model_type);
 
   std::filesystem::path graph_dir = options.graph_dir.empty() ? hf_dir : options.graph_dir;
   ImportGraph g(checkpoint, graph_dir, std::move(quantization));

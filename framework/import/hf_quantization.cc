@@ -176,6 +176,23 @@ HfQuantization read_compressed_tensors(const ConfigReader& q) {
   return h;
 }
 
+// quant_method "mxfp4": GPT-OSS as OpenAI released it (transformers' Mxfp4Config). Only the
+// experts are MXFP4; the family importer reads their blocks and scales.
+HfQuantization read_mxfp4(const ConfigReader& q) {
+  HfQuantization h;
+  h.method = HfQuantization::Method::kMxfp4;
+  h.description = "mxfp4 (E2M1, one E8M0 scale per 32 values)";
+  h.group = GroupShape{1, 32};
+  // No Linear weight has a scale sibling of this name, so every other tensor reads as float.
+  h.scale_suffix = "_scales";
+  h.ignore_key = "modules_to_not_convert";
+  for (const std::string& text :
+       q.strings_opt("modules_to_not_convert").value_or(std::vector<std::string>{})) {
+    h.ignore.push_back({text, compile_pattern(q, "modules_to_not_convert", text), true});
+  }
+  return h;
+}
+
 }  // namespace
 
 const HfQuantization::IgnoreRule* HfQuantization::ignored_by(const std::string& module) const {
@@ -199,8 +216,9 @@ HfQuantization read_hf_quantization(const ConfigReader& config) {
   const std::string method = q->string("quant_method");
   if (method == "fp8") return read_fp8(*q);
   if (method == "compressed-tensors") return read_compressed_tensors(*q);
+  if (method == "mxfp4") return read_mxfp4(*q);
   q->fail("quant_method", fmt::format("quantized checkpoints of method '{}' are not supported "
-                                      "(supported: fp8, compressed-tensors float-quantized)",
+                                      "(supported: fp8, compressed-tensors float-quantized, mxfp4)",
                                       method));
 }
 

@@ -9,6 +9,8 @@
 //     group of 8-bit float weights with strategy tensor ([1] or [] scale) or channel ([out, 1]),
 //     `weight_scale` multiplies; input_activations dynamic per token, or absent (weight-only);
 //     `ignore` lists module names, or regexes after "re:" (anchored at the start).
+//   - quant_method "mxfp4" (GPT-OSS as released): the experts' `*_blocks` / `*_scales` tensors
+//     (ImportGraph::mxfp4_weight); modules_to_not_convert as for fp8. Every other tensor is float.
 // Everything else (other methods and formats, e5m2, static activation scales, odd block sizes) is
 // one error naming config.json and the key.
 //
@@ -34,6 +36,7 @@ struct HfQuantization {
     kNone,                  // no quantization_config
     kFp8Block,              // quant_method "fp8"
     kCompressedTensorsFp8,  // quant_method "compressed-tensors", format "float-quantized"
+    kMxfp4,                 // quant_method "mxfp4" (GPT-OSS: experts as *_blocks / *_scales)
   };
   Method method = Method::kNone;
   // "fp8 (128x128 blocks)", "compressed-tensors float-quantized (per channel)" for messages.

@@ -163,6 +163,52 @@ std::string ImportGraph::weight(const std::string& key, const Shape& shape) {
   return key;
 }
 
+std::string ImportGraph::mxfp4_weight(const std::string& key, const Shape& shape,
+                                      std::string_view what) {
+  const std::string dir = checkpoint_.dir().string();
+  const std::string blocks = key + "_blocks", scales = key + "_scales";
+  if (std::find(declared_.begin(), declared_.end(), blocks) != declared_.end()) return blocks;
+  MG_ASSERT(shape.size() >= 2, "mxfp4 weight '{}' of rank {}", key, shape.size());
+  const int64_t C = shape.back();
+  MG_CHECK(C % 32 == 0,
+           "{}: MXFP4 tensor '{}' packs {} values per row, which is not a multiple of 32 (config "
+           "{}); the checkpoint cannot hold it",
+           dir, blocks, C, what);
+  Shape lead_rows(shape.begin(), shape.end() - 1);
+  Shape blocks_shape = lead_rows, scales_shape = lead_rows, packed = lead_rows;
+  blocks_shape.push_back(C / 32);
+  blocks_shape.push_back(16);
+  scales_shape.push_back(C / 32);
+  packed.push_back(C / 2);
+  for (const auto& [name, want] :
+       {std::pair{blocks, blocks_shape}, std::pair{scales, scales_shape}}) {
+    const HfCheckpoint::Entry& e = require(name, want);
+    MG_CHECK(e.entry->dtype == DType::kU8, "{}: MXFP4 tensor '{}' in '{}' is {}, expected U8 ({})",
+             dir, name, e.file.string(), dtype_name(e.entry->dtype),
+             name == blocks ? "two FP4 E2M1 codes per byte" : "E8M0 scale exponents");
+  }
+  // The scales as they are; the codes viewed [lead..., R, C/2] through a one-part assembly.
+  weight_unchecked(scales, scales_shape);
+  proto::TensorInfo* t = add_assembled(blocks, packed, {{blocks, blocks_shape}});
+  proto::TensorQuantization* q = t->mutable_quantization();
+  q->set_element(proto::QUANT_ELEMENT_FP4_E2M1);
+  q->set_scale(scales);
+  q->set_group_rows(1);
+  q->set_group_cols(32);
+  return blocks;
+}
+
+void ImportGraph::weight_unchecked(const std::string& key, const Shape& shape) {
+  const HfCheckpoint::Entry& e = require(key, shape);
+  proto::TensorInfo* t = model_.add_tensors();
+  t->set_name(key);
+  t->set_dtype(to_proto(e.entry->dtype));
+  for (int64_t d : shape) t->add_shape(d);
+  t->set_file(relative_file(e.file));
+  declared_.push_back(key);
+  used_keys_.push_back(key);
+}
+
 proto::TensorInfo* ImportGraph::add_assembled(const std::string& name, const Shape& shape,
                                               const std::vector<PartRef>& parts) {
   MG_ASSERT(!parts.empty(), "assembled tensor '{}' without parts", name);
