@@ -206,9 +206,16 @@ std::string moe(ImportGraph& g, const std::string& node, const std::string& x,
            g.checkpoint().dir().string(), in.w13, w13_group ? "FP8" : "not quantized", in.w2,
            w2_group ? "FP8" : "not quantized");
   proto::MoEParams p = params;
-  // A family that declared its experts' scheme itself (GPT-OSS's MXFP4) keeps it.
+  // A family that declared its experts' scheme itself (GPT-OSS's MXFP4) keeps it; FP4 codes with
+  // 16-value groups are NVFP4 (ModelOpt).
   if (w2_group && p.quant_scheme() == proto::MOE_QUANT_UNQUANTIZED) {
-    p.set_quant_scheme(fp8_scheme(*w2_group));
+    bool fp4 = false;
+    for (const proto::TensorInfo& t : g.model().tensors()) {
+      if (t.name() == in.w2) fp4 = t.quantization().element() == proto::QUANT_ELEMENT_FP4_E2M1;
+    }
+    p.set_quant_scheme(
+        fp4 ? (w2_group->cols == 32 ? proto::MOE_QUANT_MXFP4 : proto::MOE_QUANT_NVFP4)
+            : fp8_scheme(*w2_group));
   }
   proto::Node& n = g.node(
       node, "moe",

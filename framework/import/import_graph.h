@@ -96,6 +96,11 @@ class ImportGraph {
   // Checks the dtype of `key` (a float weight, or F8_E4M3 codes with a well-formed scale) and
   // returns its scale, or nullopt for a float weight.
   std::optional<QuantSource> quant_source(const std::string& key, const Shape& shape) const;
+  // (fp4) assembled() for ModelOpt NVFP4 parts (U8 `weight` [rows, C/2] with `weight_scale`
+  // F8_E4M3 [rows, C/16] and scalar `weight_scale_2`): FP4 codes, E4M3 scales and an F32 global
+  // scale [lead..., S] (one per stacked matrix).
+  std::string nvfp4_assembled(const std::string& name, const Shape& shape,
+                              const std::vector<PartRef>& parts);
   // (fp4) Declares checkpoint tensor `key` [shape] of any dtype (the caller checked it).
   void weight_unchecked(const std::string& key, const Shape& shape);
   // Adds TensorInfo `name` [shape] assembled from `parts` (already checked), all of one dtype.

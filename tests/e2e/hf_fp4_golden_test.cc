@@ -4,7 +4,9 @@
 // (cpu_fp4): the logits of transformers' own load of the folder within 1e-4 normalised, the same
 // argmax at every position, token by token too, and the same greedy ids; `inspect --plan` names
 // cpu_fp4 and the rejected backends. Bad MXFP4 checkpoints (a missing or mis-shaped blocks / scales
-// tensor, a wrong dtype, an E8M0 NaN scale) are one error line, exit 2.
+// tensor, a wrong dtype, an E8M0 NaN scale) are one error line, exit 2. tests/fixtures/hf/
+// mixtral_nvfp4 is Mixtral with ModelOpt NVFP4 experts (hf_quant_config.json): imported with
+// codes, E4M3 scales and global scales, it matches the dequantized model's golden.
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -279,6 +281,87 @@ TEST(HfBadMxfp4Checkpoint, OtherFamiliesAreRefused) {
   config["quantization_config"] = {{"quant_method", "mxfp4"}};
   std::ofstream(dir / "config.json", std::ios::trunc) << config.dump(2);
   expect_clean_error(import(dir), {"'mxfp4' is supported for model_type gpt_oss only"});
+}
+
+// ---- NVFP4 (ModelOpt) ----------------------------------------------------------------------
+
+const std::filesystem::path kNvfp4 =
+    std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf/mixtral_nvfp4";
+
+TEST(HfNvfp4Golden, ImportKeepsCodesScalesAndGlobalScales) {
+  const proto::Model m = import_hf_checkpoint(kNvfp4).model;
+  auto find = [&](const std::string& name) -> const proto::TensorInfo* {
+    for (const proto::TensorInfo& t : m.tensors()) {
+      if (t.name() == name) return &t;
+    }
+    return nullptr;
+  };
+  // Mixtral H = 32, I = 48, 4 experts: w13 [4, 96, 32] as U8 [4, 96, 16], scales [4, 96, 2] E4M3,
+  // one global scale per stacked matrix (w1, w3) [4, 2].
+  const std::string w13 = "model.layers.0.block_sparse_moe.experts.w13";
+  const proto::TensorInfo* t = find(w13);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->dtype(), proto::U8);
+  EXPECT_THAT(t->shape(), ::testing::ElementsAre(4, 96, 16));
+  EXPECT_EQ(t->quantization().element(), proto::QUANT_ELEMENT_FP4_E2M1);
+  EXPECT_EQ(t->quantization().group_cols(), 16);
+  const proto::TensorInfo* s = find(t->quantization().scale());
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->dtype(), proto::F8_E4M3);
+  const proto::TensorInfo* g = find(t->quantization().global_scale());
+  ASSERT_NE(g, nullptr);
+  EXPECT_THAT(g->shape(), ::testing::ElementsAre(4, 2));
+  for (const proto::Node& n : m.nodes()) {
+    if (n.op() == "moe") {
+      EXPECT_EQ(n.moe().quant_scheme(), proto::MOE_QUANT_NVFP4);
+    }
+  }
+}
+
+TEST(HfNvfp4Golden, LogitsAndGreedyIdsMatchTheDequantizedModel) {
+  const nlohmann::json ref = load_json_file(kNvfp4 / "reference.json");
+  const std::vector<int32_t> prompt = ids(ref, "prompt_ids"), greedy = ids(ref, "greedy_ids");
+  auto session = open_imported(kNvfp4);
+  expect_logits_match(session->forward(prompt, positions(prompt.size())),
+                      read_npy(kNvfp4 / "logits.npy"), "nvfp4 prompt");
+  auto again = open_imported(kNvfp4);
+  GenerateOptions gen;
+  gen.max_new_tokens = static_cast<int>(greedy.size());
+  gen.stop_at_eos = false;
+  EXPECT_EQ(again->generate(prompt, gen).tokens, greedy);
+}
+
+TEST(HfBadNvfp4Checkpoint, MissingAndMistypedScales) {
+  const std::string key = "model.layers.1.block_sparse_moe.experts.2.w3.weight";
+  auto copy = [&](const std::string& name) {
+    const auto dir = testing::temp_dir(name);
+    for (const char* f : {"config.json", "model.safetensors", "hf_quant_config.json"}) {
+      std::filesystem::copy_file(kNvfp4 / f, dir / f,
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+    return dir;
+  };
+  const auto missing = copy("nvfp4-missing");
+  edit_weights(missing, [&](auto& t) {
+    std::erase_if(t, [&](const auto& nt) { return nt.first == key + "_scale_2"; });
+  });
+  expect_clean_error(import(missing), {"tensor '" + key + "_scale_2' is missing"});
+  const auto dtype = copy("nvfp4-dtype");
+  edit_weights(dtype, [&](auto& t) {
+    for (auto& [name, v] : t) {
+      if (name == key + "_scale") v = Tensor::empty_cpu(DType::kF32, v.shape());
+    }
+  });
+  expect_clean_error(import(dtype),
+                     {"NVFP4 tensor '" + key + "_scale'", "is F32, expected F8_E4M3"});
+  const auto shape = copy("nvfp4-shape");
+  edit_weights(shape, [&](auto& t) {
+    for (auto& [name, v] : t) {
+      if (name == key + "_scale") v = Tensor::empty_cpu(DType::kF8E4M3, {48, 1});
+    }
+  });
+  expect_clean_error(import(shape), {"tensor '" + key + "_scale'",
+                                     "has shape [48, 1], but config.json implies [48, 2]"});
 }
 
 }  // namespace

@@ -24,6 +24,11 @@ convert_moe_packed_tensors, bf16, exact for these values), then runs the ordinar
 reference.json records the path found ("dequantize": true) and the largest difference from our own
 dequantization (codes x 2^x written into the fp32 checkpoint), which must be 0 up to fp32 sums.
 
+mixtral_nvfp4: the fp32 Mixtral fixture with every expert weight in ModelOpt's NVFP4 layout
+(`weight` uint8 [out, in/2], `weight_scale` float8_e4m3fn [out, in/16], `weight_scale_2` fp32
+scalar = amax / (6 * 448), `input_scale`), declared by hf_quant_config.json (exclude_modules:
+lm_head, attention, router). Golden: the dequantized fp32 model in transformers.
+
     /work/.venv-hf/bin/python tools/hf/make_fp4_fixtures.py [--out tests/fixtures/hf]
 
 Pinned versions as make_fixtures.py: transformers==5.17.0, torch==2.11.0.
@@ -165,6 +170,92 @@ def make_gpt_oss_mxfp4(src, folder):
     return ref
 
 
+def quantize_nvfp4(w):
+    """ModelOpt NVFP4 of w [out, in] fp32: (weight uint8 [out, in/2], weight_scale float8_e4m3fn
+    [out, in/16], weight_scale_2 fp32 scalar, dequantized fp32 [out, in])."""
+    import torch
+    out_f, in_f = w.shape
+    assert in_f % 16 == 0, in_f
+    scale_2 = (w.abs().amax() / (6.0 * 448.0)).to(torch.float32)
+    g = w.reshape(out_f, in_f // 16, 16)
+    scale = (g.abs().amax(dim=-1) / 6.0 / scale_2).to(torch.float8_e4m3fn)
+    step = scale.to(torch.float32) * scale_2
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    codes = e2m1_codes(torch.where(step.unsqueeze(-1) > 0, g / safe.unsqueeze(-1),
+                                   torch.zeros_like(g)))
+    lut = torch.tensor(E2M1 + [-v for v in E2M1])
+    deq = (lut[codes.long()] * step.unsqueeze(-1)).reshape(out_f, in_f)
+    codes = codes.reshape(out_f, in_f)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    return packed.contiguous(), scale.contiguous(), scale_2.reshape(()), deq
+
+
+def make_mixtral_nvfp4(src, folder):
+    """Mixtral with its expert weights in ModelOpt's NVFP4 layout; golden from the dequantized
+    fp32 model (transformers 5.17 has no CPU path for ModelOpt NVFP4 checkpoints)."""
+    import numpy as np
+    import torch
+    import transformers as t
+    from safetensors.torch import load_file, save_file
+
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    config = json.load(open(os.path.join(src, "config.json")))
+    out, dequantized = {}, dict(tensors)
+    for key, value in tensors.items():
+        if ".block_sparse_moe.experts." in key and key.endswith(".weight"):
+            packed, scale, scale_2, deq = quantize_nvfp4(value)
+            out[key] = packed
+            out[key + "_scale"] = scale
+            out[key + "_scale_2"] = scale_2
+            # W4A4 activation scale as ModelOpt writes it; moegraph runs weight-only (W4A16).
+            out[key.replace(".weight", ".input_scale")] = torch.tensor(1.0 / 448.0)
+            dequantized[key] = deq
+        else:
+            out[key] = value
+    save_file(out, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    quant = {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+             "exclude_modules": ["lm_head", "model.layers.*.self_attn*",
+                                 "model.layers.*.block_sparse_moe.gate"]}
+    with open(os.path.join(folder, "hf_quant_config.json"), "w") as f:
+        json.dump({"producer": {"name": "modelopt", "version": "0.29.0"},
+                   "quantization": quant}, f, indent=2)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)  # ModelOpt's own export: the quantization in hf_quant_config
+
+    prompt = json.load(open(os.path.join(src, "reference.json")))["prompt_ids"]
+    ids = torch.tensor([prompt])
+    # The dequantized weights under the checkpoint's own names, loaded as any fp32 checkpoint.
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        save_file(dequantized, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        shutil.copy(os.path.join(src, "config.json"), os.path.join(tmp, "config.json"))
+        model = t.MixtralForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    model.set_attn_implementation("eager")
+    model.set_experts_implementation("eager")
+    with torch.no_grad():
+        logits = model(ids).logits[0].float().numpy()
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+        greedy = model.generate(ids, do_sample=False,
+                                max_new_tokens=GREEDY_TOKENS)[0, len(prompt):].tolist()
+    np.save(os.path.join(folder, "logits.npy"), logits.astype(np.float32))
+    ref = {
+        "family": "mixtral",
+        "format": "modelopt NVFP4 (hf_quant_config.json; experts quantized)",
+        "prompt_ids": prompt,
+        "greedy_ids": greedy,
+        "golden": "the dequantized fp32 model (codes x weight_scale x weight_scale_2) in "
+                  "transformers, eager, no activation quantization",
+        "transformers": t.__version__,
+        "torch": torch.__version__,
+    }
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=2)
+    return ref
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     default_out = os.path.join(here, "..", "..", "tests", "fixtures", "hf")
@@ -177,6 +268,9 @@ def main():
         transformers.__version__, torch.__version__)
     ref = make_gpt_oss_mxfp4(os.path.join(args.out, "gpt_oss"),
                              os.path.join(args.out, "gpt_oss_mxfp4"))
+    print(json.dumps(ref, indent=2))
+    ref = make_mixtral_nvfp4(os.path.join(args.out, "mixtral"),
+                             os.path.join(args.out, "mixtral_nvfp4"))
     print(json.dumps(ref, indent=2))
 
 
