@@ -4,10 +4,12 @@
 // to the compile device once. Raw consumers (MoE experts) get the loaded tensor and convert it
 // themselves in the next pass. With CompileOptions::random_weights the values are generated
 // instead of loaded (large ones directly on the compile device).
+#include <algorithm>
 #include <cmath>
 
 #include "framework/compile/pass.h"
 #include "framework/core/checked_math.h"
+#include "framework/core/fp4.h"
 #include "framework/core/fp8.h"
 #include "framework/core/logging.h"
 #include "framework/core/quant.h"
@@ -93,11 +95,68 @@ std::pair<Tensor, WeightQuantization> random_quantized_weight(const proto::Tenso
   return {std::move(codes), std::move(q)};
 }
 
+// (fp4) Random packed FP4 codes (every byte uniform: codes uniform over +-{0 .. 6}) and scales
+// 1 / (6 sqrt(C)) times a factor in [0.5, 1.5), so the values come out like random_weight's.
+std::pair<Tensor, WeightQuantization> random_fp4_weight(const proto::TensorInfo& info,
+                                                        const GroupShape& group, uint64_t seed) {
+  const Shape stored(info.shape().begin(), info.shape().end());
+  const Shape shape = fp4_logical_shape(stored);
+  Tensor values = Tensor::empty_cpu(DType::kF32, stored);
+  fill_uniform(values, mix64(seed ^ fnv1a(info.name())), 128.0f, 128.0f, nullptr);
+  Tensor codes = Tensor::empty_cpu(DType::kU8, stored);
+  const float* v = values.data<float>();
+  uint8_t* c = static_cast<uint8_t*>(codes.raw());
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    c[i] = static_cast<uint8_t>(std::clamp(std::floor(v[i]), 0.0f, 255.0f));
+  }
+  WeightQuantization q;
+  q.group = group;
+  q.scale = Tensor::empty_cpu(DType::kF32, scale_shape_for(shape, group));
+  fill_uniform(q.scale, mix64(seed ^ fnv1a(info.quantization().scale())), 1.0f, 0.5f, nullptr);
+  const float base = 1.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(shape.back())));
+  float* sc = q.scale.data<float>();
+  for (int64_t i = 0; i < q.scale.numel(); ++i) sc[i] *= base;
+  return {std::move(codes), std::move(q)};
+}
+
+// (fp4) The effective F32 group scales of FP4 weight `info` (E8M0 decoded, NVFP4's global scale
+// applied); a NaN scale (E8M0 0xFF) is an error naming the tensor.
+Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, CompileState& state) {
+  const proto::TensorQuantization& q = info.quantization();
+  const Tensor raw =
+      state.weights->load(graph.model().tensors(graph.value(q.scale()).tensor_index));
+  Tensor global;
+  if (!q.global_scale().empty()) {
+    global = state.weights->load(graph.model().tensors(graph.value(q.global_scale()).tensor_index));
+  }
+  // ModelOpt's convention (the global scale multiplies), which the graph file takes.
+  Tensor scale = fp4_group_scales_f32(raw, global, /*global_divides=*/false);
+  const float* s = scale.data<float>();
+  for (int64_t i = 0; i < scale.numel(); ++i) {
+    MG_CHECK(std::isfinite(s[i]) && s[i] >= 0.0f,
+             "{}: tensor '{}': scale {} of '{}'{} is {} (E8M0 0xFF is NaN; scales must be finite "
+             "and not negative)",
+             graph.file_label(), info.name(), i, q.scale(),
+             q.global_scale().empty() ? "" : fmt::format(" with global '{}'", q.global_scale()),
+             s[i]);
+  }
+  return scale;
+}
+
 // Loads (or generates) quantized weight `info` into `v`: codes in raw_weight, scales in quant.
 void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& graph,
                     CompileState& state) {
   const GroupShape group = *graph.value(v.name).type->quant_group;
-  if (state.options.random_weights) {
+  if (is_fp4_quantization(info.quantization())) {
+    if (state.options.random_weights) {
+      std::tie(v.raw_weight, v.quant) =
+          random_fp4_weight(info, group, *state.options.random_weights);
+    } else {
+      v.raw_weight = state.weights->load(info);
+      v.quant.scale = load_fp4_scales(info, graph, state);
+      v.quant.group = group;
+    }
+  } else if (state.options.random_weights) {
     std::tie(v.raw_weight, v.quant) =
         random_quantized_weight(info, group, *state.options.random_weights);
   } else {

@@ -3,6 +3,7 @@
 #include <queue>
 #include <unordered_set>
 
+#include "framework/core/fp4.h"
 #include "framework/graph/tensor_quantization.h"
 #include "framework/io/proto_dtype.h"
 
@@ -74,7 +75,18 @@ void add_declared_values(Graph& graph, std::unordered_map<std::string, GraphValu
         scale != values.end() && scale->second.source == ValueSource::kWeight
             ? &m.tensors(scale->second.tensor_index)
             : nullptr;
-    values.at(t.name()).type->quant_group = check_tensor_quantization(m, t, scale_info, file);
+    ValueType& type = *values.at(t.name()).type;
+    type.quant_group = check_tensor_quantization(m, t, scale_info, file);
+    // (fp4) Packed FP4 codes (U8, the only U8 codes): ops see the logical shape.
+    if (is_fp4_quantization(t.quantization())) type.shape = fp4_logical_shape(type.shape);
+    if (!t.quantization().global_scale().empty()) {
+      auto global = values.find(t.quantization().global_scale());
+      check_fp4_global_scale(t,
+                             global != values.end() && global->second.source == ValueSource::kWeight
+                                 ? &m.tensors(global->second.tensor_index)
+                                 : nullptr,
+                             file);
+    }
   }
 }
 

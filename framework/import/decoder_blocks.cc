@@ -206,7 +206,17 @@ std::string moe(ImportGraph& g, const std::string& node, const std::string& x,
            g.checkpoint().dir().string(), in.w13, w13_group ? "FP8" : "not quantized", in.w2,
            w2_group ? "FP8" : "not quantized");
   proto::MoEParams p = params;
-  if (w2_group) p.set_quant_scheme(fp8_scheme(*w2_group));
+  // A family that declared its experts' scheme itself (GPT-OSS's MXFP4) keeps it; FP4 codes with
+  // 16-value groups are NVFP4 (ModelOpt).
+  if (w2_group && p.quant_scheme() == proto::MOE_QUANT_UNQUANTIZED) {
+    bool fp4 = false;
+    for (const proto::TensorInfo& t : g.model().tensors()) {
+      if (t.name() == in.w2) fp4 = t.quantization().element() == proto::QUANT_ELEMENT_FP4_E2M1;
+    }
+    p.set_quant_scheme(
+        fp4 ? (w2_group->cols == 32 ? proto::MOE_QUANT_MXFP4 : proto::MOE_QUANT_NVFP4)
+            : fp8_scheme(*w2_group));
+  }
   proto::Node& n = g.node(
       node, "moe",
       {x, in.router_weight, in.router_bias, in.score_correction_bias, in.w13, in.w13_bias, in.w2,

@@ -176,7 +176,65 @@ HfQuantization read_compressed_tensors(const ConfigReader& q) {
   return h;
 }
 
+// quant_method "mxfp4": GPT-OSS as OpenAI released it (transformers' Mxfp4Config). Only the
+// experts are MXFP4; the family importer reads their blocks and scales.
+HfQuantization read_mxfp4(const ConfigReader& q) {
+  HfQuantization h;
+  h.method = HfQuantization::Method::kMxfp4;
+  h.description = "mxfp4 (E2M1, one E8M0 scale per 32 values)";
+  h.group = GroupShape{1, 32};
+  // No Linear weight has a scale sibling of this name, so every other tensor reads as float.
+  h.scale_suffix = "_scales";
+  h.ignore_key = "modules_to_not_convert";
+  for (const std::string& text :
+       q.strings_opt("modules_to_not_convert").value_or(std::vector<std::string>{})) {
+    h.ignore.push_back({text, compile_pattern(q, "modules_to_not_convert", text), true});
+  }
+  return h;
+}
+
+// quant_method "modelopt" (quant_algo NVFP4): the quantization_config transformers writes for
+// ModelOpt exports, or hf_quant_config.json's "quantization" object (same keys).
+HfQuantization read_modelopt(const ConfigReader& q) {
+  const std::string algo = q.string("quant_algo");
+  if (algo != "NVFP4") {
+    q.fail("quant_algo",
+           fmt::format("ModelOpt '{}' checkpoints are not supported (only NVFP4)", algo));
+  }
+  if (q.integer_or("group_size", 16) != 16) {
+    q.fail("group_size",
+           fmt::format("NVFP4 takes groups of 16 values, not {}", q.integer_or("group_size", 16)));
+  }
+  HfQuantization h;
+  h.method = HfQuantization::Method::kModelOptNvfp4;
+  h.description = "modelopt NVFP4 (E2M1, one E4M3 scale per 16 values, F32 global scale)";
+  h.group = GroupShape{1, 16};
+  h.scale_suffix = "_scale";
+  h.ignore_key = "exclude_modules";
+  for (const std::string& text :
+       q.strings_opt("exclude_modules").value_or(std::vector<std::string>{})) {
+    // fnmatch-style wildcards: '*' matches any run; everything else literally; the whole name.
+    std::string pattern;
+    for (const char c : text) {
+      if (c == '*') {
+        pattern += ".*";
+      } else if (std::string_view(".^$|()[]{}+?\\").find(c) != std::string_view::npos) {
+        pattern += '\\';
+        pattern += c;
+      } else {
+        pattern += c;
+      }
+    }
+    h.ignore.push_back({text, compile_pattern(q, "exclude_modules", pattern + "$"), false});
+  }
+  return h;
+}
+
 }  // namespace
+
+HfQuantization read_modelopt_quant_config(const ConfigReader& quantization) {
+  return read_modelopt(quantization);
+}
 
 const HfQuantization::IgnoreRule* HfQuantization::ignored_by(const std::string& module) const {
   for (const IgnoreRule& rule : ignore) {
@@ -199,9 +257,12 @@ HfQuantization read_hf_quantization(const ConfigReader& config) {
   const std::string method = q->string("quant_method");
   if (method == "fp8") return read_fp8(*q);
   if (method == "compressed-tensors") return read_compressed_tensors(*q);
-  q->fail("quant_method", fmt::format("quantized checkpoints of method '{}' are not supported "
-                                      "(supported: fp8, compressed-tensors float-quantized)",
-                                      method));
+  if (method == "mxfp4") return read_mxfp4(*q);
+  if (method == "modelopt") return read_modelopt(*q);
+  q->fail("quant_method",
+          fmt::format("quantized checkpoints of method '{}' are not supported "
+                      "(supported: fp8, compressed-tensors float-quantized, mxfp4, modelopt NVFP4)",
+                      method));
 }
 
 }  // namespace mg

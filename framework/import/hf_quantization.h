@@ -9,6 +9,14 @@
 //     group of 8-bit float weights with strategy tensor ([1] or [] scale) or channel ([out, 1]),
 //     `weight_scale` multiplies; input_activations dynamic per token, or absent (weight-only);
 //     `ignore` lists module names, or regexes after "re:" (anchored at the start).
+//   - quant_method "mxfp4" (GPT-OSS as released): the experts' `*_blocks` / `*_scales` tensors
+//     (ImportGraph::mxfp4_weight); modules_to_not_convert as for fp8. Every other tensor is float.
+//   - quant_method "modelopt" with quant_algo "NVFP4" (NVIDIA ModelOpt exports; the same keys as
+//     hf_quant_config.json's "quantization"): group_size 16; per Linear `weight` U8 [out, in/2]
+//     (two E2M1 codes per byte), `weight_scale` F8_E4M3 [out, in/16], `weight_scale_2` F32 scalar
+//     (multiplies); `input_scale` (W4A4) is not used (weights only). exclude_modules are
+//     wildcard patterns ('*' any run of characters) over module names. Quantized expert weights
+//     are taken (ImportGraph::assembled); a quantized dense Linear is refused.
 // Everything else (other methods and formats, e5m2, static activation scales, odd block sizes) is
 // one error naming config.json and the key.
 //
@@ -34,6 +42,8 @@ struct HfQuantization {
     kNone,                  // no quantization_config
     kFp8Block,              // quant_method "fp8"
     kCompressedTensorsFp8,  // quant_method "compressed-tensors", format "float-quantized"
+    kMxfp4,                 // quant_method "mxfp4" (GPT-OSS: experts as *_blocks / *_scales)
+    kModelOptNvfp4,         // quant_method "modelopt", quant_algo "NVFP4"
   };
   Method method = Method::kNone;
   // "fp8 (128x128 blocks)", "compressed-tensors float-quantized (per channel)" for messages.
@@ -63,5 +73,9 @@ struct HfQuantization {
 
 // Reads `quantization_config` of `config` (absent or null: Method::kNone).
 HfQuantization read_hf_quantization(const ConfigReader& config);
+
+// (fp4) Reads hf_quant_config.json's "quantization" object (ModelOpt exports without a
+// quantization_config in config.json).
+HfQuantization read_modelopt_quant_config(const ConfigReader& quantization);
 
 }  // namespace mg

@@ -283,6 +283,26 @@ std::string fp8_group_mismatch(QuantScheme scheme, GroupShape group, int64_t gat
   return "not an FP8 scheme";
 }
 
+// (fp4) MXFP4 / NVFP4 expert weights: packed FP4 codes with per-row groups of 32 / 16, in a
+// layout that packs along the input dimension.
+void check_fp4_expert_weight(const MoEConfig& c, const ValueType& type, const std::string& what) {
+  const QuantScheme scheme = c.quant_scheme();
+  const bool mx = scheme == QuantScheme::kMxfp4;
+  MG_CHECK(type.quant_group && type.dtype == DType::kU8,  // FP4: the only U8 codes
+           "quant_scheme {} needs {} quantized to FP4_E2M1 (TensorInfo.quantization.element), got "
+           "{}",
+           quant_scheme_name(scheme), what, value_type_str(type));
+  MG_CHECK(c.layout() == ExpertLayout::kCanonical,
+           "quant_scheme {} needs the canonical expert layout ([E, N1, H] / [E, H, I]: FP4 codes "
+           "pack along the input dimension), not {}",
+           quant_scheme_name(scheme), expert_layout_name(c.layout()));
+  const GroupShape want{1, mx ? 32 : 16};
+  MG_CHECK(*type.quant_group == want,
+           "{} has scales {}, but {} needs one scale per {} values of a "
+           "row (group_rows 1, group_cols {})",
+           what, type.quant_group->str(), quant_scheme_name(scheme), want.cols, want.cols);
+}
+
 // w13 / w2 agree with the node's quant_scheme: codes of the scheme's type and scale groups, or
 // plain floats for UNQUANTIZED.
 void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t index) {
@@ -291,6 +311,10 @@ void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t
   if (scheme == QuantScheme::kUnquantized) {
     MG_CHECK(!type.quant_group, "{} is quantized ({}) but quant_scheme is UNQUANTIZED", what,
              value_type_str(type));
+    return;
+  }
+  if (scheme == QuantScheme::kMxfp4 || scheme == QuantScheme::kNvfp4) {
+    check_fp4_expert_weight(c, type, what);
     return;
   }
   if (!is_fp8_scheme(scheme)) return;  // refused as not supported yet before the inputs are checked

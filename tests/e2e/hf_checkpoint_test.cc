@@ -324,12 +324,13 @@ TEST(HfBadCheckpoint, NoConfigOrNoWeights) {
 }
 
 TEST(HfBadCheckpoint, UnsupportedQuantizationMethod) {
-  const auto dir = copy_fixture("mxfp4");
+  const auto dir = copy_fixture("bitsandbytes");
   nlohmann::json config = read_config(dir);
-  config["quantization_config"] = {{"quant_method", "mxfp4"}};
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"}};
   write_config(dir, config);
-  expect_clean_error(import(dir), {"quantization_config", "'quant_method'",
-                                   "quantized checkpoints of method 'mxfp4' are not supported"});
+  expect_clean_error(import(dir),
+                     {"quantization_config", "'quant_method'",
+                      "quantized checkpoints of method 'bitsandbytes' are not supported"});
 }
 
 TEST(HfBadCheckpoint, ShardedCheckpointImports) {

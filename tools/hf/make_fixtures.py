@@ -265,7 +265,9 @@ def write_readme(out_dir, versions, rows):
     total = sum(size for _, size in rows)
     lines += ["", f"Total: {total / 1024:.0f} KiB.", "",
               "The FP8 checkpoints (`*_fp8*` folders) and their goldens are written by",
-              "`tools/hf/make_fp8_fixtures.py`: see README_fp8.md.", ""]
+              "`tools/hf/make_fp8_fixtures.py`: see README_fp8.md. The GPT-OSS MXFP4",
+              "checkpoint (`gpt_oss_mxfp4`) is written by `tools/hf/make_fp4_fixtures.py`: see",
+              "README_fp4.md.", ""]
     with open(os.path.join(out_dir, "README.md"), "w") as f:
         f.write("\n".join(lines))
 

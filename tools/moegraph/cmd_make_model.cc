@@ -40,9 +40,11 @@ proto::MoEQuantScheme parse_moe_quant(const std::string& text) {
   if (text == "fp8-block") return proto::MOE_QUANT_FP8_BLOCK;
   if (text == "fp8-channel") return proto::MOE_QUANT_FP8_PER_CHANNEL;
   if (text == "fp8-tensor") return proto::MOE_QUANT_FP8_PER_TENSOR;
+  if (text == "mxfp4") return proto::MOE_QUANT_MXFP4;
+  if (text == "nvfp4") return proto::MOE_QUANT_NVFP4;
   MG_FAIL(
-      "--quant: unknown expert quantization '{}' (expected none, fp8-block, fp8-channel or "
-      "fp8-tensor)",
+      "--quant: unknown expert quantization '{}' (expected none, fp8-block, fp8-channel, "
+      "fp8-tensor, mxfp4 or nvfp4)",
       text);
 }
 
@@ -130,7 +132,9 @@ Command add_make_model_command(CLI::App& app) {
                   "Expert weights: none, or FP8 E4M3 quantized from the random values with "
                   "128x128 block scales (fp8-block, DeepSeek-V3's format), one scale per row "
                   "(fp8-channel) or per projection (fp8-tensor); FP8 models quantize activations "
-                  "dynamically (W8A8)")
+                  "dynamically (W8A8); or FP4 E2M1, weight-only: mxfp4 (E8M0 scale per 32 "
+                  "values, GPT-OSS's format) or nvfp4 (E4M3 scale per 16 values and an F32 "
+                  "global scale per matrix)")
       ->capture_default_str();
   cmd->add_flag("--graph-only", args->graph_only,
                 "Write only the graph (weights declared, no weight file): run it with "

@@ -299,11 +299,14 @@ class CudaDequantBackend final : public ExpertsBackend {
   }
   std::string check_device(Device device) const override { return cuda_check_device(device); }
   std::string check_quant(const MoEQuantConfig& quant) const override {
-    if (!is_fp8_scheme(quant.scheme())) {
-      return fmt::format("takes FP8 weights, not {}", quant_scheme_name(quant.scheme()));
+    const QuantScheme scheme = quant.scheme();
+    const bool fp4 = scheme == QuantScheme::kMxfp4 || scheme == QuantScheme::kNvfp4;
+    if (!is_fp8_scheme(scheme) && !fp4) {
+      return fmt::format("takes FP8 or FP4 (MXFP4, NVFP4) weights, not {}",
+                         quant_scheme_name(scheme));
     }
     if (quant.activation_key().quantized()) {
-      return "runs W8A16 only (pass --activation-quant none), not activations " +
+      return "runs weight-only (W8A16: pass --activation-quant none), not activations " +
              quant.activation_key().str();
     }
     return {};
@@ -325,7 +328,8 @@ class CudaDequantBackend final : public ExpertsBackend {
     return cuda_moe_backend().check_kernel(kernel, shape, device);
   }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    // Dequantized once, F32 on the host, then cuda_moe's conversion to the activation dtype.
+    // Dequantized once (FP8 or packed FP4 codes: dequantize_cpu), F32 on the host, then
+    // cuda_moe's conversion to the activation dtype.
     build.weights = {
         dequantize_cpu(build.quantized.w13, build.quantized.w13_quant), build.quantized.w13_bias,
         dequantize_cpu(build.quantized.w2, build.quantized.w2_quant), build.quantized.w2_bias};

@@ -139,6 +139,11 @@ class LinearOp final : public OpDef {
 
     const ValueType& weight = require_input(inputs, 1, "weight");
     if (!weight.quant_group) expect_float(weight, "linear: weight");
+    // (fp4) Packed FP4 codes are U8 (framework/core/fp4.h): the MoE experts take them, linear not.
+    MG_CHECK(!weight.quant_group || weight.dtype != DType::kU8,
+             "linear: FP4 weights ({}) are not supported yet (FP4 is taken by the MoE experts; "
+             "linear takes F8_E4M3 codes or floats)",
+             value_type_str(weight));
     MG_CHECK(weight.shape.size() == 2 && weight.shape[1] == in && weight.shape[0] > 0,
              "linear: weight must have shape [out, in] = [*, {}], got {}", in,
              value_type_str(weight));
