@@ -1,6 +1,7 @@
 // `moegraph bench moe` (one MoE layer per backend against its floor, ops/moe/bench),
 // `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model) and
-// `moegraph bench soak MODEL` (many decode steps; fails when host or device memory grows).
+// `moegraph bench soak MODEL` (many decode steps; fails when host or device memory grows) and
+// `moegraph bench gemv` (linear's GEMV path against cuBLASLt on the one-token projections).
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/compile/fuse_ops.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/device/allocator.h"
@@ -26,6 +28,7 @@
 #include "tools/moegraph/flag_checks.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/bench/moe_bench_cuda.h"
+#include "ops/nn/linear/gemv_bench_cuda.h"
 #endif
 
 namespace mg::cli {
@@ -216,6 +219,7 @@ struct BenchE2eArgs {
   int decode_tokens = 128;
   int repeats = 3;
   bool cuda_graph = false;
+  bool no_fuse = false;
   std::optional<uint64_t> random_weights;
   int tp = 1;
   bool ep = false;
@@ -236,6 +240,7 @@ int bench_e2e(const BenchE2eArgs& a) {
   compile.max_seq_len = a.prompt_tokens + a.decode_tokens + 1;
   compile.max_tokens = std::min(a.prompt_tokens, 2048);
   compile.random_weights = a.random_weights;
+  set_fuse_ops_enabled(!a.no_fuse);
   SessionOptions options;
   options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.cuda_graph = a.cuda_graph;
@@ -258,10 +263,10 @@ int bench_e2e(const BenchE2eArgs& a) {
     if (!print) return;
     std::sort(prefill.begin(), prefill.end());
     std::sort(decode.begin(), decode.end());
-    std::cout << fmt::format("model: {} on {} ({}{}{})\n", session.plan().model_name, where,
-                             dtype_name(activation_dtype_of(compile)),
-                             a.cuda_graph ? ", decode as a CUDA graph" : "",
-                             a.random_weights ? ", random weights" : "");
+    std::cout << fmt::format(
+        "model: {} on {} ({}{}{}{})\n", session.plan().model_name, where,
+        dtype_name(activation_dtype_of(compile)), a.cuda_graph ? ", decode as a CUDA graph" : "",
+        a.no_fuse ? ", fuse-ops pass off" : "", a.random_weights ? ", random weights" : "");
     std::cout << fmt::format("prefill: {} tokens, median {:.1f} tokens/s over {} runs\n",
                              a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
     std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
@@ -382,6 +387,38 @@ int bench_soak(const BenchSoakArgs& a) {
   return 0;
 }
 
+struct BenchGemvArgs {
+  std::string rows = "1,2,4,8,16";
+  std::string dtype = "bf16";
+  int64_t in = 0, out = 0;
+};
+
+int bench_gemv(const BenchGemvArgs& a) {
+#ifdef MG_WITH_CUDA
+  MG_CHECK(cuda_device_count() > 0,
+           "bench gemv times CUDA kernels and this machine has no CUDA GPU; run it on a machine "
+           "with one");
+  GemvBenchOptions o;
+  MG_CHECK(a.dtype == "bf16" || a.dtype == "f16" || a.dtype == "f32",
+           "bench gemv: --dtype must be bf16, f16 or f32, got '{}'", a.dtype);
+  o.dtype = a.dtype == "bf16" ? DType::kBF16 : a.dtype == "f16" ? DType::kF16 : DType::kF32;
+  MG_CHECK((a.in > 0) == (a.out > 0), "bench gemv: a custom shape needs both --in and --out");
+  if (a.in > 0) o.shapes.push_back({fmt::format("{}x{}", a.in, a.out), a.in, a.out});
+  o.rows.clear();
+  for (const std::string& r : split_list(a.rows)) {
+    const int64_t rows = std::stoll(r);
+    MG_CHECK(rows >= 1 && rows <= 4096, "bench gemv: --rows must be 1..4096, got {}", r);
+    o.rows.push_back(rows);
+  }
+  MG_CHECK(!o.rows.empty(), "bench gemv: --rows is empty");
+  return run_gemv_bench(o);
+#else
+  (void)a;
+  MG_CHECK(false, "bench gemv times CUDA kernels; this build has no CUDA (MG_CUDA=OFF)");
+  return 1;
+#endif
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& app) {
@@ -445,6 +482,8 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(int_range(1, 1000));
   e->add_flag("--cuda-graph", e2e->cuda_graph, "Replay the decode step as a CUDA graph");
+  e->add_flag("--no-fuse", e2e->no_fuse,
+              "Run the graph as written: no fuse-ops compile pass (add + rms_norm fusion)");
   e->add_option("--random-weights", e2e->random_weights,
                 "Fill the weights with random values from this seed instead of reading them "
                 "(for graphs written by make-model --graph-only)")
@@ -479,8 +518,17 @@ Command add_bench_command(CLI::App& app) {
                 "Testing: leak this many host bytes per step (the check must then fail)")
       ->group("");  // hidden
 
-  return [m, e, p, k, moe, e2e, plot, soak] {
+  auto gemv = std::make_shared<BenchGemvArgs>();
+  CLI::App* g = cmd->add_subcommand(
+      "gemv", "Time linear's GEMV path against cuBLASLt on the decode step's projections");
+  g->add_option("--rows", gemv->rows, "Rows of x, comma-separated")->capture_default_str();
+  g->add_option("--dtype", gemv->dtype, "bf16, f16 or f32")->capture_default_str();
+  g->add_option("--in", gemv->in, "Custom shape: input features")->check(int_range(1, 1 << 20));
+  g->add_option("--out", gemv->out, "Custom shape: output features")->check(int_range(1, 1 << 24));
+
+  return [m, e, p, k, g, moe, e2e, plot, soak, gemv] {
     if (m->parsed()) return bench_moe(*moe);
+    if (g->parsed()) return bench_gemv(*gemv);
     if (p->parsed()) return bench_plot(*plot);
     if (e->parsed()) return bench_e2e(*e2e);
     if (k->parsed()) return bench_soak(*soak);

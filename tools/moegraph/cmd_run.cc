@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "framework/compile/compiler.h"
+#include "framework/compile/fuse_ops.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
@@ -47,6 +48,7 @@ struct RunArgs {
   uint64_t seed = 0;
   bool profile = false;
   bool cuda_graph = false;
+  bool no_fuse = false;
   std::string trace;
   int64_t max_tokens = 512;
   int64_t max_seq_len = 0;
@@ -310,6 +312,7 @@ int run(const RunArgs& a) {
   compile.quantize_activations = a.activation_quant != "none";
   compile.quantize_dense_activations = a.activation_quant == "dynamic";
   compile.random_weights = a.random_weights;
+  set_fuse_ops_enabled(!a.no_fuse);
   SessionOptions options;
   options.threads = a.threads > 0
                         ? a.threads
@@ -410,6 +413,8 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str()
       ->check(non_negative_u64());
   cmd->add_flag("--profile", args->profile, "Print per-op timings");
+  cmd->add_flag("--no-fuse", args->no_fuse,
+                "Run the graph as written: no fuse-ops compile pass (add + rms_norm fusion)");
   cmd->add_flag("--cuda-graph", args->cuda_graph,
                 "Capture the decode step as a CUDA graph and replay it (CUDA devices)");
   cmd->add_option("--trace", args->trace, "Write a Chrome trace (JSON) of every node to FILE");

@@ -1,9 +1,13 @@
 #include "ops/nn/linear/linear_gemm_cuda.h"
 
+#include <algorithm>
+#include <type_traits>
+
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
 #include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/nn/linear/linear_cuda.h"
+#include "ops/nn/linear/linear_gemv_cuda.h"
 
 namespace mg::cuda {
 
@@ -45,6 +49,7 @@ GemmXwt::GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int dev
       out_(out),
       bias_(bias),
       device_(device),
+      gemv_max_rows_(kGemvMaxRows),
       data_type_(cuda_data_type(dtype)),
       out_type_(cuda_data_type(out_dtype_)) {
   MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -113,6 +118,26 @@ const GemmXwt::TokensPlan& GemmXwt::plan_for(int64_t tokens) const {
 void GemmXwt::run(const void* x, int64_t tokens, const void* w, void* y, float alpha,
                   void* workspace, size_t workspace_bytes, cudaStream_t stream) const {
   if (tokens <= 0) return;
+  if (tokens <= gemv_max_rows_ && tokens <= kGemvMaxRows && gemv_supported()) {
+    GemvArgs args;
+    args.x = x;
+    args.w = w;
+    args.bias = bias_;
+    args.y = y;
+    args.rows = tokens;
+    args.in = in_;
+    args.out = out_;
+    args.alpha = alpha;
+    dispatch_float_dtype(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      if (out_dtype_ == dtype_) {
+        launch_gemv<T, T>(args, stream);
+      } else {
+        if constexpr (!std::is_same_v<T, float>) launch_gemv<T, float>(args, stream);
+      }
+    });
+    return;
+  }
   const auto aligned = [](const void* p) {
     return reinterpret_cast<uintptr_t>(p) % kMinAlignment == 0;
   };
@@ -163,6 +188,11 @@ void GemmXwt::run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y,
   }
 }
 
+bool GemmXwt::gemv_supported() const {
+  // Same dtype in and out, or 16-bit in and F32 out (the router's logits).
+  return out_dtype_ == dtype_ || (out_dtype_ == DType::kF32 && dtype_ != DType::kF32);
+}
+
 bool GemmXwt::rows_aligned() const {
   return (in_ * static_cast<int64_t>(dtype_size(dtype_))) % kMinAlignment == 0 &&
          (out_ * static_cast<int64_t>(dtype_size(out_dtype_))) % kMinAlignment == 0;
@@ -170,8 +200,23 @@ bool GemmXwt::rows_aligned() const {
 
 std::string GemmXwt::describe() const {
   const char* api = rows_aligned() ? "cublasLt" : "cublasGemmEx (rows not 16-byte aligned)";
-  if (out_dtype_ == dtype_) return fmt::format("{} {}", api, dtype_name(dtype_));
-  return fmt::format("{} {} -> {}", api, dtype_name(dtype_), dtype_name(out_dtype_));
+  const std::string types =
+      out_dtype_ == dtype_ ? std::string(dtype_name(dtype_))
+                           : fmt::format("{} -> {}", dtype_name(dtype_), dtype_name(out_dtype_));
+  if (!gemv_supported() || gemv_max_rows_ <= 0) return fmt::format("{} {}", api, types);
+  return fmt::format("{} {}, gemv up to {} rows", api, types,
+                     std::min(gemv_max_rows_, kGemvMaxRows));
+}
+
+int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes) {
+  // ~4096 warps: about half of what an H100's 132 SMs hold at once (64 each), enough with four
+  // 16-byte loads in flight per lane to cover HBM latency; more warps per feature only add
+  // shared-memory reductions.
+  constexpr int64_t kTargetWarps = 4096;
+  const int64_t chunks = std::max<int64_t>(1, in * element_bytes / 16);
+  int wpf = 1;
+  while (wpf < 8 && out * wpf < kTargetWarps && chunks >= int64_t{64} * wpf) wpf *= 2;
+  return wpf;
 }
 
 }  // namespace mg::cuda
