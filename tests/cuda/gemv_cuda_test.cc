@@ -1,12 +1,19 @@
-// The GEMV path of linear on CUDA (ops/nn/linear/linear_gemv_cuda.h): 1..8 rows of x take it
-// instead of cuBLASLt, for every dtype and any shape: `in` and `out` odd, primes, not multiples
-// of 8 (scalar loads), multiples of 8 (16-byte loads), few output features with a long `in`
-// (several warps split one feature) and many short ones; with and without bias and scale. Each
-// result is checked against an fp64 loop over the same dtype-rounded inputs, every element of the
-// output is written (DeviceOp poisons it with NaN) and nothing past it (guard bytes).
+// The GEMV path of linear on CUDA (ops/nn/linear/linear_gemv_cuda.h), forced for 1..8 rows of x
+// (the linear op chooses it up to kGemvChosenRows on 16-byte rows), for every dtype and any shape:
+// `in` and `out` odd, primes, not multiples of 8 (scalar loads), multiples of 8 (16-byte loads),
+// few output features with a long `in` (several warps split one feature) and many short ones; with
+// and without bias and scale. Each result is checked against an fp64 loop over the same
+// dtype-rounded inputs, every element of the output is written (DeviceOp poisons it with NaN) and
+// nothing past it (guard bytes).
 #include <gtest/gtest.h>
 
 #include "tests/cuda/cuda_test_util.h"
+
+#ifdef MG_WITH_CUDA
+#include "framework/device/cuda/cuda_check.h"
+#include "ops/nn/linear/linear_gemm_cuda.h"
+#include "ops/nn/linear/linear_gemv_cuda.h"
+#endif
 
 namespace mg {
 namespace {
@@ -50,7 +57,9 @@ void expect_linear_matches(const GemvShape& s, int64_t rows, DType dtype, double
   std::vector<Tensor> inputs = {x, w};
   if (bias) inputs.push_back(b);
   testing::DeviceOp op(node, inputs, dtype);
-  EXPECT_NE(op.kernel().describe().find("gemv up to 8 rows"), std::string::npos)
+  const bool aligned = (s.in * static_cast<int64_t>(dtype_size(dtype))) % 16 == 0 &&
+                       (s.out * static_cast<int64_t>(dtype_size(dtype))) % 16 == 0;
+  EXPECT_EQ(op.kernel().describe().find("gemv up to 2 rows") != std::string::npos, aligned)
       << op.kernel().describe();
   const std::vector<Tensor> out = op.run(inputs);
   const std::vector<float> ref = reference_linear(x, w, bias ? &b : nullptr, scale);
@@ -58,6 +67,22 @@ void expect_linear_matches(const GemvShape& s, int64_t rows, DType dtype, double
       testing::normalized_error(
           std::span<const float>(out[0].data<float>(), static_cast<size_t>(out[0].numel())), ref),
       tolerance);
+  // The GEMV kernel itself at this row count, whatever the op's rule chooses: alpha = scale and
+  // no bias (the op folds bias x scale into its own bias tensor).
+  const Tensor dx = testing::upload(x, dtype, nullptr), dw = testing::upload(w, dtype, nullptr);
+  cuda::GemmXwt forced(dtype, s.in, s.out, nullptr, 0);
+  forced.set_gemv_max_rows(cuda::kGemvMaxRows);
+  Tensor dy = empty_tensor(Device::cuda(0), dtype, {rows, s.out});
+  testing::DeviceBuffer ws(cuda::GemmXwt::kWorkspaceBytes);
+  forced.run(dx.raw(), rows, dw.raw(), dy.raw(), scale, ws.as<void>(),
+             cuda::GemmXwt::kWorkspaceBytes, nullptr);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  const Tensor got = testing::download_f32(dy, nullptr);
+  EXPECT_LE(testing::normalized_error(
+                std::span<const float>(got.data<float>(), static_cast<size_t>(got.numel())),
+                reference_linear(x, w, nullptr, scale)),
+            tolerance)
+      << "forced GEMV";
 }
 
 TEST(CudaGemv, LinearOfOneToEightRowsMatchesAnFp64LoopInEveryDtypeAndShape) {
@@ -82,7 +107,7 @@ TEST(CudaGemv, LinearOfOneToEightRowsMatchesAnFp64LoopInEveryDtypeAndShape) {
   }
 }
 
-// Nine rows and more leave the GEMV for cuBLASLt; the two paths agree at the boundary.
+// Past the chosen rows the op leaves the GEMV for cuBLASLt; the two paths agree at the boundary.
 TEST(CudaGemv, NineRowsTakeCublasAndAgreeWithTheGemv) {
   MG_REQUIRE_GPU();
   for (const testing::DtypeTolerance& d : testing::cuda_dtypes()) {

@@ -74,7 +74,7 @@ TEST(CudaOps, KernelsDescribeTheirDtype) {
   const Tensor x = testing::random_tensor({2, 16}, 1);
   const Tensor w = testing::random_tensor({8, 16}, 2);
   DeviceOp op(node, {x, w}, DType::kF16);
-  EXPECT_EQ(op.kernel().describe(), "cuda cublasLt F16, gemv up to 8 rows");
+  EXPECT_EQ(op.kernel().describe(), "cuda cublasLt F16, gemv up to 2 rows");
 }
 
 // Rows that are not 16-byte multiples (in 27 or out 19 in BF16; in 36, out 5 in F32: 20-byte
@@ -100,9 +100,9 @@ TEST(CudaOps, UnalignedRowsTakeCublasGemmEx) {
     const Tensor b = testing::random_tensor({d.out}, 5);
     DeviceOp op(node, {x, w, b}, d.dtype);
     EXPECT_EQ(op.kernel().describe(),
-              fmt::format("cuda {} {}, gemv up to 8 rows",
+              fmt::format("cuda {} {}{}",
                           d.cublaslt ? "cublasLt" : "cublasGemmEx (rows not 16-byte aligned)",
-                          dtype_name(d.dtype)))
+                          dtype_name(d.dtype), d.cublaslt ? ", gemv up to 2 rows" : ""))
         << d.in << " x " << d.out;
     const Tensor xr = testing::round_through(x, d.dtype), wr = testing::round_through(w, d.dtype),
                  br = testing::round_through(b, d.dtype);

@@ -99,6 +99,7 @@ int run_gemv_bench(const GemvBenchOptions& o) {
     MG_CUDA_CHECK(cudaMemset(x.ptr, 0x22, static_cast<size_t>(max_rows * s.in) * elem));
     cuda::GemmXwt gemv(o.dtype, s.in, s.out, nullptr, o.device);
     cuda::GemmXwt cublas(o.dtype, s.in, s.out, nullptr, o.device);
+    gemv.set_gemv_max_rows(cuda::kGemvMaxRows);  // every row count, whatever the rule chooses
     cublas.set_gemv_max_rows(0);
     for (int64_t rows : o.rows) {
       auto call_of = [&](const cuda::GemmXwt& g) {

@@ -49,7 +49,7 @@ GemmXwt::GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int dev
       out_(out),
       bias_(bias),
       device_(device),
-      gemv_max_rows_(kGemvMaxRows),
+      gemv_max_rows_(0),
       data_type_(cuda_data_type(dtype)),
       out_type_(cuda_data_type(out_dtype_)) {
   MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -62,6 +62,9 @@ GemmXwt::GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int dev
   }
   MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout_, data_type_, static_cast<uint64_t>(in),
                                              static_cast<uint64_t>(out), in));
+  // The measured rule (linear_gemv_cuda.h): the GEMV for up to kGemvChosenRows rows of aligned
+  // weights; unaligned rows load element by element and lose to cuBLAS even at one row.
+  if (gemv_supported() && rows_aligned()) gemv_max_rows_ = kGemvChosenRows;
 }
 
 GemmXwt::~GemmXwt() {

@@ -1,10 +1,10 @@
 // The CUDA GEMM behind linear and gated_mlp (the GPU twin of linear_gemm.h):
 //   y [tokens, out] = alpha · x [tokens, in] · w [out, in]ᵀ (+ bias [out])
-// up to kGemvMaxRows tokens through the memory-bound GEMV kernel (linear_gemv_cuda.h, any shape);
-// above, through cuBLASLt when rows are 16-byte multiples (in and out times the element size) and
-// cublasGemmEx, which takes any leading dimension, when not; with fp32 accumulation (pure fp32 for
-// F32 data: no TF32) and the bias added in the GEMM epilogue. x, w, y and bias share one dtype:
-// F32, F16 or BF16.
+// up to kGemvChosenRows tokens on 16-byte rows through the memory-bound GEMV kernel
+// (linear_gemv_cuda.h: the bench's crossover); otherwise through cuBLASLt when rows are 16-byte
+// multiples (in and out times the element size) and cublasGemmEx, which takes any leading
+// dimension, when not; with fp32 accumulation (pure fp32 for F32 data: no TF32) and the bias added
+// in the GEMM epilogue. x, w, y and bias share one dtype: F32, F16 or BF16.
 #pragma once
 
 #include <cublasLt.h>
@@ -42,11 +42,12 @@ class GemmXwt {
   void run(const void* x, int64_t tokens, const void* w, void* y, float alpha, void* workspace,
            size_t workspace_bytes, cudaStream_t stream) const;
 
-  // "cublasLt BF16, gemv up to 8 rows" for `inspect --plan`.
+  // "cublasLt BF16, gemv up to 2 rows" for `inspect --plan`.
   std::string describe() const;
 
-  // Rows up to which run() takes the GEMV kernel (default kGemvMaxRows; 0: never). For the bench
-  // that times the GEMV against cuBLASLt on the same shapes; not thread-safe with run().
+  // Rows up to which run() takes the GEMV kernel (default: kGemvChosenRows on 16-byte rows, else
+  // 0; at most kGemvMaxRows). For the bench and the tests that force the GEMV at every row count;
+  // not thread-safe with run().
   void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
 
  private:

@@ -22,8 +22,15 @@
 
 namespace mg::cuda {
 
-// Rows of x up to which GemmXwt takes the GEMV kernel (the bench's crossover on an H100).
+// Rows of x the GEMV kernel takes (1..8; tests and `bench gemv` force every count).
 constexpr int64_t kGemvMaxRows = 8;
+// Rows up to which GemmXwt chooses it, on weights whose rows are 16-byte multiples. `moegraph
+// bench gemv` on an H100 (2026-11-25, BF16, docs/performance.md): at 1 row the GEMV beats
+// cuBLASLt on every aligned decode projection (o_proj 7.96 vs 9.94 us, k/v 2.88 vs 5.31, router
+// 2.15 vs 4.79, lm_head 198.9 vs 216.8) and at 2 rows on all but o_proj (10.24 vs 10.04); from
+// 4 rows cuBLASLt wins o_proj and lm_head (8 rows: 400 vs 220 us); on unaligned rows (scalar
+// loads) cuBLAS wins at 1 row (in 2047 x out 1001: 9.30 vs 5.24 us).
+constexpr int64_t kGemvChosenRows = 2;
 
 struct GemvArgs {
   const void* x = nullptr;     // [rows, in], T
