@@ -4,6 +4,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/fp8.h"
+#include "framework/core/int_quant.h"
 
 namespace mg {
 
@@ -11,6 +12,22 @@ std::string GroupShape::str() const {
   if (rows == -1 && cols == -1) return "per tensor";
   if (rows == 1 && cols == -1) return "per row";
   return fmt::format("[{}, {}]", rows, cols);
+}
+
+std::string_view quant_element_name(QuantElement element) {
+  switch (element) {
+    case QuantElement::kFromDtype:
+      return "dtype";
+    case QuantElement::kInt4:
+      return "int4";
+    case QuantElement::kUInt4:
+      return "uint4";
+    case QuantElement::kInt8:
+      return "int8";
+    case QuantElement::kUInt8:
+      return "uint8";
+  }
+  return "?";
 }
 
 uint8_t* fp8_codes(const Tensor& t) {
@@ -30,6 +47,15 @@ Shape scale_shape_for(const Shape& codes_shape, GroupShape group) {
 }
 
 Tensor dequantize_cpu(const Tensor& codes, const WeightQuantization& q) {
+  switch (q.element) {
+    case QuantElement::kFromDtype:
+      break;
+    case QuantElement::kInt4:
+    case QuantElement::kUInt4:
+    case QuantElement::kInt8:
+    case QuantElement::kUInt8:
+      return dequantize_int_cpu(codes, q);
+  }
   MG_ASSERT(codes.device().is_cpu() && codes.dtype() == DType::kF8E4M3 && q.defined() &&
                 q.scale.device().is_cpu() && q.scale.dtype() == DType::kF32 &&
                 q.scale.shape() == scale_shape_for(codes.shape(), q.group),

@@ -283,6 +283,23 @@ std::string fp8_group_mismatch(QuantScheme scheme, GroupShape group, int64_t gat
   return "not an FP8 scheme";
 }
 
+// INT4_WEIGHT_ONLY / INT8_WEIGHT_ONLY: integer codes of the scheme's width (group-wise or
+// channel-wise along the input dimension, checked by the verifier), canonical layout.
+void check_wna16_weight_quant(const MoEConfig& c, const ValueType& type, const std::string& what) {
+  const QuantScheme scheme = c.quant_scheme();
+  const bool four = scheme == QuantScheme::kInt4WeightOnly;
+  const bool ok = type.quant_group && (four ? type.quant_element == QuantElement::kInt4 ||
+                                                  type.quant_element == QuantElement::kUInt4
+                                            : type.quant_element == QuantElement::kInt8 ||
+                                                  type.quant_element == QuantElement::kUInt8);
+  MG_CHECK(ok, "quant_scheme {} needs {} quantized to {} codes (TensorInfo.quantization), got {}",
+           quant_scheme_name(scheme), what, four ? "INT4 / UINT4" : "INT8 / UINT8",
+           value_type_str(type));
+  MG_CHECK(c.layout() == ExpertLayout::kCanonical && !c.gate_up_interleaved(),
+           "quant_scheme {} needs the canonical expert layout with gate rows before up rows",
+           quant_scheme_name(scheme));
+}
+
 // w13 / w2 agree with the node's quant_scheme: codes of the scheme's type and scale groups, or
 // plain floats for UNQUANTIZED.
 void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t index) {
@@ -291,6 +308,10 @@ void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t
   if (scheme == QuantScheme::kUnquantized) {
     MG_CHECK(!type.quant_group, "{} is quantized ({}) but quant_scheme is UNQUANTIZED", what,
              value_type_str(type));
+    return;
+  }
+  if (is_wna16_scheme(scheme)) {
+    check_wna16_weight_quant(c, type, what);
     return;
   }
   if (!is_fp8_scheme(scheme)) return;  // refused as not supported yet before the inputs are checked
