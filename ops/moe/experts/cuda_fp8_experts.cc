@@ -298,12 +298,15 @@ class CudaDequantBackend final : public ExpertsBackend {
     return cuda_moe_backend().activation_format();
   }
   std::string check_device(Device device) const override { return cuda_check_device(device); }
+  // Any scheme whose codes dequantize_cpu reads: FP8 (W8A16) and the weight-only integer schemes
+  // (the WNA16 oracle's fallback until a kernel reads the packed codes).
   std::string check_quant(const MoEQuantConfig& quant) const override {
-    if (!is_fp8_scheme(quant.scheme())) {
-      return fmt::format("takes FP8 weights, not {}", quant_scheme_name(quant.scheme()));
+    if (!is_fp8_scheme(quant.scheme()) && !is_wna16_scheme(quant.scheme())) {
+      return fmt::format("takes FP8 or weight-only integer weights, not {}",
+                         quant_scheme_name(quant.scheme()));
     }
     if (quant.activation_key().quantized()) {
-      return "runs W8A16 only (pass --activation-quant none), not activations " +
+      return "runs weight-only (W8A16 / W4A16; pass --activation-quant none), not activations " +
              quant.activation_key().str();
     }
     return {};

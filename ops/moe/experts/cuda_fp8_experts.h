@@ -10,7 +10,9 @@
 //                 graph-capturable. `cuda_fp8:NAME` forces a kernel.
 //   cuda_dequant  W8A16 (activation quantization off): the FP8 weights are dequantized once at
 //                 build to the activation dtype and run by cuda_moe's kernels (twice the weight
-//                 bytes of FP8; the CPU's W8A16 numbers, on the GPU).
+//                 bytes of FP8; the CPU's W8A16 numbers, on the GPU). It also serves the WNA16
+//                 oracle module (ops/moe/oracle/wna16.h): weight-only INT4 / INT8 codes,
+//                 dequantized the same way (dequantize_cpu reads every code format).
 // Both run one rank; Llama-4's weight-on-input routing is not taken by cuda_fp8.
 #pragma once
 

@@ -99,7 +99,7 @@ TEST(IntQuant, CanonicalNibbleOrderIsLowFirst) {
 }
 
 TEST(IntQuant, QuantizerErrorIsWithinHalfAStep) {
-  const Tensor w = random_tensor({3, 5, 77}, 7);
+  const Tensor w = testing::random_tensor({3, 5, 77}, 7);
   for (QuantElement el :
        {QuantElement::kInt4, QuantElement::kUInt4, QuantElement::kInt8, QuantElement::kUInt8}) {
     for (int64_t g : {int64_t{32}, int64_t{-1}}) {

@@ -124,8 +124,11 @@ TEST_F(QuantizedTensorErrors, EachNamesTheTensorOrNode) {
        {w13, "quantization.group_rows is 0"}},
       {[](proto::Model& m) { w13_quant(m).set_zero_point("z"); },
        {w13, "zero points and global scales are not supported yet"}},
+      // Integer codes on an FP8 tensor: the integer checks run (and need the logical shape).
       {[](proto::Model& m) { w13_quant(m).set_element(proto::QUANT_ELEMENT_INT4); },
-       {w13, "QUANT_ELEMENT_INT4 is not supported yet"}},
+       {w13, "int4 codes need quantization.logical_shape"}},
+      {[](proto::Model& m) { w13_quant(m).set_element(proto::QUANT_ELEMENT_FP4_E2M1); },
+       {w13, "QUANT_ELEMENT_FP4_E2M1 is not supported yet"}},
       {[](proto::Model& m) { w13_quant(m).set_activation(proto::ACT_QUANT_STATIC); },
        {w13, "static activation scales (ACT_QUANT_STATIC) are not supported yet"}},
       {[](proto::Model& m) { w13_quant(m).set_activation_group(64); },

@@ -151,7 +151,7 @@ TEST_F(GraphLoaderTest, GarbledBinary) {
   write_bytes(dir_ / "model.pb", std::string("\x10\x01\x78\x01\x32\x02\x48\x01", 8));
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pb"); },
                                 {"model.pb: not a valid binary moegraph graph (fields unknown to "
-                                 "format version 2: #15, nodes[0].#9)"}));
+                                 "format version 3: #15, nodes[0].#9)"}));
   // A text file saved as .pb is not mistaken for a graph.
   write_bytes(dir_ / "model.pb", "format_version: 1\n");
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pb"); },
