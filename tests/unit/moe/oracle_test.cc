@@ -187,12 +187,12 @@ TEST(Oracle, ChecksRunInOrderAndTheFirstFitWins) {
 }
 
 TEST(Oracle, QuantSchemesWithoutAnOracleModuleAreNotSupportedYet) {
-  for (QuantScheme s : {QuantScheme::kUnquantized, QuantScheme::kFp8Block,
-                        QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+  for (QuantScheme s :
+       {QuantScheme::kUnquantized, QuantScheme::kFp8Block, QuantScheme::kFp8PerChannel,
+        QuantScheme::kFp8PerTensor, QuantScheme::kInt4WeightOnly, QuantScheme::kInt8WeightOnly}) {
     check_quant_scheme_supported(s);
   }
-  EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kInt4WeightOnly),
-                  "MoE quant scheme int4_weight_only is not supported yet");
+  EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kNvfp4), "nvfp4 is not supported yet");
   EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kMxfp4), "mxfp4 is not supported yet");
 }
 
