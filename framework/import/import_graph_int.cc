@@ -206,15 +206,30 @@ std::string ImportGraph::int_assembled(const std::string& name, const Shape& sha
     q->set_g_idx(name + ".g_idx");
     add_assembled(name + ".g_idx", with_lead(lead, pieces, {C}), part_refs(iq.g_idx, {}, true));
   }
-  // compressed-tensors records each module's [out, in]; the packed shapes were checked against
-  // the config's, so the entry only has to be there and be two numbers.
+  // compressed-tensors records each module's [out, in]: it must be the shape the config implies
+  // (which the packed tensors were checked against).
   if (packing == IntPacking::kCompressedTensors) {
-    for (const std::string& module : modules) {
-      const std::string key = module + ".weight_shape";
+    for (size_t i = 0; i < modules.size(); ++i) {
+      const std::string key = modules[i] + ".weight_shape";
       const HfCheckpoint::Entry* e = checkpoint_.find(key);
-      MG_CHECK(e != nullptr && e->entry->shape == Shape{2},
-               "{}: tensor '{}' {} (compressed-tensors stores [out, in] of every packed module)",
-               dir, key, e == nullptr ? "is missing from the checkpoint" : "is not of shape [2]");
+      MG_CHECK(e != nullptr && e->entry->shape == Shape{2} &&
+                   (e->entry->dtype == DType::kI32 || e->entry->dtype == DType::kI64),
+               "{}: tensor '{}' {} (compressed-tensors stores [out, in] of every packed module as "
+               "two integers)",
+               dir, key,
+               e == nullptr ? std::string("is missing from the checkpoint")
+                            : fmt::format("is {}{}", dtype_name(e->entry->dtype),
+                                          shape_str(e->entry->shape)));
+      const Tensor values = checkpoint_.tensor(*e);
+      int64_t v[2];
+      for (int j = 0; j < 2; ++j) {
+        v[j] =
+            e->entry->dtype == DType::kI64 ? values.data<int64_t>()[j] : values.data<int32_t>()[j];
+      }
+      MG_CHECK(v[0] == parts[i].shape[0] && v[1] == C,
+               "{}: tensor '{}' says the packed module is [{}, {}], but config.json implies "
+               "[{}, {}] (and '{}' was packed for that)",
+               dir, key, v[0], v[1], parts[i].shape[0], C, modules[i] + "." + iq.codes);
       used_keys_.push_back(key);
     }
   }

@@ -310,7 +310,19 @@ TEST(HfBadWna16Checkpoint, PackedLengthThatDisagreesWithTheShape) {
                                    "has shape [16, 3]", "needs [16, 4]"});
   const auto dir2 = copy_fixture("wna16-weight-shape", "mixtral_ct_w4a16");
   replace_tensor(dir2, "model.layers.0.self_attn.k_proj.weight_shape", DType::kI64, {3});
-  expect_clean_error(import(dir2), {"tensor 'model.layers.0.self_attn.k_proj.weight_shape'"});
+  expect_clean_error(import(dir2), {"tensor 'model.layers.0.self_attn.k_proj.weight_shape' is "
+                                    "I64[3]"});
+  // weight_shape saying another shape than the packed tensors hold.
+  const auto dir3 = copy_fixture("wna16-weight-shape-value", "mixtral_ct_w4a16");
+  edit_weights(dir3, [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "model.layers.0.self_attn.k_proj.weight_shape")
+        t.template data<int64_t>()[1] = 31;
+    }
+  });
+  expect_clean_error(import(dir3),
+                     {"tensor 'model.layers.0.self_attn.k_proj.weight_shape' says the packed "
+                      "module is [16, 31], but config.json implies [16, 32]"});
 }
 
 TEST(HfBadWna16Checkpoint, UnsupportedConfigs) {
