@@ -11,11 +11,13 @@
 #include "framework/core/checked_math.h"
 #include "framework/core/fp4.h"
 #include "framework/core/fp8.h"
+#include "framework/core/int_quant.h"
 #include "framework/core/logging.h"
 #include "framework/core/quant.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/random_fill.h"
+#include "framework/graph/int_tensor_quantization.h"
 #include "framework/graph/tensor_quantization.h"
 #include "framework/io/proto_dtype.h"
 
@@ -143,9 +145,45 @@ Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, Compil
   return scale;
 }
 
+// Integer weight-only codes (W4A16 / W8A16): loaded in the checkpoint's packing and converted
+// once into the canonical layout (framework/core/int_quant.h), or generated: random values like
+// random_weight's quantized by quantize_int_cpu.
+void load_int_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& graph,
+                        CompileState& state) {
+  const proto::TensorQuantization& pq = info.quantization();
+  const ValueType& type = *graph.value(v.name).type;
+  if (state.options.random_weights) {
+    Tensor values = Tensor::empty_cpu(DType::kF32, type.shape);
+    fill_uniform(values, mix64(*state.options.random_weights ^ fnv1a(info.name())), 0.0f,
+                 1.0f / std::sqrt(static_cast<float>(type.shape.back())), nullptr);
+    std::tie(v.raw_weight, v.quant) =
+        quantize_int_cpu(values, type.quant_element, type.quant_group->cols);
+    return;
+  }
+  auto load_named = [&](const std::string& name) {
+    return state.weights->load(graph.model().tensors(graph.value(name).tensor_index));
+  };
+  StoredIntWeight w;
+  w.element = type.quant_element;
+  w.packing = int_packing_from_proto(pq.packing());
+  w.logical_shape = type.shape;
+  w.group_cols = type.quant_group->cols;
+  w.codes = state.weights->load(info);
+  w.scale = load_named(pq.scale());
+  if (!pq.zero_point().empty()) w.zero_point = load_named(pq.zero_point());
+  if (!pq.g_idx().empty()) w.g_idx = load_named(pq.g_idx());
+  w.zero_point_offset = pq.zero_point_offset();
+  w.what = fmt::format("{}: tensor '{}'", graph.file_label(), info.name());
+  std::tie(v.raw_weight, v.quant) = convert_int_weight(w);
+}
+
 // Loads (or generates) quantized weight `info` into `v`: codes in raw_weight, scales in quant.
 void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& graph,
                     CompileState& state) {
+  if (is_integer_quant_element(info.quantization().element())) {
+    load_int_quantized(v, info, graph, state);
+    return;
+  }
   const GroupShape group = *graph.value(v.name).type->quant_group;
   if (is_fp4_quantization(info.quantization())) {
     if (state.options.random_weights) {
@@ -156,6 +194,7 @@ void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& gr
       v.quant.scale = load_fp4_scales(info, graph, state);
       v.quant.group = group;
     }
+    v.quant.element = QuantElement::kFp4E2M1;
   } else if (state.options.random_weights) {
     std::tie(v.raw_weight, v.quant) =
         random_quantized_weight(info, group, *state.options.random_weights);

@@ -5,6 +5,7 @@
 #include "framework/core/error.h"
 #include "framework/core/fp4.h"
 #include "framework/core/fp8.h"
+#include "framework/core/int_quant.h"
 
 namespace mg {
 
@@ -12,6 +13,24 @@ std::string GroupShape::str() const {
   if (rows == -1 && cols == -1) return "per tensor";
   if (rows == 1 && cols == -1) return "per row";
   return fmt::format("[{}, {}]", rows, cols);
+}
+
+std::string_view quant_element_name(QuantElement element) {
+  switch (element) {
+    case QuantElement::kFromDtype:
+      return "dtype";
+    case QuantElement::kInt4:
+      return "int4";
+    case QuantElement::kUInt4:
+      return "uint4";
+    case QuantElement::kInt8:
+      return "int8";
+    case QuantElement::kUInt8:
+      return "uint8";
+    case QuantElement::kFp4E2M1:
+      return "fp4_e2m1";
+  }
+  return "?";
 }
 
 uint8_t* fp8_codes(const Tensor& t) {
@@ -61,15 +80,22 @@ Tensor dequantize_fp4_cpu(const Tensor& codes, const WeightQuantization& q) {
 }  // namespace
 
 Tensor dequantize_cpu(const Tensor& codes, const WeightQuantization& q) {
-  MG_ASSERT(codes.device().is_cpu() && q.defined() && q.scale.device().is_cpu() &&
-                q.scale.dtype() == DType::kF32,
-            "dequantize: codes {} scale {}", codes.str(),
-            q.scale.defined() ? q.scale.str() : "none");
-  // Packed FP4 E2M1 (framework/core/fp4.h): the only U8 codes.
-  if (codes.dtype() == DType::kU8) return dequantize_fp4_cpu(codes, q);
-  MG_ASSERT(
-      codes.dtype() == DType::kF8E4M3 && q.scale.shape() == scale_shape_for(codes.shape(), q.group),
-      "dequantize: codes {} scale {} group {}", codes.str(), q.scale.str(), q.group.str());
+  switch (q.element) {
+    case QuantElement::kFromDtype:
+      break;
+    case QuantElement::kInt4:
+    case QuantElement::kUInt4:
+    case QuantElement::kInt8:
+    case QuantElement::kUInt8:
+      return dequantize_int_cpu(codes, q);
+    case QuantElement::kFp4E2M1:
+      return dequantize_fp4_cpu(codes, q);  // framework/core/fp4.h
+  }
+  MG_ASSERT(codes.device().is_cpu() && codes.dtype() == DType::kF8E4M3 && q.defined() &&
+                q.scale.device().is_cpu() && q.scale.dtype() == DType::kF32 &&
+                q.scale.shape() == scale_shape_for(codes.shape(), q.group),
+            "dequantize: codes {} scale {} group {}", codes.str(),
+            q.scale.defined() ? q.scale.str() : "none", q.group.str());
   Tensor out = Tensor::empty_cpu(DType::kF32, codes.shape());
   const int64_t R = codes.dim(-2), C = codes.dim(-1);
   const int64_t gr = q.group.rows_in(R), gc = q.group.cols_in(C);

@@ -68,7 +68,8 @@ std::optional<ImportGraph::QuantSource> ImportGraph::quant_source(const std::str
   const std::string file = e.file.string();
   const DType dtype = e.entry->dtype;
   const bool fp8 = dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2;
-  const std::string scale_key = quant_.quantized() ? key + quant_.scale_suffix : "";
+  const std::string scale_key =
+      quant_.quantized() && !quant_.is_integer() ? key + quant_.scale_suffix : "";
   const HfCheckpoint::Entry* scale = scale_key.empty() ? nullptr : checkpoint_.find(scale_key);
   if (!fp8 && scale == nullptr) {
     MG_CHECK(is_supported_weight_dtype(dtype),
@@ -77,8 +78,8 @@ std::optional<ImportGraph::QuantSource> ImportGraph::quant_source(const std::str
              dir, key, file, dtype_name(dtype));
     return std::nullopt;
   }
-  MG_CHECK(quant_.quantized(),
-           "{}: tensor '{}' in '{}' is {}, but config.json has no quantization_config (FP8 "
+  MG_CHECK(quant_.quantized() && !quant_.is_integer(),
+           "{}: tensor '{}' in '{}' is {}, but config.json has no quantization_config for FP8 (FP8 "
            "checkpoints need quant_method fp8 or compressed-tensors)",
            dir, key, file, dtype_name(dtype));
   MG_CHECK(dtype == DType::kF8E4M3,
@@ -139,6 +140,7 @@ void ImportGraph::set_quantization(proto::TensorInfo& t, const std::string& scal
 
 std::string ImportGraph::weight(const std::string& key, const Shape& shape) {
   if (std::find(declared_.begin(), declared_.end(), key) != declared_.end()) return key;
+  if (!int_module(key).empty()) return int_assembled(key, shape, {{key, shape}});
   const std::optional<QuantSource> q = quant_source(key, shape);
   const HfCheckpoint::Entry& e = *checkpoint_.find(key);
   proto::TensorInfo* t = model_.add_tensors();
@@ -335,6 +337,9 @@ std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
       return nvfp4_assembled(name, shape, parts);
     }
   }
+  if (!parts.empty() && !int_module(parts[0].key).empty()) {
+    return int_assembled(name, shape, parts);
+  }
   std::vector<QuantSource> sources;
   std::optional<bool> quantized;
   for (const PartRef& part : parts) {
@@ -427,6 +432,13 @@ std::string ImportGraph::nvfp4_assembled(const std::string& name, const Shape& s
   q->set_group_cols(16);
   q->set_global_scale(name + ".global_scale");
   return name;
+}
+
+proto::QuantElement ImportGraph::quant_element(const std::string& name) const {
+  for (const proto::TensorInfo& t : model_.tensors()) {
+    if (t.name() == name) return t.quantization().element();
+  }
+  return proto::QUANT_ELEMENT_FROM_DTYPE;
 }
 
 std::optional<GroupShape> ImportGraph::quant_group(const std::string& name) const {

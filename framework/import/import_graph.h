@@ -69,6 +69,9 @@ class ImportGraph {
 
   // The scale group of declared graph tensor `name`, or nullopt when it is not quantized.
   std::optional<GroupShape> quant_group(const std::string& name) const;
+  // The codes element of declared graph tensor `name` (QUANT_ELEMENT_FROM_DTYPE for FP8 codes and
+  // unquantized tensors).
+  proto::QuantElement quant_element(const std::string& name) const;
 
   // Nodes. Each returns the name of its output, "<name>.out".
   proto::Node& node(const std::string& name, const std::string& op,
@@ -112,6 +115,13 @@ class ImportGraph {
                                    const std::vector<QuantSource>& sources,
                                    GroupShape& group) const;
   void set_quantization(proto::TensorInfo& t, const std::string& scale, GroupShape group) const;
+  // Integer weight-only checkpoints (import_graph_int.cc): the module of `key` ("<m>.weight")
+  // when the checkpoint stores it as integer codes ("<m>.qweight", "<m>.weight_packed"), else "".
+  std::string int_module(const std::string& key) const;
+  // Declares graph tensor `name` [shape] from integer-quantized parts (whole modules, in order)
+  // with its scale, zero-point and g_idx tensors in the checkpoint's packing.
+  std::string int_assembled(const std::string& name, const Shape& shape,
+                            const std::vector<PartRef>& parts);
   std::string relative_file(const std::filesystem::path& file) const;
 
   const HfCheckpoint& checkpoint_;

@@ -10,9 +10,12 @@ std::string value_type_str(const ValueType& type) {
   std::vector<std::string> dims;
   for (int64_t d : type.shape) dims.push_back(d == kTokens ? "T" : std::to_string(d));
   std::string s = fmt::format("{}[{}]", dtype_name(type.dtype), fmt::join(dims, ", "));
-  // Packed FP4 E2M1 codes are the only U8 codes (framework/core/fp4.h); `shape` is the logical one.
-  if (type.quant_group && type.dtype == DType::kU8) s += " FP4_E2M1";
-  if (type.quant_group) s += fmt::format(" (scales {})", type.quant_group->str());
+  if (type.quant_group && type.quant_element != QuantElement::kFromDtype) {
+    s += fmt::format(" ({} codes, scales {})", quant_element_name(type.quant_element),
+                     type.quant_group->str());
+  } else if (type.quant_group) {
+    s += fmt::format(" (scales {})", type.quant_group->str());
+  }
   return s;
 }
 

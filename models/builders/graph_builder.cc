@@ -7,6 +7,7 @@
 #include "framework/core/fp4.h"
 #include "framework/core/fp8.h"
 #include "framework/core/half.h"
+#include "framework/core/int_quant.h"
 #include "framework/device/convert.h"
 #include "framework/device/random_uniform.h"
 #include "framework/io/graph_loader.h"
@@ -221,6 +222,62 @@ void GraphBuilder::quantize_fp4(const std::string& name, int64_t group_cols, boo
   it->second = std::move(codes);
   tensors_.emplace_back(name + ".scale", std::move(scale));
   if (nvfp4) tensors_.emplace_back(name + ".global_scale", std::move(global));
+}
+
+void GraphBuilder::quantize_int(const std::string& name, QuantElement element, int64_t group_cols) {
+  proto::TensorInfo* info = nullptr;
+  for (proto::TensorInfo& t : *model_.mutable_tensors()) {
+    if (t.name() == name) info = &t;
+  }
+  MG_ASSERT(info != nullptr, "quantize_int: no weight '{}'", name);
+  const Shape logical(info->shape().begin(), info->shape().end());
+  const int64_t R = logical[logical.size() - 2], C = logical.back();
+  Shape scale_shape(logical.begin(), logical.end() - 2);
+  scale_shape.push_back(R);
+  scale_shape.push_back(group_cols < 0 ? 1 : (C + group_cols - 1) / group_cols);
+  const bool zero_points = !quant_element_signed(element);
+  info->set_dtype(element == QuantElement::kInt8 ? proto::I8 : proto::U8);
+  info->clear_shape();
+  for (int64_t d : int_codes_shape(element, logical)) info->add_shape(d);
+  proto::TensorQuantization* q = info->mutable_quantization();
+  switch (element) {
+    case QuantElement::kInt4:
+      q->set_element(proto::QUANT_ELEMENT_INT4);
+      break;
+    case QuantElement::kUInt4:
+      q->set_element(proto::QUANT_ELEMENT_UINT4);
+      break;
+    case QuantElement::kInt8:
+      q->set_element(proto::QUANT_ELEMENT_INT8);
+      break;
+    case QuantElement::kUInt8:
+      q->set_element(proto::QUANT_ELEMENT_UINT8);
+      break;
+    case QuantElement::kFromDtype:
+    case QuantElement::kFp4E2M1:
+      MG_ASSERT(false, "quantize_int: not an integer element");
+  }
+  for (int64_t d : logical) q->add_logical_shape(d);
+  q->set_group_rows(1);
+  q->set_group_cols(group_cols);
+  q->set_scale(name + ".scale");
+  if (zero_points) q->set_zero_point(name + ".zero_point");
+  for (const char* suffix : {".scale", ".zero_point"}) {
+    if (std::string(suffix) == ".zero_point" && !zero_points) continue;
+    proto::TensorInfo* t = model_.add_tensors();
+    t->set_name(name + suffix);
+    t->set_dtype(proto::F32);
+    for (int64_t d : scale_shape) t->add_shape(d);
+    t->set_file(kWeightFile);
+  }
+  if (graph_only_) return;
+  auto it = std::find_if(tensors_.begin(), tensors_.end(),
+                         [&](const auto& entry) { return entry.first == name; });
+  MG_ASSERT(it != tensors_.end(), "quantize_int: no values for '{}'", name);
+  auto [codes, quant] = quantize_int_cpu(to_f32_cpu(it->second), element, group_cols);
+  it->second = std::move(codes);
+  tensors_.emplace_back(name + ".scale", std::move(quant.scale));
+  if (zero_points) tensors_.emplace_back(name + ".zero_point", std::move(quant.zero_point));
 }
 
 void GraphBuilder::input(const std::string& name, proto::DType dtype, Shape shape) {

@@ -47,6 +47,12 @@ class GraphBuilder {
   // saturating at 6. Graph only: declared, not computed.
   void quantize_fp4(const std::string& name, int64_t group_cols, bool nvfp4);
 
+  // Quantizes weight `name` to weight-only integer codes of `element` in the canonical layout
+  // (framework/core/int_quant.h) by quantize_int_cpu: per output row per `group_cols` inputs (-1:
+  // per row). The codes replace the tensor; scales (F32) become `name + ".scale"` and, for the
+  // unsigned elements, zero points (F32) `name + ".zero_point"`. Graph only: declared only.
+  void quantize_int(const std::string& name, QuantElement element, int64_t group_cols);
+
   void input(const std::string& name, proto::DType dtype, Shape shape);
   void output(const std::string& name, proto::DType dtype, Shape shape);
   // Adds a node; the caller sets its params through the returned reference.

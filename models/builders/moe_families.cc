@@ -59,10 +59,16 @@ void quantize_experts_fp8(GraphBuilder& b, const DecoderSpec& spec, const std::s
       b.quantize_fp4(w13, 16, /*nvfp4=*/true);
       b.quantize_fp4(w2, 16, /*nvfp4=*/true);
       return;
+    case proto::MOE_QUANT_INT4_WEIGHT_ONLY:
+    case proto::MOE_QUANT_INT8_WEIGHT_ONLY:
+      // Weight-only: integer codes per output row per group of inputs (framework/core/int_quant.h).
+      b.quantize_int(w13, spec.moe_quant_element, spec.moe_quant_group);
+      b.quantize_int(w2, spec.moe_quant_element, spec.moe_quant_group);
+      return;
     default:
       MG_FAIL(
-          "make-model quantizes experts to FP8 (fp8-block, fp8-channel, fp8-tensor) or FP4 "
-          "(mxfp4, nvfp4) only");
+          "make-model quantizes experts to FP8 (fp8-block, fp8-channel, fp8-tensor), FP4 (mxfp4, "
+          "nvfp4) or integer codes (int4-g128 ...) only");
   }
 }
 
@@ -106,8 +112,8 @@ std::string moe_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const s
       style.expert_biases ? b.weight(name + ".experts.w2_bias", {E, H}, 0.1f) : "";
   if (spec.moe_quant != proto::MOE_QUANT_UNQUANTIZED) {
     MG_CHECK(fp4 || (!style.transposed && !style.interleaved),
-             "--quant: family {} stores its experts transposed / interleaved, which the FP8 "
-             "schemes do not take",
+             "--quant: family {} stores its experts transposed / interleaved, which the "
+             "quantized schemes do not take",
              spec.family);
     quantize_experts_fp8(b, spec, w13, w2, I);
   }

@@ -288,7 +288,7 @@ std::string fp8_group_mismatch(QuantScheme scheme, GroupShape group, int64_t gat
 void check_fp4_expert_weight(const MoEConfig& c, const ValueType& type, const std::string& what) {
   const QuantScheme scheme = c.quant_scheme();
   const bool mx = scheme == QuantScheme::kMxfp4;
-  MG_CHECK(type.quant_group && type.dtype == DType::kU8,  // FP4: the only U8 codes
+  MG_CHECK(type.quant_group && type.quant_element == QuantElement::kFp4E2M1,
            "quant_scheme {} needs {} quantized to FP4_E2M1 (TensorInfo.quantization.element), got "
            "{}",
            quant_scheme_name(scheme), what, value_type_str(type));
@@ -303,6 +303,23 @@ void check_fp4_expert_weight(const MoEConfig& c, const ValueType& type, const st
            what, type.quant_group->str(), quant_scheme_name(scheme), want.cols, want.cols);
 }
 
+// INT4_WEIGHT_ONLY / INT8_WEIGHT_ONLY: integer codes of the scheme's width (group-wise or
+// channel-wise along the input dimension, checked by the verifier), canonical layout.
+void check_wna16_weight_quant(const MoEConfig& c, const ValueType& type, const std::string& what) {
+  const QuantScheme scheme = c.quant_scheme();
+  const bool four = scheme == QuantScheme::kInt4WeightOnly;
+  const bool ok = type.quant_group && (four ? type.quant_element == QuantElement::kInt4 ||
+                                                  type.quant_element == QuantElement::kUInt4
+                                            : type.quant_element == QuantElement::kInt8 ||
+                                                  type.quant_element == QuantElement::kUInt8);
+  MG_CHECK(ok, "quant_scheme {} needs {} quantized to {} codes (TensorInfo.quantization), got {}",
+           quant_scheme_name(scheme), what, four ? "INT4 / UINT4" : "INT8 / UINT8",
+           value_type_str(type));
+  MG_CHECK(c.layout() == ExpertLayout::kCanonical && !c.gate_up_interleaved(),
+           "quant_scheme {} needs the canonical expert layout with gate rows before up rows",
+           quant_scheme_name(scheme));
+}
+
 // w13 / w2 agree with the node's quant_scheme: codes of the scheme's type and scale groups, or
 // plain floats for UNQUANTIZED.
 void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t index) {
@@ -315,6 +332,10 @@ void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t
   }
   if (scheme == QuantScheme::kMxfp4 || scheme == QuantScheme::kNvfp4) {
     check_fp4_expert_weight(c, type, what);
+    return;
+  }
+  if (is_wna16_scheme(scheme)) {
+    check_wna16_weight_quant(c, type, what);
     return;
   }
   if (!is_fp8_scheme(scheme)) return;  // refused as not supported yet before the inputs are checked

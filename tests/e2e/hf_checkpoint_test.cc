@@ -578,8 +578,8 @@ TEST(HfBadFp8Checkpoint, UnsupportedFp8Configs) {
            [](nlohmann::json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "int"; }),
       {"'num_bits'", "8-bit int weights are not supported"});
   expect_clean_error(with("ct-format", "qwen3_moe_ct_fp8_channel",
-                          [](nlohmann::json& q) { q["format"] = "pack-quantized"; }),
-                     {"'format'", "compressed-tensors format 'pack-quantized' is not supported"});
+                          [](nlohmann::json& q) { q["format"] = "marlin-24"; }),
+                     {"'format'", "compressed-tensors format 'marlin-24' is not supported"});
   expect_clean_error(with("ct-groups", "qwen3_moe_ct_fp8_channel",
                           [](nlohmann::json& q) {
                             q["config_groups"]["group_1"] = q["config_groups"]["group_0"];

@@ -298,15 +298,17 @@ class CudaDequantBackend final : public ExpertsBackend {
     return cuda_moe_backend().activation_format();
   }
   std::string check_device(Device device) const override { return cuda_check_device(device); }
+  // Any scheme whose codes dequantize_cpu reads: FP8 (W8A16) and the weight-only integer schemes
+  // (the WNA16 oracle's fallback until a kernel reads the packed codes).
   std::string check_quant(const MoEQuantConfig& quant) const override {
     const QuantScheme scheme = quant.scheme();
     const bool fp4 = scheme == QuantScheme::kMxfp4 || scheme == QuantScheme::kNvfp4;
-    if (!is_fp8_scheme(scheme) && !fp4) {
-      return fmt::format("takes FP8 or FP4 (MXFP4, NVFP4) weights, not {}",
+    if (!is_fp8_scheme(scheme) && !fp4 && !is_wna16_scheme(scheme)) {
+      return fmt::format("takes FP8, FP4 (MXFP4, NVFP4) or weight-only integer weights, not {}",
                          quant_scheme_name(scheme));
     }
     if (quant.activation_key().quantized()) {
-      return "runs weight-only (W8A16: pass --activation-quant none), not activations " +
+      return "runs weight-only (W8A16 / W4A16; pass --activation-quant none), not activations " +
              quant.activation_key().str();
     }
     return {};

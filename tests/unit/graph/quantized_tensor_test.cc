@@ -94,8 +94,8 @@ TEST(QuantizedTensors, Fp4ModelsVerifyCompileToCpuFp4AndRunNearTheUnquantizedMod
         verify_graph(graph);
         infer_shapes(graph);
         EXPECT_THAT(value_type_str(*graph.value("layers.0.moe.experts.w13").type),
-                    HasSubstr(scheme == proto::MOE_QUANT_MXFP4 ? "FP4_E2M1 (scales [1, 32])"
-                                                               : "FP4_E2M1 (scales [1, 16])"));
+                    HasSubstr(scheme == proto::MOE_QUANT_MXFP4 ? "(fp4_e2m1 codes, scales [1, 32])"
+                                                               : "(fp4_e2m1 codes, scales [1, 16])"));
         const std::string plan = compile_graph_file(file, CompileOptions())->describe();
         EXPECT_THAT(plan, HasSubstr("cpu_fp4 (auto"));
         EXPECT_THAT(plan, HasSubstr("cpu_eigen: rejected, quant: "));
@@ -220,7 +220,7 @@ TEST_F(QuantizedTensorErrors, EachNamesTheTensorOrNode) {
       // An FP4 weight under an FP8 scheme, and the MXFP4 scheme over FP8 weights.
       {[](proto::Model& m) { make_w13_fp4(m); },
        {"node 'layers.0.moe'", "quant_scheme fp8_block needs input 4 (w13) quantized to F8_E4M3",
-        "U8[16, 64, 160] FP4_E2M1 (scales [1, 32])"}},
+        "U8[16, 64, 160] (fp4_e2m1 codes, scales [1, 32])"}},
       {[](proto::Model& m) {
          make_w13_fp4(m);
          testing::find_node(m, "layers.0.moe")
@@ -239,8 +239,9 @@ TEST_F(QuantizedTensorErrors, EachNamesTheTensorOrNode) {
        {"node 'layers.0.moe'",
         "input 4 (w13) has scales [1, 16], but mxfp4 needs one scale per 32 "
         "values"}},
+      // Integer codes on an FP8 tensor: the integer checks run (and need the logical shape).
       {[](proto::Model& m) { w13_quant(m).set_element(proto::QUANT_ELEMENT_INT4); },
-       {w13, "QUANT_ELEMENT_INT4 is not supported yet"}},
+       {w13, "int4 codes need quantization.logical_shape"}},
       {[](proto::Model& m) { w13_quant(m).set_activation(proto::ACT_QUANT_STATIC); },
        {w13, "static activation scales (ACT_QUANT_STATIC) are not supported yet"}},
       {[](proto::Model& m) { w13_quant(m).set_activation_group(64); },

@@ -215,11 +215,10 @@ TEST(Oracle, ChecksRunInOrderAndTheFirstFitWins) {
 TEST(Oracle, QuantSchemesWithoutAnOracleModuleAreNotSupportedYet) {
   for (QuantScheme s :
        {QuantScheme::kUnquantized, QuantScheme::kFp8Block, QuantScheme::kFp8PerChannel,
-        QuantScheme::kFp8PerTensor, QuantScheme::kMxfp4, QuantScheme::kNvfp4}) {
+        QuantScheme::kFp8PerTensor, QuantScheme::kMxfp4, QuantScheme::kNvfp4,
+        QuantScheme::kInt4WeightOnly, QuantScheme::kInt8WeightOnly}) {
     check_quant_scheme_supported(s);
   }
-  EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kInt4WeightOnly),
-                  "MoE quant scheme int4_weight_only is not supported yet");
 }
 
 // ---- Weight conversion -------------------------------------------------------------------------
