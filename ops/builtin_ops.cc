@@ -14,6 +14,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_attention(registry);
   register_gated_mlp(registry);
   register_add(registry);
+  register_add_rms_norm(registry);
   register_moe(registry);
   register_concat_heads(registry);
   register_clamp(registry);

@@ -6,7 +6,11 @@
 # (MG_GPU_CHECK_BENCH_MOE=0 skips it),
 # and `bench e2e` on the bundled MoE model and a Qwen3-30B-A3B-shaped model of
 # MG_GPU_CHECK_QWEN3_LAYERS layers, default 48 (the whole model: a graph-only make-model run with
-# --random-weights, weights made on the GPU), with and without --cuda-graph, then its profile).
+# --random-weights, weights made on the GPU), with and without --cuda-graph and with the fuse-ops
+# pass off (--no-fuse) beside on, then its step profile both ways; and `bench gemv` (linear's GEMV
+# path against cuBLASLt on the decode step's projections). MG_GPU_CHECK_HF=1 also times
+# transformers' generate on the same model (tools/bench/hf_generate_bench.py; needs torch and
+# transformers on the machine).
 # Logs go to ${OUT:-gpu-results}; a short summary is printed last.
 # Usage (from the repo root on the GPU machine): tools/gpu_check.sh [ctest -R filter]
 # Environment: MG_CUDA_ARCHS (default 90a-real: the H100/H200 only, to build fast),
@@ -96,6 +100,9 @@ if [ "${MG_GPU_CHECK_BENCH:-0}" = 1 ]; then
     timeout 240 "$build/moegraph" bench moe --json "$out/bench_moe.json" > "$out/bench_moe.txt" 2>&1
     echo "bench moe rc=$? ($(stamp))" | tee -a "$out/summary.txt"
   fi
+  timeout 120 "$build/moegraph" bench gemv > "$out/bench_gemv.txt" 2>&1
+  echo "bench gemv rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+  sed "s/^/[bench gemv] /" "$out/bench_gemv.txt" | tee -a "$out/summary.txt"
   for flags in "" "--cuda-graph"; do
     # shellcheck disable=SC2086
     "$build/moegraph" bench e2e models/tiny-moe --prompt-tokens 256 --decode-tokens 64 $flags 2>&1 |
@@ -107,17 +114,29 @@ if [ "${MG_GPU_CHECK_BENCH:-0}" = 1 ]; then
     --hidden 2048 --heads 32 --kv-heads 4 --head-dim 128 --experts 128 --topk 8 --moe-inter 768 \
     --vocab 151936 --max-seq-len 2048 --graph-only > "$out/make_qwen3.txt" 2>&1
   echo "make-model qwen3-30b-a3b-shaped ($layers layers, graph only) rc=$? ($(stamp))" | tee -a "$out/summary.txt"
-  for flags in "" "--cuda-graph"; do
+  for flags in "" "--cuda-graph" "--cuda-graph --no-fuse"; do
     # shellcheck disable=SC2086
     timeout 200 "$build/moegraph" bench e2e "$qwen3" --random-weights 1 --prompt-tokens 512 \
       --decode-tokens 128 $flags 2>&1 |
       sed "s/^/[bench e2e qwen3-shaped $flags] /" | tee -a "$out/summary.txt"
   done
-  # Where a decode step's time goes: device time per op (events), and the wall time around it.
-  timeout 200 "$build/moegraph" run "$qwen3" --device cuda --random-weights 1 --profile \
-    --prompt-ids "$(seq -s, 1 512)" --max-new-tokens 64 > "$out/profile_qwen3.txt" 2>&1
-  echo "profile qwen3-shaped rc=$? ($(stamp))" | tee -a "$out/summary.txt"
-  sed -n '/^decode: .*one-token/,$p' "$out/profile_qwen3.txt" | tee -a "$out/summary.txt"
+  # Where a decode step's time goes: device time per op (events) and nodes (kernel launches) per
+  # op, and the wall time around it; with the fuse-ops pass on (the default) and off.
+  for fuse in "" "--no-fuse"; do
+    log="$out/profile_qwen3${fuse:+_nofuse}.txt"
+    # shellcheck disable=SC2086
+    timeout 200 "$build/moegraph" run "$qwen3" --device cuda --random-weights 1 --profile $fuse \
+      --prompt-ids "$(seq -s, 1 512)" --max-new-tokens 64 > "$log" 2>&1
+    echo "profile qwen3-shaped ${fuse:-fused} rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+    sed -n '/^decode: .*one-token/,$p' "$log" | sed "s/^/[profile ${fuse:-fused}] /" |
+      tee -a "$out/summary.txt"
+  done
+  if [ "${MG_GPU_CHECK_HF:-0}" = 1 ]; then
+    timeout 400 python3 tools/bench/hf_generate_bench.py --layers "$layers" \
+      > "$out/hf_generate.txt" 2>&1
+    echo "transformers generate rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+    sed "s/^/[transformers] /" "$out/hf_generate.txt" | tail -8 | tee -a "$out/summary.txt"
+  fi
 fi
 echo "----"
 cat "$out/summary.txt"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs moegraph's build dependencies from Debian packages (Debian 12), skipping what is
-# already there. The CUDA toolkit is optional: without nvcc the build is CPU-only.
+# already there. The CUDA toolkit is optional: without nvcc the build is CPU-only; so is
+# libcpp-httplib-dev (the HTTP server of `moegraph serve`; without it `serve` says so).
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache pkg-config
           libprotobuf-dev protobuf-compiler libeigen3-dev libspdlog-dev libfmt-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev python3)
+          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
+          libcpp-httplib-dev python3)
 
 missing=()
 for p in "${packages[@]}"; do

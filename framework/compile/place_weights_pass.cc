@@ -4,16 +4,20 @@
 // to the compile device once. Raw consumers (MoE experts) get the loaded tensor and convert it
 // themselves in the next pass. With CompileOptions::random_weights the values are generated
 // instead of loaded (large ones directly on the compile device).
+#include <algorithm>
 #include <cmath>
 
 #include "framework/compile/pass.h"
 #include "framework/core/checked_math.h"
+#include "framework/core/fp4.h"
 #include "framework/core/fp8.h"
+#include "framework/core/int_quant.h"
 #include "framework/core/logging.h"
 #include "framework/core/quant.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/random_fill.h"
+#include "framework/graph/int_tensor_quantization.h"
 #include "framework/graph/tensor_quantization.h"
 #include "framework/io/proto_dtype.h"
 
@@ -93,11 +97,105 @@ std::pair<Tensor, WeightQuantization> random_quantized_weight(const proto::Tenso
   return {std::move(codes), std::move(q)};
 }
 
+// (fp4) Random packed FP4 codes (every byte uniform: codes uniform over +-{0 .. 6}) and scales
+// 1 / (6 sqrt(C)) times a factor in [0.5, 1.5), so the values come out like random_weight's.
+std::pair<Tensor, WeightQuantization> random_fp4_weight(const proto::TensorInfo& info,
+                                                        const GroupShape& group, uint64_t seed) {
+  const Shape stored(info.shape().begin(), info.shape().end());
+  const Shape shape = fp4_logical_shape(stored);
+  Tensor values = Tensor::empty_cpu(DType::kF32, stored);
+  fill_uniform(values, mix64(seed ^ fnv1a(info.name())), 128.0f, 128.0f, nullptr);
+  Tensor codes = Tensor::empty_cpu(DType::kU8, stored);
+  const float* v = values.data<float>();
+  uint8_t* c = static_cast<uint8_t*>(codes.raw());
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    c[i] = static_cast<uint8_t>(std::clamp(std::floor(v[i]), 0.0f, 255.0f));
+  }
+  WeightQuantization q;
+  q.group = group;
+  q.scale = Tensor::empty_cpu(DType::kF32, scale_shape_for(shape, group));
+  fill_uniform(q.scale, mix64(seed ^ fnv1a(info.quantization().scale())), 1.0f, 0.5f, nullptr);
+  const float base = 1.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(shape.back())));
+  float* sc = q.scale.data<float>();
+  for (int64_t i = 0; i < q.scale.numel(); ++i) sc[i] *= base;
+  return {std::move(codes), std::move(q)};
+}
+
+// (fp4) The effective F32 group scales of FP4 weight `info` (E8M0 decoded, NVFP4's global scale
+// applied); a NaN scale (E8M0 0xFF) is an error naming the tensor.
+Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, CompileState& state) {
+  const proto::TensorQuantization& q = info.quantization();
+  const Tensor raw =
+      state.weights->load(graph.model().tensors(graph.value(q.scale()).tensor_index));
+  Tensor global;
+  if (!q.global_scale().empty()) {
+    global = state.weights->load(graph.model().tensors(graph.value(q.global_scale()).tensor_index));
+  }
+  // ModelOpt's convention (the global scale multiplies), which the graph file takes.
+  Tensor scale = fp4_group_scales_f32(raw, global, /*global_divides=*/false);
+  const float* s = scale.data<float>();
+  for (int64_t i = 0; i < scale.numel(); ++i) {
+    MG_CHECK(std::isfinite(s[i]) && s[i] >= 0.0f,
+             "{}: tensor '{}': scale {} of '{}'{} is {} (E8M0 0xFF is NaN; scales must be finite "
+             "and not negative)",
+             graph.file_label(), info.name(), i, q.scale(),
+             q.global_scale().empty() ? "" : fmt::format(" with global '{}'", q.global_scale()),
+             s[i]);
+  }
+  return scale;
+}
+
+// Integer weight-only codes (W4A16 / W8A16): loaded in the checkpoint's packing and converted
+// once into the canonical layout (framework/core/int_quant.h), or generated: random values like
+// random_weight's quantized by quantize_int_cpu.
+void load_int_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& graph,
+                        CompileState& state) {
+  const proto::TensorQuantization& pq = info.quantization();
+  const ValueType& type = *graph.value(v.name).type;
+  if (state.options.random_weights) {
+    Tensor values = Tensor::empty_cpu(DType::kF32, type.shape);
+    fill_uniform(values, mix64(*state.options.random_weights ^ fnv1a(info.name())), 0.0f,
+                 1.0f / std::sqrt(static_cast<float>(type.shape.back())), nullptr);
+    std::tie(v.raw_weight, v.quant) =
+        quantize_int_cpu(values, type.quant_element, type.quant_group->cols);
+    return;
+  }
+  auto load_named = [&](const std::string& name) {
+    return state.weights->load(graph.model().tensors(graph.value(name).tensor_index));
+  };
+  StoredIntWeight w;
+  w.element = type.quant_element;
+  w.packing = int_packing_from_proto(pq.packing());
+  w.logical_shape = type.shape;
+  w.group_cols = type.quant_group->cols;
+  w.codes = state.weights->load(info);
+  w.scale = load_named(pq.scale());
+  if (!pq.zero_point().empty()) w.zero_point = load_named(pq.zero_point());
+  if (!pq.g_idx().empty()) w.g_idx = load_named(pq.g_idx());
+  w.zero_point_offset = pq.zero_point_offset();
+  w.what = fmt::format("{}: tensor '{}'", graph.file_label(), info.name());
+  std::tie(v.raw_weight, v.quant) = convert_int_weight(w);
+}
+
 // Loads (or generates) quantized weight `info` into `v`: codes in raw_weight, scales in quant.
 void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& graph,
                     CompileState& state) {
+  if (is_integer_quant_element(info.quantization().element())) {
+    load_int_quantized(v, info, graph, state);
+    return;
+  }
   const GroupShape group = *graph.value(v.name).type->quant_group;
-  if (state.options.random_weights) {
+  if (is_fp4_quantization(info.quantization())) {
+    if (state.options.random_weights) {
+      std::tie(v.raw_weight, v.quant) =
+          random_fp4_weight(info, group, *state.options.random_weights);
+    } else {
+      v.raw_weight = state.weights->load(info);
+      v.quant.scale = load_fp4_scales(info, graph, state);
+      v.quant.group = group;
+    }
+    v.quant.element = QuantElement::kFp4E2M1;
+  } else if (state.options.random_weights) {
     std::tie(v.raw_weight, v.quant) =
         random_quantized_weight(info, group, *state.options.random_weights);
   } else {

@@ -47,6 +47,22 @@ enum class ActivationQuant : uint8_t {
   kStatic,
 };
 
+// Element type of a quantised weight's codes (proto QuantElement). kFromDtype: the codes are
+// elements of the tensor's dtype (F8_E4M3). The integer elements are weight-only codes
+// (framework/core/int_quant.h: layout, packing, dequantisation).
+enum class QuantElement : uint8_t {
+  kFromDtype,
+  kInt4,   // signed [-8, 7], two per U8 byte along the last dimension (low nibble first)
+  kUInt4,  // unsigned [0, 15] with a zero point, packed as kInt4
+  kInt8,   // signed [-128, 127], I8
+  kUInt8,  // unsigned [0, 255] with a zero point, U8
+  // FP4 E2M1 (MXFP4 / NVFP4), two per U8 byte along the last dimension, even column in the low
+  // nibble; weight-only, with F32 group scales (framework/core/fp4.h: codes, scale decoding).
+  kFp4E2M1,
+};
+// "F8_E4M3 codes" style name: "int4", "uint4", "int8", "uint8", "fp4_e2m1", "dtype".
+std::string_view quant_element_name(QuantElement element);
+
 // The scales of one quantised weight, as an op's kernel receives them (KernelContext).
 struct WeightQuantization {
   // F32 on the host, [leading..., ceil(R / rows), ceil(C / cols)].
@@ -59,7 +75,22 @@ struct WeightQuantization {
   // each with its checkpoint scale; the consumer uses the largest).
   Tensor activation_scale;
 
+  // ---- Integer weight-only codes (element != kFromDtype; framework/core/int_quant.h) ----
+  QuantElement element = QuantElement::kFromDtype;
+  // The logical shape [leading..., R, C] of the real values (the codes tensor is packed for
+  // 4-bit elements); empty for kFromDtype (the codes' own shape).
+  Shape logical_shape;
+  // kUInt4 / kUInt8: F32 on the host, the scale's shape, zero points in code units
+  // (real = (q - zero) * scale); undefined: the midpoint 2^(bits-1).
+  Tensor zero_point;
+  // GPTQ act-order: I32 on the host, [leading..., C]: the scale group (column of `scale`) of every
+  // input column; undefined: column c is in group c / group.cols.
+  Tensor g_idx;
+
   bool defined() const { return scale.defined(); }
+  bool is_integer() const {
+    return element != QuantElement::kFromDtype && element != QuantElement::kFp4E2M1;
+  }
 };
 
 // The bytes of an F8_E4M3 tensor (its codes); asserts the dtype.
@@ -68,7 +99,8 @@ uint8_t* fp8_codes(const Tensor& t);
 // The scale-tensor shape a quantised tensor of `codes_shape` (rank >= 2) needs with `group`.
 Shape scale_shape_for(const Shape& codes_shape, GroupShape group);
 
-// real values as F32 on the host: codes (host F8_E4M3) times their scales (host F32).
+// real values as F32 on the host: codes (host F8_E4M3, or integer codes as int_quant.h lays them
+// out) times their scales (host F32), of the logical shape.
 Tensor dequantize_cpu(const Tensor& codes, const WeightQuantization& q);
 
 }  // namespace mg

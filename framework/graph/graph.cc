@@ -31,6 +31,7 @@ ValueType input_view(const ValueType& type, const InputSpec& spec) {
   if (t.quant_group && !spec.takes_quantized) {
     t.dtype = DType::kF32;
     t.quant_group.reset();
+    t.quant_element = QuantElement::kFromDtype;
   }
   return t;
 }

@@ -20,6 +20,15 @@ GroupShape check_tensor_quantization(const proto::Model& model, const proto::Ten
                                      const proto::TensorInfo* scale, std::string_view file,
                                      const proto::TensorInfo* activation_scale = nullptr);
 
+// (fp4) The global scale tensor of FP4 tensor `t` (`global`: the tensor
+// t.quantization().global_scale names, or null), checked as proto/model.proto says; nothing when
+// it names none.
+void check_fp4_global_scale(const proto::TensorInfo& t, const proto::TensorInfo* global,
+                            std::string_view file);
+
+// (fp4) `q` declares packed FP4 E2M1 codes (U8 [..., R, C / 2]).
+bool is_fp4_quantization(const proto::TensorQuantization& q);
+
 // The activation handling `q` asks of the consumer (checked by check_tensor_quantization).
 ActivationQuant activation_quant_of(const proto::TensorQuantization& q);
 

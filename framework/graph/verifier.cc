@@ -3,6 +3,9 @@
 #include <queue>
 #include <unordered_set>
 
+#include "framework/core/fp4.h"
+#include "framework/core/int_quant.h"
+#include "framework/graph/int_tensor_quantization.h"
 #include "framework/graph/tensor_quantization.h"
 #include "framework/io/proto_dtype.h"
 
@@ -69,6 +72,23 @@ void add_declared_values(Graph& graph, std::unordered_map<std::string, GraphValu
   // Quantized tensors, once every scale tensor they may name is declared.
   for (const proto::TensorInfo& t : m.tensors()) {
     if (!t.has_quantization()) continue;
+    if (is_integer_quant_element(t.quantization().element())) {
+      ValueType& type = *values.at(t.name()).type;
+      const IntQuantizationInfo info = check_int_tensor_quantization(
+          m, t,
+          [&](const std::string& name) {
+            auto it = values.find(name);
+            return it != values.end() && it->second.source == ValueSource::kWeight
+                       ? &m.tensors(it->second.tensor_index)
+                       : nullptr;
+          },
+          file);
+      type.quant_group = info.group;
+      type.quant_element = info.element;
+      type.dtype = int_codes_dtype(info.element);
+      type.shape = info.logical_shape;
+      continue;
+    }
     auto scale = values.find(t.quantization().scale());
     const proto::TensorInfo* scale_info =
         scale != values.end() && scale->second.source == ValueSource::kWeight
@@ -81,8 +101,21 @@ void add_declared_values(Graph& graph, std::unordered_map<std::string, GraphValu
         act_scale != values.end() && act_scale->second.source == ValueSource::kWeight
             ? &m.tensors(act_scale->second.tensor_index)
             : nullptr;
-    values.at(t.name()).type->quant_group =
-        check_tensor_quantization(m, t, scale_info, file, act_scale_info);
+    ValueType& type = *values.at(t.name()).type;
+    type.quant_group = check_tensor_quantization(m, t, scale_info, file, act_scale_info);
+    // Packed FP4 codes (two per U8 byte): ops see the logical shape.
+    if (is_fp4_quantization(t.quantization())) {
+      type.shape = fp4_logical_shape(type.shape);
+      type.quant_element = QuantElement::kFp4E2M1;
+    }
+    if (!t.quantization().global_scale().empty()) {
+      auto global = values.find(t.quantization().global_scale());
+      check_fp4_global_scale(t,
+                             global != values.end() && global->second.source == ValueSource::kWeight
+                                 ? &m.tensors(global->second.tensor_index)
+                                 : nullptr,
+                             file);
+    }
   }
 }
 

@@ -202,11 +202,32 @@ std::string moe(ImportGraph& g, const std::string& node, const std::string& x,
   const std::optional<GroupShape> w13_group = g.quant_group(in.w13);
   const std::optional<GroupShape> w2_group = g.quant_group(in.w2);
   MG_CHECK(w13_group.has_value() == w2_group.has_value(),
-           "{}: expert weights '{}' ({}) and '{}' ({}) must both be FP8 or both unquantized",
-           g.checkpoint().dir().string(), in.w13, w13_group ? "FP8" : "not quantized", in.w2,
-           w2_group ? "FP8" : "not quantized");
+           "{}: expert weights '{}' ({}) and '{}' ({}) must both be quantized or both unquantized",
+           g.checkpoint().dir().string(), in.w13, w13_group ? "quantized" : "not quantized", in.w2,
+           w2_group ? "quantized" : "not quantized");
   proto::MoEParams p = params;
-  if (w2_group) p.set_quant_scheme(fp8_scheme(*w2_group));
+  switch (g.quant_element(in.w2)) {
+    case proto::QUANT_ELEMENT_INT4:
+    case proto::QUANT_ELEMENT_UINT4:
+      p.set_quant_scheme(proto::MOE_QUANT_INT4_WEIGHT_ONLY);
+      break;
+    case proto::QUANT_ELEMENT_INT8:
+    case proto::QUANT_ELEMENT_UINT8:
+      p.set_quant_scheme(proto::MOE_QUANT_INT8_WEIGHT_ONLY);
+      break;
+    case proto::QUANT_ELEMENT_FP4_E2M1:
+      // A family that declared its experts' scheme itself (GPT-OSS's MXFP4) keeps it; FP4 codes
+      // with 16-value groups are NVFP4 (ModelOpt).
+      if (w2_group && p.quant_scheme() == proto::MOE_QUANT_UNQUANTIZED) {
+        p.set_quant_scheme(w2_group->cols == 32 ? proto::MOE_QUANT_MXFP4 : proto::MOE_QUANT_NVFP4);
+      }
+      break;
+    default:
+      if (w2_group && p.quant_scheme() == proto::MOE_QUANT_UNQUANTIZED) {
+        p.set_quant_scheme(fp8_scheme(*w2_group));
+      }
+      break;
+  }
   proto::Node& n = g.node(
       node, "moe",
       {x, in.router_weight, in.router_bias, in.score_correction_bias, in.w13, in.w13_bias, in.w2,

@@ -80,6 +80,10 @@ const HfCheckpoint::Entry* HfCheckpoint::find(std::string_view name) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+Tensor HfCheckpoint::tensor(const Entry& e) const {
+  return files_.at(e.file)->tensor(*e.entry);
+}
+
 std::vector<std::string> HfCheckpoint::names() const {
   std::vector<std::string> out;
   out.reserve(entries_.size());

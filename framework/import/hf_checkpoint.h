@@ -39,6 +39,9 @@ class HfCheckpoint {
 
   // nullptr when the checkpoint has no tensor of that name.
   const Entry* find(std::string_view name) const;
+  // The bytes of `e` (a zero-copy view of its mapped file), for the few small tensors the import
+  // reads (compressed-tensors' weight_shape).
+  Tensor tensor(const Entry& e) const;
   // Every tensor name, sorted.
   std::vector<std::string> names() const;
   // The weight files, relative to dir().

@@ -1,7 +1,8 @@
 // Families whose experts are stored fused and transposed ([E, H, 2I], y = x W): GPT-OSS (bf16
 // checkpoints: interleaved gate/up columns, biases, clamped SwiGLU, sinks, alternating sliding
-// window) and Llama-4 text (top-1 sigmoid on the expert input, shared expert, NoPE layers with
-// temperature tuning, chunked attention and L2 qk-norm on RoPE layers, dense/MoE interleave).
+// window; the released MXFP4 checkpoints store the experts as [E, 2I, H] codes instead) and Llama-4
+// text (top-1 sigmoid on the expert input, shared expert, NoPE layers with temperature tuning,
+// chunked attention and L2 qk-norm on RoPE layers, dense/MoE interleave).
 #include <algorithm>
 
 #include "framework/core/error.h"
@@ -45,6 +46,9 @@ CommonConfig import_gpt_oss(ImportGraph& g, const ConfigReader& c, const LayerPr
     for (int64_t i = 0; i < cc.layers; i += 2) masks[i].sliding_window = window;
   }
 
+  // GPT-OSS as released: MXFP4 experts (*_blocks / *_scales), everything else bf16.
+  const bool mxfp4 = g.quantization().method == HfQuantization::Method::kMxfp4;
+
   DecoderSkeleton s;
   s.on_layer = on_layer;
   s.attention = [&](int layer, const std::string& x) {
@@ -65,11 +69,21 @@ CommonConfig import_gpt_oss(ImportGraph& g, const ConfigReader& c, const LayerPr
     MoeInputs in;
     in.router_weight = g.weight(mlp + "router.weight", {experts, cc.hidden});
     in.router_bias = g.weight(mlp + "router.bias", {experts});
-    in.w13 = g.weight(mlp + "experts.gate_up_proj", {experts, cc.hidden, 2 * inter});
     in.w13_bias = g.weight(mlp + "experts.gate_up_proj_bias", {experts, 2 * inter});
-    in.w2 = g.weight(mlp + "experts.down_proj", {experts, inter, cc.hidden});
     in.w2_bias = g.weight(mlp + "experts.down_proj_bias", {experts, cc.hidden});
     proto::MoEParams p = transposed_moe(experts, top_k, cc.hidden, inter);
+    if (mxfp4) {
+      // As released: [E, out, in] codes (canonical rows, gate/up still interleaved).
+      in.w13 = g.mxfp4_weight(mlp + "experts.gate_up_proj", {experts, 2 * inter, cc.hidden},
+                              "hidden_size");
+      in.w2 = g.mxfp4_weight(mlp + "experts.down_proj", {experts, cc.hidden, inter},
+                             "intermediate_size");
+      p.set_expert_layout(proto::MOE_LAYOUT_CANONICAL);
+      p.set_quant_scheme(proto::MOE_QUANT_MXFP4);
+    } else {
+      in.w13 = g.weight(mlp + "experts.gate_up_proj", {experts, cc.hidden, 2 * inter});
+      in.w2 = g.weight(mlp + "experts.down_proj", {experts, inter, cc.hidden});
+    }
     // The bf16 expert class hard-codes alpha 1.702 and limit 7 (swiglu_limit is read only by the
     // MXFP4 kernels), which are the op's defaults.
     p.set_activation(proto::SWIGLU_OAI);

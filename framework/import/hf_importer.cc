@@ -10,6 +10,7 @@
 #include "framework/import/hf_quantization.h"
 #include "framework/import/import_graph.h"
 #include "framework/io/graph_loader.h"
+#include "framework/io/json.h"
 
 namespace mg {
 
@@ -53,6 +54,21 @@ HfImportResult build_hf_graph(const std::filesystem::path& hf_dir, const HfImpor
            fmt::join(hf_supported_model_types(), ", "));
   // Checked before the family reads its keys: an unsupported quantization is the first error.
   HfQuantization quantization = read_hf_quantization(config);
+  // (fp4) ModelOpt exports may declare their quantization only in hf_quant_config.json.
+  const std::filesystem::path modelopt = checkpoint.dir() / "hf_quant_config.json";
+  if (!quantization.quantized() && std::filesystem::is_regular_file(modelopt)) {
+    const nlohmann::json j = load_json_file(modelopt);
+    const ConfigReader root(j, modelopt);
+    const std::optional<ConfigReader> q = root.object_opt("quantization");
+    MG_CHECK(q.has_value(), "{}: missing key 'quantization' (ModelOpt's settings)",
+             modelopt.string());
+    quantization = read_modelopt_quant_config(*q);
+  }
+  // (fp4) MXFP4 checkpoints exist for GPT-OSS only: its importer reads the *_blocks / *_scales.
+  MG_CHECK(quantization.method != HfQuantization::Method::kMxfp4 || model_type == "gpt_oss",
+           "{}: quantization_config.quant_method 'mxfp4' is supported for model_type gpt_oss only "
+           "(GPT-OSS's released experts), not '{}'",
+           checkpoint.config_path().string(), model_type);
 
   std::filesystem::path graph_dir = options.graph_dir.empty() ? hf_dir : options.graph_dir;
   ImportGraph g(checkpoint, graph_dir, std::move(quantization));

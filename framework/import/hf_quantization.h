@@ -10,8 +10,21 @@
 //     `weight_scale` multiplies; input_activations dynamic per token, static per tensor (each
 //     Linear's `input_scale`), or absent (weight-only);
 //     `ignore` lists module names, or regexes after "re:" (anchored at the start).
+//   - quant_method "mxfp4" (GPT-OSS as released): the experts' `*_blocks` / `*_scales` tensors
+//     (ImportGraph::mxfp4_weight); modules_to_not_convert as for fp8. Every other tensor is float.
+//   - quant_method "modelopt" with quant_algo "NVFP4" (NVIDIA ModelOpt exports; the same keys as
+//     hf_quant_config.json's "quantization"): group_size 16; per Linear `weight` U8 [out, in/2]
+//     (two E2M1 codes per byte), `weight_scale` F8_E4M3 [out, in/16], `weight_scale_2` F32 scalar
+//     (multiplies); `input_scale` (W4A4) is not used (weights only). exclude_modules are
+//     wildcard patterns ('*' any run of characters) over module names. Quantized expert weights
+//     are taken (ImportGraph::assembled); a quantized dense Linear is refused.
+//   - weight-only integer codes: quant_method "gptq" (bits 4 / 8, group_size, sym, desc_act,
+//     checkpoint_format gptq (v1 zeros) / gptq_v2), "awq" (version gemm, bits 4, zero_point) and
+//     "compressed-tensors" format "pack-quantized" (int 4 / 8, strategy group / channel,
+//     symmetric or not, actorder); the codes keep the checkpoint's packing (QuantPacking) and
+//     are converted once at compile time (framework/core/int_quant.h).
 // Everything else (other methods and formats, e5m2, fp8's static activation_scheme, odd block
-// sizes) is one error naming config.json and the key.
+// sizes, bits other than 4 and 8) is one error naming config.json and the key.
 //
 // Which tensors are quantized is decided per tensor by the checkpoint itself: a weight is FP8 iff
 // it is F8_E4M3 and its scale sibling ("<key>" + scale_suffix) exists; the config's ignore lists
@@ -35,7 +48,31 @@ struct HfQuantization {
     kNone,                  // no quantization_config
     kFp8Block,              // quant_method "fp8"
     kCompressedTensorsFp8,  // quant_method "compressed-tensors", format "float-quantized"
+    kMxfp4,                 // quant_method "mxfp4" (GPT-OSS: experts as *_blocks / *_scales)
+    kModelOptNvfp4,         // quant_method "modelopt", quant_algo "NVFP4"
+    // Weight-only integer codes (hf_quantization.cc read_gptq / read_awq /
+    // read_compressed_tensors_int; `integer` holds the details):
+    kGptq,                  // quant_method "gptq"
+    kAwq,                   // quant_method "awq", version "gemm"
+    kCompressedTensorsInt,  // quant_method "compressed-tensors", format "pack-quantized"
   };
+  // Integer weight-only checkpoints: how every quantized module stores its codes.
+  struct Integer {
+    int bits = 4;                   // 4 or 8
+    int64_t group_cols = -1;        // group_size, -1 channel-wise
+    bool symmetric = true;          // no zero-point tensor (compressed-tensors) / informational
+    bool act_order = false;         // desc_act / actorder "group": a g_idx per module
+    int64_t zero_point_offset = 0;  // GPTQ v1 ("gptq" checkpoint_format): 1
+    proto::QuantPacking packing = proto::QUANT_PACKING_NONE;
+    // Entry suffixes of module "<m>": "<m>.<codes>", "<m>.<scale>", ...
+    std::string codes, scale, zero_point, g_idx;
+    bool zero_point_required = false;  // GPTQ and AWQ always store qzeros
+  };
+  Integer integer;
+  bool is_integer() const {
+    return method == Method::kGptq || method == Method::kAwq ||
+           method == Method::kCompressedTensorsInt;
+  }
   Method method = Method::kNone;
   // "fp8 (128x128 blocks)", "compressed-tensors float-quantized (per channel)" for messages.
   std::string description;
@@ -66,5 +103,9 @@ struct HfQuantization {
 
 // Reads `quantization_config` of `config` (absent or null: Method::kNone).
 HfQuantization read_hf_quantization(const ConfigReader& config);
+
+// (fp4) Reads hf_quant_config.json's "quantization" object (ModelOpt exports without a
+// quantization_config in config.json).
+HfQuantization read_modelopt_quant_config(const ConfigReader& quantization);
 
 }  // namespace mg

@@ -68,7 +68,8 @@ std::optional<ImportGraph::QuantSource> ImportGraph::quant_source(const std::str
   const std::string file = e.file.string();
   const DType dtype = e.entry->dtype;
   const bool fp8 = dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2;
-  const std::string scale_key = quant_.quantized() ? key + quant_.scale_suffix : "";
+  const std::string scale_key =
+      quant_.quantized() && !quant_.is_integer() ? key + quant_.scale_suffix : "";
   const HfCheckpoint::Entry* scale = scale_key.empty() ? nullptr : checkpoint_.find(scale_key);
   if (!fp8 && scale == nullptr) {
     MG_CHECK(is_supported_weight_dtype(dtype),
@@ -77,8 +78,8 @@ std::optional<ImportGraph::QuantSource> ImportGraph::quant_source(const std::str
              dir, key, file, dtype_name(dtype));
     return std::nullopt;
   }
-  MG_CHECK(quant_.quantized(),
-           "{}: tensor '{}' in '{}' is {}, but config.json has no quantization_config (FP8 "
+  MG_CHECK(quant_.quantized() && !quant_.is_integer(),
+           "{}: tensor '{}' in '{}' is {}, but config.json has no quantization_config for FP8 (FP8 "
            "checkpoints need quant_method fp8 or compressed-tensors)",
            dir, key, file, dtype_name(dtype));
   MG_CHECK(dtype == DType::kF8E4M3,
@@ -158,6 +159,7 @@ void ImportGraph::set_quantization(proto::TensorInfo& t, const std::string& scal
 
 std::string ImportGraph::weight(const std::string& key, const Shape& shape) {
   if (std::find(declared_.begin(), declared_.end(), key) != declared_.end()) return key;
+  if (!int_module(key).empty()) return int_assembled(key, shape, {{key, shape}});
   const std::optional<QuantSource> q = quant_source(key, shape);
   const HfCheckpoint::Entry& e = *checkpoint_.find(key);
   proto::TensorInfo* t = model_.add_tensors();
@@ -189,6 +191,52 @@ std::string ImportGraph::weight(const std::string& key, const Shape& shape) {
     set_quantization(*t, q->scale_key, quant_.group, q->input_scale_key);
   }
   return key;
+}
+
+std::string ImportGraph::mxfp4_weight(const std::string& key, const Shape& shape,
+                                      std::string_view what) {
+  const std::string dir = checkpoint_.dir().string();
+  const std::string blocks = key + "_blocks", scales = key + "_scales";
+  if (std::find(declared_.begin(), declared_.end(), blocks) != declared_.end()) return blocks;
+  MG_ASSERT(shape.size() >= 2, "mxfp4 weight '{}' of rank {}", key, shape.size());
+  const int64_t C = shape.back();
+  MG_CHECK(C % 32 == 0,
+           "{}: MXFP4 tensor '{}' packs {} values per row, which is not a multiple of 32 (config "
+           "{}); the checkpoint cannot hold it",
+           dir, blocks, C, what);
+  Shape lead_rows(shape.begin(), shape.end() - 1);
+  Shape blocks_shape = lead_rows, scales_shape = lead_rows, packed = lead_rows;
+  blocks_shape.push_back(C / 32);
+  blocks_shape.push_back(16);
+  scales_shape.push_back(C / 32);
+  packed.push_back(C / 2);
+  for (const auto& [name, want] :
+       {std::pair{blocks, blocks_shape}, std::pair{scales, scales_shape}}) {
+    const HfCheckpoint::Entry& e = require(name, want);
+    MG_CHECK(e.entry->dtype == DType::kU8, "{}: MXFP4 tensor '{}' in '{}' is {}, expected U8 ({})",
+             dir, name, e.file.string(), dtype_name(e.entry->dtype),
+             name == blocks ? "two FP4 E2M1 codes per byte" : "E8M0 scale exponents");
+  }
+  // The scales as they are; the codes viewed [lead..., R, C/2] through a one-part assembly.
+  weight_unchecked(scales, scales_shape);
+  proto::TensorInfo* t = add_assembled(blocks, packed, {{blocks, blocks_shape}});
+  proto::TensorQuantization* q = t->mutable_quantization();
+  q->set_element(proto::QUANT_ELEMENT_FP4_E2M1);
+  q->set_scale(scales);
+  q->set_group_rows(1);
+  q->set_group_cols(32);
+  return blocks;
+}
+
+void ImportGraph::weight_unchecked(const std::string& key, const Shape& shape) {
+  const HfCheckpoint::Entry& e = require(key, shape);
+  proto::TensorInfo* t = model_.add_tensors();
+  t->set_name(key);
+  t->set_dtype(to_proto(e.entry->dtype));
+  for (int64_t d : shape) t->add_shape(d);
+  t->set_file(relative_file(e.file));
+  declared_.push_back(key);
+  used_keys_.push_back(key);
 }
 
 proto::TensorInfo* ImportGraph::add_assembled(const std::string& name, const Shape& shape,
@@ -311,6 +359,15 @@ std::vector<PartRef> ImportGraph::scale_parts(const std::string& name, const Sha
 
 std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
                                    const std::vector<PartRef>& parts) {
+  if (quant_.method == HfQuantization::Method::kModelOptNvfp4 && !parts.empty()) {
+    const HfCheckpoint::Entry* first = checkpoint_.find(parts[0].key);
+    if (first != nullptr && first->entry->dtype == DType::kU8) {
+      return nvfp4_assembled(name, shape, parts);
+    }
+  }
+  if (!parts.empty() && !int_module(parts[0].key).empty()) {
+    return int_assembled(name, shape, parts);
+  }
   std::vector<QuantSource> sources;
   std::optional<bool> quantized;
   for (const PartRef& part : parts) {
@@ -353,6 +410,73 @@ std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
     set_quantization(*t, scale_name, group, input_scale_name);
   }
   return name;
+}
+
+std::string ImportGraph::nvfp4_assembled(const std::string& name, const Shape& shape,
+                                         const std::vector<PartRef>& parts) {
+  const std::string dir = checkpoint_.dir().string();
+  const int64_t C = shape.back(), R = shape[shape.size() - 2];
+  MG_CHECK(C % 16 == 0,
+           "{}: NVFP4 weight '{}' has rows of {} values, which is not a multiple of 16", dir, name,
+           C);
+  std::vector<PartRef> packed, scales, globals;
+  int64_t part_rows = -1;
+  for (const PartRef& p : parts) {
+    MG_CHECK(!is_row_range(p) && p.shape.size() == 2 && p.shape[1] == C,
+             "{}: NVFP4 weight '{}' stacks '{}' {}: only whole [rows, {}] matrices can be stacked",
+             dir, name, p.key, shape_str(p.shape), C);
+    MG_CHECK(part_rows == -1 || part_rows == p.shape[0],
+             "{}: NVFP4 weight '{}' stacks matrices of {} and {} rows", dir, name, part_rows,
+             p.shape[0]);
+    part_rows = p.shape[0];
+    const std::string module =
+        p.key.ends_with(".weight") ? p.key.substr(0, p.key.size() - 7) : p.key;
+    if (const HfQuantization::IgnoreRule* rule = quant_.ignored_by(module)) {
+      MG_FAIL(
+          "{}: tensor '{}' is U8 (NVFP4), but quantization_config.{} entry '{}' keeps module "
+          "'{}' unquantized",
+          dir, p.key, quant_.ignore_key, rule->text, module);
+    }
+    const auto expect = [&](const std::string& key, const Shape& s, DType dtype, const char* what) {
+      const HfCheckpoint::Entry& e = require(key, s);
+      MG_CHECK(e.entry->dtype == dtype, "{}: NVFP4 tensor '{}' in '{}' is {}, expected {} ({})",
+               dir, key, e.file.string(), dtype_name(e.entry->dtype), dtype_name(dtype), what);
+    };
+    expect(p.key, {p.shape[0], C / 2}, DType::kU8, "two FP4 E2M1 codes per byte");
+    expect(p.key + "_scale", {p.shape[0], C / 16}, DType::kF8E4M3, "one scale per 16 values");
+    // weight_scale_2: a scalar ([] or [1]).
+    const std::string global = p.key + "_scale_2";
+    const HfCheckpoint::Entry* g = checkpoint_.find(global);
+    const Shape gshape = g != nullptr && g->entry->shape == Shape{1} ? Shape{1} : Shape{};
+    expect(global, gshape, DType::kF32, "the global scale");
+    packed.push_back({p.key, {p.shape[0], C / 2}});
+    scales.push_back({p.key + "_scale", {p.shape[0], C / 16}});
+    globals.push_back({global, gshape});
+  }
+  MG_CHECK(part_rows > 0 && R % part_rows == 0,
+           "{}: NVFP4 weight '{}' {} stacks matrices of {} rows, which do not tile its {} rows",
+           dir, name, shape_str(shape), part_rows, R);
+  Shape packed_shape = shape, scale_shape = shape, global_shape(shape.begin(), shape.end() - 2);
+  packed_shape.back() = C / 2;
+  scale_shape.back() = C / 16;
+  global_shape.push_back(R / part_rows);  // one global scale per stacked matrix (gate, up)
+  proto::TensorInfo* t = add_assembled(name, packed_shape, packed);
+  add_assembled(name + ".scale", scale_shape, scales);
+  add_assembled(name + ".global_scale", global_shape, globals);
+  proto::TensorQuantization* q = t->mutable_quantization();
+  q->set_element(proto::QUANT_ELEMENT_FP4_E2M1);
+  q->set_scale(name + ".scale");
+  q->set_group_rows(1);
+  q->set_group_cols(16);
+  q->set_global_scale(name + ".global_scale");
+  return name;
+}
+
+proto::QuantElement ImportGraph::quant_element(const std::string& name) const {
+  for (const proto::TensorInfo& t : model_.tensors()) {
+    if (t.name() == name) return t.quantization().element();
+  }
+  return proto::QUANT_ELEMENT_FROM_DTYPE;
 }
 
 std::optional<GroupShape> ImportGraph::quant_group(const std::string& name) const {

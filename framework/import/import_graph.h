@@ -38,6 +38,8 @@ class ImportGraph {
               HfQuantization quantization = {});
 
   proto::Model& model() { return model_; }
+  // What config.json's quantization_config declares.
+  const HfQuantization& quantization() const { return quant_; }
   const HfCheckpoint& checkpoint() const { return checkpoint_; }
 
   // True when the checkpoint holds `key`.
@@ -57,8 +59,19 @@ class ImportGraph {
   std::string assembled(const std::string& name, const Shape& shape,
                         const std::vector<PartRef>& parts);
 
+  // (fp4) Declares MXFP4 weights stored as GPT-OSS ships them: `key` + "_blocks" U8
+  // [lead..., R, C/32, 16] and `key` + "_scales" U8 (E8M0) [lead..., R, C/32] for values
+  // [lead..., R, C] = `shape`. The graph tensor "<key>_blocks" is U8 [lead..., R, C/2] (a one-part
+  // view of the blocks) with FP4_E2M1 quantization, scale "<key>_scales", group [1, 32]; returns
+  // its name. Errors name the checkpoint folder and the tensor (`what` names the config key that
+  // implies C when C is not a multiple of 32).
+  std::string mxfp4_weight(const std::string& key, const Shape& shape, std::string_view what);
+
   // The scale group of declared graph tensor `name`, or nullopt when it is not quantized.
   std::optional<GroupShape> quant_group(const std::string& name) const;
+  // The codes element of declared graph tensor `name` (QUANT_ELEMENT_FROM_DTYPE for FP8 codes and
+  // unquantized tensors).
+  proto::QuantElement quant_element(const std::string& name) const;
 
   // Nodes. Each returns the name of its output, "<name>.out".
   proto::Node& node(const std::string& name, const std::string& op,
@@ -89,6 +102,13 @@ class ImportGraph {
   // Checks the dtype of `key` (a float weight, or F8_E4M3 codes with a well-formed scale) and
   // returns its scale, or nullopt for a float weight.
   std::optional<QuantSource> quant_source(const std::string& key, const Shape& shape) const;
+  // (fp4) assembled() for ModelOpt NVFP4 parts (U8 `weight` [rows, C/2] with `weight_scale`
+  // F8_E4M3 [rows, C/16] and scalar `weight_scale_2`): FP4 codes, E4M3 scales and an F32 global
+  // scale [lead..., S] (one per stacked matrix).
+  std::string nvfp4_assembled(const std::string& name, const Shape& shape,
+                              const std::vector<PartRef>& parts);
+  // (fp4) Declares checkpoint tensor `key` [shape] of any dtype (the caller checked it).
+  void weight_unchecked(const std::string& key, const Shape& shape);
   // Adds TensorInfo `name` [shape] assembled from `parts` (already checked), all of one dtype.
   proto::TensorInfo* add_assembled(const std::string& name, const Shape& shape,
                                    const std::vector<PartRef>& parts);
@@ -100,6 +120,13 @@ class ImportGraph {
   // `activation_scale`: the graph tensor of the static activation scales (ACT_QUANT_STATIC).
   void set_quantization(proto::TensorInfo& t, const std::string& scale, GroupShape group,
                         const std::string& activation_scale = "") const;
+  // Integer weight-only checkpoints (import_graph_int.cc): the module of `key` ("<m>.weight")
+  // when the checkpoint stores it as integer codes ("<m>.qweight", "<m>.weight_packed"), else "".
+  std::string int_module(const std::string& key) const;
+  // Declares graph tensor `name` [shape] from integer-quantized parts (whole modules, in order)
+  // with its scale, zero-point and g_idx tensors in the checkpoint's packing.
+  std::string int_assembled(const std::string& name, const Shape& shape,
+                            const std::vector<PartRef>& parts);
   std::string relative_file(const std::filesystem::path& file) const;
 
   const HfCheckpoint& checkpoint_;

@@ -13,7 +13,7 @@
 namespace mg {
 
 // The format_version this build reads and writes.
-inline constexpr uint32_t kGraphFormatVersion = 2;
+inline constexpr uint32_t kGraphFormatVersion = 3;
 // Files of every version from 1 up to kGraphFormatVersion load (proto/model.proto lists them).
 inline constexpr uint32_t kOldestGraphFormatVersion = 1;
 

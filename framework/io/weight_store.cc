@@ -146,6 +146,12 @@ Tensor WeightStore::load_parts(const proto::TensorInfo& info, const std::string&
   MG_CHECK(total == *expected_bytes, "{}: the {} parts hold {} bytes but {}{} needs {} bytes",
            context, info.parts_size(), total, dtype_name(dtype), shape_str(shape), *expected_bytes);
 
+  // One whole entry viewed in another shape (GPT-OSS's MXFP4 blocks [E, R, C/32, 16] as codes
+  // [E, R, C/2]): the mapped bytes themselves, read-only like every loaded weight, not a copy (the
+  // experts of GPT-OSS-120B hold 60 GB).
+  if (parts.size() == 1 && parts[0].nbytes == parts[0].entry->nbytes()) {
+    return parts[0].file->tensor(*parts[0].entry).reshape(shape);
+  }
   Tensor out = Tensor::empty_cpu(dtype, shape);
   auto* dst = static_cast<uint8_t*>(out.raw());
   for (const Resolved& part : parts) {

@@ -26,8 +26,9 @@ class WeightStore {
   //
   // A tensor with `parts` is assembled: the parts' bytes (a whole entry, or a range of its rows)
   // are copied, in order, into one new host buffer viewed as the declared dtype and shape (the
-  // only case that copies). Each part must hold the declared dtype and the part sizes must add
-  // up to the declared size; errors name the graph tensor and the part (index, file and key).
+  // only case that copies; a single whole entry is viewed in the declared shape instead). Each part
+  // must hold the declared dtype and the part sizes must add up to the declared size; errors name
+  // the graph tensor and the part (index, file and key).
   Tensor load(const proto::TensorInfo& info);
 
   const std::filesystem::path& graph_file() const { return graph_file_; }

@@ -10,6 +10,7 @@
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/stream.h"
+#include "framework/op/kv_batch.h"
 
 namespace mg {
 
@@ -26,7 +27,28 @@ struct StateOptions {
   Device device;
   // Longest sequence (prompt + generated) the state must hold.
   int64_t max_seq_len = 0;
+  // Paged KV cache (kv_batch.h): a pool of kv_blocks blocks of kv_block_size positions, shared by
+  // every sequence of the session. 0: one contiguous sequence of max_seq_len positions.
+  int64_t kv_blocks = 0;
+  int64_t kv_block_size = 0;
 };
+
+// Rows of a KV cache state: kv_blocks * kv_block_size when paged, else max_seq_len. Throws
+// mg::Error for sizes that are not positive.
+inline int64_t kv_cache_rows(const StateOptions& options) {
+  if (options.kv_blocks == 0 && options.kv_block_size == 0) {
+    MG_CHECK(options.max_seq_len > 0, "KV cache: max_seq_len must be positive, got {}",
+             options.max_seq_len);
+    return options.max_seq_len;
+  }
+  MG_CHECK(options.kv_blocks > 0 && options.kv_block_size > 0,
+           "KV cache: kv_blocks ({}) and kv_block_size ({}) must both be positive",
+           options.kv_blocks, options.kv_block_size);
+  MG_CHECK(options.kv_blocks <= (int64_t{1} << 30) && options.kv_block_size <= 4096,
+           "KV cache: kv_blocks {} (at most 2^30) or kv_block_size {} (at most 4096) too large",
+           options.kv_blocks, options.kv_block_size);
+  return options.kv_blocks * options.kv_block_size;
+}
 
 // Everything a kernel may use while it runs. No member is owned.
 struct ExecContext {
@@ -37,6 +59,9 @@ struct ExecContext {
   void* workspace = nullptr;   // scratch of at least workspace_bytes(max_tokens) bytes
   size_t workspace_bytes = 0;
   Communicator* comm = nullptr;  // null for a single rank
+  // The sequences of this forward's rows and their block tables (stateful ops with a KV cache);
+  // null: every row is one sequence in a contiguous cache.
+  const KvBatch* kv = nullptr;
 };
 
 class OpKernel {

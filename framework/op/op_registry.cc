@@ -10,7 +10,12 @@ std::string value_type_str(const ValueType& type) {
   std::vector<std::string> dims;
   for (int64_t d : type.shape) dims.push_back(d == kTokens ? "T" : std::to_string(d));
   std::string s = fmt::format("{}[{}]", dtype_name(type.dtype), fmt::join(dims, ", "));
-  if (type.quant_group) s += fmt::format(" (scales {})", type.quant_group->str());
+  if (type.quant_group && type.quant_element != QuantElement::kFromDtype) {
+    s += fmt::format(" ({} codes, scales {})", quant_element_name(type.quant_element),
+                     type.quant_group->str());
+  } else if (type.quant_group) {
+    s += fmt::format(" (scales {})", type.quant_group->str());
+  }
   return s;
 }
 

@@ -34,6 +34,9 @@ struct ValueType {
   // Set for the codes of a quantized weight as an op that takes quantized weights sees them
   // (InputSpec::takes_quantized): the scales' group. Other ops see the dequantized F32 type.
   std::optional<GroupShape> quant_group = std::nullopt;
+  // With quant_group: the codes' element (framework/core/quant.h). Integer codes (kInt4 ...)
+  // report their logical shape [.., R, C] in `shape` and their canonical codes dtype (U8 / I8).
+  QuantElement quant_element = QuantElement::kFromDtype;
   bool operator==(const ValueType&) const = default;
 };
 // "F32[T, 64]", "F8_E4M3[8, 64, 32] (scales [128, 128])"

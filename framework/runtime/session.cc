@@ -82,7 +82,35 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
     }
     return Tensor(arena_.buffer(), pv.type.dtype, std::move(shape), pv.arena_offset);
   };
+  // Paged KV cache (Engine): sequence slots and a pool of blocks instead of one contiguous cache.
+  MG_CHECK(options_.max_sequences >= 1 && options_.max_sequences <= 4096,
+           "max_sequences must be in [1, 4096], got {}", options_.max_sequences);
   StateOptions state_options{p.device, p.max_seq_len};
+  if (paged()) {
+    MG_CHECK(options_.kv_block_size >= 1 && options_.kv_block_size <= 4096,
+             "kv_block_size must be in [1, 4096], got {}", options_.kv_block_size);
+    MG_CHECK(options_.kv_blocks <= (int64_t{1} << 30), "kv_blocks {} is more than 2^30",
+             options_.kv_blocks);
+    max_blocks_per_seq_ = (p.max_seq_len + options_.kv_block_size - 1) / options_.kv_block_size;
+    state_options.kv_blocks = options_.kv_blocks;
+    state_options.kv_block_size = options_.kv_block_size;
+    const int64_t slots = options_.max_sequences;
+    host_slots_ = Tensor::empty_cpu(DType::kI32, {p.max_tokens});
+    host_block_tables_ = Tensor::empty_cpu(DType::kI32, {slots, max_blocks_per_seq_});
+    std::fill_n(host_block_tables_.data<int32_t>(), slots * max_blocks_per_seq_, -1);
+    row_slots_ = empty_tensor(p.device, DType::kI32, {p.max_tokens}, stream_.get());
+    block_tables_ =
+        empty_tensor(p.device, DType::kI32, {slots, max_blocks_per_seq_}, stream_.get());
+    copy_tensor(block_tables_, host_block_tables_, stream_.get());
+    kv_.row_slots = row_slots_.data<int32_t>();
+    kv_.block_tables = block_tables_.data<int32_t>();
+    kv_.max_blocks_per_seq = max_blocks_per_seq_;
+    kv_.block_size = options_.kv_block_size;
+    kv_.num_blocks = options_.kv_blocks;
+  } else {
+    MG_CHECK(options_.max_sequences == 1, "max_sequences {} needs a paged KV cache (kv_blocks > 0)",
+             options_.max_sequences);
+  }
   for (const PlanNode& node : p.nodes) {
     std::vector<Tensor> ins, outs;
     for (int v : node.inputs) ins.push_back(view_of(v));
@@ -90,8 +118,14 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
     node_inputs_.push_back(std::move(ins));
     node_outputs_.push_back(std::move(outs));
     // Per-node state is the attention KV cache, [max_seq_len, kv_heads, head_dim] per layer.
-    sized_by(fmt::format("state (KV cache) of node '{}'", node.name).c_str(), kMaxSeqLenKnob,
-             p.max_seq_len, [&] { states_.push_back(node.kernel->create_state(state_options)); });
+    if (paged()) {
+      sized_by(fmt::format("state (KV cache) of node '{}'", node.name).c_str(),
+               "kv_blocks (--kv-blocks)", options_.kv_blocks,
+               [&] { states_.push_back(node.kernel->create_state(state_options)); });
+    } else {
+      sized_by(fmt::format("state (KV cache) of node '{}'", node.name).c_str(), kMaxSeqLenKnob,
+               p.max_seq_len, [&] { states_.push_back(node.kernel->create_state(state_options)); });
+    }
   }
 
   if (options_.cuda_graph) {
@@ -105,9 +139,8 @@ Session::Session(std::shared_ptr<const ExecutionPlan> plan, SessionOptions optio
                node.name, node.op,
                node.kernel->describe().substr(0, node.kernel->describe().find('\n')));
     }
-#ifdef MG_WITH_CUDA
-    decode_graph_ = std::make_unique<CudaGraph>();
-#endif
+    // One row per sequence: the decode steps; prefill chunks run uncaptured.
+    graph_max_rows_ = std::min<int64_t>(options_.max_sequences, p.max_tokens);
   }
 }
 
@@ -119,8 +152,8 @@ std::unique_ptr<Session> Session::open(const std::filesystem::path& graph_file,
   return std::make_unique<Session>(std::move(plan), options);
 }
 
-void Session::run_chunk(const int32_t* token_ids, const int32_t* positions, int64_t tokens,
-                        int64_t first_row, float* logits_out) {
+void Session::upload_and_run(const int32_t* token_ids, const int32_t* positions,
+                             const int32_t* slots, int64_t tokens) {
   const ExecutionPlan& p = *plan_;
   std::memcpy(host_ids_.raw(), token_ids, tokens * sizeof(int32_t));
   std::memcpy(host_positions_.raw(), positions, tokens * sizeof(int32_t));
@@ -130,17 +163,35 @@ void Session::run_chunk(const int32_t* token_ids, const int32_t* positions, int6
   Tensor pos_dst(arena_.buffer(), DType::kI32, {tokens}, p.values[p.positions].arena_offset);
   copy_tensor(ids_dst, ids_src, stream_.get());
   copy_tensor(pos_dst, pos_src, stream_.get());
+  if (paged()) {
+    MG_ASSERT(slots != nullptr, "a paged forward without sequence slots");
+    std::memcpy(host_slots_.raw(), slots, tokens * sizeof(int32_t));
+    copy_tensor(row_slots_.slice_rows(0, tokens), host_slots_.slice_rows(0, tokens), stream_.get());
+    for (int slot : dirty_slots_) {
+      copy_tensor(block_tables_.slice_rows(slot, slot + 1),
+                  host_block_tables_.slice_rows(slot, slot + 1), stream_.get());
+    }
+    dirty_slots_.clear();
+  }
 
 #ifdef MG_WITH_CUDA
-  if (decode_graph_ && tokens == 1) {
-    if (!decode_graph_->captured()) decode_graph_->capture(*stream_, [&] { run_nodes(1); });
-    decode_graph_->launch(*stream_);
+  if (tokens <= graph_max_rows_) {
+    std::unique_ptr<CudaGraph>& graph = graphs_[tokens];
+    if (!graph) graph = std::make_unique<CudaGraph>();
+    if (!graph->captured()) graph->capture(*stream_, [&] { run_nodes(tokens); });
+    graph->launch(*stream_);
   } else {
     run_nodes(tokens);
   }
 #else
   run_nodes(tokens);
 #endif
+}
+
+void Session::run_chunk(const int32_t* token_ids, const int32_t* positions, int64_t tokens,
+                        int64_t first_row, float* logits_out) {
+  const ExecutionPlan& p = *plan_;
+  upload_and_run(token_ids, positions, nullptr, tokens);
 
   const int64_t rows = tokens - first_row;
   if (rows == 0) return;
@@ -166,6 +217,7 @@ void Session::run_nodes(int64_t tokens) {
   ctx.workspace = workspace_.raw();
   ctx.workspace_bytes = p.workspace_bytes;
   ctx.comm = comm_;
+  ctx.kv = paged() ? &kv_ : nullptr;
   const bool profile = profiler_.enabled();
   if (profile && !nodes_origin_) {
     for (size_t s = 0; s < p.nodes.size(); ++s) {
@@ -207,6 +259,8 @@ const Tensor& Session::forward(std::span<const int32_t> token_ids,
                                std::span<const int32_t> positions, Logits which) {
   const ExecutionPlan& p = *plan_;
   const DeviceScope on_device(p.device);  // this thread's launches go to the plan's GPU
+  MG_CHECK(!paged(),
+           "forward: this session has a paged KV cache of several sequences; use forward_batch");
   MG_CHECK(token_ids.size() == positions.size(), "{} token ids but {} positions", token_ids.size(),
            positions.size());
   MG_CHECK(!token_ids.empty(), "forward needs at least one token");
@@ -248,6 +302,108 @@ const Tensor& Session::forward(std::span<const int32_t> token_ids,
   return logits_;
 }
 
+void Session::set_block_table(int slot, std::span<const int32_t> blocks) {
+  MG_CHECK(paged(), "set_block_table: this session has one contiguous KV cache (kv_blocks = 0)");
+  MG_CHECK(slot >= 0 && slot < options_.max_sequences, "sequence slot {} outside [0, {})", slot,
+           options_.max_sequences);
+  MG_CHECK(static_cast<int64_t>(blocks.size()) <= max_blocks_per_seq_,
+           "a block table of {} blocks; a sequence of max_seq_len {} takes at most {}",
+           blocks.size(), plan_->max_seq_len, max_blocks_per_seq_);
+  int32_t* row = host_block_tables_.data<int32_t>() + slot * max_blocks_per_seq_;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    MG_CHECK(blocks[i] >= -1 && blocks[i] < options_.kv_blocks,
+             "block {} of slot {} is {}, outside the pool [0, {}) (or -1 for none)", i, slot,
+             blocks[i], options_.kv_blocks);
+    row[i] = blocks[i];
+  }
+  std::fill(row + blocks.size(), row + max_blocks_per_seq_, -1);
+  if (std::find(dirty_slots_.begin(), dirty_slots_.end(), slot) == dirty_slots_.end()) {
+    dirty_slots_.push_back(slot);
+  }
+}
+
+const Tensor& Session::forward_batch(std::span<const int32_t> token_ids,
+                                     std::span<const int32_t> positions,
+                                     std::span<const int32_t> slots,
+                                     std::span<const int64_t> logit_rows) {
+  const ExecutionPlan& p = *plan_;
+  const DeviceScope on_device(p.device);
+  MG_CHECK(paged(), "forward_batch needs a paged KV cache (SessionOptions::kv_blocks > 0)");
+  MG_CHECK(token_ids.size() == positions.size() && token_ids.size() == slots.size(),
+           "forward_batch: {} token ids, {} positions, {} slots", token_ids.size(),
+           positions.size(), slots.size());
+  const int64_t tokens = static_cast<int64_t>(token_ids.size());
+  MG_CHECK(tokens >= 1 && tokens <= p.max_tokens,
+           "forward_batch: {} rows; a batch holds 1 to max_tokens = {}", tokens, p.max_tokens);
+  // CUDA kernels cannot report a bad slot, position or block without a host sync: check here.
+  const int32_t* tables = host_block_tables_.data<int32_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t slot = slots[t];
+    const int32_t pos = positions[t];
+    MG_CHECK(slot >= 0 && slot < options_.max_sequences, "row {}: sequence slot {} outside [0, {})",
+             t, slot, options_.max_sequences);
+    MG_CHECK(pos >= 0 && pos < p.max_seq_len,
+             "row {}: position {} is outside the KV cache of {} positions (max sequence length)", t,
+             pos, p.max_seq_len);
+    MG_CHECK(tables[slot * max_blocks_per_seq_ + pos / options_.kv_block_size] >= 0,
+             "row {}: position {} of slot {} has no KV-cache block in its block table", t, pos,
+             slot);
+  }
+  if (!p.device.is_cpu() && p.info.vocab_size() > 0) {
+    for (int32_t id : token_ids) {
+      MG_CHECK(id >= 0 && id < p.info.vocab_size(),
+               "token id {} is outside the vocabulary of {} tokens", id, p.info.vocab_size());
+    }
+  }
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    MG_CHECK(logit_rows[i] >= 0 && logit_rows[i] < tokens &&
+                 (i == 0 || logit_rows[i] > logit_rows[i - 1]),
+             "forward_batch: logit rows must ascend within [0, {}); row {} is {}", tokens, i,
+             logit_rows[i]);
+  }
+  const PlanValue& lv = p.values[p.logits];
+  const int64_t vocab = lv.type.shape.back();
+  const int64_t out_rows = static_cast<int64_t>(logit_rows.size());
+  if (!logits_.defined() || logits_.buffer()->size() < static_cast<size_t>(out_rows * vocab) * 4) {
+    logits_ = Tensor::empty_cpu(DType::kF32, {std::max<int64_t>(out_rows, 1), vocab});
+  }
+  logits_.set_rows(out_rows);
+  profiler_.set_tokens(tokens);
+  profile_bookkeeping_us_ = 0.0;
+  const double start = profiler_.enabled() ? profiler_.now_us() : 0.0;
+  upload_and_run(token_ids.data(), positions.data(), slots.data(), tokens);
+
+  // Gather the asked rows, one copy per run of consecutive rows (a decode batch is one run). On
+  // a GPU they are gathered (and converted to F32) on the device, then copied back once.
+  const Tensor all(arena_.buffer(), lv.type.dtype, {tokens, vocab}, lv.arena_offset);
+  const bool on_host = p.device.is_cpu();
+  if (!on_host && !logits_f32_device_.defined()) {
+    logits_f32_device_ = empty_tensor(p.device, DType::kF32, {p.max_tokens, vocab}, stream_.get());
+  }
+  for (int64_t i = 0; i < out_rows;) {
+    int64_t n = 1;
+    while (i + n < out_rows && logit_rows[i + n] == logit_rows[i] + n) ++n;
+    const Tensor src = all.slice_rows(logit_rows[i], logit_rows[i] + n);
+    const Tensor dst =
+        on_host ? logits_.slice_rows(i, i + n) : logits_f32_device_.slice_rows(i, i + n);
+    if (src.dtype() == DType::kF32) {
+      copy_tensor(dst, src, stream_.get());
+    } else {
+      convert_tensor(dst, src, stream_.get());
+    }
+    i += n;
+  }
+  if (!on_host && out_rows > 0) {
+    copy_tensor(logits_, logits_f32_device_.slice_rows(0, out_rows), stream_.get());
+  }
+  if (out_rows == 0) stream_->synchronize();
+  if (profiler_.enabled()) {
+    profiler_.record(fmt::format("forward_batch T={}", tokens), "session", start,
+                     profiler_.now_us() - start - profile_bookkeeping_us_);
+  }
+  return logits_;
+}
+
 namespace {
 
 // Samples the next token from a row of logits that must be finite: NaN compares false with
@@ -268,6 +424,7 @@ int32_t sample_finite(Sampler& sampler, std::span<const float> logits, int step,
 
 GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& options) {
   const ExecutionPlan& p = *plan_;
+  MG_CHECK(!paged(), "generate: this session has a paged KV cache; batched generation is Engine's");
   MG_CHECK(!prompt.empty(), "the prompt is empty");
   MG_CHECK(options.max_new_tokens >= 0, "max-new-tokens must be >= 0, got {}",
            options.max_new_tokens);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -23,9 +24,16 @@ struct SessionOptions {
   // Record per-node timings (see Profiler).
   bool profile = false;
   // CUDA devices: capture the first one-token forward (a decode step) as a CUDA graph and replay
-  // it for every later one (cuda_graph.h). Throws mg::Error at construction for a CPU plan, with
-  // `profile`, or when a node cannot be captured.
+  // it for every later one (cuda_graph.h); a paged session captures one graph per row count up
+  // to max_sequences (the decode steps of a batch). Throws mg::Error at construction for a CPU
+  // plan, with `profile`, or when a node cannot be captured.
   bool cuda_graph = false;
+  // Paged KV cache for batched generation (Engine, forward_batch): `max_sequences` sequence slots
+  // share a pool of `kv_blocks` blocks of `kv_block_size` positions (kv_batch.h). kv_blocks == 0:
+  // one sequence in a contiguous cache of max_seq_len positions (forward, generate).
+  int max_sequences = 1;
+  int64_t kv_blocks = 0;
+  int64_t kv_block_size = 16;
 };
 
 struct GenerateOptions {
@@ -72,6 +80,22 @@ class Session {
   // Prefills `prompt` at positions 0.. and generates up to max_new_tokens tokens.
   GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& options);
 
+  // Paged sessions (kv_blocks > 0). Sets the block table of sequence `slot`: its position j lives
+  // in block blocks[j / kv_block_size] (at most max_blocks_per_seq() blocks, each in
+  // [0, kv_blocks), or -1 for none yet). Takes effect at the next forward_batch.
+  void set_block_table(int slot, std::span<const int32_t> blocks);
+  int64_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
+  bool paged() const { return options_.kv_blocks > 0; }
+  const SessionOptions& options() const { return options_; }
+
+  // Paged sessions: one forward over the rows of several sequences, row t at positions[t] of
+  // sequence slots[t] (at most the plan's max_tokens rows; every position must be in a block of
+  // its slot's table). Returns F32 logits [logit_rows.size(), vocab] on the host of the rows
+  // `logit_rows` (ascending); the tensor is reused by the next call.
+  const Tensor& forward_batch(std::span<const int32_t> token_ids,
+                              std::span<const int32_t> positions, std::span<const int32_t> slots,
+                              std::span<const int64_t> logit_rows);
+
   const ExecutionPlan& plan() const { return *plan_; }
   Profiler& profiler() { return profiler_; }
 
@@ -80,6 +104,10 @@ class Session {
   // when first_row == tokens).
   void run_chunk(const int32_t* token_ids, const int32_t* positions, int64_t tokens,
                  int64_t first_row, float* logits_out);
+  // Uploads the chunk's ids, positions and (paged) slots and block tables, then runs the nodes
+  // (a captured CUDA graph where one applies).
+  void upload_and_run(const int32_t* token_ids, const int32_t* positions, const int32_t* slots,
+                      int64_t tokens);
   // Queues every node for `tokens` rows.
   void run_nodes(int64_t tokens);
 
@@ -109,8 +137,21 @@ class Session {
   };
   std::vector<NodeEvents> node_events_;
   std::unique_ptr<Event> nodes_origin_;
-  double profile_bookkeeping_us_ = 0.0;      // this forward's time spent reading them
-  std::unique_ptr<CudaGraph> decode_graph_;  // with SessionOptions::cuda_graph
+  double profile_bookkeeping_us_ = 0.0;  // this forward's time spent reading them
+  // With SessionOptions::cuda_graph: one graph per row count (1 for a contiguous session, up to
+  // max_sequences when paged), captured on first use.
+  std::map<int64_t, std::unique_ptr<CudaGraph>> graphs_;
+  int64_t graph_max_rows_ = 0;
+  // Paged KV cache: kv_ points at row_slots_ and block_tables_ (plan device); host_slots_ and
+  // host_block_tables_ are their host copies, uploaded before a forward (the tables: only the
+  // rows that changed).
+  KvBatch kv_;
+  int64_t max_blocks_per_seq_ = 0;
+  Tensor row_slots_;
+  Tensor block_tables_;
+  Tensor host_slots_;
+  Tensor host_block_tables_;      // I32 [max_sequences, max_blocks_per_seq], -1: no block
+  std::vector<int> dirty_slots_;  // block-table rows changed since the last upload
 };
 
 }  // namespace mg

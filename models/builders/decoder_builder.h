@@ -48,6 +48,10 @@ struct DecoderSpec {
   // MOE_QUANT_UNQUANTIZED keeps them in weight_dtype. FP8 schemes quantize activations
   // dynamically (W8A8) per 128 channels (block) or per token.
   proto::MoEQuantScheme moe_quant = proto::MOE_QUANT_UNQUANTIZED;
+  // INT4_WEIGHT_ONLY / INT8_WEIGHT_ONLY: the codes (kInt4, kUInt4 with zero points, kInt8, kUInt8)
+  // and the group along the input (-1 channel-wise), by GraphBuilder::quantize_int.
+  QuantElement moe_quant_element = QuantElement::kFromDtype;
+  int64_t moe_quant_group = -1;
 };
 
 // Builds one layer's FFN from `x` ([T, hidden], already normalised); returns its output's name.

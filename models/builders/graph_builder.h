@@ -39,6 +39,20 @@ class GraphBuilder {
   void quantize_fp8(const std::string& name, GroupShape group, ActivationQuant activation,
                     int64_t activation_group);
 
+  // (fp4) Quantizes weight `name` [lead..., R, C] (C even) to packed FP4 E2M1 with per-row groups
+  // of `group_cols` values, as the checkpoint quantizers do. MXFP4 (`nvfp4` false): scale E8M0
+  // 2^x with x = floor(log2(amax)) - 2 (OCP MX), U8 tensor `name + ".scale"`. NVFP4: an F32 global
+  // scale per matrix g = amax / (6 * 448) (ModelOpt's weight_scale_2) in `name + ".global_scale"`
+  // [lead..., 1] and F8_E4M3 group scales e4m3(amax_group / 6 / g). Codes round to nearest even,
+  // saturating at 6. Graph only: declared, not computed.
+  void quantize_fp4(const std::string& name, int64_t group_cols, bool nvfp4);
+
+  // Quantizes weight `name` to weight-only integer codes of `element` in the canonical layout
+  // (framework/core/int_quant.h) by quantize_int_cpu: per output row per `group_cols` inputs (-1:
+  // per row). The codes replace the tensor; scales (F32) become `name + ".scale"` and, for the
+  // unsigned elements, zero points (F32) `name + ".zero_point"`. Graph only: declared only.
+  void quantize_int(const std::string& name, QuantElement element, int64_t group_cols);
+
   void input(const std::string& name, proto::DType dtype, Shape shape);
   void output(const std::string& name, proto::DType dtype, Shape shape);
   // Adds a node; the caller sets its params through the returned reference.

@@ -51,8 +51,24 @@ void quantize_experts_fp8(GraphBuilder& b, const DecoderSpec& spec, const std::s
       b.quantize_fp8(w13, GroupShape{I, -1}, ActivationQuant::kDynamic, -1);
       b.quantize_fp8(w2, GroupShape::per_tensor(), ActivationQuant::kDynamic, -1);
       return;
+    case proto::MOE_QUANT_MXFP4:
+      b.quantize_fp4(w13, 32, /*nvfp4=*/false);
+      b.quantize_fp4(w2, 32, /*nvfp4=*/false);
+      return;
+    case proto::MOE_QUANT_NVFP4:
+      b.quantize_fp4(w13, 16, /*nvfp4=*/true);
+      b.quantize_fp4(w2, 16, /*nvfp4=*/true);
+      return;
+    case proto::MOE_QUANT_INT4_WEIGHT_ONLY:
+    case proto::MOE_QUANT_INT8_WEIGHT_ONLY:
+      // Weight-only: integer codes per output row per group of inputs (framework/core/int_quant.h).
+      b.quantize_int(w13, spec.moe_quant_element, spec.moe_quant_group);
+      b.quantize_int(w2, spec.moe_quant_element, spec.moe_quant_group);
+      return;
     default:
-      MG_FAIL("make-model quantizes experts to FP8 (fp8-block, fp8-channel, fp8-tensor) only");
+      MG_FAIL(
+          "make-model quantizes experts to FP8 (fp8-block, fp8-channel, fp8-tensor), FP4 (mxfp4, "
+          "nvfp4) or integer codes (int4-g128 ...) only");
   }
 }
 
@@ -81,8 +97,13 @@ std::string moe_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const s
       style.score_correction_bias
           ? b.weight_as(name + ".router.score_correction_bias", {E}, 0.2f, 0.0f, DType::kF32)
           : "";
-  const Shape w13_shape = style.transposed ? Shape{E, H, 2 * I} : Shape{E, 2 * I, H};
-  const Shape w2_shape = style.transposed ? Shape{E, I, H} : Shape{E, H, I};
+  // FP4 packs along the input dimension: a transposed family (GPT-OSS) gets the canonical layout,
+  // as GPT-OSS's released MXFP4 checkpoints have it (gate/up stay interleaved).
+  const bool fp4 =
+      spec.moe_quant == proto::MOE_QUANT_MXFP4 || spec.moe_quant == proto::MOE_QUANT_NVFP4;
+  const bool transposed = style.transposed && !fp4;
+  const Shape w13_shape = transposed ? Shape{E, H, 2 * I} : Shape{E, 2 * I, H};
+  const Shape w2_shape = transposed ? Shape{E, I, H} : Shape{E, H, I};
   const std::string w13 = b.weight(name + ".experts.w13", w13_shape, spread(H));
   const std::string w2 = b.weight(name + ".experts.w2", w2_shape, spread(I));
   const std::string w13_bias =
@@ -90,9 +111,9 @@ std::string moe_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const s
   const std::string w2_bias =
       style.expert_biases ? b.weight(name + ".experts.w2_bias", {E, H}, 0.1f) : "";
   if (spec.moe_quant != proto::MOE_QUANT_UNQUANTIZED) {
-    MG_CHECK(!style.transposed && !style.interleaved,
-             "--quant: family {} stores its experts transposed / interleaved, which the FP8 "
-             "schemes do not take",
+    MG_CHECK(fp4 || (!style.transposed && !style.interleaved),
+             "--quant: family {} stores its experts transposed / interleaved, which the "
+             "quantized schemes do not take",
              spec.family);
     quantize_experts_fp8(b, spec, w13, w2, I);
   }
@@ -115,8 +136,7 @@ std::string moe_ffn(GraphBuilder& b, const DecoderSpec& spec, int layer, const s
   p->set_intermediate_size(I);
   p->set_activation(style.activation);
   p->set_gate_up_interleaved(style.interleaved);
-  p->set_expert_layout(style.transposed ? proto::MOE_LAYOUT_TRANSPOSED
-                                        : proto::MOE_LAYOUT_CANONICAL);
+  p->set_expert_layout(transposed ? proto::MOE_LAYOUT_TRANSPOSED : proto::MOE_LAYOUT_CANONICAL);
   p->set_has_w13_bias(style.expert_biases);
   p->set_has_w2_bias(style.expert_biases);
   p->set_quant_scheme(spec.moe_quant);

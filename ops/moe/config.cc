@@ -224,6 +224,34 @@ bool is_fp8_scheme(QuantScheme scheme) {
   return false;
 }
 
+bool is_wna16_scheme(QuantScheme scheme) {
+  switch (scheme) {
+    case QuantScheme::kInt8WeightOnly:
+    case QuantScheme::kInt4WeightOnly:
+      return true;
+    case QuantScheme::kUnquantized:
+    case QuantScheme::kFp8PerTensor:
+    case QuantScheme::kFp8Block:
+    case QuantScheme::kFp8PerChannel:
+    case QuantScheme::kMxfp4:
+    case QuantScheme::kNvfp4:
+      return false;
+  }
+  return false;
+}
+
+QuantKey QuantKey::integer(QuantElement element, DType scale_dtype, GroupShape group,
+                           bool has_zero_point) {
+  MG_CHECK(element != QuantElement::kFromDtype, "an integer key needs an integer element");
+  MG_CHECK(group.rows == 1 && (group.cols == -1 || group.cols >= 1),
+           "integer weight groups are [1, g] or [1, -1], got [{}, {}]", group.rows, group.cols);
+  QuantKey key(element == QuantElement::kInt8 ? DType::kI8 : DType::kU8, scale_dtype, group,
+               /*is_static=*/true);
+  key.element_ = element;
+  key.has_zero_point_ = has_zero_point;
+  return key;
+}
+
 QuantKey QuantKey::unquantized(DType dtype) {
   MG_CHECK(is_floating(dtype) && dtype != DType::kF8E4M3 && dtype != DType::kF8E5M2,
            "an unquantized key needs a 16- or 32-bit floating dtype, got {}", dtype_name(dtype));
@@ -248,6 +276,11 @@ QuantKey::QuantKey(DType dtype, DType scale_dtype, GroupShape group, bool is_sta
 
 std::string QuantKey::str() const {
   if (!quantized_) return std::string(dtype_name(dtype_));
+  if (element_ != QuantElement::kFromDtype) {
+    return fmt::format("{}(scale {} per [{}, {}], {}static)", quant_element_name(element_),
+                       dtype_name(scale_dtype_), group_.rows, group_.cols,
+                       has_zero_point_ ? "zero points, " : "");
+  }
   return fmt::format("{}(scale {} per [{}, {}], {})", dtype_name(dtype_), dtype_name(scale_dtype_),
                      group_.rows, group_.cols, is_static_ ? "static" : "dynamic");
 }

@@ -106,6 +106,8 @@ enum class QuantScheme : uint8_t {
 std::string_view quant_scheme_name(QuantScheme scheme);
 // kFp8Block, kFp8PerChannel or kFp8PerTensor: the schemes of the FP8 oracle module.
 bool is_fp8_scheme(QuantScheme scheme);
+// kInt4WeightOnly or kInt8WeightOnly: the schemes of the WNA16 oracle module (oracle/wna16.h).
+bool is_wna16_scheme(QuantScheme scheme);
 
 // How one GEMM operand (weights or activations) is stored: element type and, when quantised,
 // its scales. The oracle matches (weight key, activation key) pairs against what each expert
@@ -118,18 +120,28 @@ class QuantKey {
   // (is_static) or computed per call. Throws mg::Error for a floating `dtype` wider than 8 bits
   // or a group dimension that is 0 or < -1.
   QuantKey(DType dtype, DType scale_dtype, GroupShape group, bool is_static);
+  // Weight-only integer codes of `element` (kInt4 ... kUInt8; framework/core/int_quant.h): static
+  // `scale_dtype` scales per `group` ({1, g} or {1, -1}), zero points when `has_zero_point`.
+  static QuantKey integer(QuantElement element, DType scale_dtype, GroupShape group,
+                          bool has_zero_point);
 
   bool quantized() const { return quantized_; }
   DType dtype() const { return dtype_; }
   DType scale_dtype() const { return scale_dtype_; }
   GroupShape group() const { return group_; }
   bool is_static() const { return is_static_; }
-  // "F32" or "F8_E4M3(scale F32 per [128, 128], static)".
+  // kFromDtype unless made by integer(); then dtype() is the canonical codes dtype (U8 / I8).
+  QuantElement element() const { return element_; }
+  bool has_zero_point() const { return has_zero_point_; }
+  // "F32", "F8_E4M3(scale F32 per [128, 128], static)" or
+  // "uint4(scale F32 per [1, 128], zero points, static)".
   std::string str() const;
   bool operator==(const QuantKey&) const = default;
 
  private:
   QuantKey() = default;
+  QuantElement element_ = QuantElement::kFromDtype;
+  bool has_zero_point_ = false;
   bool quantized_ = false;
   DType dtype_ = DType::kF32;
   DType scale_dtype_ = DType::kF32;

@@ -283,6 +283,43 @@ std::string fp8_group_mismatch(QuantScheme scheme, GroupShape group, int64_t gat
   return "not an FP8 scheme";
 }
 
+// (fp4) MXFP4 / NVFP4 expert weights: packed FP4 codes with per-row groups of 32 / 16, in a
+// layout that packs along the input dimension.
+void check_fp4_expert_weight(const MoEConfig& c, const ValueType& type, const std::string& what) {
+  const QuantScheme scheme = c.quant_scheme();
+  const bool mx = scheme == QuantScheme::kMxfp4;
+  MG_CHECK(type.quant_group && type.quant_element == QuantElement::kFp4E2M1,
+           "quant_scheme {} needs {} quantized to FP4_E2M1 (TensorInfo.quantization.element), got "
+           "{}",
+           quant_scheme_name(scheme), what, value_type_str(type));
+  MG_CHECK(c.layout() == ExpertLayout::kCanonical,
+           "quant_scheme {} needs the canonical expert layout ([E, N1, H] / [E, H, I]: FP4 codes "
+           "pack along the input dimension), not {}",
+           quant_scheme_name(scheme), expert_layout_name(c.layout()));
+  const GroupShape want{1, mx ? 32 : 16};
+  MG_CHECK(*type.quant_group == want,
+           "{} has scales {}, but {} needs one scale per {} values of a "
+           "row (group_rows 1, group_cols {})",
+           what, type.quant_group->str(), quant_scheme_name(scheme), want.cols, want.cols);
+}
+
+// INT4_WEIGHT_ONLY / INT8_WEIGHT_ONLY: integer codes of the scheme's width (group-wise or
+// channel-wise along the input dimension, checked by the verifier), canonical layout.
+void check_wna16_weight_quant(const MoEConfig& c, const ValueType& type, const std::string& what) {
+  const QuantScheme scheme = c.quant_scheme();
+  const bool four = scheme == QuantScheme::kInt4WeightOnly;
+  const bool ok = type.quant_group && (four ? type.quant_element == QuantElement::kInt4 ||
+                                                  type.quant_element == QuantElement::kUInt4
+                                            : type.quant_element == QuantElement::kInt8 ||
+                                                  type.quant_element == QuantElement::kUInt8);
+  MG_CHECK(ok, "quant_scheme {} needs {} quantized to {} codes (TensorInfo.quantization), got {}",
+           quant_scheme_name(scheme), what, four ? "INT4 / UINT4" : "INT8 / UINT8",
+           value_type_str(type));
+  MG_CHECK(c.layout() == ExpertLayout::kCanonical && !c.gate_up_interleaved(),
+           "quant_scheme {} needs the canonical expert layout with gate rows before up rows",
+           quant_scheme_name(scheme));
+}
+
 // w13 / w2 agree with the node's quant_scheme: codes of the scheme's type and scale groups, or
 // plain floats for UNQUANTIZED.
 void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t index) {
@@ -291,6 +328,14 @@ void check_expert_weight_quant(const MoEConfig& c, const ValueType& type, size_t
   if (scheme == QuantScheme::kUnquantized) {
     MG_CHECK(!type.quant_group, "{} is quantized ({}) but quant_scheme is UNQUANTIZED", what,
              value_type_str(type));
+    return;
+  }
+  if (scheme == QuantScheme::kMxfp4 || scheme == QuantScheme::kNvfp4) {
+    check_fp4_expert_weight(c, type, what);
+    return;
+  }
+  if (is_wna16_scheme(scheme)) {
+    check_wna16_weight_quant(c, type, what);
     return;
   }
   if (!is_fp8_scheme(scheme)) return;  // refused as not supported yet before the inputs are checked

@@ -122,11 +122,14 @@ class DeviceOp {
   static constexpr size_t kGuard = 256;  // bytes before and after every output
 
   // `moe_backend`: CompileOptions::moe_backend (the MoE op's requested expert backend).
+  // `parallel`: the rank the op is compiled for (its collectives go to set_comm's communicator).
   DeviceOp(const proto::Node& node, const std::vector<Tensor>& inputs, DType dtype,
-           int64_t max_seq_len = 256, const std::string& moe_backend = "")
+           int64_t max_seq_len = 256, const std::string& moe_backend = "",
+           const ParallelConfig& parallel = ParallelConfig())
       : node_(node), def_(OpRegistry::global().find(node.op())), dtype_(dtype) {
     MG_CHECK(def_ != nullptr, "unknown op '{}'", node.op());
     options_.device = Device::cuda(0);
+    options_.parallel = parallel;
     options_.activation_dtype = dtype;
     options_.max_seq_len = max_seq_len;
     options_.moe_backend = moe_backend;
@@ -181,6 +184,7 @@ class DeviceOp {
     ctx.state = state_.get();
     ctx.workspace = ws_bytes ? workspace.raw() : nullptr;
     ctx.workspace_bytes = ws_bytes;
+    ctx.comm = comm_;
     kernel_->run(ctx, args, outputs);
     MG_CUDA_CHECK(cudaStreamSynchronize(cuda::native(stream_.get())));
     std::vector<Tensor> host;
@@ -192,6 +196,8 @@ class DeviceOp {
   }
 
   OpKernel& kernel() { return *kernel_; }
+  // The communicator of later run() calls (null: a single rank).
+  void set_comm(Communicator* comm) { comm_ = comm; }
   // The state the kernel was given (e.g. the MoE op's side stream), to run without it.
   void drop_state() { state_.reset(); }
 
@@ -228,6 +234,7 @@ class DeviceOp {
   DType dtype_;
   CompileOptions options_;
   std::unique_ptr<Stream> stream_;
+  Communicator* comm_ = nullptr;
   std::vector<Tensor> placed_;
   std::unique_ptr<OpKernel> kernel_;
   std::unique_ptr<OpState> state_;

@@ -51,25 +51,29 @@ TEST(CudaFp8CublasLtPrep, Vec128ScalesAreOuterMajorPerExpert) {
       for (int64_t e = 0; e < E; ++e) {
         const int64_t base = cuda::fp8_vec128_scale_offset(k_blocks, offsets[e], e);
         EXPECT_EQ(base % 4, 0) << "piece of expert " << e << " not 16-byte aligned";
+        const int64_t ld = cuda::fp8_lt_rows(counts[e]);
+        EXPECT_EQ(ld % 4, 0);
         if (e + 1 < E) {
-          EXPECT_LE(base + k_blocks * counts[e],
+          EXPECT_LE(base + k_blocks * ld,
                     cuda::fp8_vec128_scale_offset(k_blocks, offsets[e + 1], e + 1));
         }
         for (int64_t kb = 0; kb < k_blocks; ++kb) {
           for (int64_t j = 0; j < counts[e]; ++j) {
             const int64_t r = offsets[e] + j;
-            ASSERT_EQ(out[base + kb * counts[e] + j], xs[r * cols + (per_token ? 0 : kb)])
+            ASSERT_EQ(out[base + kb * ld + j], xs[r * cols + (per_token ? 0 : kb)])
                 << "expert " << e << " block " << kb << " row " << j;
           }
         }
       }
-      EXPECT_LE(cuda::fp8_vec128_scale_offset(k_blocks, rows, E - 1) + k_blocks * counts[E - 1],
+      EXPECT_LE(cuda::fp8_vec128_scale_offset(k_blocks, offsets[E - 1], E - 1) +
+                    k_blocks * cuda::fp8_lt_rows(counts[E - 1]),
                 floats);
     }
   }
 }
 
-// The dense layout of the FP8 linear: block kb of row r at kb * rows + r, odd row counts.
+// The dense layout of the FP8 linear: block kb of row r at kb * ld + r (ld the row count rounded
+// up to 4, as cuBLASLt needs), odd row counts.
 TEST(CudaFp8CublasLtPrep, DenseVec128ScalesAreOuterMajor) {
   MG_REQUIRE_GPU();
   std::mt19937 rng(8);
@@ -79,16 +83,17 @@ TEST(CudaFp8CublasLtPrep, DenseVec128ScalesAreOuterMajor) {
       const int64_t k_blocks = 3, cols = per_token ? 1 : k_blocks;
       std::vector<float> xs(rows * cols);
       for (float& v : xs) v = value(rng);
-      DeviceBuffer d_xs(xs.size() * 4), d_out(rows * k_blocks * 4);
+      const int64_t ld = cuda::fp8_lt_rows(rows);
+      DeviceBuffer d_xs(xs.size() * 4), d_out(ld * k_blocks * 4);
       d_xs.upload(xs.data(), xs.size() * 4);
-      cuda::launch_fp8_vec128_scales_dense(d_xs.as<float>(), cols, rows, k_blocks,
+      cuda::launch_fp8_vec128_scales_dense(d_xs.as<float>(), cols, rows, ld, k_blocks,
                                            d_out.as<float>(), nullptr);
       MG_CUDA_CHECK(cudaDeviceSynchronize());
-      std::vector<float> out(rows * k_blocks);
+      std::vector<float> out(ld * k_blocks);
       d_out.download(out.data(), out.size() * 4);
       for (int64_t kb = 0; kb < k_blocks; ++kb) {
         for (int64_t r = 0; r < rows; ++r) {
-          ASSERT_EQ(out[kb * rows + r], xs[r * cols + (per_token ? 0 : kb)])
+          ASSERT_EQ(out[kb * ld + r], xs[r * cols + (per_token ? 0 : kb)])
               << "rows " << rows << " block " << kb << " row " << r;
         }
       }

@@ -1,9 +1,10 @@
 // op "moe" on CUDA: every expert backend of the oracle's CUDA list (cuda_moe, cuda_grouped,
-// cuda_cublas) against the fp64 reference layer, for every family shape of the CPU op tests, in
-// BF16, F16 and F32, over token counts that cross the decode/grouped switch and the shared-experts
-// stream threshold. Inputs are rounded through the dtype first (the router weight and shared
-// experts as the plan places them; router and score-correction biases stay F32, raw), so the
-// reference routes on the same values and what is left is the kernels' arithmetic.
+// cuda_cublas; cuda_padded on the odd sizes the others refuse) against the fp64 reference layer,
+// for every family shape of the CPU op tests, in BF16, F16 and F32, over token counts that cross
+// the decode/grouped switch and the shared-experts stream threshold. Inputs are rounded through the
+// dtype first (the router weight and shared experts as the plan places them; router and
+// score-correction biases stay F32, raw), so the reference routes on the same values and what is
+// left is the kernels' arithmetic.
 #include <gtest/gtest.h>
 
 #include "ops/moe/moe_params.h"
@@ -146,16 +147,83 @@ TEST(CudaMoE, UnsupportedRequestsFailWithTheReason) {
               std::string::npos)
         << e.what();
   }
-  // H = 36: no CUDA backend takes rows that are not 16-byte aligned; the error lists each.
+}
+
+// H = 36: rows that are not 16-byte aligned. The three aligned backends refuse the shape and
+// say why; the oracle's list ends in cuda_padded, which takes it.
+TEST(CudaMoE, UnalignedRowsFallToCudaPadded) {
+  MG_REQUIRE_GPU();
   const MoENode odd = make_moe_node("mixtral", 7991, 8, 2, /*H=*/36, /*I=*/16);
-  try {
-    DeviceOp op(odd.node, odd.inputs, DType::kBF16);
-    FAIL() << "H = 36 accepted on cuda";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    for (const char* name : kCudaBackends) {
-      EXPECT_NE(what.find(std::string(name) + ": shape"), std::string::npos) << what;
+  DeviceOp op(odd.node, odd.inputs, DType::kBF16);
+  const std::string plan = op.kernel().describe();
+  EXPECT_EQ(plan.rfind("cuda_padded (auto", 0), 0u) << plan;
+  for (const char* name : kCudaBackends) {
+    EXPECT_NE(plan.find(std::string(name) + ": rejected, shape"), std::string::npos) << plan;
+  }
+}
+
+// Sizes no aligned backend takes (odd, even but not multiples of 8, primes; H or I alone
+// unaligned) for every family (every routing method and activation: softmax/sigmoid top-k,
+// grouped and group-limited, score-correction bias, Llama-4's weight on the input, SwiGLU-OAI
+// with biases, GELU, ReLU², shared experts of odd sizes too), in BF16, F16 and F32, on the
+// token counts of both cuda_moe pipelines (decode up to 8, grouped above), through the oracle's
+// own choice (cuda_padded) against the fp64 reference.
+TEST(CudaMoE, OddSizesMatchTheReferenceOnCudaPadded) {
+  MG_REQUIRE_GPU();
+  struct Dims {
+    int64_t H, I, Is;
+  };
+  const Dims dims[] = {{7, 5, 3}, {30, 22, 14}, {37, 53, 11}, {13, 16, 24}, {32, 11, 9}, {3, 9, 5}};
+  uint32_t seed = 8100;
+  for (const char* family : moe_test::kFamilies) {
+    for (const Dims& s : dims) {
+      const MoENode n = make_moe_node(family, seed++, /*E=*/8, /*k=*/2, s.H, s.I, s.Is);
+      for (const auto& d : cuda_dtypes()) {
+        DeviceOp op(n.node, n.inputs, d.dtype);
+        ASSERT_EQ(op.kernel().describe().rfind("cuda_padded (auto", 0), 0u)
+            << op.kernel().describe();
+        for (int64_t M : {1, 3, 17, 64}) {
+          const Tensor x = testing::random_tensor({M, s.H}, seed++);
+          const std::vector<Tensor> in = rounded_inputs(n, x, d.dtype);
+          EXPECT_LE(testing::normalized_error(values(op.run(in)[0]), reference(n, in)), d.tolerance)
+              << family << " H=" << s.H << " I=" << s.I << " " << dtype_name(d.dtype) << " M=" << M;
+        }
+      }
     }
+  }
+}
+
+// Forced on aligned sizes, cuda_padded pads nothing and is cuda_moe; forced kernels pass through
+// to cuda_moe on the padded shape (the decode kernels and a grouped GEMM on unaligned rows).
+TEST(CudaMoE, CudaPaddedTakesCudaMoEKernelRequests) {
+  MG_REQUIRE_GPU();
+  const MoENode n = make_moe_node("deepseek_v3", 8300, 8, 2, /*H=*/27, /*I=*/19);
+  uint32_t seed = 8301;
+  for (const char* backend :
+       {"cuda_padded:decode", "cuda_padded:grouped_mma16+mma16", "cuda_padded:cublas"}) {
+    for (const auto& d : cuda_dtypes()) {
+      // The mma kernels run BF16/F16 only (F32 runs ffma): the request is refused for F32.
+      if (d.dtype == DType::kF32 && std::string_view(backend).find("mma16") != std::string::npos) {
+        continue;
+      }
+      DeviceOp op(n.node, n.inputs, d.dtype, 256, backend);
+      for (int64_t M : {1, 5, 40}) {
+        if (std::string_view(backend).ends_with("decode") && M > 16) continue;
+        const Tensor x = testing::random_tensor({M, 27}, seed++);
+        const std::vector<Tensor> in = rounded_inputs(n, x, d.dtype);
+        EXPECT_LE(testing::normalized_error(values(op.run(in)[0]), reference(n, in)), d.tolerance)
+            << backend << " " << dtype_name(d.dtype) << " M=" << M;
+      }
+    }
+  }
+  const MoENode aligned = make_moe_node("mixtral", 8400);
+  const Tensor x = testing::random_tensor({9, 32}, 8401);
+  const std::vector<Tensor> in = rounded_inputs(aligned, x, DType::kBF16);
+  DeviceOp padded(aligned.node, aligned.inputs, DType::kBF16, 256, "cuda_padded");
+  DeviceOp fused(aligned.node, aligned.inputs, DType::kBF16, 256, "cuda_moe");
+  const Tensor a = padded.run(in)[0], b = fused.run(in)[0];
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << "element " << i;
   }
 }
 

@@ -74,7 +74,56 @@ TEST(CudaOps, KernelsDescribeTheirDtype) {
   const Tensor x = testing::random_tensor({2, 16}, 1);
   const Tensor w = testing::random_tensor({8, 16}, 2);
   DeviceOp op(node, {x, w}, DType::kF16);
-  EXPECT_EQ(op.kernel().describe(), "cuda cublasLt F16");
+  EXPECT_EQ(op.kernel().describe(), "cuda cublasLt F16, gemv up to 2 rows");
+}
+
+// Rows that are not 16-byte multiples (in 27 or out 19 in BF16; in 36, out 5 in F32: 20-byte
+// rows) go through cublasGemmEx above the GEMV's 8 rows (11 here), with the same result as the
+// reference (the op-case table's linear cases of these shapes) and bias included.
+TEST(CudaOps, UnalignedRowsTakeCublasGemmEx) {
+  MG_REQUIRE_GPU();
+  constexpr int64_t kRows = 11;
+  proto::Node node;
+  node.set_name("proj");
+  node.set_op("linear");
+  node.mutable_linear()->set_has_bias(true);
+  struct Dims {
+    int64_t in, out;
+    DType dtype;
+    bool cublaslt;
+  };
+  for (const Dims d : {Dims{27, 19, DType::kBF16, false}, Dims{32, 19, DType::kBF16, false},
+                       Dims{36, 5, DType::kF32, false}, Dims{36, 8, DType::kF32, true},
+                       Dims{24, 16, DType::kBF16, true}}) {
+    const Tensor x = testing::random_tensor({kRows, d.in}, 3);
+    const Tensor w = testing::random_tensor({d.out, d.in}, 4);
+    const Tensor b = testing::random_tensor({d.out}, 5);
+    DeviceOp op(node, {x, w, b}, d.dtype);
+    EXPECT_EQ(op.kernel().describe(),
+              fmt::format("cuda {} {}{}",
+                          d.cublaslt ? "cublasLt" : "cublasGemmEx (rows not 16-byte aligned)",
+                          dtype_name(d.dtype), d.cublaslt ? ", gemv up to 2 rows" : ""))
+        << d.in << " x " << d.out;
+    const Tensor xr = testing::round_through(x, d.dtype), wr = testing::round_through(w, d.dtype),
+                 br = testing::round_through(b, d.dtype);
+    const std::vector<Tensor> out = op.run({xr, wr, br});
+    std::vector<float> ref(kRows * d.out);
+    for (int64_t t = 0; t < kRows; ++t) {
+      for (int64_t o = 0; o < d.out; ++o) {
+        double acc = br.data<float>()[o];
+        for (int64_t i = 0; i < d.in; ++i) {
+          acc +=
+              static_cast<double>(xr.data<float>()[t * d.in + i]) * wr.data<float>()[o * d.in + i];
+        }
+        ref[t * d.out + o] = static_cast<float>(acc);
+      }
+    }
+    EXPECT_LE(
+        testing::normalized_error(
+            std::span<const float>(out[0].data<float>(), static_cast<size_t>(out[0].numel())), ref),
+        d.dtype == DType::kF32 ? 1e-5 : 1e-2)
+        << d.in << " x " << d.out;
+  }
 }
 
 #endif  // MG_WITH_CUDA

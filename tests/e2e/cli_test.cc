@@ -41,6 +41,31 @@ TEST(Cli, RunsTheBundledModel) {
   EXPECT_THAT(r.out, HasSubstr("tokens/s"));
 }
 
+// Several --prompt-ids are generated together (the Engine) and each gets the ids of a run of
+// its own; --max-sequences 2 makes the third wait for a slot.
+TEST(Cli, SeveralPromptsAreBatchedAndEqualLoneRuns) {
+  const std::vector<std::string> prompts = {"1,2,3", "7,8", "9,10,11,12,13"};
+  std::vector<std::string> lone;
+  for (const std::string& p : prompts) {
+    const CommandResult r =
+        run_moegraph({"run", "--prompt-ids", p, "--max-new-tokens", "6", "--threads", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const size_t at = r.out.find("generated ids: ");
+    ASSERT_NE(at, std::string::npos);
+    lone.push_back(r.out.substr(at, r.out.find('\n', at) - at));
+  }
+  const CommandResult r =
+      run_moegraph({"run", "--prompt-ids", prompts[0], "--prompt-ids", prompts[1], "--prompt-ids",
+                    prompts[2], "--max-new-tokens", "6", "--threads", "2", "--max-sequences", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("3 sequences, 2 at once"));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("[{}] {} (", i, lone[i]))) << r.out;
+  }
+  expect_clean_error(run_moegraph({"run", "--prompt-ids", "1", "--prompt-ids", "2", "--tp", "2"}),
+                     {"--tp/--dp/--ep take one prompt"});
+}
+
 TEST(Cli, HelpAndVersionExitZero) {
   EXPECT_EQ(run_moegraph({"--help"}).exit_code, 0);
   EXPECT_EQ(run_moegraph({"run", "--help"}).exit_code, 0);

@@ -324,12 +324,13 @@ TEST(HfBadCheckpoint, NoConfigOrNoWeights) {
 }
 
 TEST(HfBadCheckpoint, UnsupportedQuantizationMethod) {
-  const auto dir = copy_fixture("mxfp4");
+  const auto dir = copy_fixture("bitsandbytes");
   nlohmann::json config = read_config(dir);
-  config["quantization_config"] = {{"quant_method", "mxfp4"}};
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"}};
   write_config(dir, config);
-  expect_clean_error(import(dir), {"quantization_config", "'quant_method'",
-                                   "quantized checkpoints of method 'mxfp4' are not supported"});
+  expect_clean_error(import(dir),
+                     {"quantization_config", "'quant_method'",
+                      "quantized checkpoints of method 'bitsandbytes' are not supported"});
 }
 
 TEST(HfBadCheckpoint, ShardedCheckpointImports) {
@@ -585,8 +586,8 @@ TEST(HfBadFp8Checkpoint, UnsupportedFp8Configs) {
            [](nlohmann::json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "int"; }),
       {"'num_bits'", "8-bit int weights are not supported"});
   expect_clean_error(with("ct-format", "qwen3_moe_ct_fp8_channel",
-                          [](nlohmann::json& q) { q["format"] = "pack-quantized"; }),
-                     {"'format'", "compressed-tensors format 'pack-quantized' is not supported"});
+                          [](nlohmann::json& q) { q["format"] = "marlin-24"; }),
+                     {"'format'", "compressed-tensors format 'marlin-24' is not supported"});
   expect_clean_error(with("ct-groups", "qwen3_moe_ct_fp8_channel",
                           [](nlohmann::json& q) {
                             q["config_groups"]["group_1"] = q["config_groups"]["group_0"];

@@ -140,9 +140,10 @@ TEST_P(HfGolden, GreedyIdsMatchTransformers) {
 }
 
 std::vector<std::string> fixture_names() {
-  return {"mixtral",     "qwen2_moe",        "qwen3_moe",       "olmoe",
-          "deepseek_v2", "deepseek_v2_lite", "deepseek_v3",     "gpt_oss",
-          "llama4",      "granitemoe",       "granitemoeshared"};
+  return {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v2_lite",
+          "deepseek_v3", "gpt_oss", "llama4", "granitemoe", "granitemoeshared",
+          // rows that are not 16-byte multiples (the CUDA padded / fallback paths)
+          "mixtral_odd", "qwen3_moe_odd"};
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfGolden, ::testing::ValuesIn(fixture_names()),

@@ -74,5 +74,52 @@ TEST(ParallelRunFlags, AreCheckedBeforeRunning) {
   EXPECT_THAT(r.err, ::testing::HasSubstr("all"));
 }
 
+// GPU ranks are processes (tools/multi_gpu_check.sh runs them where GPUs are lent); what the
+// command checks before any GPU is touched is tested here.
+TEST(ParallelRunProcesses, BenchE2eRunsTpRanksOnTheCpu) {
+  const auto r = run_moegraph({"bench", "e2e", "--device", "cpu", "--tp", "2", "--ep",
+                               "--prompt-tokens", "8", "--decode-tokens", "2", "--repeats", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("on 2 cpu ranks (tp=2, ep)"));
+  const auto gpu = run_moegraph({"bench", "e2e", "--device", "cuda", "--tp", "2"});
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_THAT(gpu.err, ::testing::HasSubstr("--nproc-per-node 2"));
+}
+
+TEST(ParallelRunProcesses, GpuRanksNeedALauncher) {
+  const auto r = run_moegraph({"run", "--device", "cuda", "--tp", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("start them with --nproc-per-node 2"));
+}
+
+TEST(ParallelRunProcesses, BadLaunchEnvironmentIsAnError) {
+  auto r = run_moegraph({"run", "--tp", "2"}, {}, {{"RANK", "2"}, {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("RANK=2 is out of range [0, 1]"));
+  r = run_moegraph({"run", "--tp", "2"}, {}, {{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("needs MASTER_ADDR and MASTER_PORT"));
+  r = run_moegraph(
+      {"run", "--tp", "2"}, {},
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29999"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("needs --device cuda"));
+}
+
+TEST(ParallelRunProcesses, NprocPerNodeStartsTheRanksAndPropagatesTheirFailure) {
+  // Every child fails (CPU ranks are threads, not processes); the launcher returns its status
+  // and names the rank.
+  auto r = run_moegraph({"--nproc-per-node", "2", "run", "--tp", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("needs --device cuda"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--nproc-per-node: rank"));
+  r = run_moegraph({"run", "--nproc-per-node=0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--nproc-per-node: 0 is out of range"));
+  r = run_moegraph({"run", "--nproc-per-node", "2"}, {}, {{"RANK", "0"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("a launcher started already"));
+}
+
 }  // namespace
 }  // namespace mg

@@ -132,6 +132,12 @@ void add_linear_cases(std::vector<OpCase>& out) {
       {300, 1024, 768, false, std::nullopt, 2},  // a prefill of one
       {7, 1021, 131, true, std::nullopt, 3},     // primes
       {257, 67, 509, false, 0.5f, 2},
+      // rows that are not 16-byte multiples in any dtype (cublasGemmEx on CUDA): the odd HF
+      // fixtures' projections and a router (out = experts)
+      {5, 27, 19, true, std::nullopt, 2},
+      {12, 36, 30, false, std::nullopt, 2},
+      {40, 36, 5, false, std::nullopt, 1},
+      {3, 10, 22, true, std::nullopt, 1},
   };
   for (const Dims& s : shapes) {
     OpCase c;
@@ -203,6 +209,8 @@ std::vector<RopeConfig> make_rope_configs() {
   out.push_back({"smallest", rope_params(1, 2, proto::HALF_SPLIT)});
   out.push_back({"half_split", rope_params(3, 8, proto::HALF_SPLIT)});
   out.push_back({"interleaved", rope_params(5, 8, proto::INTERLEAVED, 500000.0)});
+  out.push_back({"head6", rope_params(4, 6, proto::HALF_SPLIT)});  // small heads, 12-byte rows
+  out.push_back({"head10_interleaved", rope_params(3, 10, proto::INTERLEAVED)});
   proto::RopeParams partial = rope_params(4, 24, proto::HALF_SPLIT);
   partial.set_rotary_dim(6);  // rotates dims 0..5, keeps 6..23
   out.push_back({"partial", partial});
@@ -354,6 +362,9 @@ std::vector<AttentionConfig> make_attention_configs() {
   widest.set_has_sinks(true);
   add("head256_sinks", widest);
   add("phi_head80_gqa5", attention_params(5, 1, 80));
+  add("head6_gqa2", attention_params(4, 2, 6));    // the qwen3_moe_odd fixture's heads
+  add("head10_gqa3", attention_params(3, 1, 10));  // mixtral_odd's
+  add("head3_gqa3", attention_params(6, 2, 3));
   // DeepSeek's absorbed MLA attends over the 512 + 64 latent: the CPU runs it, the GPU refuses.
   add("mla_absorbed_576", attention_params(2, 1, 576, 512),
       "the CUDA kernel takes head_dim and v_head_dim up to 512 "

@@ -118,6 +118,19 @@ def families():
             residual_multiplier=2.0, attention_multiplier=0.2, logits_scaling=4.0,
             tie_word_embeddings=True),
             21, "as granitemoe plus a shared MLP (fused input_linear split into gate and up)"),
+        # Odd sizes: rows that are not 16-byte multiples, for the CUDA paths that pad or fall back
+        # (docs/gpu.md, "Odd sizes"); tiny head dims.
+        "mixtral_odd": (t.MixtralConfig, t.MixtralForCausalLM, dict(
+            COMMON, hidden_size=27, num_attention_heads=3, num_key_value_heads=1, head_dim=10,
+            num_hidden_layers=2, intermediate_size=19, num_local_experts=4,
+            num_experts_per_tok=2),
+            22, "odd sizes: hidden 27, expert intermediate 19 (prime), head_dim 10, 1 kv head"),
+        "qwen3_moe_odd": (t.Qwen3MoeConfig, t.Qwen3MoeForCausalLM, dict(
+            COMMON, hidden_size=36, num_attention_heads=4, num_key_value_heads=2, head_dim=6,
+            num_hidden_layers=2, intermediate_size=30, moe_intermediate_size=13, num_experts=5,
+            num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+            mlp_only_layers=[0]),
+            23, "odd sizes: hidden 36, expert intermediate 13, dense intermediate 30, head_dim 6"),
     }
 
 
@@ -252,7 +265,9 @@ def write_readme(out_dir, versions, rows):
     total = sum(size for _, size in rows)
     lines += ["", f"Total: {total / 1024:.0f} KiB.", "",
               "The FP8 checkpoints (`*_fp8*` folders) and their goldens are written by",
-              "`tools/hf/make_fp8_fixtures.py`: see README_fp8.md.", ""]
+              "`tools/hf/make_fp8_fixtures.py`: see README_fp8.md. The GPT-OSS MXFP4",
+              "checkpoint (`gpt_oss_mxfp4`) is written by `tools/hf/make_fp4_fixtures.py`: see",
+              "README_fp4.md.", ""]
     with open(os.path.join(out_dir, "README.md"), "w") as f:
         f.write("\n".join(lines))
 

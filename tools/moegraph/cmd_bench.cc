@@ -1,24 +1,34 @@
-// `moegraph bench moe` (one MoE layer per backend against its floor, ops/moe/bench) and
-// `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model).
+// `moegraph bench moe` (one MoE layer per backend against its floor, ops/moe/bench),
+// `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model) and
+// `moegraph bench soak MODEL` (many decode steps; fails when host or device memory grows) and
+// `moegraph bench gemv` (linear's GEMV path against cuBLASLt on the one-token projections).
 #include <algorithm>
+#include <chrono>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "framework/compile/fuse_ops.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/device/allocator.h"
+#include "framework/device/memory_usage.h"
 #include "framework/io/json.h"
 #include "framework/io/regular_file.h"
+#include "framework/parallel/launch_env.h"
+#include "framework/runtime/local_ranks.h"
+#include "framework/runtime/process_ranks.h"
 #include "framework/runtime/session.h"
 #include "tools/moegraph/bench_plot.h"
 #include "tools/moegraph/commands.h"
 #include "tools/moegraph/flag_checks.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/bench/moe_bench_cuda.h"
+#include "ops/nn/linear/gemv_bench_cuda.h"
 #endif
 
 namespace mg::cli {
@@ -131,7 +141,8 @@ int bench_moe(const BenchMoeArgs& a) {
         "{:<14} {:>6} {:<13} {:>10.1f} {:>10.1f} {:>8.3f} {:>9.1f} {:>10.1f} {:>7.1f}% {:>9}\n",
         p.shape, p.tokens, p.backend, p.median_us, p.p90_us, p.tb_per_s(), p.tflop_per_s(),
         p.floor_us, p.pct_of_floor(),
-        p.check_error < 0 ? std::string("-") : fmt::format("{:.1e}", p.check_error));
+        p.check_error < 0 ? std::string("-")
+                          : fmt::format("{}{:.1e}", p.check_failed ? "FAIL " : "", p.check_error));
     std::cout.flush();
   });
   if (!a.json.empty() || !a.png.empty()) {
@@ -156,7 +167,8 @@ int bench_moe(const BenchMoeArgs& a) {
                              {"pct_of_floor", p.pct_of_floor()},
                              {"tb_per_s", p.tb_per_s()},
                              {"tflop_per_s", p.tflop_per_s()},
-                             {"check_error", p.check_error}});
+                             {"check_error", p.check_error},
+                             {"check_failed", p.check_failed}});
     }
     if (!a.json.empty()) {
       write_file_atomically(a.json, j.dump(1) + "\n", "--json");
@@ -166,6 +178,15 @@ int bench_moe(const BenchMoeArgs& a) {
       plot_moe_bench(j, a.png);
       std::cout << "plot written to " << a.png << "\n";
     }
+  }
+  const auto failed = std::count_if(points.begin(), points.end(),
+                                    [](const MoEBenchPoint& p) { return p.check_failed; });
+  if (failed > 0) {
+    std::cerr << fmt::format(
+        "bench moe: {} point(s) FAILED the check against the fp64 reference (normalised error "
+        "above {:.0e})\n",
+        failed, moe_bench_check_tolerance(o.dtype, o.quant));
+    return 1;
   }
   return 0;
 }
@@ -198,7 +219,10 @@ struct BenchE2eArgs {
   int decode_tokens = 128;
   int repeats = 3;
   bool cuda_graph = false;
+  bool no_fuse = false;
   std::optional<uint64_t> random_weights;
+  int tp = 1;
+  bool ep = false;
 };
 
 int bench_e2e(const BenchE2eArgs& a) {
@@ -216,40 +240,190 @@ int bench_e2e(const BenchE2eArgs& a) {
   compile.max_seq_len = a.prompt_tokens + a.decode_tokens + 1;
   compile.max_tokens = std::min(a.prompt_tokens, 2048);
   compile.random_weights = a.random_weights;
+  set_fuse_ops_enabled(!a.no_fuse);
   SessionOptions options;
   options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.cuda_graph = a.cuda_graph;
+  // Every rank runs the same prompt and steps (the MoE collectives stay in lockstep); rank 0
+  // prints.
+  auto measure = [&](Session& session, bool print, const std::string& where) {
+    const int64_t vocab = session.plan().info.vocab_size();
+    std::vector<int32_t> prompt(a.prompt_tokens);
+    for (int i = 0; i < a.prompt_tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % vocab);
+    GenerateOptions gen;
+    gen.max_new_tokens = a.decode_tokens + 1;  // one token from the prefill, then decode steps
+    gen.stop_at_eos = false;
+    std::vector<double> prefill, decode;
+    for (int r = 0; r <= a.repeats; ++r) {  // the first run warms up (plans, caches)
+      const GenerateResult res = session.generate(prompt, gen);
+      if (r == 0) continue;
+      prefill.push_back(res.prompt_tokens / res.prefill_seconds);
+      decode.push_back((res.tokens.size() - 1) / res.decode_seconds);
+    }
+    if (!print) return;
+    std::sort(prefill.begin(), prefill.end());
+    std::sort(decode.begin(), decode.end());
+    std::cout << fmt::format(
+        "model: {} on {} ({}{}{}{})\n", session.plan().model_name, where,
+        dtype_name(activation_dtype_of(compile)), a.cuda_graph ? ", decode as a CUDA graph" : "",
+        a.no_fuse ? ", fuse-ops pass off" : "", a.random_weights ? ", random weights" : "");
+    std::cout << fmt::format("prefill: {} tokens, median {:.1f} tokens/s over {} runs\n",
+                             a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
+    std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
+                             a.decode_tokens, decode[decode.size() / 2], a.repeats);
+  };
+  // --tp/--ep: CPU ranks are threads, GPU ranks processes (--nproc-per-node or a launcher).
+  std::optional<LaunchEnv> launch = LaunchEnv::from_environment(kMaxRanks);
+  if (launch && launch->world_size == 1 && !compile.device.is_cuda()) launch.reset();
+  if (a.tp > 1 || a.ep || launch) {
+    MG_CHECK(a.tp > 1 || !a.ep, "--ep needs more than one rank (--tp > 1)");
+    const LocalRanksOptions ranks{a.tp, 1, a.ep, MoEDispatch::kAllGatherReduceScatter};
+    const std::string where =
+        fmt::format("{} {} ranks (tp={}{})", a.tp, compile.device.is_cuda() ? "GPU" : "cpu", a.tp,
+                    a.ep ? ", ep" : "");
+    auto rank = [&](const ParallelConfig& pc, Session& s) {
+      measure(s, pc.world_rank() == 0, where);
+    };
+    if (launch) {
+      run_process_rank(graph, compile, options, ranks, *launch,
+                       fmt::format("bench e2e prompt={} decode={} repeats={}", a.prompt_tokens,
+                                   a.decode_tokens, a.repeats),
+                       rank);
+    } else {
+      MG_CHECK(compile.device.is_cpu(),
+               "--tp on {}: GPU ranks are processes, one per GPU; start them with "
+               "--nproc-per-node {} (or torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)",
+               compile.device.str(), a.tp);
+      options.threads = std::max(1, options.threads / a.tp);
+      run_local_ranks(graph, compile, options, ranks, rank);
+    }
+    return 0;
+  }
+  auto session = Session::open(graph, compile, options);
+  measure(*session, true, compile.device.str());
+  return 0;
+}
+
+struct BenchSoakArgs {
+  std::string model;
+  std::string device = "cpu";
+  std::string dtype;
+  int64_t steps = 10000;
+  int window = 128;
+  bool cuda_graph = false;
+  double max_host_growth_mib = 8;
+  double max_device_growth_mib = 2;
+  int64_t leak_bytes_per_step = 0;  // test hook: proves the check catches a leak
+};
+
+std::string memory_line(const MemoryUsage& m) {
+  std::string s = fmt::format("host RSS {:.1f} MiB", m.host_rss_bytes / 1048576.0);
+  if (m.device_used_bytes) {
+    s += fmt::format(", device used {:.1f} MiB", *m.device_used_bytes / 1048576.0);
+  }
+  return s;
+}
+
+// Decode steps of one model, one token at a time, with memory read after a warm-up and at the
+// end: a leak per step (host or device) shows as growth. Positions cycle through a window of the
+// KV cache (a new sequence starts at 0 each time round), so any number of steps fits.
+int bench_soak(const BenchSoakArgs& a) {
+  MG_CHECK(a.steps > 0 && a.window >= 2, "bench soak: --steps must be positive, --window >= 2");
+  const std::filesystem::path graph = resolve_model(a.model);
+  CompileOptions compile;
+  compile.device = Device::parse(a.device);
+  if (!a.dtype.empty()) {
+    MG_CHECK(a.dtype == "bf16" || a.dtype == "f16" || a.dtype == "f32",
+             "--dtype: expected bf16, f16 or f32, got '{}'", a.dtype);
+    compile.activation_dtype =
+        a.dtype == "bf16" ? DType::kBF16 : (a.dtype == "f16" ? DType::kF16 : DType::kF32);
+  }
+  compile.max_seq_len = a.window;
+  compile.max_tokens = 8;
+  SessionOptions options;
+  options.threads = 2;
+  options.cuda_graph = a.cuda_graph;
   auto session = Session::open(graph, compile, options);
   const int64_t vocab = session->plan().info.vocab_size();
-  std::vector<int32_t> prompt(a.prompt_tokens);
-  for (int i = 0; i < a.prompt_tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % vocab);
-  GenerateOptions gen;
-  gen.max_new_tokens = a.decode_tokens + 1;  // one token from the prefill, then decode steps
-  gen.stop_at_eos = false;
-  std::vector<double> prefill, decode;
-  for (int r = 0; r <= a.repeats; ++r) {  // the first run warms up (plans, caches)
-    const GenerateResult res = session->generate(prompt, gen);
-    if (r == 0) continue;
-    prefill.push_back(res.prompt_tokens / res.prefill_seconds);
-    decode.push_back((res.tokens.size() - 1) / res.decode_seconds);
+  int32_t token = 1;
+  std::vector<std::unique_ptr<char[]>> leaked;
+  auto step = [&](int64_t i) {
+    const int32_t pos = static_cast<int32_t>(i % a.window);
+    const Tensor& logits =
+        session->forward(std::span(&token, 1), std::span(&pos, 1), Session::Logits::kLastRow);
+    const float* row = logits.data<float>();
+    token = static_cast<int32_t>(std::max_element(row, row + vocab) - row);  // greedy
+    if (a.leak_bytes_per_step > 0) {
+      leaked.emplace_back(new char[a.leak_bytes_per_step]);
+      std::fill_n(leaked.back().get(), a.leak_bytes_per_step, 1);  // resident, not just mapped
+    }
+  };
+  // Warm-up: twice round the window, so every plan, cache and pool block exists.
+  const int64_t warmup = 2 * static_cast<int64_t>(a.window);
+  for (int64_t i = 0; i < warmup; ++i) step(i);
+  const MemoryUsage start = memory_usage(compile.device);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < a.steps; ++i) step(warmup + i);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const MemoryUsage end = memory_usage(compile.device);
+  std::cout << fmt::format(
+      "model: {} on {} ({}{}), {} decode steps after {} warm-up steps, "
+      "{:.1f} steps/s\n",
+      session->plan().model_name, compile.device.str(), dtype_name(activation_dtype_of(compile)),
+      a.cuda_graph ? ", decode as a CUDA graph" : "", a.steps, warmup, a.steps / seconds);
+  std::cout << "memory at start: " << memory_line(start) << "\n";
+  std::cout << "memory at end:   " << memory_line(end) << "\n";
+  const double host_growth = (end.host_rss_bytes - start.host_rss_bytes) / 1048576.0;
+  const double device_growth =
+      end.device_used_bytes ? (*end.device_used_bytes - *start.device_used_bytes) / 1048576.0 : 0;
+  std::cout << fmt::format("growth: host {:+.1f} MiB (limit {}), device {:+.1f} MiB (limit {})\n",
+                           host_growth, a.max_host_growth_mib, device_growth,
+                           a.max_device_growth_mib);
+  if (host_growth > a.max_host_growth_mib || device_growth > a.max_device_growth_mib) {
+    std::cerr << "bench soak: memory grew over the decode steps (a leak?)\n";
+    return 1;
   }
-  std::sort(prefill.begin(), prefill.end());
-  std::sort(decode.begin(), decode.end());
-  std::cout << fmt::format("model: {} on {} ({}{}{})\n", session->plan().model_name,
-                           compile.device.str(), dtype_name(activation_dtype_of(compile)),
-                           a.cuda_graph ? ", decode as a CUDA graph" : "",
-                           a.random_weights ? ", random weights" : "");
-  std::cout << fmt::format("prefill: {} tokens, median {:.1f} tokens/s over {} runs\n",
-                           a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
-  std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
-                           a.decode_tokens, decode[decode.size() / 2], a.repeats);
   return 0;
+}
+
+struct BenchGemvArgs {
+  std::string rows = "1,2,4,8,16";
+  std::string dtype = "bf16";
+  int64_t in = 0, out = 0;
+};
+
+int bench_gemv(const BenchGemvArgs& a) {
+#ifdef MG_WITH_CUDA
+  MG_CHECK(cuda_device_count() > 0,
+           "bench gemv times CUDA kernels and this machine has no CUDA GPU; run it on a machine "
+           "with one");
+  GemvBenchOptions o;
+  MG_CHECK(a.dtype == "bf16" || a.dtype == "f16" || a.dtype == "f32",
+           "bench gemv: --dtype must be bf16, f16 or f32, got '{}'", a.dtype);
+  o.dtype = a.dtype == "bf16" ? DType::kBF16 : a.dtype == "f16" ? DType::kF16 : DType::kF32;
+  MG_CHECK((a.in > 0) == (a.out > 0), "bench gemv: a custom shape needs both --in and --out");
+  if (a.in > 0) o.shapes.push_back({fmt::format("{}x{}", a.in, a.out), a.in, a.out});
+  o.rows.clear();
+  for (const std::string& r : split_list(a.rows)) {
+    const int64_t rows = std::stoll(r);
+    MG_CHECK(rows >= 1 && rows <= 4096, "bench gemv: --rows must be 1..4096, got {}", r);
+    o.rows.push_back(rows);
+  }
+  MG_CHECK(!o.rows.empty(), "bench gemv: --rows is empty");
+  return run_gemv_bench(o);
+#else
+  (void)a;
+  MG_CHECK(false, "bench gemv times CUDA kernels; this build has no CUDA (MG_CUDA=OFF)");
+  return 1;
+#endif
 }
 
 }  // namespace
 
 Command add_bench_command(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: one MoE layer, or a whole model");
+  CLI::App* cmd =
+      app.add_subcommand("bench", "Benchmarks: one MoE layer, a whole model, a memory soak");
   cmd->require_subcommand(1);
 
   auto moe = std::make_shared<BenchMoeArgs>();
@@ -282,7 +456,8 @@ Command add_bench_command(CLI::App& app) {
       ->check(int_range(1, 64));
   m->add_option("--target-ms", moe->target_ms, "Timed calls fill about this long (5..400 calls)")
       ->capture_default_str();
-  m->add_flag("--no-check", moe->no_check, "Skip comparing the backends' outputs");
+  m->add_flag("--no-check", moe->no_check,
+              "Skip checking each point against the fp64 reference layer on sampled rows");
   m->add_option("--json", moe->json, "Write the results as JSON here");
   m->add_option("--png", moe->png, "Draw % of the floor vs tokens per shape and backend here");
 
@@ -307,15 +482,56 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(int_range(1, 1000));
   e->add_flag("--cuda-graph", e2e->cuda_graph, "Replay the decode step as a CUDA graph");
+  e->add_flag("--no-fuse", e2e->no_fuse,
+              "Run the graph as written: no fuse-ops compile pass (add + rms_norm fusion)");
   e->add_option("--random-weights", e2e->random_weights,
                 "Fill the weights with random values from this seed instead of reading them "
                 "(for graphs written by make-model --graph-only)")
       ->check(non_negative_u64());
+  e->add_option("--tp", e2e->tp,
+                "Tensor-parallel ranks (CPU: threads; CUDA: one process per GPU, started with "
+                "--nproc-per-node or a launcher)")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxRanks));
+  e->add_flag("--ep", e2e->ep, "Expert parallelism over the --tp ranks (whole experts per rank)");
 
-  return [m, e, p, moe, e2e, plot] {
+  auto soak = std::make_shared<BenchSoakArgs>();
+  CLI::App* k =
+      cmd->add_subcommand("soak", "Many decode steps of a model; fails when memory grows");
+  k->add_option("model", soak->model, "Model directory or graph file (default: bundled model)");
+  k->add_option("--device", soak->device, "cpu, cuda or cuda:N")->capture_default_str();
+  k->add_option("--dtype", soak->dtype, "Activation dtype: bf16, f16 or f32");
+  k->add_option("--steps", soak->steps, "Decode steps measured (after the warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  k->add_option("--window", soak->window, "Positions cycle through this many KV-cache slots")
+      ->capture_default_str()
+      ->check(int_range(2, kMaxSeqLen));
+  k->add_flag("--cuda-graph", soak->cuda_graph, "Replay the decode step as a CUDA graph");
+  k->add_option("--max-host-growth-mib", soak->max_host_growth_mib,
+                "Fail when host RSS grows more than this over the steps")
+      ->capture_default_str();
+  k->add_option("--max-device-growth-mib", soak->max_device_growth_mib,
+                "Fail when GPU memory in use grows more than this over the steps")
+      ->capture_default_str();
+  k->add_option("--leak-bytes-per-step", soak->leak_bytes_per_step,
+                "Testing: leak this many host bytes per step (the check must then fail)")
+      ->group("");  // hidden
+
+  auto gemv = std::make_shared<BenchGemvArgs>();
+  CLI::App* g = cmd->add_subcommand(
+      "gemv", "Time linear's GEMV path against cuBLASLt on the decode step's projections");
+  g->add_option("--rows", gemv->rows, "Rows of x, comma-separated")->capture_default_str();
+  g->add_option("--dtype", gemv->dtype, "bf16, f16 or f32")->capture_default_str();
+  g->add_option("--in", gemv->in, "Custom shape: input features")->check(int_range(1, 1 << 20));
+  g->add_option("--out", gemv->out, "Custom shape: output features")->check(int_range(1, 1 << 24));
+
+  return [m, e, p, k, g, moe, e2e, plot, soak, gemv] {
     if (m->parsed()) return bench_moe(*moe);
+    if (g->parsed()) return bench_gemv(*gemv);
     if (p->parsed()) return bench_plot(*plot);
     if (e->parsed()) return bench_e2e(*e2e);
+    if (k->parsed()) return bench_soak(*soak);
     return 2;
   };
 }

@@ -1,9 +1,11 @@
 // `moegraph make-model --family NAME --out DIR`: a model with deterministic random weights.
 #include <iostream>
+#include <optional>
 
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/core/host_memory.h"
+#include "framework/core/int_quant.h"
 #include "framework/graph/graph_check.h"
 #include "framework/io/proto_dtype.h"
 #include "framework/io/regular_file.h"
@@ -35,14 +37,46 @@ DType parse_weight_dtype(const std::string& text) {
   MG_FAIL("--dtype: unknown weight dtype '{}' (expected f32, bf16 or f16)", text);
 }
 
+// "int4-g128", "uint4-g32", "int8-channel", ...: the codes and the group (-1 channel-wise).
+std::optional<std::pair<QuantElement, int64_t>> parse_int_quant(const std::string& text) {
+  const size_t dash = text.find('-');
+  if (dash == std::string::npos) return std::nullopt;
+  const std::string el = text.substr(0, dash), group = text.substr(dash + 1);
+  QuantElement element;
+  if (el == "int4") {
+    element = QuantElement::kInt4;
+  } else if (el == "uint4") {
+    element = QuantElement::kUInt4;
+  } else if (el == "int8") {
+    element = QuantElement::kInt8;
+  } else if (el == "uint8") {
+    element = QuantElement::kUInt8;
+  } else {
+    return std::nullopt;
+  }
+  if (group == "channel") return std::pair{element, int64_t{-1}};
+  if (group == "g32") return std::pair{element, int64_t{32}};
+  if (group == "g64") return std::pair{element, int64_t{64}};
+  if (group == "g128") return std::pair{element, int64_t{128}};
+  return std::nullopt;
+}
+
 proto::MoEQuantScheme parse_moe_quant(const std::string& text) {
   if (text == "none") return proto::MOE_QUANT_UNQUANTIZED;
   if (text == "fp8-block") return proto::MOE_QUANT_FP8_BLOCK;
   if (text == "fp8-channel") return proto::MOE_QUANT_FP8_PER_CHANNEL;
   if (text == "fp8-tensor") return proto::MOE_QUANT_FP8_PER_TENSOR;
+  if (text == "mxfp4") return proto::MOE_QUANT_MXFP4;
+  if (text == "nvfp4") return proto::MOE_QUANT_NVFP4;
+  if (parse_int_quant(text)) {
+    return quant_element_bits(parse_int_quant(text)->first) == 4
+               ? proto::MOE_QUANT_INT4_WEIGHT_ONLY
+               : proto::MOE_QUANT_INT8_WEIGHT_ONLY;
+  }
   MG_FAIL(
-      "--quant: unknown expert quantization '{}' (expected none, fp8-block, fp8-channel or "
-      "fp8-tensor)",
+      "--quant: unknown expert quantization '{}' (expected none, fp8-block, fp8-channel, "
+      "fp8-tensor, mxfp4, nvfp4, or weight-only int4-g32|g64|g128|channel, uint4-... (zero "
+      "points), int8-..., uint8-...)",
       text);
 }
 
@@ -92,6 +126,10 @@ int make_model(MakeModelArgs& a) {
   }
   spec.weight_dtype = parse_weight_dtype(a.dtype);
   spec.moe_quant = parse_moe_quant(a.quant);
+  if (const auto int_quant = parse_int_quant(a.quant)) {
+    spec.moe_quant_element = int_quant->first;
+    spec.moe_quant_group = int_quant->second;
+  }
   std::string flags;
   for (CLI::Option* opt : a.sizes) {
     if (opt->count() > 0) {
@@ -130,7 +168,11 @@ Command add_make_model_command(CLI::App& app) {
                   "Expert weights: none, or FP8 E4M3 quantized from the random values with "
                   "128x128 block scales (fp8-block, DeepSeek-V3's format), one scale per row "
                   "(fp8-channel) or per projection (fp8-tensor); FP8 models quantize activations "
-                  "dynamically (W8A8)")
+                  "dynamically (W8A8); FP4 E2M1, weight-only: mxfp4 (E8M0 scale per 32 "
+                  "values, GPT-OSS's format) or nvfp4 (E4M3 scale per 16 values and an F32 "
+                  "global scale per matrix); weight-only integer codes (W4A16 / W8A16): int4-g32, "
+                  "int4-g64, int4-g128, int4-channel, uint4-... (asymmetric, zero points), "
+                  "int8-..., uint8-...")
       ->capture_default_str();
   cmd->add_flag("--graph-only", args->graph_only,
                 "Write only the graph (weights declared, no weight file): run it with "

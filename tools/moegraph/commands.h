@@ -18,6 +18,7 @@ Command add_inspect_command(CLI::App& app);
 Command add_make_model_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_tokenize_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);
 
 // Resolves a MODEL argument: a graph file, or a directory holding model.pbtxt or model.pb.
 // Empty means the bundled default model. Throws mg::Error naming what was looked for.

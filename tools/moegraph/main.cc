@@ -1,12 +1,18 @@
 // moegraph: one binary, subcommands. Exit codes: 0 success, 2 bad input (flags, files, models),
 // 1 internal failure.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <new>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "framework/core/error.h"
 #include "framework/core/logging.h"
 #include "framework/op/op_registry.h"
+#include "framework/parallel/parallel_config.h"
+#include "framework/parallel/process_launcher.h"
 #include "ops/builtin_ops.h"
 #include "tools/moegraph/commands.h"
 
@@ -18,19 +24,40 @@ int main(int argc, char** argv) {
   mg::register_builtin_ops(mg::OpRegistry::global());
   CLI::App app{"moegraph: a graph-based Mixture-of-Experts inference engine", "moegraph"};
   app.require_subcommand(1);
+  app.footer(
+      "Several GPUs: --nproc-per-node N (anywhere on the line) starts N processes of the same "
+      "command, one per GPU, with torchrun's environment; see docs/parallel.md");
   app.set_version_flag("--version", "moegraph 0.1.0");
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
 
   std::vector<std::pair<CLI::App*, mg::cli::Command>> commands;
-  for (auto add : {mg::cli::add_run_command, mg::cli::add_inspect_command,
-                   mg::cli::add_make_model_command, mg::cli::add_import_hf_command,
-                   mg::cli::add_tokenize_command, mg::cli::add_bench_command}) {
+  for (auto add :
+       {mg::cli::add_run_command, mg::cli::add_inspect_command, mg::cli::add_make_model_command,
+        mg::cli::add_import_hf_command, mg::cli::add_tokenize_command, mg::cli::add_serve_command,
+        mg::cli::add_bench_command}) {
     const size_t before = app.get_subcommands([](CLI::App*) { return true; }).size();
     mg::cli::Command run = add(app);
     auto subs = app.get_subcommands([](CLI::App*) { return true; });
     if (subs.size() > before) commands.emplace_back(subs.back(), std::move(run));
+  }
+
+  // --nproc-per-node N: this process only starts N copies of itself, one per GPU, with the
+  // torchrun environment (framework/parallel/process_launcher.h), and waits for them.
+  std::vector<std::string> args(argv, argv + argc);
+  try {
+    if (const std::optional<int> nproc = mg::take_nproc_per_node_flag(args, mg::kMaxRanks)) {
+      MG_CHECK(std::getenv("RANK") == nullptr,
+               "--nproc-per-node in a process a launcher started already (RANK is set)");
+      args[0] = "/proc/self/exe";
+      mg::LocalLaunchOptions launch;
+      launch.nproc = *nproc;
+      return mg::launch_local_processes(args, launch, mg::kMaxRanks);
+    }
+  } catch (const mg::Error& e) {
+    std::cerr << "moegraph: error: " << e.what() << "\n";
+    return 2;
   }
 
   try {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
@@ -20,6 +22,7 @@
 #include "ops/moe/oracle/fp8.h"
 #include "ops/moe/oracle/oracle.h"
 #include "ops/moe/oracle/unquantized.h"
+#include "ops/moe/reference/moe_reference.h"
 #include "ops/moe/router/router_cuda.h"
 #include "ops/nn/linear/linear_gemm_cuda.h"
 
@@ -199,18 +202,111 @@ QuantizedExpertWeights random_fp8_weights(QuantScheme quant, int64_t E, int64_t 
   return w;
 }
 
-double normalized_error_device(const Tensor& a, const Tensor& b) {
-  const Tensor ha = to_host_f32(a), hb = to_host_f32(b);
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < ha.numel(); ++i) {
-    const double d = ha.data<float>()[i] - hb.data<float>()[i];
-    num += d * d;
-    den += static_cast<double>(hb.data<float>()[i]) * hb.data<float>()[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+// Row `r` of the device matrix `t` [M, H] as F32 [1, H] on the host.
+Tensor row_to_host_f32(const Tensor& t, int64_t r) {
+  const int64_t H = t.shape()[1];
+  Tensor host = Tensor::empty_cpu(t.dtype(), {1, H});
+  MG_CUDA_CHECK(cudaMemcpy(host.raw(), static_cast<const char*>(t.raw()) + r * host.nbytes(),
+                           host.nbytes(), cudaMemcpyDeviceToHost));
+  return to_f32_cpu(host);
 }
 
+// Experts `ids` of the device tensor `t` [E, ...] copied to a host tensor [ids.size(), ...] of the
+// same dtype (scale tensors included: their leading dimension is the expert's).
+Tensor experts_to_host(const Tensor& t, std::span<const int32_t> ids) {
+  Shape shape = t.shape();
+  const size_t slab = t.nbytes() / static_cast<size_t>(shape[0]);
+  shape[0] = static_cast<int64_t>(ids.size());
+  Tensor host = Tensor::empty_cpu(t.dtype(), shape);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    MG_CUDA_CHECK(cudaMemcpy(static_cast<char*>(host.raw()) + j * slab,
+                             static_cast<const char*>(t.raw()) + ids[j] * slab, slab,
+                             cudaMemcpyDeviceToHost));
+  }
+  return host;
+}
+
+// The independent check of one (shape, tokens): the fp64 reference layer
+// (ops/moe/reference/moe_reference.h: its own routing and expert loops, nothing shared with the
+// backends) on up to kMoEBenchCheckRows rows of input set 0, spread over the batch. Rows whose
+// top-k choice is a near-tie (the reference's margin) are skipped: fp32 routing may pick either.
+// Only the chosen experts' weights come back to the host, one row at a time.
+struct CheckReference {
+  std::vector<int64_t> rows;
+  std::vector<float> out;  // [rows, H]
+
+  CheckReference(const MoEConfig& config, const Tensor& x, const Tensor& logits,
+                 const CanonicalExpertWeights& w, const QuantizedExpertWeights& qw) {
+    const int64_t M = x.shape()[0], k = config.top_k();
+    const Tensor hl = to_host_f32(logits);
+    const reference::Routing routing = reference::route(
+        config.routing(), {hl.data<float>(), static_cast<size_t>(hl.numel())}, M, {});
+    const int64_t step = std::max<int64_t>(1, M / kMoEBenchCheckRows);
+    for (int pass = 0; pass < 2; ++pass) {  // evenly spread rows first, then any row
+      for (int64_t r = 0; r < M && static_cast<int64_t>(rows.size()) < kMoEBenchCheckRows;
+           r += pass == 0 ? step : 1) {
+        if (routing.margin[r] > 1e-6 && std::find(rows.begin(), rows.end(), r) == rows.end()) {
+          rows.push_back(r);
+        }
+      }
+    }
+    if (rows.empty()) rows.push_back(0);  // every row a near-tie: check row 0 all the same
+    // The row's k experts become experts 0..k-1 of a k-expert layer.
+    MoEConfig::Fields f = config.fields();
+    f.routing.num_experts = k;
+    const MoEConfig sub(f);
+    std::vector<int32_t> local(k);
+    for (int64_t j = 0; j < k; ++j) local[j] = static_cast<int32_t>(j);
+    for (int64_t r : rows) {
+      const std::span<const int32_t> ids(routing.ids.data() + r * k, k);
+      const std::span<const float> weights(routing.weights.data() + r * k, k);
+      const Tensor hx = row_to_host_f32(x, r);
+      const std::span<const float> xr(hx.data<float>(), static_cast<size_t>(hx.numel()));
+      std::vector<float> y;
+      if (w.w13.defined()) {
+        y = reference::experts(sub, xr, 1, local, weights, experts_to_host(w.w13, ids), Tensor(),
+                               experts_to_host(w.w2, ids), Tensor());
+      } else {
+        WeightQuantization q13 = qw.w13_quant, q2 = qw.w2_quant;
+        q13.scale = experts_to_host(q13.scale, ids);
+        q2.scale = experts_to_host(q2.scale, ids);
+        const std::optional<int64_t> act_group = q13.activation == ActivationQuant::kDynamic
+                                                     ? std::optional<int64_t>(q13.activation_group)
+                                                     : std::nullopt;
+        y = reference::experts_fp8(sub, xr, 1, local, weights, experts_to_host(qw.w13, ids), q13,
+                                   experts_to_host(qw.w2, ids), q2, Tensor(), Tensor(), act_group);
+      }
+      out.insert(out.end(), y.begin(), y.end());
+    }
+  }
+
+  // The normalised error of `got` (device [M, H]) on the sampled rows.
+  double error(const Tensor& got) const {
+    const int64_t H = got.shape()[1];
+    double num = 0, den = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Tensor h = row_to_host_f32(got, rows[i]);
+      for (int64_t c = 0; c < H; ++c) {
+        const double ref = out[i * H + c];
+        const double d = h.data<float>()[c] - ref;
+        num += d * d;
+        den += ref * ref;
+      }
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+  }
+};
+
 }  // namespace
+
+double moe_bench_check_tolerance(DType dtype, QuantScheme quant) {
+  if (quant != QuantScheme::kUnquantized) return 6e-2;
+  if (dtype == DType::kBF16) return 3e-2;
+  if (dtype == DType::kF16) return 5e-3;
+  MG_CHECK(dtype == DType::kF32, "bench moe: activations are BF16, F16 or F32, not {}",
+           dtype_name(dtype));
+  return 1e-4;
+}
 
 MoEBenchCeilings measure_moe_bench_ceilings() {
   auto stream = make_stream(kGpu);
@@ -289,7 +385,12 @@ std::vector<MoEBenchPoint> run_moe_bench(
       Tensor ids = empty_tensor(kGpu, DType::kI32, {M, k});
       Tensor weights = empty_tensor(kGpu, DType::kF32, {M, k});
       Tensor out = empty_tensor(kGpu, o.dtype, {M, H});
-      Tensor first_out;
+      std::optional<CheckReference> check;  // once per (shape, tokens), for every backend
+      if (o.check) {
+        // The inputs (and the weights) were made on `s`; the reference reads them from the host.
+        MG_CUDA_CHECK(cudaStreamSynchronize(s));
+        check.emplace(config, xs[0], logits[0], w, qw);
+      }
       const cuda::RouteParams route = route_params(config.routing());
       for (const std::string& name : o.backends) {
         // "backend" or "backend:kernel" (a forced kernel, `bench moe --kernel`).
@@ -333,15 +434,12 @@ std::vector<MoEBenchPoint> run_moe_bench(
         p.shape = sh.name;
         p.backend = name;
         p.tokens = M;
-        if (o.check) {
+        if (check) {
           call(0);
           MG_CUDA_CHECK(cudaStreamSynchronize(s));
-          if (!first_out.defined()) {
-            first_out = empty_tensor(kGpu, o.dtype, {M, H});
-            MG_CUDA_CHECK(
-                cudaMemcpy(first_out.raw(), out.raw(), out.nbytes(), cudaMemcpyDeviceToDevice));
-          }
-          p.check_error = normalized_error_device(out, first_out);
+          if (o.perturb_checked_output) o.perturb_checked_output(name, out);
+          p.check_error = check->error(out);
+          p.check_failed = !(p.check_error <= moe_bench_check_tolerance(o.dtype, o.quant));
         }
         const Timing t = time_calls(call, o.target_ms, s);
         p.median_us = t.median_us;

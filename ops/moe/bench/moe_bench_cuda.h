@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "framework/core/dtype.h"
+#include "framework/core/tensor.h"
 #include "ops/moe/config.h"
 
 namespace mg {
@@ -45,8 +46,23 @@ struct MoEBenchOptions {
   QuantScheme quant = QuantScheme::kUnquantized;
   int sets = 4;
   double target_ms = 200.0;
-  bool check = true;  // compare every backend's output with the first one's on set 0
+  // Compare every point's output on set 0 with the independent fp64 reference
+  // (ops/moe/reference/moe_reference.h) on a few sampled rows: see MoEBenchPoint::check_error.
+  bool check = true;
+  // Test hook: called on the device output of the checked call before it is compared, so that a
+  // test can perturb it and see the check fail. Empty in the command.
+  std::function<void(const std::string& backend, const Tensor& out)> perturb_checked_output;
 };
+
+// The most rows of a point the check recomputes on the host (each costs top_k experts' weights
+// copied back and an fp64 expert MLP: ~1 s on the mixtral shape).
+inline constexpr int64_t kMoEBenchCheckRows = 3;
+
+// The normalised error above which a point's check fails: the activation dtype's rounding
+// through two GEMMs and the activation (BF16 8 bits of mantissa, F16 11), FP8 schemes the
+// quantization of the activations on top (the reference quantizes them the same way, but a
+// value on a rounding boundary may land on the other code).
+double moe_bench_check_tolerance(DType dtype, QuantScheme quant);
 
 struct MoEBenchCeilings {
   double copy_bytes_per_s = 0;
@@ -64,8 +80,11 @@ struct MoEBenchPoint {
   double distinct_experts = 0;  // expected, as in the floor
   double bytes = 0, flops = 0;
   double floor_us = 0;
-  // Against the first backend's output on set 0 (normalised error); -1 when not checked.
+  // The output on set 0 against the fp64 reference layer (same inputs and weights, routed from
+  // the same logits in fp64) on up to kMoEBenchCheckRows sampled rows, normalised error; -1 when
+  // not checked. check_failed: above moe_bench_check_tolerance.
   double check_error = -1;
+  bool check_failed = false;
 
   double tb_per_s() const { return bytes / (median_us * 1e-6) / 1e12; }
   double tflop_per_s() const { return flops / (median_us * 1e-6) / 1e12; }

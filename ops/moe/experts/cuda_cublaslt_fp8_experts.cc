@@ -128,10 +128,10 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = host_offsets_[e], rows = host_offsets_[e + 1] - begin;
       if (rows == 0) continue;
-      gemm1_.run(sc.xq + begin * H,
-                 sc.xs_vec + cuda::fp8_vec128_scale_offset(k_blocks(H), begin, e), rows,
-                 w13 + e * N1 * H, s13_.data<float>() + e * k_blocks(H) * N1,
-                 static_cast<std::byte*>(sc.h1) + begin * N1 * es, sc.blas, s);
+      gemm1_.run(
+          sc.xq + begin * H, sc.xs_vec + cuda::fp8_vec128_scale_offset(k_blocks(H), begin, e),
+          cuda::fp8_lt_rows(rows), w13 + e * N1 * H, s13_.data<float>() + e * k_blocks(H) * N1,
+          static_cast<std::byte*>(sc.h1) + begin * N1 * es, sc.blas, s);
     }
     dispatch_16bit(shape_.dtype, [&](auto tag) {
       using T = decltype(tag);
@@ -144,8 +144,8 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
       const int64_t begin = host_offsets_[e], rows = host_offsets_[e + 1] - begin;
       if (rows == 0) continue;
       gemm2_.run(sc.hq + begin * I,
-                 sc.hs_vec + cuda::fp8_vec128_scale_offset(k_blocks(I), begin, e), rows,
-                 w2 + e * H * I, s2_.data<float>() + e * k_blocks(I) * H,
+                 sc.hs_vec + cuda::fp8_vec128_scale_offset(k_blocks(I), begin, e),
+                 cuda::fp8_lt_rows(rows), w2 + e * H * I, s2_.data<float>() + e * k_blocks(I) * H,
                  static_cast<std::byte*>(sc.y_perm) + begin * H * es, sc.blas, s);
     }
     dispatch_16bit(shape_.dtype, [&](auto tag) {
@@ -198,15 +198,15 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
       align.expert_offsets = ws.take<int32_t>(E + 1);
       align.pair_to_row = ws.take<int32_t>(P);
       align.row_to_pair = ws.take<int32_t>(P);
-      xq = ws.take<uint8_t>(P * H);
+      xq = ws.take<uint8_t>((P + cuda::kFp8LtRowSlack) * H);
       xs = ws.take<float>(P * k_blocks(H));
       xs_vec = ws.take<float>(cuda::fp8_vec128_scale_floats(k_blocks(H), P, E));
-      h1 = ws.take<std::byte>(P * shape.w13_rows() * es);
+      h1 = ws.take<std::byte>((P + cuda::kFp8LtRowSlack) * shape.w13_rows() * es);
       h = ws.take<std::byte>(P * I * es);
-      hq = ws.take<uint8_t>(P * I);
+      hq = ws.take<uint8_t>((P + cuda::kFp8LtRowSlack) * I);
       hs = ws.take<float>(P * k_blocks(I));
       hs_vec = ws.take<float>(cuda::fp8_vec128_scale_floats(k_blocks(I), P, E));
-      y_perm = ws.take<std::byte>(P * H * es);
+      y_perm = ws.take<std::byte>((P + cuda::kFp8LtRowSlack) * H * es);
       blas = ws.take<std::byte>(static_cast<int64_t>(kBlasWorkspace));
     }
   };

@@ -25,10 +25,23 @@ std::string cuda_check_quant(const MoEQuantConfig& quant) {
 }
 
 std::string cuda_check_parallel(const ParallelConfig& parallel) {
+  // The kernels take the expert map (pairs of experts on other ranks are skipped, their output
+  // rows left out of the combine) and the rank's intermediate-size shard (the shape is the
+  // local one): TP and EP over the ranks of one DP group need nothing more, the runner sums the
+  // partial outputs (an all-reduce on the GPU). The DP dispatches gather tokens and counts on the
+  // host in F32 (PrepareFinalizeAllGather / AllToAll), which runs on the CPU only.
+  if (parallel.dp_size() == 1 && parallel.dispatch() == MoEDispatch::kAllGatherReduceScatter) {
+    return {};
+  }
+  return "runs tensor and expert parallelism within one DP group only (dp 1, all-gather "
+         "dispatch: the DP token exchanges run on the CPU only), not " +
+         parallel.str();
+}
+
+std::string cuda_check_single_rank(const ParallelConfig& parallel) {
   return parallel.is_single_rank()
              ? std::string()
-             : "runs one rank only (multi-GPU runs need the NCCL communicator, not built yet), "
-               "not " +
+             : "runs one rank only (its TP/EP sharding on GPUs is not tested yet), not " +
                    parallel.str();
 }
 

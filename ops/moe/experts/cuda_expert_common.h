@@ -19,7 +19,10 @@ class Stream;
 
 std::string cuda_check_device(Device device);
 std::string cuda_check_quant(const MoEQuantConfig& quant);
+// The unquantized backends: TP and EP with dp 1 (the all-gather dispatch's "none" step).
 std::string cuda_check_parallel(const ParallelConfig& parallel);
+// The FP8 backends: one rank.
+std::string cuda_check_single_rank(const ParallelConfig& parallel);
 // Grouped GEMM limits for both GEMMs of `shape` plus the alignment's.
 std::string cuda_check_grouped_shape(const ExpertsShape& shape);
 

@@ -15,7 +15,8 @@
 //   cuda_cublas   modular: per-expert cuBLASLt GEMMs. Reads the expert counts back to the host
 //                 (one sync per call), so it cannot be captured in a CUDA graph; a second
 //                 choice and the cross-check of the grouped GEMM.
-// All three run one rank (the NCCL communicator that multi-GPU runs need is not built yet).
+// All three take a rank's expert map and intermediate-size shard: TP and EP with dp 1 (the DP
+// dispatches run on the CPU only; docs/parallel.md).
 #pragma once
 
 #include "ops/moe/kernel/experts.h"

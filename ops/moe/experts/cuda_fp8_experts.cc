@@ -269,7 +269,7 @@ class CudaFp8Backend final : public ExpertsBackend {
     return check_cuda_routing(routing);
   }
   std::string check_parallel(const ParallelConfig& parallel) const override {
-    return cuda_check_parallel(parallel);
+    return cuda_check_single_rank(parallel);
   }
   std::string check_shape(const ExpertsShape& shape) const override {
     if (shape.dtype != DType::kBF16 && shape.dtype != DType::kF16) {
@@ -316,12 +316,17 @@ class CudaDequantBackend final : public ExpertsBackend {
     return cuda_moe_backend().activation_format();
   }
   std::string check_device(Device device) const override { return cuda_check_device(device); }
+  // Any scheme whose codes dequantize_cpu reads: FP8 (W8A16) and the weight-only integer schemes
+  // (the WNA16 oracle's fallback until a kernel reads the packed codes).
   std::string check_quant(const MoEQuantConfig& quant) const override {
-    if (!is_fp8_scheme(quant.scheme())) {
-      return fmt::format("takes FP8 weights, not {}", quant_scheme_name(quant.scheme()));
+    const QuantScheme scheme = quant.scheme();
+    const bool fp4 = scheme == QuantScheme::kMxfp4 || scheme == QuantScheme::kNvfp4;
+    if (!is_fp8_scheme(scheme) && !fp4 && !is_wna16_scheme(scheme)) {
+      return fmt::format("takes FP8, FP4 (MXFP4, NVFP4) or weight-only integer weights, not {}",
+                         quant_scheme_name(scheme));
     }
     if (quant.activation_key().quantized()) {
-      return "runs W8A16 only (pass --activation-quant none), not activations " +
+      return "runs weight-only (W8A16 / W4A16; pass --activation-quant none), not activations " +
              quant.activation_key().str();
     }
     return {};
@@ -333,7 +338,7 @@ class CudaDequantBackend final : public ExpertsBackend {
     return cuda_moe_backend().check_routing(routing);
   }
   std::string check_parallel(const ParallelConfig& parallel) const override {
-    return cuda_moe_backend().check_parallel(parallel);
+    return cuda_check_single_rank(parallel);
   }
   std::string check_shape(const ExpertsShape& shape) const override {
     return cuda_moe_backend().check_shape(shape);
@@ -343,7 +348,8 @@ class CudaDequantBackend final : public ExpertsBackend {
     return cuda_moe_backend().check_kernel(kernel, shape, device);
   }
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
-    // Dequantized once, F32 on the host, then cuda_moe's conversion to the activation dtype.
+    // Dequantized once (FP8 or packed FP4 codes: dequantize_cpu), F32 on the host, then
+    // cuda_moe's conversion to the activation dtype.
     build.weights = {
         dequantize_cpu(build.quantized.w13, build.quantized.w13_quant), build.quantized.w13_bias,
         dequantize_cpu(build.quantized.w2, build.quantized.w2_quant), build.quantized.w2_bias};

@@ -8,9 +8,12 @@
 //                 scales stay as the checkpoint has them (uploaded once); activations are
 //                 quantized per call exactly as framework/core/fp8.h defines. No host sync:
 //                 graph-capturable. `cuda_fp8:NAME` forces a kernel.
-//   cuda_dequant  W8A16 (activation quantization off): the FP8 weights are dequantized once at
-//                 build to the activation dtype and run by cuda_moe's kernels (twice the weight
-//                 bytes of FP8; the CPU's W8A16 numbers, on the GPU).
+//   cuda_dequant  weight-only: FP8 weights with activation quantization off (W8A16), the FP4
+//                 schemes (MXFP4, NVFP4; ops/moe/oracle/fp4.h) and the weight-only INT4 / INT8
+//                 codes (ops/moe/oracle/wna16.h): the weights are dequantized once at build to
+//                 the activation dtype (dequantize_cpu reads every code format) and run by
+//                 cuda_moe's kernels (the CPU's weight-only numbers, on the GPU; two to four
+//                 times the quantized weight bytes).
 // Both run one rank; Llama-4's weight-on-input routing is not taken by cuda_fp8.
 #pragma once
 

@@ -17,7 +17,8 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 //       not been timed yet (docs/performance.md has no FP8 table), so this threshold is the
 //       unquantized one, not a measured FP8 one.
 //   G1  rows per expert <= 16: fp8_mma16 (narrow tiles: more CTAs stream the weights).
-//   G2  otherwise fp8_mma64. fp8_wgmma is never chosen until it is timed against fp8_mma64.
+//   G2  otherwise fp8_mma64. fp8_wgmma is never chosen until it is timed against fp8_mma64
+//       (it can be requested: cuda_fp8:fp8_wgmma).
 // (G1/G2 are cuda::choose_fp8_gemm_kernel's rule, written down here as the one place.)
 Fp8Choice rule_choice(const Fp8Problem& p, int64_t tokens) {
   if (tokens <= kFp8DecodeMaxTokens) return {Fp8Kernel::kDecode, "D1: M <= 8"};
@@ -60,14 +61,14 @@ std::optional<Fp8Kernel> parse_fp8_kernel_request(std::string_view name) {
 }
 
 std::string check_fp8_kernel_request(const Fp8Problem& p, std::optional<Fp8Kernel> request) {
-  if (request == Fp8Kernel::kWgmma) {
-    // Its first H100 run left MLP outputs 5-10% off the fp64 reference. The kernel is now tested
-    // alone (tests/cuda/fp8_experts_cuda_test.cc: exact sums bit for bit, the MLP stage by
-    // stage); models get it once those pass on an H100. The kernel tests force it directly.
-    if (!p.sm90a_kernels)
-      return "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
-    return "fp8_wgmma is disabled: it does not match the reference on an H100 yet";
+  if (request == Fp8Kernel::kWgmma && !p.sm90a_kernels) {
+    return "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
   }
+  // fp8_wgmma may be requested: on an H100 (2026-11-25) it gave exact sums bit for bit
+  // (CudaFp8Experts.GroupedGemmExactSumsEveryKernel) and its GEMMs and MLP stay within the
+  // accumulation allowance of Hopper's FP8 wgmma (about 14 bits inside a 128-wide K block before
+  // each promotion into fp32, as in DeepGEMM; tests/cuda/fp8_experts_cuda_test.cc). The table
+  // above does not choose it until `bench moe` times it against fp8_mma64.
   return {};
 }
 

@@ -2,8 +2,10 @@
 
 #include "framework/core/logging.h"
 #include "ops/moe/kernel/prepare_finalize.h"
+#include "ops/moe/oracle/fp4.h"
 #include "ops/moe/oracle/fp8.h"
 #include "ops/moe/oracle/unquantized.h"
+#include "ops/moe/oracle/wna16.h"
 
 namespace mg {
 
@@ -119,13 +121,12 @@ void check_quant_scheme_supported(QuantScheme scheme) {
     case QuantScheme::kFp8PerTensor:
     case QuantScheme::kFp8Block:
     case QuantScheme::kFp8PerChannel:
-      return;
-    case QuantScheme::kInt8WeightOnly:
-    case QuantScheme::kInt4WeightOnly:
     case QuantScheme::kMxfp4:
     case QuantScheme::kNvfp4:
-      MG_FAIL("MoE quant scheme {} is not supported yet (unquantized and FP8 experts run today)",
-              quant_scheme_name(scheme));
+    case QuantScheme::kInt8WeightOnly:
+    case QuantScheme::kInt4WeightOnly:
+      return;
+          quant_scheme_name(scheme));
   }
 }
 
@@ -137,16 +138,26 @@ MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& p
   ExpertsShape shape = local_experts_shape(config, parallel);
   shape.dtype = activation_dtype;
   const bool quantized = config.quant_scheme() != QuantScheme::kUnquantized;
+  const bool fp4 = is_fp4_scheme(config.quant_scheme());  // ops/moe/oracle/fp4.h
+  const bool wna16 = is_wna16_scheme(config.quant_scheme());
   const MoEQuantConfig quant =
-      quantized ? fp8_quant_config(config, raw, activation_dtype, quantize_activations)
-                : MoEQuantConfig::unquantized(activation_dtype);
-  const std::vector<const ExpertsBackend*> priority =
-      quantized ? fp8_priority(device) : unquantized_priority(device);
+      fp4         ? fp4_quant_config(config, raw, activation_dtype)
+      : wna16     ? wna16_quant_config(config, raw, activation_dtype)
+      : quantized ? fp8_quant_config(config, raw, activation_dtype, quantize_activations)
+                  : MoEQuantConfig::unquantized(activation_dtype);
+  const std::vector<const ExpertsBackend*> priority = fp4         ? fp4_priority(device)
+                                                      : wna16     ? wna16_priority(device)
+                                                      : quantized ? fp8_priority(device)
+                                                                  : unquantized_priority(device);
   const OracleQuery query{device, config, quant, parallel, shape, requested};
   MoEKernelBuild out;
   out.choice = select_backend(priority, query);
   ExpertsBuild build{config, shape, device, {}, score_correction_bias, out.choice.kernel, quant};
-  if (quantized) {
+  if (fp4) {
+    build.quantized = convert_fp4_weights(config, parallel, shape, raw);
+  } else if (wna16) {
+    build.quantized = convert_wna16_weights(config, parallel, shape, raw);
+  } else if (quantized) {
     build.quantized = convert_fp8_weights(config, parallel, shape, raw);
   } else {
     build.weights = convert_unquantized_weights(config, parallel, shape, raw);

@@ -6,6 +6,7 @@
 #include "ops/moe/experts/cpu_monolithic_experts.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/experts/cuda_experts.h"
+#include "ops/moe/experts/cuda_padded_experts.h"
 #endif
 
 namespace mg {
@@ -49,7 +50,10 @@ std::vector<const ExpertsBackend*> unquantized_priority(Device device) {
       return {&cpu_eigen_backend(), &cpu_batched_backend(), &cpu_monolithic_backend()};
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
-      return {&cuda_moe_backend(), &cuda_grouped_backend(), &cuda_cublas_backend()};
+      // cuda_padded last: it runs any shape (cuda_padded_experts.h), so every MoE node the CPU
+      // runs has a CUDA backend; the others need 16-byte rows and are faster when they fit.
+      return {&cuda_moe_backend(), &cuda_grouped_backend(), &cuda_cublas_backend(),
+              &cuda_padded_backend()};
 #else
       return {};
 #endif

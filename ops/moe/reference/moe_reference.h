@@ -50,6 +50,15 @@ std::vector<float> experts_fp8(const MoEConfig& config, std::span<const float> x
                                const Tensor& w13_bias, const Tensor& w2_bias,
                                std::optional<int64_t> activation_group);
 
+// experts() for weight-only integer expert weights (canonical codes, framework/core/int_quant.h):
+// the codes are dequantized to fp32 exactly as the definition says (real = (q - zero) * scale,
+// the group from g_idx or c / g) and experts() runs on them (moe_reference_wna16.cc).
+std::vector<float> experts_wna16(const MoEConfig& config, std::span<const float> x, int64_t rows,
+                                 std::span<const int32_t> ids, std::span<const float> weights,
+                                 const Tensor& w13, const WeightQuantization& w13_quant,
+                                 const Tensor& w2, const WeightQuantization& w2_quant,
+                                 const Tensor& w13_bias, const Tensor& w2_bias);
+
 // The whole layer from the node's inputs (indexed as moe_input::*, undefined = absent):
 // gate -> route -> experts -> + shared experts.
 std::vector<float> moe_forward(const MoEConfig& config, const std::vector<Tensor>& inputs);

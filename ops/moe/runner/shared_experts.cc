@@ -114,10 +114,8 @@ std::unique_ptr<SharedExperts> make_shared_experts(Device device, const SharedEx
                                                 down, expert_gate, act_quant);
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
-      MG_CHECK(tp_size == 1, "op moe: shared experts on CUDA run one rank only, not tp {}",
-               tp_size);
-      return std::make_unique<CudaSharedExperts>(config, hidden_size, dtype, gate, up, down,
-                                                 expert_gate);
+      return std::make_unique<CudaSharedExperts>(config, hidden_size, dtype, tp_size, tp_rank, gate,
+                                                 up, down, expert_gate);
 #else
       MG_FAIL("shared experts on {} need a build with CUDA (MG_CUDA=ON)", device.str());
 #endif

@@ -13,16 +13,45 @@ namespace mg {
 
 namespace {
 
-// [gate; up] rows as one device tensor, so one GEMM gives each row as [gate | up].
-Tensor concat_rows(const Tensor& gate, const Tensor& up, bool gated) {
-  if (!gated) return up;
-  MG_ASSERT(gate.shape() == up.shape() && gate.dtype() == up.dtype(),
+// [gate; up] rows [first, first + rows) of each as one device tensor, so one GEMM gives each
+// row as [gate | up]. The whole `up` is adopted as it is when nothing is to be cut or joined.
+Tensor concat_rows(const Tensor& gate, const Tensor& up, bool gated, int64_t first, int64_t rows) {
+  if (!gated && first == 0 && rows == up.dim(0)) return up;
+  MG_ASSERT(!gated || (gate.shape() == up.shape() && gate.dtype() == up.dtype()),
             "shared experts: gate {} and up {} differ", gate.str(), up.str());
-  Tensor w13 = empty_tensor(up.device(), up.dtype(), {2 * up.dim(0), up.dim(1)});
-  MG_CUDA_CHECK(cudaMemcpy(w13.raw(), gate.raw(), gate.nbytes(), cudaMemcpyDeviceToDevice));
-  MG_CUDA_CHECK(cudaMemcpy(static_cast<char*>(w13.raw()) + gate.nbytes(), up.raw(), up.nbytes(),
+  const int64_t H = up.dim(1);
+  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(up.dtype());
+  const size_t part = static_cast<size_t>(rows) * row_bytes;
+  Tensor w13 = empty_tensor(up.device(), up.dtype(), {(gated ? 2 : 1) * rows, H});
+  char* dst = static_cast<char*>(w13.raw());
+  if (gated) {
+    MG_CUDA_CHECK(cudaMemcpy(dst, static_cast<const char*>(gate.raw()) + first * row_bytes, part,
+                             cudaMemcpyDeviceToDevice));
+    dst += part;
+  }
+  MG_CUDA_CHECK(cudaMemcpy(dst, static_cast<const char*>(up.raw()) + first * row_bytes, part,
                            cudaMemcpyDeviceToDevice));
   return w13;
+}
+
+// Columns [first, first + cols) of `down` [H, Is] (the whole tensor when that is all of it).
+Tensor slice_columns(const Tensor& down, int64_t first, int64_t cols) {
+  if (first == 0 && cols == down.dim(1)) return down;
+  const size_t es = dtype_size(down.dtype());
+  Tensor out = empty_tensor(down.device(), down.dtype(), {down.dim(0), cols});
+  MG_CUDA_CHECK(cudaMemcpy2D(out.raw(), cols * es,
+                             static_cast<const char*>(down.raw()) + first * es, down.dim(1) * es,
+                             cols * es, down.dim(0), cudaMemcpyDeviceToDevice));
+  return out;
+}
+
+SharedExpertsConfig split_config(SharedExpertsConfig config, int tp_size) {
+  MG_CHECK(tp_size >= 1 && config.intermediate_size % tp_size == 0,
+           "shared experts: intermediate size {} cannot be split evenly over {} tensor-parallel "
+           "ranks",
+           config.intermediate_size, tp_size);
+  config.intermediate_size /= tp_size;
+  return config;
 }
 
 }  // namespace
@@ -43,16 +72,18 @@ struct CudaSharedExperts::Scratch {
 };
 
 CudaSharedExperts::CudaSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size,
-                                     DType dtype, const Tensor& gate, const Tensor& up,
-                                     const Tensor& down, const Tensor& expert_gate)
-    : config_(config),
+                                     DType dtype, int tp_size, int tp_rank, const Tensor& gate,
+                                     const Tensor& up, const Tensor& down,
+                                     const Tensor& expert_gate)
+    : config_(split_config(config, tp_size)),
       hidden_size_(hidden_size),
       dtype_(dtype),
-      w13_(concat_rows(gate, up, is_gated(config.activation.kind))),
-      w2_(down),
+      w13_(concat_rows(gate, up, is_gated(config.activation.kind),
+                       tp_rank * config_.intermediate_size, config_.intermediate_size)),
+      w2_(slice_columns(down, tp_rank * config_.intermediate_size, config_.intermediate_size)),
       expert_gate_(config.has_gate ? expert_gate : Tensor()),
       gemm13_(dtype, hidden_size, w13_.dim(0), nullptr, up.device().index),
-      gemm2_(dtype, config.intermediate_size, hidden_size, nullptr, up.device().index) {
+      gemm2_(dtype, config_.intermediate_size, hidden_size, nullptr, up.device().index) {
   MG_ASSERT(up.device().is_cuda() && up.dtype() == dtype,
             "shared experts on CUDA: weights must be {} on the GPU, got {}", dtype_name(dtype),
             up.str());

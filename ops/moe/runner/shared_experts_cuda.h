@@ -1,5 +1,6 @@
 // The shared experts on CUDA (shared_experts.h's SharedExperts; make_shared_experts builds it),
-// one rank:
+// one rank of `tp_size` (tensor parallelism: rows [r*Is/tp, (r+1)*Is/tp) of gate and up and those
+// columns of down, copied at construction; the output is this rank's partial sum):
 //   h   [M, N1s] = x . [gate; up]^T      one cuBLASLt GEMM over the concatenated weights
 //   a   [M, Is]  = act(h)                 launch_moe_activation
 //   out [M, H]   = a . down^T             cuBLASLt
@@ -25,10 +26,11 @@ class Stream;
 class CudaSharedExperts final : public SharedExperts {
  public:
   // gate [Is, H] (gated activations), up [Is, H], down [H, Is], expert_gate [1, H] iff
-  // config.has_gate: `dtype` tensors on one CUDA device.
+  // config.has_gate: `dtype` tensors on one CUDA device, unsplit (Is whole). Throws mg::Error
+  // when Is is not a multiple of tp_size.
   CudaSharedExperts(const SharedExpertsConfig& config, int64_t hidden_size, DType dtype,
-                    const Tensor& gate, const Tensor& up, const Tensor& down,
-                    const Tensor& expert_gate);
+                    int tp_size, int tp_rank, const Tensor& gate, const Tensor& up,
+                    const Tensor& down, const Tensor& expert_gate);
 
   size_t workspace_bytes(int64_t max_tokens) const override;
   void forward(const void* x, int64_t num_tokens, void* out, Workspace& ws, ThreadPool* pool,

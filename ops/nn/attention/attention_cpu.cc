@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "framework/core/thread_pool.h"
 
@@ -72,10 +73,11 @@ struct QueryRow {
   float denom;  // running Σ exp(logit - max)
 };
 
-// Tokens [t0, t1) × heads [h0, h1), all of KV group g.
+// Tokens [t0, t1) × heads [h0, h1), all of KV group g and of sequence `slot`.
 void attend_tile(const AttentionDims& dims, const float* q, const int32_t* positions, int64_t t0,
                  int64_t t1, int64_t g, int64_t h0, int64_t h1, const float* k_cache,
-                 const float* v_cache, const float* sinks, float* out) {
+                 const float* v_cache, const float* sinks, float* out, const KvBatch* kv,
+                 int64_t slot) {
   QueryRow rows[kMaxRows];
   int64_t num_rows = 0;
   int64_t lo = std::numeric_limits<int64_t>::max();
@@ -105,7 +107,7 @@ void attend_tile(const AttentionDims& dims, const float* q, const int32_t* posit
     // Logits: each key row is loaded once for all rows of the tile.
     for (int64_t jj = 0; jj < n; ++jj) {
       const int64_t j = j0 + jj;
-      const float* k_j = k_cache + (j * dims.kv_heads + g) * dims.head_dim;
+      const float* k_j = k_cache + (kv_cache_row(kv, slot, j) * dims.kv_heads + g) * dims.head_dim;
       for (int64_t r = 0; r < num_rows; ++r) {
         const QueryRow& row = rows[r];
         scores[r][jj] = j >= row.first_key && j <= row.last_key
@@ -127,7 +129,7 @@ void attend_tile(const AttentionDims& dims, const float* q, const int32_t* posit
     }
     // Weighted values: each value row is loaded once for all rows of the tile.
     for (int64_t jj = 0; jj < n; ++jj) {
-      const float* v_j = v_cache + ((j0 + jj) * dims.kv_heads + g) * dv;
+      const float* v_j = v_cache + (kv_cache_row(kv, slot, j0 + jj) * dims.kv_heads + g) * dv;
       for (int64_t r = 0; r < num_rows; ++r) {
         if (scores[r][jj] == kMasked) continue;
         QueryRow& row = rows[r];
@@ -148,28 +150,47 @@ void attend_tile(const AttentionDims& dims, const float* q, const int32_t* posit
 
 void attention_cpu(const AttentionDims& dims, const float* q, const int32_t* positions,
                    int64_t tokens, const float* k_cache, const float* v_cache, const float* sinks,
-                   float* out, ThreadPool* pool) {
+                   float* out, ThreadPool* pool, const KvBatch* kv) {
   if (tokens <= 0) return;
   const int threads = pool ? pool->size() : 1;
   const Tiling tiling = choose_tiling(dims, tokens, threads);
   const int64_t group = dims.heads / dims.kv_heads;
   const int64_t tiles_per_token_tile = dims.kv_heads * tiling.head_tiles;
 
+  // Token tiles never span two sequences (their keys differ): each run of rows of one slot is cut
+  // into tiles of up to tokens_per_tile rows.
+  const int32_t* row_slots = kv != nullptr ? kv->row_slots : nullptr;
+  struct TokenTile {
+    int64_t t0, t1, slot;
+  };
+  std::vector<TokenTile> token_tiles;
+  token_tiles.reserve(static_cast<size_t>(tiling.token_tiles));
+  for (int64_t t0 = 0; t0 < tokens;) {
+    const int64_t slot = row_slots ? row_slots[t0] : 0;
+    int64_t t1 = t0 + 1;
+    while (t1 < tokens && t1 - t0 < tiling.tokens_per_tile &&
+           (row_slots ? row_slots[t1] : 0) == slot) {
+      ++t1;
+    }
+    token_tiles.push_back({t0, t1, slot});
+    t0 = t1;
+  }
+  const int64_t num_token_tiles = static_cast<int64_t>(token_tiles.size());
+
   auto run_tiles = [&](int64_t begin, int64_t end) {
     for (int64_t tile = begin; tile < end; ++tile) {
       // Later tokens see more keys: hand them out first so the end of the schedule is light.
-      const int64_t token_tile = tiling.token_tiles - 1 - tile / tiles_per_token_tile;
+      const TokenTile& tt = token_tiles[num_token_tiles - 1 - tile / tiles_per_token_tile];
       const int64_t g = (tile % tiles_per_token_tile) / tiling.head_tiles;
       const int64_t head_tile = tile % tiling.head_tiles;
-      const int64_t t0 = token_tile * tiling.tokens_per_tile;
-      const int64_t t1 = std::min(tokens, t0 + tiling.tokens_per_tile);
       const int64_t h0 = g * group + head_tile * tiling.heads_per_tile;
       const int64_t h1 = std::min((g + 1) * group, h0 + tiling.heads_per_tile);
-      attend_tile(dims, q, positions, t0, t1, g, h0, h1, k_cache, v_cache, sinks, out);
+      attend_tile(dims, q, positions, tt.t0, tt.t1, g, h0, h1, k_cache, v_cache, sinks, out, kv,
+                  tt.slot);
     }
   };
 
-  const int64_t num_tiles = tiling.token_tiles * tiles_per_token_tile;
+  const int64_t num_tiles = num_token_tiles * tiles_per_token_tile;
   if (pool == nullptr || num_tiles == 1) {
     run_tiles(0, num_tiles);
     return;

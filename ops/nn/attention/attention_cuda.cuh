@@ -10,8 +10,9 @@
 // owns: when the launch has few blocks (decode: one per head) the blocks take kDecodeWarps warps
 // (a 512-key context is 16 keys per warp instead of 128; on the H100 a Qwen3-shaped layer's
 // decode attention went from 174 µs to the figure in docs/performance.md), otherwise
-// kAttentionWarps (many blocks already fill the GPU). K/V rows are still re-read by every head
-// of a KV group (the L2 catches most of it).
+// kAttentionWarps (many blocks already fill the GPU). With a paged cache (kv_batch.h) key j's
+// row comes from the query's block table (one more load per key, cached in L1). K/V rows are still
+// re-read by every head of a KV group (the L2 catches most of it).
 #pragma once
 
 #include <cmath>
@@ -27,17 +28,36 @@ constexpr int kDecodeWarps = 32;
 // Below this many (head, query) blocks a launch takes kDecodeWarps warps per block.
 constexpr int64_t kWideBlocksBelow = 1024;
 
+// The block table row of query t's sequence, or null for a contiguous cache.
+__device__ inline const int32_t* block_table_of(const KvBatch& kv, int64_t t) {
+  if (kv.block_tables == nullptr) return nullptr;
+  const int64_t slot = kv.row_slots != nullptr ? kv.row_slots[t] : 0;
+  return kv.block_tables + slot * kv.max_blocks_per_seq;
+}
+
+// Cache row of position j (table from block_table_of).
+__device__ inline int64_t cache_row(const KvBatch& kv, const int32_t* table, int64_t j) {
+  if (table == nullptr) return j;
+  return static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+}
+
 template <typename T>
 __global__ void kv_cache_write_kernel(const T* k, const T* v, const int32_t* positions, T* k_cache,
-                                      T* v_cache, int64_t k_row, int64_t v_row,
-                                      int64_t max_seq_len) {
+                                      T* v_cache, int64_t k_row, int64_t v_row, int64_t max_seq_len,
+                                      KvBatch kv) {
   const int64_t t = blockIdx.x;
   const int64_t p = positions[t];
   if (p < 0 || p >= max_seq_len) return;
+  const int32_t* table = block_table_of(kv, t);
+  if (table != nullptr &&
+      (table[p / kv.block_size] < 0 || table[p / kv.block_size] >= kv.num_blocks)) {
+    return;
+  }
+  const int64_t row = cache_row(kv, table, p);
   for (int64_t i = threadIdx.x; i < k_row; i += blockDim.x)
-    k_cache[p * k_row + i] = k[t * k_row + i];
+    k_cache[row * k_row + i] = k[t * k_row + i];
   for (int64_t i = threadIdx.x; i < v_row; i += blockDim.x)
-    v_cache[p * v_row + i] = v[t * v_row + i];
+    v_cache[row * v_row + i] = v[t * v_row + i];
 }
 
 template <typename T>
@@ -47,14 +67,14 @@ void launch_kv_cache_write(const AttentionDims& dims, const KvCacheWriteArgs& a,
   kv_cache_write_kernel<T><<<static_cast<unsigned>(a.tokens), 128, 0, stream>>>(
       static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.positions,
       static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), dims.kv_heads * dims.head_dim,
-      dims.kv_heads * dims.v_head_dim, a.max_seq_len);
+      dims.kv_heads * dims.v_head_dim, a.max_seq_len, a.kv);
   MG_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int kChunks, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_kernel(AttentionDims dims, const T* q, const int32_t* positions, const T* k_cache,
-                     const T* v_cache, const T* sinks, T* out, int64_t max_seq_len) {
+                     const T* v_cache, const T* sinks, T* out, int64_t max_seq_len, KvBatch kv) {
   __shared__ float warp_max_s[kWarps];
   __shared__ float warp_denom_s[kWarps];
   __shared__ float warp_acc_s[kWarps][kChunks * 32];
@@ -98,8 +118,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t v_stride = dims.kv_heads * dv;
   const T* k_head = k_cache + g * d;
   const T* v_head = v_cache + g * dv;
+  const int32_t* table = block_table_of(kv, t);
   for (int64_t j = first + warp; j <= p; j += kWarps) {
-    const T* k_j = k_head + j * k_stride;
+    const int64_t row = cache_row(kv, table, j);
+    const T* k_j = k_head + row * k_stride;
     float s = 0.0f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
@@ -111,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float rescale = expf(m - m_new);  // 0 on the first key (m = -inf)
     const float weight = expf(s - m_new);
     l = l * rescale + weight;
-    const T* v_j = v_head + j * v_stride;
+    const T* v_j = v_head + row * v_stride;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int64_t i = lane + 32 * c;
@@ -154,7 +176,7 @@ void launch_attention_warps(const AttentionDims& dims, const AttentionArgs& a,
   attention_kernel<T, kChunks, kWarps><<<grid, kWarps * 32, 0, stream>>>(
       dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
       static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks), static_cast<T*>(a.out),
-      a.max_seq_len);
+      a.max_seq_len, a.kv);
   MG_CUDA_CHECK_LAUNCH();
 }
 

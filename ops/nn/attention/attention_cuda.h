@@ -17,31 +17,35 @@ struct KvCacheWriteArgs {
   const void* k = nullptr;             // [tokens, kv_heads * head_dim]
   const void* v = nullptr;             // [tokens, kv_heads * v_head_dim]
   const int32_t* positions = nullptr;  // [tokens]
-  void* k_cache = nullptr;             // [max_seq_len, kv_heads, head_dim]
-  void* v_cache = nullptr;             // [max_seq_len, kv_heads, v_head_dim]
+  void* k_cache = nullptr;             // [cache rows, kv_heads, head_dim]
+  void* v_cache = nullptr;             // [cache rows, kv_heads, v_head_dim]
   int64_t tokens = 0;
-  int64_t max_seq_len = 0;
+  int64_t max_seq_len = 0;  // positions per sequence
+  KvBatch kv;               // device pointers; all null: one contiguous sequence
 };
 
 struct AttentionArgs {
   const void* q = nullptr;             // [tokens, heads * head_dim]
   const int32_t* positions = nullptr;  // [tokens]
-  const void* k_cache = nullptr;       // [max_seq_len, kv_heads, head_dim]
-  const void* v_cache = nullptr;       // [max_seq_len, kv_heads, v_head_dim]
+  const void* k_cache = nullptr;       // [cache rows, kv_heads, head_dim]
+  const void* v_cache = nullptr;       // [cache rows, kv_heads, v_head_dim]
   const void* sinks = nullptr;         // [heads] or null
   void* out = nullptr;                 // [tokens, heads * v_head_dim]
   int64_t tokens = 0;
-  int64_t max_seq_len = 0;
+  int64_t max_seq_len = 0;  // positions per sequence
+  KvBatch kv;               // device pointers; all null: one contiguous sequence
 };
 
-// Writes row t of k and v at cache row positions[t]. Positions outside [0, max_seq_len) are
-// skipped (the Session checks them on the host before a forward).
+// Writes row t of k and v at the cache row of (its slot, positions[t]) (kv_batch.h). Positions
+// outside [0, max_seq_len) and blocks outside the pool are skipped (the Session checks them on
+// the host before a forward).
 template <typename T>
 void launch_kv_cache_write(const AttentionDims& dims, const KvCacheWriteArgs& args,
                            cudaStream_t stream);
 
-// Query t attends to cache rows [first visible, positions[t]]; fp32 scores and softmax. A query
-// whose position lies outside the cache gets a NaN row. head_dim and v_head_dim <=
+// Query t attends to its sequence's positions [first visible, positions[t]] (through its block
+// table when paged); fp32 scores and softmax. A query whose position lies outside the cache gets
+// a NaN row. head_dim and v_head_dim <=
 // kAttentionMaxHeadDim. T: float, __half or __nv_bfloat16 (attention_cuda_<dtype>.cu).
 template <typename T>
 void launch_attention(const AttentionDims& dims, const AttentionArgs& args, cudaStream_t stream);

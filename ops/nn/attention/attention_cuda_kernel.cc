@@ -1,5 +1,6 @@
 // The CUDA attention kernel: the per-session KV cache in device memory (activation dtype,
-// zero-filled like the CPU's) and the adapter to launch_kv_cache_write + launch_attention.
+// zero-filled like the CPU's; contiguous or paged as StateOptions say) and the adapter to
+// launch_kv_cache_write + launch_attention.
 #include "framework/device/allocator.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
@@ -13,10 +14,10 @@ namespace {
 
 class AttentionCudaState final : public OpState {
  public:
-  AttentionCudaState(Device device, DType dtype, int64_t max_seq_len, const AttentionDims& dims)
-      : max_seq_len(max_seq_len),
-        k(empty_tensor(device, dtype, {max_seq_len, dims.kv_heads, dims.head_dim})),
-        v(empty_tensor(device, dtype, {max_seq_len, dims.kv_heads, dims.v_head_dim})) {
+  AttentionCudaState(Device device, DType dtype, int64_t rows, const AttentionDims& dims)
+      : rows(rows),
+        k(empty_tensor(device, dtype, {rows, dims.kv_heads, dims.head_dim})),
+        v(empty_tensor(device, dtype, {rows, dims.kv_heads, dims.v_head_dim})) {
     // Built once per session, outside the hot path: zeroed so that a query never reads
     // uninitialised rows (positions skipped by a caller read as zeros, as on the CPU).
     // The session's stream is non-blocking, so wait here rather than rely on stream order.
@@ -25,9 +26,9 @@ class AttentionCudaState final : public OpState {
     MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
 
-  const int64_t max_seq_len;
-  Tensor k;  // [max_seq_len, KV, D]
-  Tensor v;  // [max_seq_len, KV, Dv]
+  const int64_t rows;  // max_seq_len, or kv_blocks * kv_block_size when paged
+  Tensor k;            // [rows, KV, D]
+  Tensor v;            // [rows, KV, Dv]
 };
 
 class AttentionCudaKernel final : public OpKernel {
@@ -49,6 +50,12 @@ class AttentionCudaKernel final : public OpKernel {
     const int64_t tokens = inputs[0].dim(0);
     const auto* positions = static_cast<const int32_t*>(inputs[3].raw());
     cudaStream_t stream = cuda::native(ctx.stream);
+    const KvBatch kv = ctx.kv != nullptr ? *ctx.kv : KvBatch{};
+    const bool paged = kv.block_tables != nullptr;
+    MG_ASSERT(!paged || kv.num_blocks * kv.block_size == state->rows,
+              "attention: the batch's {} blocks of {} positions are not the state's {} rows",
+              kv.num_blocks, kv.block_size, state->rows);
+    const int64_t max_positions = paged ? kv.max_blocks_per_seq * kv.block_size : state->rows;
 
     cuda::KvCacheWriteArgs write;
     write.k = inputs[1].raw();
@@ -57,7 +64,8 @@ class AttentionCudaKernel final : public OpKernel {
     write.k_cache = state->k.raw();
     write.v_cache = state->v.raw();
     write.tokens = tokens;
-    write.max_seq_len = state->max_seq_len;
+    write.max_seq_len = max_positions;
+    write.kv = kv;
 
     cuda::AttentionArgs attend;
     attend.q = inputs[0].raw();
@@ -67,7 +75,8 @@ class AttentionCudaKernel final : public OpKernel {
     attend.sinks = has_sinks ? inputs[4].raw() : nullptr;
     attend.out = outputs[0].raw();
     attend.tokens = tokens;
-    attend.max_seq_len = state->max_seq_len;
+    attend.max_seq_len = max_positions;
+    attend.kv = kv;
 
     cuda::dispatch_float_dtype(dtype_, [&](auto tag) {
       using T = decltype(tag);
@@ -79,9 +88,8 @@ class AttentionCudaKernel final : public OpKernel {
   std::unique_ptr<OpState> create_state(const StateOptions& options) const override {
     MG_CHECK(options.device.is_cuda(), "attention: the CUDA kernel cannot keep its KV cache on {}",
              options.device.str());
-    MG_CHECK(options.max_seq_len > 0, "attention: max_seq_len must be positive, got {}",
-             options.max_seq_len);
-    return std::make_unique<AttentionCudaState>(options.device, dtype_, options.max_seq_len, dims_);
+    return std::make_unique<AttentionCudaState>(options.device, dtype_, kv_cache_rows(options),
+                                                dims_);
   }
 
   std::string describe() const override { return fmt::format("cuda {}", dtype_name(dtype_)); }

@@ -1,6 +1,7 @@
 // op "attention": inputs (q [T, H*D], k [T, KV*D], v [T, KV*Dv], positions [T] I32,
-// sinks [H] or "") -> out [T, H*Dv]. The KV cache is per-session state: K [max_seq, KV, D], V
-// [max_seq, KV, Dv].
+// sinks [H] or "") -> out [T, H*Dv]. The KV cache is per-session state: K [rows, KV, D], V
+// [rows, KV, Dv], rows = max_seq_len (one contiguous sequence) or kv_blocks * kv_block_size (the
+// paged cache of several sequences; ExecContext::kv says which rows belong to whom).
 //
 // CPU kernel: write this call's keys and values at their positions, then attention_cpu
 // (attention_cpu.h) over the cache.
@@ -22,14 +23,14 @@ namespace {
 
 class AttentionState final : public OpState {
  public:
-  AttentionState(int64_t max_seq_len, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim)
-      : max_seq_len(max_seq_len),
-        k(Tensor::empty_cpu(DType::kF32, {max_seq_len, kv_heads, head_dim})),
-        v(Tensor::empty_cpu(DType::kF32, {max_seq_len, kv_heads, v_head_dim})) {}
+  AttentionState(int64_t rows, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim)
+      : rows(rows),
+        k(Tensor::empty_cpu(DType::kF32, {rows, kv_heads, head_dim})),
+        v(Tensor::empty_cpu(DType::kF32, {rows, kv_heads, v_head_dim})) {}
 
-  const int64_t max_seq_len;
-  Tensor k;  // [max_seq_len, KV, D]
-  Tensor v;  // [max_seq_len, KV, Dv]
+  const int64_t rows;
+  Tensor k;  // [rows, KV, D]
+  Tensor v;  // [rows, KV, Dv]
 };
 
 class AttentionCpuKernel final : public OpKernel {
@@ -45,15 +46,16 @@ class AttentionCpuKernel final : public OpKernel {
     const AttentionDims& dm = dims_;
     const int64_t tokens = inputs[0].dim(0);
     const int32_t* positions = inputs[3].data<int32_t>();
-    for (int64_t t = 0; t < tokens; ++t) {
-      MG_CHECK(positions[t] >= 0, "attention: position {} (row {}) is negative", positions[t], t);
-      MG_CHECK(positions[t] < state->max_seq_len,
-               "attention: position {} (row {}) is past the KV cache, which holds max_seq_len = {} "
-               "positions",
-               positions[t], t, state->max_seq_len);
-    }
+    const KvBatch* kv = ctx.kv;
+    const bool paged = kv != nullptr && kv->block_tables != nullptr;
+    // Positions one sequence may reach: its block table's span, or the contiguous cache.
+    const int64_t max_positions = paged ? kv->max_blocks_per_seq * kv->block_size : state->rows;
+    MG_ASSERT(!paged || kv->num_blocks * kv->block_size == state->rows,
+              "attention: the batch's {} blocks of {} positions are not the state's {} rows",
+              kv->num_blocks, kv->block_size, state->rows);
+    const int32_t* row_slots = kv != nullptr ? kv->row_slots : nullptr;
 
-    // Append this call's keys and values: cache row p holds the token at position p.
+    // Append this call's keys and values: the cache row of (slot, position) holds that token's.
     const int64_t k_row = dm.kv_heads * dm.head_dim;
     const int64_t v_row = dm.kv_heads * dm.v_head_dim;
     float* k_cache = state->k.data<float>();
@@ -61,23 +63,31 @@ class AttentionCpuKernel final : public OpKernel {
     const float* k_new = inputs[1].data<float>();
     const float* v_new = inputs[2].data<float>();
     for (int64_t t = 0; t < tokens; ++t) {
-      std::memcpy(k_cache + positions[t] * k_row, k_new + t * k_row,
+      MG_CHECK(positions[t] >= 0, "attention: position {} (row {}) is negative", positions[t], t);
+      MG_CHECK(positions[t] < max_positions,
+               "attention: position {} (row {}) is past the KV cache, which holds max_seq_len = {} "
+               "positions per sequence",
+               positions[t], t, max_positions);
+      const int64_t slot = row_slots ? row_slots[t] : 0;
+      const int64_t row = kv_cache_row(kv, slot, positions[t]);
+      MG_CHECK(row >= 0 && row < state->rows,
+               "attention: position {} of sequence slot {} (row {}) has no KV-cache block",
+               positions[t], slot, t);
+      std::memcpy(k_cache + row * k_row, k_new + t * k_row,
                   static_cast<size_t>(k_row) * sizeof(float));
-      std::memcpy(v_cache + positions[t] * v_row, v_new + t * v_row,
+      std::memcpy(v_cache + row * v_row, v_new + t * v_row,
                   static_cast<size_t>(v_row) * sizeof(float));
     }
 
     const float* sinks =
         inputs.size() > 4 && inputs[4].defined() ? inputs[4].data<float>() : nullptr;
     attention_cpu(dm, inputs[0].data<float>(), positions, tokens, k_cache, v_cache, sinks,
-                  outputs[0].data<float>(), ctx.pool);
+                  outputs[0].data<float>(), ctx.pool, kv);
   }
 
   std::unique_ptr<OpState> create_state(const StateOptions& options) const override {
     MG_CHECK(options.device.is_cpu(), "op attention has no KV cache for {}", options.device.str());
-    MG_CHECK(options.max_seq_len > 0, "attention: max_seq_len must be positive, got {}",
-             options.max_seq_len);
-    return std::make_unique<AttentionState>(options.max_seq_len, dims_.kv_heads, dims_.head_dim,
+    return std::make_unique<AttentionState>(kv_cache_rows(options), dims_.kv_heads, dims_.head_dim,
                                             dims_.v_head_dim);
   }
 

@@ -81,7 +81,7 @@ class LinearFp8CudaKernel final : public OpKernel {
               "linear: x {} y {}, FP8 kernel built for {} [*, {}] -> [*, {}]", x.str(),
               outputs[0].str(), dtype_name(dtype_), in_, out_);
     if (tokens == 0) return;
-    const Scratch sc(ctx.workspace, tokens, in_, per_token_);
+    const Scratch sc(ctx.workspace, tokens, in_, out_, dtype_, per_token_);
     MG_ASSERT(sc.bytes <= ctx.workspace_bytes, "linear: FP8 workspace of {} bytes, need {}",
               ctx.workspace_bytes, sc.bytes);
     const cudaStream_t s = cuda::native(ctx.stream);
@@ -95,10 +95,20 @@ class LinearFp8CudaKernel final : public OpKernel {
     q.xs = sc.xs;
     const int64_t blocks = cuda::lt_fp8_k_blocks(in_);
     dispatch(dtype_, [&](auto tag) { cuda::launch_fp8_quantize<decltype(tag)>(q, s); });
+    // cuBLASLt's VEC128 FP8 GEMMs take row counts that are multiples of 4 only
+    // (fp8_cublaslt_prep_cuda.h): the GEMM runs `rows` rows over the workspace's padded codes and,
+    // when that differs from the token count, into a padded output copied back after.
+    const int64_t rows = cuda::fp8_lt_rows(tokens);
     cuda::launch_fp8_vec128_scales_dense(sc.xs, cuda::fp8_act_scale_cols(in_, per_token_), tokens,
-                                         blocks, sc.xs_vec, s);
-    gemm_.run(sc.xq, sc.xs_vec, tokens, fp8_codes(codes_), w_scales_.data<float>(),
-              outputs[0].raw(), sc.blas, s, scale_);
+                                         rows, blocks, sc.xs_vec, s);
+    void* y = rows == tokens ? outputs[0].raw() : sc.y_pad;
+    gemm_.run(sc.xq, sc.xs_vec, rows, fp8_codes(codes_), w_scales_.data<float>(), y, sc.blas, s,
+              scale_);
+    if (y != outputs[0].raw()) {
+      MG_CUDA_CHECK(cudaMemcpyAsync(outputs[0].raw(), y,
+                                    static_cast<size_t>(tokens * out_) * dtype_size(dtype_),
+                                    cudaMemcpyDeviceToDevice, s));
+    }
     if (bias_.defined()) {
       dispatch(dtype_, [&](auto tag) {
         cuda::launch_add_bias<decltype(tag)>(outputs[0].raw(), bias_.raw(), tokens, out_, s);
@@ -107,7 +117,7 @@ class LinearFp8CudaKernel final : public OpKernel {
   }
 
   size_t workspace_bytes(int64_t max_tokens) const override {
-    return Scratch(nullptr, max_tokens, in_, per_token_).bytes;
+    return Scratch(nullptr, max_tokens, in_, out_, dtype_, per_token_).bytes;
   }
 
   std::string describe() const override {
@@ -142,20 +152,23 @@ class LinearFp8CudaKernel final : public OpKernel {
     uint8_t* xq;
     float* xs;
     float* xs_vec;
+    void* y_pad;  // [fp8_lt_rows(tokens), out] when tokens is not a multiple of 4
     void* blas;
     size_t bytes = 0;
 
-    Scratch(void* base, int64_t tokens, int64_t in, bool per_token) {
+    Scratch(void* base, int64_t tokens, int64_t in, int64_t out, DType dtype, bool per_token) {
       auto take = [&](size_t n) {
         std::byte* p = base == nullptr ? nullptr : static_cast<std::byte*>(base) + bytes;
         bytes += aligned(n);
         return p;
       };
       const int64_t cols = cuda::fp8_act_scale_cols(in, per_token);
-      xq = reinterpret_cast<uint8_t*>(take(static_cast<size_t>(tokens * in)));
+      const int64_t rows = cuda::fp8_lt_rows(tokens);
+      xq = reinterpret_cast<uint8_t*>(take(static_cast<size_t>(rows * in)));
       xs = reinterpret_cast<float*>(take(static_cast<size_t>(tokens * cols) * sizeof(float)));
       xs_vec = reinterpret_cast<float*>(
-          take(static_cast<size_t>(tokens * cuda::lt_fp8_k_blocks(in)) * sizeof(float)));
+          take(static_cast<size_t>(rows * cuda::lt_fp8_k_blocks(in)) * sizeof(float)));
+      y_pad = take(rows == tokens ? 0 : static_cast<size_t>(rows * out) * dtype_size(dtype));
       blas = take(cuda::kLtFp8WorkspaceBytes);
     }
   };

@@ -1,9 +1,13 @@
 #include "ops/nn/linear/linear_gemm_cuda.h"
 
+#include <algorithm>
+#include <type_traits>
+
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
 #include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/nn/linear/linear_cuda.h"
+#include "ops/nn/linear/linear_gemv_cuda.h"
 
 namespace mg::cuda {
 
@@ -45,6 +49,7 @@ GemmXwt::GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int dev
       out_(out),
       bias_(bias),
       device_(device),
+      gemv_max_rows_(0),
       data_type_(cuda_data_type(dtype)),
       out_type_(cuda_data_type(out_dtype_)) {
   MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -57,6 +62,9 @@ GemmXwt::GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int dev
   }
   MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout_, data_type_, static_cast<uint64_t>(in),
                                              static_cast<uint64_t>(out), in));
+  // The measured rule (linear_gemv_cuda.h): the GEMV for up to kGemvChosenRows rows of aligned
+  // weights; unaligned rows load element by element and lose to cuBLAS even at one row.
+  if (gemv_supported() && rows_aligned()) gemv_max_rows_ = kGemvChosenRows;
 }
 
 GemmXwt::~GemmXwt() {
@@ -79,6 +87,10 @@ const GemmXwt::TokensPlan& GemmXwt::plan_for(int64_t tokens) const {
                                              static_cast<uint64_t>(tokens), out_));
   // cuBLASLt has had trouble with single-row or single-column weights; cublasGemmEx serves them.
   if (in_ < 2 || out_ < 2) return plan;
+  // Rows that are not 16-byte multiples (an odd hidden size in BF16): cuBLASLt's heuristic is told
+  // every operand is 16-byte aligned, which only the row starts of aligned rows are, so such
+  // GEMMs go to cublasGemmEx, which takes any leading dimension.
+  if (!rows_aligned()) return plan;
 
   cublasLtMatmulPreference_t pref = nullptr;
   MG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -109,16 +121,38 @@ const GemmXwt::TokensPlan& GemmXwt::plan_for(int64_t tokens) const {
 void GemmXwt::run(const void* x, int64_t tokens, const void* w, void* y, float alpha,
                   void* workspace, size_t workspace_bytes, cudaStream_t stream) const {
   if (tokens <= 0) return;
-  MG_ASSERT(reinterpret_cast<uintptr_t>(x) % kMinAlignment == 0 &&
-                reinterpret_cast<uintptr_t>(w) % kMinAlignment == 0 &&
-                reinterpret_cast<uintptr_t>(y) % kMinAlignment == 0,
-            "GemmXwt: operands must be {}-byte aligned", kMinAlignment);
+  if (tokens <= gemv_max_rows_ && tokens <= kGemvMaxRows && gemv_supported()) {
+    GemvArgs args;
+    args.x = x;
+    args.w = w;
+    args.bias = bias_;
+    args.y = y;
+    args.rows = tokens;
+    args.in = in_;
+    args.out = out_;
+    args.alpha = alpha;
+    dispatch_float_dtype(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      if (out_dtype_ == dtype_) {
+        launch_gemv<T, T>(args, stream);
+      } else {
+        if constexpr (!std::is_same_v<T, float>) launch_gemv<T, float>(args, stream);
+      }
+    });
+    return;
+  }
+  const auto aligned = [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % kMinAlignment == 0;
+  };
   const TokensPlan& plan = plan_for(tokens);
   bool has_algo;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     has_algo = plan.has_algo;
   }
+  // cuBLASLt's plan assumes 16-byte aligned operands; a view that starts elsewhere takes the
+  // cublasGemmEx path.
+  has_algo = has_algo && aligned(x) && aligned(w) && aligned(y);
   if (has_algo) {
     MG_ASSERT(workspace_bytes >= plan.workspace, "GemmXwt: workspace of {} bytes, need {}",
               workspace_bytes, plan.workspace);
@@ -157,9 +191,35 @@ void GemmXwt::run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y,
   }
 }
 
+bool GemmXwt::gemv_supported() const {
+  // Same dtype in and out, or 16-bit in and F32 out (the router's logits).
+  return out_dtype_ == dtype_ || (out_dtype_ == DType::kF32 && dtype_ != DType::kF32);
+}
+
+bool GemmXwt::rows_aligned() const {
+  return (in_ * static_cast<int64_t>(dtype_size(dtype_))) % kMinAlignment == 0 &&
+         (out_ * static_cast<int64_t>(dtype_size(out_dtype_))) % kMinAlignment == 0;
+}
+
 std::string GemmXwt::describe() const {
-  if (out_dtype_ == dtype_) return fmt::format("cublasLt {}", dtype_name(dtype_));
-  return fmt::format("cublasLt {} -> {}", dtype_name(dtype_), dtype_name(out_dtype_));
+  const char* api = rows_aligned() ? "cublasLt" : "cublasGemmEx (rows not 16-byte aligned)";
+  const std::string types =
+      out_dtype_ == dtype_ ? std::string(dtype_name(dtype_))
+                           : fmt::format("{} -> {}", dtype_name(dtype_), dtype_name(out_dtype_));
+  if (!gemv_supported() || gemv_max_rows_ <= 0) return fmt::format("{} {}", api, types);
+  return fmt::format("{} {}, gemv up to {} rows", api, types,
+                     std::min(gemv_max_rows_, kGemvMaxRows));
+}
+
+int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes) {
+  // ~4096 warps: about half of what an H100's 132 SMs hold at once (64 each), enough with four
+  // 16-byte loads in flight per lane to cover HBM latency; more warps per feature only add
+  // shared-memory reductions.
+  constexpr int64_t kTargetWarps = 4096;
+  const int64_t chunks = std::max<int64_t>(1, in * element_bytes / 16);
+  int wpf = 1;
+  while (wpf < 8 && out * wpf < kTargetWarps && chunks >= int64_t{64} * wpf) wpf *= 2;
+  return wpf;
 }
 
 }  // namespace mg::cuda

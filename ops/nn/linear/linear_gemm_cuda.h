@@ -1,7 +1,10 @@
 // The CUDA GEMM behind linear and gated_mlp (the GPU twin of linear_gemm.h):
 //   y [tokens, out] = alpha · x [tokens, in] · w [out, in]ᵀ (+ bias [out])
-// through cuBLASLt, with fp32 accumulation (pure fp32 for F32 data: no TF32) and the bias added in
-// the GEMM epilogue. x, w, y and bias share one dtype: F32, F16 or BF16.
+// up to kGemvChosenRows tokens on 16-byte rows through the memory-bound GEMV kernel
+// (linear_gemv_cuda.h: the bench's crossover); otherwise through cuBLASLt when rows are 16-byte
+// multiples (in and out times the element size) and cublasGemmEx, which takes any leading
+// dimension, when not; with fp32 accumulation (pure fp32 for F32 data: no TF32) and the bias added
+// in the GEMM epilogue. x, w, y and bias share one dtype: F32, F16 or BF16.
 #pragma once
 
 #include <cublasLt.h>
@@ -33,13 +36,19 @@ class GemmXwt {
   GemmXwt(const GemmXwt&) = delete;
   GemmXwt& operator=(const GemmXwt&) = delete;
 
-  // Queues the GEMM on `stream`. Pointers are device pointers aligned to 16 bytes; `workspace`
+  // Queues the GEMM on `stream`. Device pointers: 16-byte aligned ones take the cuBLASLt plan,
+  // others cublasGemmEx; `workspace`
   // holds at least kWorkspaceBytes. Thread-safe (sessions may share a kernel).
   void run(const void* x, int64_t tokens, const void* w, void* y, float alpha, void* workspace,
            size_t workspace_bytes, cudaStream_t stream) const;
 
-  // "cublasLt BF16" for `inspect --plan`.
+  // "cublasLt BF16, gemv up to 2 rows" for `inspect --plan`.
   std::string describe() const;
+
+  // Rows up to which run() takes the GEMV kernel (default: kGemvChosenRows on 16-byte rows, else
+  // 0; at most kGemvMaxRows). For the bench and the tests that force the GEMV at every row count;
+  // not thread-safe with run().
+  void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
 
  private:
   // Per token count: the layouts of x and y and the algorithm cuBLASLt's heuristic chose
@@ -52,6 +61,10 @@ class GemmXwt {
     size_t workspace = 0;
   };
   const TokensPlan& plan_for(int64_t tokens) const;
+  // Rows of x, w and y are 16-byte multiples: the condition for the cuBLASLt path.
+  bool rows_aligned() const;
+  // The GEMV kernel serves this GEMM's dtypes (linear_gemv_cuda.h).
+  bool gemv_supported() const;
   void run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y, float alpha,
                    cudaStream_t stream) const;
 
@@ -61,6 +74,7 @@ class GemmXwt {
   int64_t out_;
   const void* bias_;
   int device_;
+  int64_t gemv_max_rows_;
   cudaDataType_t data_type_;
   cudaDataType_t out_type_;
   cublasLtMatmulDesc_t desc_ = nullptr;

@@ -5,12 +5,15 @@
 // (W8A8, as HF's FP8Linear; or with the checkpoint's static scale); CUDA runs W8A8 on cuBLASLt's
 // FP8 GEMM (linear_fp8_cuda_kernel.cc) and, where that refuses the size or dtype, dequantizes the
 // weight once at build (W8A16, logged once).
+// Weight-only integer codes (INT4 / INT8) run through cpu_int_gemm_xwt on the CPU and are
+// dequantized once at build on CUDA, like FP8's W8A16.
 #include <algorithm>
 
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/op/op_registry.h"
 #include "ops/nn/linear/fp8_gemm_cpu.h"
+#include "ops/nn/linear/int_gemm_cpu.h"
 #include "ops/nn/linear/linear_gemm.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
@@ -96,6 +99,39 @@ class LinearFp8CpuKernel final : public OpKernel {
   float scale_;
 };
 
+// Weight-only integer codes (W4A16 / W8A16: GPTQ, AWQ, compressed-tensors; canonical layout in
+// framework/core/int_quant.h), owned by the kernel and dequantized 128 rows at a time inside the
+// GEMM (ops/nn/linear/int_gemm_cpu.h). Activations stay F32.
+class LinearIntCpuKernel final : public OpKernel {
+ public:
+  LinearIntCpuKernel(Tensor codes, WeightQuantization quant, bool has_bias, float scale)
+      : codes_(std::move(codes)), quant_(std::move(quant)), has_bias_(has_bias), scale_(scale) {}
+
+  void run(const ExecContext& ctx, std::span<const Tensor> inputs,
+           std::span<const Tensor> outputs) override {
+    const Tensor& x = inputs[0];
+    const int64_t tokens = x.dim(0), in = quant_.logical_shape[1], out = quant_.logical_shape[0];
+    MG_ASSERT(x.dim(1) == in && outputs[0].dim(1) == out, "linear: x {} weight {} y {}", x.str(),
+              shape_str(quant_.logical_shape), outputs[0].str());
+    float* y = outputs[0].data<float>();
+    cpu_int_gemm_xwt(x.data<float>(), tokens, codes_, quant_, 0, y, ctx.pool);
+    bias_and_scale(y, tokens, out, has_bias_ ? inputs[2].data<float>() : nullptr, scale_, ctx.pool);
+  }
+
+  std::string describe() const override {
+    return fmt::format("cpu {} weight-only (scales {}{}{}; activations not quantized)",
+                       quant_element_name(quant_.element), quant_.group.str(),
+                       quant_.zero_point.defined() ? ", zero points" : "",
+                       quant_.g_idx.defined() ? ", act-order g_idx" : "");
+  }
+
+ private:
+  Tensor codes_;
+  WeightQuantization quant_;
+  bool has_bias_;
+  float scale_;
+};
+
 class LinearCpuKernel final : public OpKernel {
  public:
   LinearCpuKernel(bool has_bias, float scale) : has_bias_(has_bias), scale_(scale) {}
@@ -140,6 +176,11 @@ class LinearOp final : public OpDef {
 
     const ValueType& weight = require_input(inputs, 1, "weight");
     if (!weight.quant_group) expect_float(weight, "linear: weight");
+    // Packed FP4 codes (framework/core/fp4.h): the MoE experts take them, linear not yet.
+    MG_CHECK(!weight.quant_group || weight.quant_element != QuantElement::kFp4E2M1,
+             "linear: FP4 weights ({}) are not supported yet (FP4 is taken by the MoE experts; "
+             "linear takes F8_E4M3 codes or floats)",
+             value_type_str(weight));
     MG_CHECK(weight.shape.size() == 2 && weight.shape[1] == in && weight.shape[0] > 0,
              "linear: weight must have shape [out, in] = [*, {}], got {}", in,
              value_type_str(weight));
@@ -179,6 +220,9 @@ class LinearOp final : public OpDef {
     }
 #endif
     expect_cpu_kernel(ctx, "linear", kFloatActivations);
+    if (quant.is_integer()) {
+      return std::make_unique<LinearIntCpuKernel>(ctx.weights[1], quant, p.has_bias(), scale);
+    }
     if (quant.defined()) {
       return std::make_unique<LinearFp8CpuKernel>(ctx.weights[1], quant, quantize_x, p.has_bias(),
                                                   scale);

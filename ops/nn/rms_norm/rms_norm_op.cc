@@ -1,11 +1,11 @@
 // op "rms_norm": inputs (x [T, D], weight [G] or "") -> y [T, D].
 // y = x * rsqrt(mean over each group of G elements of x² + eps) * w.
-#include <algorithm>
 #include <cmath>
 
 #include "framework/op/op_registry.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
+#include "ops/nn/rms_norm/rms_norm_cpu.h"
 #ifdef MG_WITH_CUDA
 #include "ops/nn/cuda_kernels.h"
 #endif
@@ -13,19 +13,6 @@
 namespace mg {
 
 namespace {
-
-// Σ x² over n floats: eight partial sums the compiler vectorises, combined in fp64.
-double sum_of_squares(const float* x, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lanes[l] += x[i + l] * x[i + l];
-  }
-  double sum = 0.0;
-  for (int l = 0; l < 8; ++l) sum += lanes[l];
-  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
-  return sum;
-}
 
 class RmsNormCpuKernel final : public OpKernel {
  public:
@@ -39,32 +26,10 @@ class RmsNormCpuKernel final : public OpKernel {
     const int64_t dim = x_t.dim(1);
     const int64_t group = group_size_ == 0 ? dim : group_size_;
     const int64_t groups_per_row = dim / group;
-    const float* x = x_t.data<float>();
     const float* weight =
         inputs.size() > 1 && inputs[1].defined() ? inputs[1].data<float>() : nullptr;
-    float* y = outputs[0].data<float>();
-    const double eps = eps_;
-    // One unit = one group of one row; groups are contiguous, so unit u starts at u * group.
-    auto normalise = [&](int64_t begin, int64_t end) {
-      for (int64_t u = begin; u < end; ++u) {
-        const float* xs = x + u * group;
-        float* ys = y + u * group;
-        const float inv_rms =
-            static_cast<float>(1.0 / std::sqrt(sum_of_squares(xs, group) / group + eps));
-        if (weight) {
-          for (int64_t i = 0; i < group; ++i) ys[i] = xs[i] * inv_rms * weight[i];
-        } else {
-          for (int64_t i = 0; i < group; ++i) ys[i] = xs[i] * inv_rms;
-        }
-      }
-    };
-    const int64_t units = tokens * groups_per_row;
-    const int64_t grain = std::max<int64_t>(1, (1 << 14) / group);
-    if (ctx.pool) {
-      ctx.pool->parallel_for(units, normalise, grain);
-    } else {
-      normalise(0, units);
-    }
+    rms_norm_cpu(x_t.data<float>(), tokens * groups_per_row, group, weight, eps_,
+                 outputs[0].data<float>(), ctx.pool);
   }
 
   std::string describe() const override { return "cpu"; }

@@ -2,6 +2,8 @@
 // its expert weights as FP8 codes with their scale groups, compiles to cpu_fp8 and runs close to
 // the same model unquantized; every broken quantization is one message naming the tensor or
 // node.
+#include <map>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -73,6 +75,47 @@ TEST(QuantizedTensors, Fp8ModelVerifiesCompilesAndRunsNearTheUnquantizedModel) {
   EXPECT_GT(testing::normalized_error(got_w8a8, got_w8a16), 1e-5);
 }
 
+TEST(QuantizedTensors, Fp4ModelsVerifyCompileToCpuFp4AndRunNearTheUnquantizedModel) {
+  // make-model --quant mxfp4 | nvfp4: Qwen3-MoE (gate rows before up rows) against the same model
+  // unquantized; GPT-OSS (interleaved gate/up, biases, SwiGLU-OAI; canonical layout once FP4)
+  // MXFP4 against NVFP4, two quantizations of the same weights.
+  const std::filesystem::path dir = testing::temp_dir("fp4");
+  for (const std::string family : {"qwen3_moe", "gpt_oss"}) {
+    SCOPED_TRACE(family);
+    std::map<proto::MoEQuantScheme, std::vector<float>> logits;
+    for (const proto::MoEQuantScheme scheme :
+         {proto::MOE_QUANT_UNQUANTIZED, proto::MOE_QUANT_MXFP4, proto::MOE_QUANT_NVFP4}) {
+      DecoderSpec spec = testing::small_spec(family);
+      spec.moe_quant = scheme;
+      const std::filesystem::path file =
+          testing::write_model(dir / fmt::format("{}_{}", family, static_cast<int>(scheme)), spec);
+      if (scheme != proto::MOE_QUANT_UNQUANTIZED) {
+        Graph graph(load_graph(file), file);
+        verify_graph(graph);
+        infer_shapes(graph);
+        EXPECT_THAT(value_type_str(*graph.value("layers.0.moe.experts.w13").type),
+                    HasSubstr(scheme == proto::MOE_QUANT_MXFP4 ? "(fp4_e2m1 codes, scales [1, 32])"
+                                                               : "(fp4_e2m1 codes, scales [1, 16])"));
+        const std::string plan = compile_graph_file(file, CompileOptions())->describe();
+        EXPECT_THAT(plan, HasSubstr("cpu_fp4 (auto"));
+        EXPECT_THAT(plan, HasSubstr("cpu_eigen: rejected, quant: "));
+      }
+      logits[scheme] = last_logits(file, CompileOptions());
+    }
+    const auto& mx = logits[proto::MOE_QUANT_MXFP4];
+    const auto& nv = logits[proto::MOE_QUANT_NVFP4];
+    // E2M1 keeps about one significant bit: close, far from equal.
+    EXPECT_LT(testing::normalized_error(mx, nv), 0.3);
+    EXPECT_GT(testing::normalized_error(mx, nv), 1e-4);
+    if (family == "qwen3_moe") {
+      const auto& plain = logits[proto::MOE_QUANT_UNQUANTIZED];
+      EXPECT_LT(testing::normalized_error(mx, plain), 0.3);
+      EXPECT_LT(testing::normalized_error(nv, plain), 0.3);
+      EXPECT_GT(testing::normalized_error(mx, plain), 1e-4);
+    }
+  }
+}
+
 class QuantizedTensorErrors : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -100,6 +143,21 @@ class QuantizedTensorErrors : public ::testing::Test {
   static proto::TensorQuantization& w13_quant(proto::Model& m) {
     return *tensor(m, "layers.0.moe.experts.w13").mutable_quantization();
   }
+  // w13 [16, 64, 160] declared as packed FP4 (U8 [16, 64, 80]) with E8M0 scales per 32 values.
+  static void make_w13_fp4(proto::Model& m) {
+    proto::TensorInfo& w = tensor(m, "layers.0.moe.experts.w13");
+    w.set_dtype(proto::U8);
+    w.set_shape(2, 80);
+    w13_quant(m).set_element(proto::QUANT_ELEMENT_FP4_E2M1);
+    w13_quant(m).set_group_rows(1);
+    w13_quant(m).set_group_cols(32);
+    w13_quant(m).set_activation(proto::ACT_QUANT_NONE);
+    w13_quant(m).set_activation_group(0);
+    proto::TensorInfo& s = tensor(m, "layers.0.moe.experts.w13.scale");
+    s.set_dtype(proto::U8);
+    s.set_shape(1, 64);
+    s.set_shape(2, 5);
+  }
   std::filesystem::path dir_;
   std::filesystem::path graph_file_;
 };
@@ -123,9 +181,67 @@ TEST_F(QuantizedTensorErrors, EachNamesTheTensorOrNode) {
       {[](proto::Model& m) { w13_quant(m).set_group_rows(0); },
        {w13, "quantization.group_rows is 0"}},
       {[](proto::Model& m) { w13_quant(m).set_zero_point("z"); },
-       {w13, "zero points and global scales are not supported yet"}},
+       {w13, "zero points are not supported yet"}},
+      {[](proto::Model& m) { w13_quant(m).set_global_scale("g"); },
+       {w13, "a global scale is only taken with FP4_E2M1 codes"}},
+      // FP4: codes must be U8, scales per row, weight-only; a global scale must exist and fit.
+      {[](proto::Model& m) { w13_quant(m).set_element(proto::QUANT_ELEMENT_FP4_E2M1); },
+       {w13, "FP4_E2M1 codes are stored two per U8 byte, not as F8_E4M3"}},
+      {[](proto::Model& m) {
+         make_w13_fp4(m);
+         w13_quant(m).set_group_rows(128);
+       },
+       {w13, "FP4_E2M1 scales are per row (group_rows 1), not group_rows 128"}},
+      {[](proto::Model& m) {
+         make_w13_fp4(m);
+         w13_quant(m).set_activation(proto::ACT_QUANT_DYNAMIC);
+       },
+       {w13, "FP4_E2M1 weights are weight-only"}},
+      {[](proto::Model& m) {
+         make_w13_fp4(m);
+         tensor(m, "layers.0.moe.experts.w13.scale").set_shape(2, 4);
+       },
+       {w13, "has shape [16, 64, 4]", "codes [16, 64, 160] with groups [1, 32] need [16, 64, 5]"}},
+      {[](proto::Model& m) {
+         make_w13_fp4(m);
+         tensor(m, "layers.0.moe.experts.w13.scale").set_dtype(proto::I32);
+       },
+       {w13, "FP4_E2M1 takes U8 (E8M0), F8_E4M3, F32, BF16 or F16 scales"}},
+      {[](proto::Model& m) {
+         make_w13_fp4(m);
+         w13_quant(m).set_global_scale("nope");
+       },
+       {w13, "global scale tensor 'nope' is not declared"}},
+      {[](proto::Model& m) {
+         make_w13_fp4(m);
+         w13_quant(m).set_global_scale("layers.0.moe.experts.w13.scale");
+       },
+       {w13, "global scale tensor 'layers.0.moe.experts.w13.scale' must be F32"}},
+      // An FP4 weight under an FP8 scheme, and the MXFP4 scheme over FP8 weights.
+      {[](proto::Model& m) { make_w13_fp4(m); },
+       {"node 'layers.0.moe'", "quant_scheme fp8_block needs input 4 (w13) quantized to F8_E4M3",
+        "U8[16, 64, 160] (fp4_e2m1 codes, scales [1, 32])"}},
+      {[](proto::Model& m) {
+         make_w13_fp4(m);
+         testing::find_node(m, "layers.0.moe")
+             .mutable_moe()
+             ->set_quant_scheme(proto::MOE_QUANT_MXFP4);
+       },
+       {"node 'layers.0.moe'", "quant_scheme mxfp4 needs input 6 (w2) quantized to FP4_E2M1"}},
+      {[](proto::Model& m) {
+         make_w13_fp4(m);
+         w13_quant(m).set_group_cols(16);
+         tensor(m, "layers.0.moe.experts.w13.scale").set_shape(2, 10);
+         testing::find_node(m, "layers.0.moe")
+             .mutable_moe()
+             ->set_quant_scheme(proto::MOE_QUANT_MXFP4);
+       },
+       {"node 'layers.0.moe'",
+        "input 4 (w13) has scales [1, 16], but mxfp4 needs one scale per 32 "
+        "values"}},
+      // Integer codes on an FP8 tensor: the integer checks run (and need the logical shape).
       {[](proto::Model& m) { w13_quant(m).set_element(proto::QUANT_ELEMENT_INT4); },
-       {w13, "QUANT_ELEMENT_INT4 is not supported yet"}},
+       {w13, "int4 codes need quantization.logical_shape"}},
       {[](proto::Model& m) { w13_quant(m).set_activation(proto::ACT_QUANT_STATIC); },
        {w13, "ACT_QUANT_STATIC", "names no activation_scale tensor"}},
       {[](proto::Model& m) {

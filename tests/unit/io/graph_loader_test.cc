@@ -151,7 +151,7 @@ TEST_F(GraphLoaderTest, GarbledBinary) {
   write_bytes(dir_ / "model.pb", std::string("\x10\x01\x78\x01\x32\x02\x48\x01", 8));
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pb"); },
                                 {"model.pb: not a valid binary moegraph graph (fields unknown to "
-                                 "format version 2: #15, nodes[0].#9)"}));
+                                 "format version 3: #15, nodes[0].#9)"}));
   // A text file saved as .pb is not mistaken for a graph.
   write_bytes(dir_ / "model.pb", "format_version: 1\n");
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pb"); },
@@ -162,11 +162,14 @@ TEST_F(GraphLoaderTest, FormatVersionMustBeKnown) {
   write_bytes(dir_ / "model.pbtxt", "name: \"x\"\n");
   EXPECT_TRUE(
       throws_error_with([&] { load_graph(dir_ / "model.pbtxt"); },
-                        {"model.pbtxt: missing format_version (expected format_version: 2"}));
-  write_bytes(dir_ / "model.pbtxt", "format_version: 3\n");
+                        {"model.pbtxt: missing format_version (expected format_version: 3"}));
+  write_bytes(dir_ / "model.pbtxt", "format_version: 4\n");
   EXPECT_TRUE(throws_error_with([&] { load_graph(dir_ / "model.pbtxt"); },
-                                {"model.pbtxt: format_version 3 was written by a newer moegraph "
-                                 "(this build reads versions 1 to 2)"}));
+                                {"model.pbtxt: format_version 4 was written by a newer moegraph "
+                                 "(this build reads versions 1 to 3)"}));
+  // Version-2 files (FP8 quantized tensors, before integer codes) load as they did.
+  write_bytes(dir_ / "model.pbtxt", "format_version: 2\nname: \"v2\"\n");
+  EXPECT_EQ(load_graph(dir_ / "model.pbtxt").name(), "v2");
   // Version-1 files (written before quantized tensors existed) still load.
   write_bytes(dir_ / "model.pbtxt", "format_version: 1\nname: \"old\"\n");
   EXPECT_EQ(load_graph(dir_ / "model.pbtxt").name(), "old");

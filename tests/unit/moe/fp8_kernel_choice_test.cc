@@ -25,13 +25,11 @@ TEST(Fp8KernelChoice, RequestsAreHonouredOrRefusedWithAReason) {
   for (const std::string& name : fp8_kernel_request_names()) {
     const std::optional<Fp8Kernel> k = parse_fp8_kernel_request(name);
     EXPECT_EQ(k.has_value(), name != "auto") << name;
-    if (k && *k != Fp8Kernel::kWgmma) {
+    if (k) {
       EXPECT_EQ(choose_fp8_kernel(p, 3, k).kernel, *k) << name;
     }
   }
-  // Disabled until it matches the reference on an H100.
-  EXPECT_EQ(check_fp8_kernel_request(p, Fp8Kernel::kWgmma),
-            "fp8_wgmma is disabled: it does not match the reference on an H100 yet");
+  EXPECT_EQ(check_fp8_kernel_request(p, Fp8Kernel::kWgmma), "");
   EXPECT_MG_ERROR(parse_fp8_kernel_request("fp8_tma"),
                   "unknown FP8 MoE kernel 'fp8_tma' (known: auto, fp8_decode");
   EXPECT_MG_ERROR(choose_fp8_kernel(p, 9, Fp8Kernel::kDecode),

@@ -128,7 +128,7 @@ TEST(MoEOp, BadNodesGiveClearErrors) {
   n = good;
   n.node.mutable_moe()->set_quant_scheme(proto::MOE_QUANT_NVFP4);
   EXPECT_MG_ERROR(testing::infer_op(n.node, types_of(n)),
-                  "MoE quant scheme nvfp4 is not supported yet");
+                  "quant_scheme nvfp4 needs input 4 (w13) quantized to FP4_E2M1");
   n = good;
   n.node.mutable_moe()->set_top_k(1);
   n.node.mutable_moe()->mutable_routing()->set_method(proto::LLAMA4_TOP1_SIGMOID);

@@ -131,12 +131,38 @@ TEST(Oracle, NothingFitsListsEveryBackendWithItsReason) {
   EXPECT_MG_ERROR(select_backend(none, q.get()), "no backend is built for this device");
   const std::vector<const ExpertsBackend*> cuda = unquantized_priority(Device::cuda(0));
   if (built_with_cuda()) {
-    ASSERT_EQ(cuda.size(), 3u);
+    ASSERT_EQ(cuda.size(), 4u);
     EXPECT_EQ(cuda[0]->name(), "cuda_moe");
     EXPECT_EQ(cuda[1]->name(), "cuda_grouped");
     EXPECT_EQ(cuda[2]->name(), "cuda_cublas");
+    EXPECT_EQ(cuda[3]->name(), "cuda_padded");
   } else {
     EXPECT_TRUE(cuda.empty());
+  }
+}
+
+// Every shape the CPU runs has a CUDA backend: the list ends in cuda_padded, which takes hidden and
+// intermediate sizes that are not multiples of 8 (odd, even, primes, either alone), where the
+// others need 16-byte rows. (Shape checks only: no GPU needed.)
+TEST(Oracle, CudaListEndsInABackendForEveryShape) {
+  if (!built_with_cuda()) GTEST_SKIP() << "built without CUDA (MG_CUDA=OFF)";
+  const std::vector<const ExpertsBackend*> cuda = unquantized_priority(Device::cuda(0));
+  ASSERT_EQ(cuda.back()->name(), "cuda_padded");
+  struct Dims {
+    int64_t H, I;
+  };
+  for (const Dims d : {Dims{7, 5}, Dims{30, 22}, Dims{37, 53}, Dims{13, 16}, Dims{32, 11},
+                       Dims{1, 1}, Dims{2880, 2880}}) {
+    for (MoEActivation act : {MoEActivation::kSiluGated, MoEActivation::kGelu}) {
+      const MoEConfig config = moe_test::experts_config(8, 2, d.H, d.I, act);
+      const ExpertsShape shape = local_experts_shape(config, ParallelConfig());
+      EXPECT_EQ(cuda.back()->check_shape(shape), "") << d.H << " x " << d.I;
+      const bool aligned = d.H % 8 == 0 && d.I % 8 == 0;
+      for (size_t i = 0; i + 1 < cuda.size(); ++i) {
+        EXPECT_EQ(cuda[i]->check_shape(shape).empty(), aligned)
+            << cuda[i]->name() << " " << d.H << " x " << d.I;
+      }
+    }
   }
 }
 
@@ -187,13 +213,12 @@ TEST(Oracle, ChecksRunInOrderAndTheFirstFitWins) {
 }
 
 TEST(Oracle, QuantSchemesWithoutAnOracleModuleAreNotSupportedYet) {
-  for (QuantScheme s : {QuantScheme::kUnquantized, QuantScheme::kFp8Block,
-                        QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+  for (QuantScheme s :
+       {QuantScheme::kUnquantized, QuantScheme::kFp8Block, QuantScheme::kFp8PerChannel,
+        QuantScheme::kFp8PerTensor, QuantScheme::kMxfp4, QuantScheme::kNvfp4,
+        QuantScheme::kInt4WeightOnly, QuantScheme::kInt8WeightOnly}) {
     check_quant_scheme_supported(s);
   }
-  EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kInt4WeightOnly),
-                  "MoE quant scheme int4_weight_only is not supported yet");
-  EXPECT_MG_ERROR(check_quant_scheme_supported(QuantScheme::kMxfp4), "mxfp4 is not supported yet");
 }
 
 // ---- Weight conversion -------------------------------------------------------------------------

@@ -38,17 +38,17 @@ __global__ void vec128_scales_kernel(const float* __restrict__ xs, int cols,
   if (r < __ldg(offsets) || r >= __ldg(offsets + num_experts)) return;
   const int e = expert_of_row(offsets, num_experts, r);
   const int begin = __ldg(offsets + e), rows = __ldg(offsets + e + 1) - begin;
-  const int64_t base = (static_cast<int64_t>(k_blocks) * begin + 3) / 4 * 4 + 4 * e;
-  out[base + static_cast<int64_t>(kb) * rows + (r - begin)] =
+  const int64_t base = fp8_vec128_scale_offset(k_blocks, begin, e);
+  out[base + static_cast<int64_t>(kb) * fp8_lt_rows(rows) + (r - begin)] =
       xs[static_cast<int64_t>(r) * cols + (cols == 1 ? 0 : kb)];
 }
 
 __global__ void vec128_scales_dense_kernel(const float* __restrict__ xs, int cols, int rows,
-                                           int k_blocks, float* __restrict__ out) {
+                                           int ld, int k_blocks, float* __restrict__ out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(rows) * k_blocks) return;
   const int r = static_cast<int>(i / k_blocks), kb = static_cast<int>(i % k_blocks);
-  out[static_cast<int64_t>(kb) * rows + r] =
+  out[static_cast<int64_t>(kb) * ld + r] =
       xs[static_cast<int64_t>(r) * cols + (cols == 1 ? 0 : kb)];
 }
 
@@ -94,13 +94,15 @@ void launch_fp8_vec128_scales(const float* xs, int64_t cols, const int32_t* offs
   MG_CUDA_CHECK_LAUNCH();
 }
 
-void launch_fp8_vec128_scales_dense(const float* xs, int64_t cols, int64_t rows, int64_t k_blocks,
-                                    float* out, cudaStream_t stream) {
+void launch_fp8_vec128_scales_dense(const float* xs, int64_t cols, int64_t rows, int64_t ld,
+                                    int64_t k_blocks, float* out, cudaStream_t stream) {
   if (rows <= 0 || k_blocks <= 0) return;
-  MG_CHECK(rows <= INT32_MAX && k_blocks <= INT32_MAX && cols <= INT32_MAX,
+  MG_ASSERT(ld >= rows, "FP8 cuBLASLt scales: leading dimension {} below {} rows", ld, rows);
+  MG_CHECK(ld <= INT32_MAX && k_blocks <= INT32_MAX && cols <= INT32_MAX,
            "FP8 cuBLASLt scales: {} rows x {} blocks exceed 32-bit indices", rows, k_blocks);
   vec128_scales_dense_kernel<<<blocks_for(rows * k_blocks), kThreads, 0, stream>>>(
-      xs, static_cast<int>(cols), static_cast<int>(rows), static_cast<int>(k_blocks), out);
+      xs, static_cast<int>(cols), static_cast<int>(rows), static_cast<int>(ld),
+      static_cast<int>(k_blocks), out);
   MG_CUDA_CHECK_LAUNCH();
 }
 

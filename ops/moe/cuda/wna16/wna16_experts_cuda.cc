@@ -1,0 +1,104 @@
+// Host side of the WNA16 expert kernels (wna16_experts_cuda.h): the GEMM's checks and dispatch
+// over (dtype, bits), and the expert MLP's two launches. Plain C++ over the launchers the .cu files
+// instantiate.
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "framework/core/error.h"
+#include "ops/moe/cuda/wna16/wna16_gemm_launch.h"
+
+namespace mg::cuda {
+
+Wna16Weights wna16_weights_view(const Wna16PackedHost& p, const uint32_t* words,
+                                const float* params) {
+  Wna16Weights w;
+  w.words = words;
+  w.params = params;
+  w.bits = p.bits;
+  w.parts = p.parts;
+  w.part_rows = p.part_rows;
+  w.k_steps = p.k_steps;
+  w.groups = p.groups;
+  w.group_size = p.group_size;
+  return w;
+}
+
+template <typename T>
+void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel,
+                               cudaStream_t stream) {
+  const std::string shape = wna16_gemm_check(args.n, args.k);
+  MG_CHECK(shape.empty(), "WNA16 grouped GEMM: {}", shape);
+  const bool gated = args.epilogue == GroupedEpilogue::kActivation && is_gated(args.act.kind);
+  const Wna16Weights& b = args.b;
+  MG_CHECK(b.parts == (gated ? 2 : 1),
+           "WNA16 grouped GEMM: a {} GEMM takes weights packed in {} row part(s), not {}",
+           gated ? "gated" : "plain", gated ? 2 : 1, b.parts);
+  MG_CHECK(b.part_rows >= args.n && b.part_rows % 8 == 0 &&
+               b.k_steps == (args.k + kWna16KStep - 1) / kWna16KStep && b.groups >= 1 &&
+               b.group_size > 0,
+           "WNA16 grouped GEMM: packed weights (part rows {}, K steps {}) do not fit N {} K {}",
+           b.part_rows, b.k_steps, args.n, args.k);
+  if (args.num_experts <= 0 || args.max_rows <= 0) return;
+  MG_CHECK(args.a != nullptr && b.words != nullptr && b.params != nullptr && args.c != nullptr &&
+               args.expert_offsets != nullptr,
+           "WNA16 grouped GEMM: a, b, c and expert_offsets must be set");
+  switch (b.bits) {
+    case 4:
+      return wna16::launch_gemm<T, 4>(args, kernel, gated, stream);
+    case 8:
+      return wna16::launch_gemm<T, 8>(args, kernel, gated, stream);
+    default:
+      MG_FAIL("WNA16 grouped GEMM: {} bits (4 or 8 expected)", b.bits);
+  }
+}
+
+template <typename T>
+void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel kernel,
+                             cudaStream_t stream) {
+  const std::string why = wna16_expert_mlp_check(args.hidden, args.inter);
+  MG_CHECK(why.empty(), "WNA16 expert MLP: {}", why);
+  if (args.num_experts <= 0 || args.max_rows <= 0) return;
+  MG_CHECK(args.h != nullptr && args.out != nullptr, "WNA16 expert MLP: h and out must be set");
+
+  Wna16GemmArgs g1;
+  g1.a = args.x;
+  g1.row_to_pair = args.row_to_pair;
+  g1.top_k = args.top_k;
+  g1.b = args.w13;
+  g1.bias = args.b13;
+  g1.c = args.h;
+  g1.expert_offsets = args.expert_offsets;
+  g1.num_experts = args.num_experts;
+  g1.max_rows = args.max_rows;
+  g1.n = args.inter;
+  g1.k = args.hidden;
+  g1.epilogue = GroupedEpilogue::kActivation;
+  g1.act = args.act;
+  launch_wna16_grouped_gemm<T>(g1, kernel, stream);
+
+  Wna16GemmArgs g2;
+  g2.a = args.h;
+  g2.b = args.w2;
+  g2.bias = args.b2;
+  g2.c = args.out;
+  g2.expert_offsets = args.expert_offsets;
+  g2.num_experts = args.num_experts;
+  g2.max_rows = args.max_rows;
+  g2.n = args.hidden;
+  g2.k = args.inter;
+  g2.epilogue = GroupedEpilogue::kBias;
+  launch_wna16_grouped_gemm<T>(g2, kernel, stream);
+}
+
+template void launch_wna16_grouped_gemm<__nv_bfloat16>(const Wna16GemmArgs&, Wna16GemmKernel,
+                                                       cudaStream_t);
+template void launch_wna16_grouped_gemm<__half>(const Wna16GemmArgs&, Wna16GemmKernel,
+                                                cudaStream_t);
+template void launch_wna16_expert_mlp<__nv_bfloat16>(const Wna16ExpertMlpArgs&, Wna16GemmKernel,
+                                                     cudaStream_t);
+template void launch_wna16_expert_mlp<__half>(const Wna16ExpertMlpArgs&, Wna16GemmKernel,
+                                              cudaStream_t);
+
+}  // namespace mg::cuda

@@ -1,0 +1,292 @@
+// CUDA kernels of the weight-only INT4 / INT8 (WNA16: W4A16, W8A16) MoE experts, host side.
+// Host-only header: the kernels live in wna16_gemm.cuh and are instantiated per activation dtype
+// and bit width in wna16_gemm_<dtype>_<int4|int8>.cu; the packing is plain C++ (wna16_pack.cc).
+//
+// The math, which the tests' CPU reference follows:
+//   input        per matrix W [E, N, K] (rows = output channels, y = x Wᵀ): integer codes q
+//                (0..15 for 4 bits, 0..255 for 8 bits), F32 scales s [E, N, ceil(K / G)] and
+//                optional zero points z of the same shape (absent: symmetric, z = 8 / 128);
+//                real W[e, n, k] = (q[e, n, k] - z[e, n, k / G]) * s[e, n, k / G].
+//                G in {32, 64, 128, ...} (any multiple of 32 that divides K) or channel-wise
+//                (one group of all K); K not a multiple of G is refused (wna16_pack_check).
+//   in registers each weight becomes w = round_T(fma(q, s, -z·s)) in fp32 (T = the activation
+//                dtype, BF16 or F16), the tensor cores' B operand: the dequantized weight is
+//                rounded once, as a BF16/F16 copy of the real weights would be.
+//   GEMM         out[m, n] = epilogue(Σ_k x[m, k] · w[n, k]) with fp32 accumulation (mma.sync
+//                m16n8k16), bias (F32) and the activation in fp32, one rounding to T.
+//   expert MLP   h = act(GEMM1(x, w13) + b13) rounded to T (N1 = 2I gated: gate rows, then up
+//                rows; I plain), y = GEMM2(h, w2) + b2 rounded to T; the weighted sum over top-k is
+//                ops/moe/cuda/moe_align_cuda.h's launch_moe_combine (the BF16 path's).
+//
+// Why mma.sync and not wgmma: the weights are dequantized in registers, and an mma.sync B
+// fragment is exactly the 4 values per lane that one packed 32-bit word (or two) holds, so a
+// lane turns its own word into its own operand with no shared-memory round trip. wgmma reads B
+// from shared memory only: dequantized weights would have to be written back to shared memory
+// (and fenced for the async proxy) before every wgmma, which is what Machete does with a far more
+// involved warp-specialised pipeline. At decode sizes (the common case of weight-only models) the
+// kernel is bound by HBM bytes, not by tensor-core rate, so mma.sync costs nothing there; at large
+// M the oracle can fall back to dequantize-once + the BF16 wgmma GEMMs.
+//
+// Every launcher neither syncs nor allocates (scratch comes from the caller) and can be captured
+// in a CUDA graph.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ops/moe/cuda/grouped_gemm_cuda.h"
+#include "ops/moe/cuda/moe_cuda_types.h"
+
+namespace mg::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// 1. The packed weight layout (built once, at construction, by wna16_pack).
+//
+// K is padded to a multiple of kWna16KStep (128) with code 0 (the padded activations the kernel
+// reads are zero-filled, so the padding adds nothing), and each part of the rows (gated w13 has
+// two: gate, up) is padded to a multiple of 8 rows. Per expert, per block of 8 rows, per 128-wide
+// K step, 32 lanes × W 32-bit words (W = 4 for 4 bits, 8 for 8 bits) are stored as
+// [W / 4][32 lanes][4 words], so a lane's four words are one 16-byte load and a warp's are 512
+// consecutive bytes. Lane l = 4 g + t holds row g of the block and, per 32-wide K unit u (0..3) and
+// k16 half h (0, 1), the 4 values of its mma.sync m16n8k16 B fragment, at k = 32 u + 16 h +
+// {2t, 2t + 1, 2t + 8, 2t + 9}:
+//   4 bits: word u, nibbles 4h .. 4h + 3 (least significant first)
+//   8 bits: word 2u + h, bytes 0 .. 3
+// The per-group parameters are F32 pairs {s, -z·s}, [E, rows_padded, groups, 2].
+
+inline constexpr int64_t kWna16KStep = 128;
+
+// The input contract of one matrix on the host (see the math above).
+struct Wna16HostMatrix {
+  const uint8_t* codes = nullptr;  // [E, N, K]
+  const float* scales = nullptr;   // [E, N, groups]
+  // Zero points [E, N, groups] as F32 or as uint8 (at most one), or neither (symmetric).
+  const float* zeros_f32 = nullptr;
+  const uint8_t* zeros_u8 = nullptr;
+  int64_t experts = 0, rows = 0, cols = 0;
+  int bits = 4;
+  int64_t group_size = 128;  // columns per group; -1 (or cols): channel-wise
+};
+
+// The packed matrix on the host, ready to upload.
+struct Wna16PackedHost {
+  std::vector<uint32_t> words;  // [E, row_blocks, k_steps, W / 4, 32, 4]
+  std::vector<float> params;    // [E, rows_padded, groups, 2] {s, -z·s}
+  int bits = 4;
+  int64_t experts = 0;
+  int64_t parts = 1;      // 2: gated w13 (gate rows, then up rows), each padded on its own
+  int64_t part_rows = 0;  // rows of one part, padded to a multiple of 8
+  int64_t cols = 0;       // K (unpadded)
+  int64_t k_steps = 0;    // ceil(K / 128)
+  int64_t groups = 1;
+  int64_t group_size = 0;  // columns per group (K when channel-wise)
+
+  // Sizes of words and params (the vectors may be empty: wna16_layout).
+  int64_t word_count() const {
+    return experts * parts * part_rows / 8 * k_steps * 32 * (bits == 4 ? 4 : 8);
+  }
+  int64_t param_count() const { return experts * parts * part_rows * groups * 2; }
+  // Bytes the kernels stream per expert: codes and group pairs.
+  double bytes_per_expert() const {
+    return 4.0 * static_cast<double>(word_count() + param_count()) / static_cast<double>(experts);
+  }
+};
+
+// Number of scale groups of a K-wide row: 1 channel-wise (group_size -1 or >= K), else K / G.
+inline int64_t wna16_groups(int64_t cols, int64_t group_size) {
+  return group_size < 0 || group_size >= cols ? 1 : (cols + group_size - 1) / group_size;
+}
+
+// "" when a [.., rows, cols] matrix of `bits` codes with groups of `group_size` columns split in
+// `parts` equal row parts can be packed for these kernels, else the reason.
+std::string wna16_pack_check(int bits, int64_t rows, int64_t cols, int64_t group_size,
+                             int64_t parts);
+
+// The fields of wna16_pack's result for such a matrix, without its data (words and params empty).
+// Throws mg::Error when wna16_pack_check refuses.
+Wna16PackedHost wna16_layout(int64_t experts, int64_t rows, int64_t cols, int bits,
+                             int64_t group_size, int64_t parts);
+
+// Repacks `m` into the kernels' layout; `parts` = 2 for a gated w13 ([gate; up] rows, each half
+// padded separately), else 1. Throws mg::Error when wna16_pack_check refuses, or a code or uint8
+// zero point is out of range for `bits`.
+Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts);
+
+// Random packed weights made on the GPU (benchmarks: the host never holds them): every word
+// uniform (so every code is uniform), each group's pair {s, -z·s} with s uniform in
+// [0.5, 1.5] · scale and z a uniform integer code. Deterministic in `seed`. One launch each.
+void launch_wna16_random_fill(uint32_t* words, int64_t word_count, float* params,
+                              int64_t param_count, int bits, float scale, uint64_t seed,
+                              cudaStream_t stream);
+
+// The input contract with its own arrays: what wna16_quantize_host makes (tests, benchmarks and
+// random quantized layers build their weights with it).
+struct Wna16HostCodes {
+  std::vector<uint8_t> codes;  // [E, N, K]
+  std::vector<float> scales;   // [E, N, groups]
+  std::vector<float> zeros;    // [E, N, groups] F32, or empty: symmetric
+  int64_t experts = 0, rows = 0, cols = 0;
+  int bits = 4;
+  int64_t group_size = 128;
+
+  Wna16HostMatrix view() const;
+};
+
+// Quantizes w [E, N, K] F32 (row-major) per group of `group_size` columns (-1: channel-wise):
+// symmetric: s = absmax / (2^(bits-1) - 1), z = 2^(bits-1) (no zeros stored); asymmetric:
+// s = (max - min) / (2^bits - 1), integer z = round(-min / s) stored as F32; q = clamp(round(w / s)
+// + z, 0, 2^bits - 1). An all-zero group gets s = 1. K not a multiple of the group is refused as
+// wna16_pack_check does.
+Wna16HostCodes wna16_quantize_host(const float* w, int64_t experts, int64_t rows, int64_t cols,
+                                   int bits, int64_t group_size, bool symmetric);
+
+// The real weights of the contract: (q - z) * s as F32 [E, N, K].
+std::vector<float> wna16_dequantize_host(const Wna16HostMatrix& m);
+
+// The weights a packed matrix holds, read back through the layout: fma(q, s, -z·s) as F32
+// [E, rows, K] for the `rows` unpadded rows (parts as packed). The inverse of wna16_pack (up to
+// the fma), for tests of weights made on the GPU.
+std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows);
+
+// The device view of a packed matrix (Wna16PackedHost uploaded).
+struct Wna16Weights {
+  const uint32_t* words = nullptr;
+  const float* params = nullptr;
+  int bits = 4;
+  int64_t parts = 1;
+  int64_t part_rows = 0;
+  int64_t k_steps = 0;
+  int64_t groups = 1;
+  int64_t group_size = 0;
+};
+
+// The device view of `p` whose words and params were uploaded to `words` and `params`.
+Wna16Weights wna16_weights_view(const Wna16PackedHost& p, const uint32_t* words,
+                                const float* params);
+
+// ---------------------------------------------------------------------------------------------
+// 2. The grouped GEMM (mma.sync m16n8k16, weights dequantized in registers).
+
+enum class Wna16GemmKernel : int32_t {
+  kMma16,  // 16-row tiles: decode-sized groups (few rows per expert), every weight read once
+  kMma64,  // 64-row tiles: each dequantized B fragment feeds four m16 MMAs
+};
+
+inline constexpr Wna16GemmKernel kAllWna16GemmKernels[] = {Wna16GemmKernel::kMma16,
+                                                           Wna16GemmKernel::kMma64};
+
+constexpr std::string_view wna16_gemm_kernel_name(Wna16GemmKernel kernel) {
+  switch (kernel) {
+    case Wna16GemmKernel::kMma16:
+      return "wna16_mma16";
+    case Wna16GemmKernel::kMma64:
+      return "wna16_mma64";
+  }
+  return "?";
+}
+
+// The kernel named `name`, or nullopt.
+inline std::optional<Wna16GemmKernel> parse_wna16_gemm_kernel(std::string_view name) {
+  for (Wna16GemmKernel kernel : kAllWna16GemmKernels) {
+    if (wna16_gemm_kernel_name(kernel) == name) return kernel;
+  }
+  return std::nullopt;
+}
+
+// 16-row tiles while the experts average at most 16 rows (then the weights are nearly all the
+// bytes and more, narrower CTAs stream them), else 64-row tiles. M <= 8 tokens (decode) always
+// lands on kMma16 for top_k <= 2 E.
+inline Wna16GemmKernel choose_wna16_gemm_kernel(int64_t max_rows, int64_t num_experts) {
+  return max_rows <= 16 * (num_experts > 0 ? num_experts : 1) ? Wna16GemmKernel::kMma16
+                                                              : Wna16GemmKernel::kMma64;
+}
+
+// All pointers device pointers; a and c 16-byte aligned.
+struct Wna16GemmArgs {
+  // [rows, K] T. With row_to_pair set, row r of the GEMM reads a[row_to_pair[r] / top_k] (the
+  // gather of the BF16 path fused into the loads: a is the unpermuted x); else a is permuted.
+  const void* a = nullptr;
+  const int32_t* row_to_pair = nullptr;
+  int64_t top_k = 1;
+  Wna16Weights b;               // parts = 2 (gated) when epilogue is kActivation with a gated kind
+  const float* bias = nullptr;  // [E, N_b] F32 or null (N_b = 2N gated, else N)
+  void* c = nullptr;            // [max_rows, N] T (permuted rows)
+  const int32_t* expert_offsets = nullptr;  // [E + 1] DEVICE, as GroupedGemmArgs
+  int64_t num_experts = 0;
+  int64_t max_rows = 0;  // host-known upper bound of offsets[E]
+  int64_t n = 0;         // N: output columns
+  int64_t k = 0;         // K: a multiple of 8
+  GroupedEpilogue epilogue = GroupedEpilogue::kBias;
+  MoEActParams act;
+};
+
+// "" when the kernels take a GEMM with N outputs over K, else the reason.
+inline std::string wna16_gemm_check(int64_t n, int64_t k) {
+  if (n <= 0 || k <= 0) {
+    return "WNA16 GEMM N " + std::to_string(n) + " and K " + std::to_string(k) +
+           " must be positive";
+  }
+  if (k % 8 != 0) {
+    return "WNA16 GEMM K " + std::to_string(k) +
+           " must be a multiple of 8 (activation rows are read in 16-byte vectors)";
+  }
+  if (n > (int64_t{1} << 30) || k > (int64_t{1} << 30)) {
+    return "WNA16 GEMM N " + std::to_string(n) + " and K " + std::to_string(k) +
+           " must fit 32-bit indices";
+  }
+  return "";
+}
+
+// c[r, :] = epilogue(a[r] · w[e]ᵀ) for the rows of every expert; rows outside
+// [offsets[0], offsets[E]) are not written. T = __nv_bfloat16 or __half.
+template <typename T>
+void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel,
+                               cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// 3. The expert MLP on permuted rows: GEMM1 (gather fused) + act, GEMM2 (+ b2). Two launches; the
+// caller runs launch_moe_align before and launch_moe_combine after (ops/moe/cuda/moe_align_cuda.h),
+// so the whole experts step is four launches at any M: at M <= 8 every touched expert is one
+// 16-row tile and its packed weights are read once (the decode path).
+
+struct Wna16ExpertMlpArgs {
+  const void* x = nullptr;               // [tokens, H] T (not permuted)
+  const int32_t* row_to_pair = nullptr;  // [max_rows] (MoEAlignment) or null: x is permuted
+  int64_t top_k = 1;
+  const int32_t* expert_offsets = nullptr;  // [E + 1] device
+  int64_t num_experts = 0;
+  int64_t max_rows = 0;        // host bound of offsets[E] (tokens * top_k)
+  int64_t hidden = 0;          // H
+  int64_t inter = 0;           // I
+  Wna16Weights w13;            // parts 2 gated / 1 plain, [E, N1, H]
+  const float* b13 = nullptr;  // [E, N1] F32 or null
+  Wna16Weights w2;             // [E, H, I]
+  const float* b2 = nullptr;   // [E, H] F32 or null
+  MoEActParams act;
+  void* h = nullptr;    // scratch [max_rows, I] T (wna16_expert_mlp_scratch_bytes)
+  void* out = nullptr;  // [max_rows, H] T: each permuted row's expert output (for combine)
+};
+
+inline size_t wna16_expert_mlp_scratch_bytes(int64_t max_rows, int64_t inter,
+                                             size_t element_bytes) {
+  return (static_cast<size_t>(max_rows) * inter * element_bytes + 255) / 256 * 256;
+}
+
+// "" when the MLP kernels take (hidden, inter), else the reason.
+inline std::string wna16_expert_mlp_check(int64_t hidden, int64_t inter) {
+  std::string why = wna16_gemm_check(inter, hidden);
+  if (why.empty()) why = wna16_gemm_check(hidden, inter);
+  return why;
+}
+
+template <typename T>
+void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel kernel,
+                             cudaStream_t stream);
+
+}  // namespace mg::cuda

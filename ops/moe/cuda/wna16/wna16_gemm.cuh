@@ -1,0 +1,393 @@
+// The WNA16 grouped GEMM: mma.sync m16n8k16 BF16/F16 with the B operand dequantized in registers
+// from packed 4- or 8-bit codes (layout: wna16_experts_cuda.h, section 1). nvcc only; included by
+// wna16_gemm_<dtype>_<int4|int8>.cu.
+//
+// One CTA computes BM rows of one expert × 64 output columns (a gated CTA streams 128 weight rows:
+// gate rows n0.. and up rows part_rows + n0..), 4 warps side by side, each 16 columns (two n8
+// blocks, and their two up blocks when gated) of all BM rows. A cp.async pipeline fills, per
+// 128-wide K step, a stage of shared memory with
+//   A   BM rows × 128 elements, as two [BM][64] halves of 128-byte rows XOR-swizzled by 16-byte
+//       chunk (the BF16 mma kernel's layout and ldmatrix addressing)
+//   B   the packed words of the CTA's 8-row blocks for this step, copied as they lie in memory
+//   P   per weight row, the {s, -z·s} pair of each 32-wide K unit's group (only the units that
+//       start a group are copied; the others read the entry of their group's first unit)
+// and each lane turns its own 16 (or 32) bytes of B into its mma fragments: per value one
+// shift-and-or into a float whose low mantissa bits are the code (2^23 + q), one subtraction
+// (exact), one fma with the group's pair, and half a conversion to a packed BF16/F16 pair. Rows,
+// columns and K tails are zero-filled by cp.async, so the MMAs need no masks.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "framework/core/error.h"
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_utils.cuh"
+#include "ops/moe/cuda/grouped_gemm_common.cuh"
+#include "ops/moe/cuda/moe_activation_cuda.cuh"
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_gemm_launch.h"
+
+namespace mg::cuda::wna16 {
+
+template <int BM_, int Stages_>
+struct Wna16Tile {
+  static constexpr int BM = BM_, BN = 64, BK = 128, Stages = Stages_;
+  static constexpr int kWarpsN = 4, kThreads = kWarpsN * 32;
+  static constexpr int MI = BM / 16;  // m16 blocks per warp (every warp covers all BM rows)
+  static constexpr int NI = 2;        // n8 blocks per warp (16 columns)
+  static constexpr int kABytes = BM * BK * 2;
+  template <int Bits, bool Gated>
+  struct Stage {
+    static constexpr int kBRows = Gated ? 2 * BN : BN;
+    static constexpr int kBlocks = kBRows / 8;
+    static constexpr int kWordsPerLane = Bits == 4 ? 4 : 8;
+    static constexpr int kBBytes = kBlocks * 32 * kWordsPerLane * 4;
+    static constexpr int kPBytes = kBRows * 4 * 8;
+    static constexpr int kBytes = kABytes + kBBytes + kPBytes;
+    static constexpr int kSmem = Stages * kBytes;
+  };
+};
+
+// mma16: 4 stages (gated int4 64 KB, int8 96 KB); mma64: 3 stages (gated int4 84 KB, int8 108 KB).
+using Wna16Mma16Tile = Wna16Tile<16, 4>;
+using Wna16Mma64Tile = Wna16Tile<64, 3>;
+
+// 8 bytes global → shared through L1 (the groups' pairs are shared by the 4 units of a step and
+// by neighbouring CTAs); zero-filled when !valid.
+__device__ __forceinline__ void cp_async_8(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
+// Two values as the packed pair of an mma operand register (lo: the lower k).
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// The code in bits [shift, shift + Bits) of `word` as an exact float: 2^23 + q reinterpreted,
+// minus 2^23 (exact), so no int→float conversion (a quarter-rate instruction) is needed.
+template <int Bits>
+__device__ __forceinline__ float code_at(uint32_t word, int shift) {
+  constexpr uint32_t kMask = (1u << Bits) - 1u;
+  return __uint_as_float(((word >> shift) & kMask) | 0x4B000000u) - 8388608.0f;
+}
+
+// The B fragment {b0, b1} of one k16 half from the lane's packed word(s): 4 bits: nibbles
+// 4h .. 4h + 3 of `word`; 8 bits: bytes 0 .. 3 of `word` (the caller picks word 2u + h).
+template <typename T, int Bits>
+__device__ __forceinline__ void dequant_fragment(uint32_t word, int half, float2 sb,
+                                                 uint32_t (&b)[2]) {
+  const int base = Bits == 4 ? 16 * half : 0;
+  const float v0 = fmaf(code_at<Bits>(word, base + 0 * Bits), sb.x, sb.y);
+  const float v1 = fmaf(code_at<Bits>(word, base + 1 * Bits), sb.x, sb.y);
+  const float v2 = fmaf(code_at<Bits>(word, base + 2 * Bits), sb.x, sb.y);
+  const float v3 = fmaf(code_at<Bits>(word, base + 3 * Bits), sb.x, sb.y);
+  b[0] = pack_pair<T>(v0, v1);
+  b[1] = pack_pair<T>(v2, v3);
+}
+
+// The GEMM epilogue of one output (up only read when Gated); bias F32 [N_b] of the expert.
+template <bool Gated>
+__device__ __forceinline__ float epilogue_value(const Wna16GemmArgs& args, const float* bias,
+                                                int col, float gate, float up) {
+  if (bias != nullptr) gate += bias[col];
+  if constexpr (Gated) {
+    if (bias != nullptr) up += bias[args.n + col];
+    return moe_activation(args.act, gate, up);
+  } else {
+    return args.epilogue == GroupedEpilogue::kActivation ? moe_activation(args.act, gate, 0.0f)
+                                                         : gate;
+  }
+}
+
+template <typename T, int Bits, class Tile, bool Gated>
+__global__ void __launch_bounds__(Tile::kThreads)
+    wna16_gemm_kernel(const Wna16GemmArgs args, int m_tiles_bound, int n_tiles) {
+  using grouped_gemm::cp_async_16;
+  using grouped_gemm::ldmatrix_x4;
+  using grouped_gemm::swizzled;
+  using S = typename Tile::template Stage<Bits, Gated>;
+  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, kStages = Tile::Stages;
+  constexpr int MI = Tile::MI, NI = Tile::NI, kThreads = Tile::kThreads;
+  constexpr int kABytes = Tile::kABytes, kBBytes = S::kBBytes, kStageBytes = S::kBytes;
+  constexpr int kBRows = S::kBRows, kW = S::kWordsPerLane;
+  constexpr int kUp = Gated ? 1 : 0;  // sizes of the up-block arrays: 1 element when plain
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  int m_tile, n_tile;
+  grouped_gemm::tile_coords(m_tiles_bound, n_tiles, m_tile, n_tile);
+  grouped_gemm::TileWork work;
+  if (!grouped_gemm::find_tile<BM>(args.expert_offsets, static_cast<int>(args.num_experts), m_tile,
+                                   work)) {
+    return;
+  }
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int n = static_cast<int>(args.n), k = static_cast<int>(args.k);
+  const int rows_here = work.row_end - work.row_begin;
+  const int n0 = n_tile * BN;
+  const int64_t part_rows = args.b.part_rows;
+  const int64_t rows_padded = Gated ? 2 * part_rows : part_rows;
+  const int k_steps = static_cast<int>(args.b.k_steps);
+  const int groups = static_cast<int>(args.b.groups);
+  const int group_size = static_cast<int>(args.b.group_size);
+  // Units that share a group's pair: the largest of 4, 2, 1 units (128, 64, 32 columns) that
+  // divides G (steps start at multiples of 128, and G is a multiple of 32 when there is more than
+  // one group), so runs of that many units never straddle a group; only their first unit's pair
+  // is copied.
+  const int unit_group = groups == 1 || group_size % 128 == 0 ? 4 : group_size % 64 == 0 ? 2 : 1;
+  constexpr int kStepWords = 32 * kW;
+  const uint32_t* words =
+      args.b.words + work.expert * (rows_padded / 8) * static_cast<int64_t>(k_steps) * kStepWords;
+  const float* params = args.b.params + work.expert * rows_padded * groups * 2;
+  const uint32_t smem_base = grouped_gemm::smem_u32(smem);
+
+  // A rows: thread tid copies chunk (tid & 15) of rows (tid >> 4) + 8 it; their source rows are
+  // fixed, so they are found once (through row_to_pair: the gather).
+  constexpr int kAIters = BM * 16 / kThreads;
+  static_assert(BM * 16 % kThreads == 0, "A chunks split evenly over the threads");
+  const T* a_src[kAIters];
+  const int a_chunk_id = tid & 15;
+#pragma unroll
+  for (int it = 0; it < kAIters; ++it) {
+    const int row = (tid >> 4) + it * (kThreads / 16);
+    const int r = min(row, rows_here - 1);  // rows past the tile: zero-filled, any valid source
+    int64_t src_row = work.row_begin + r;
+    if (args.row_to_pair != nullptr) src_row = __ldg(args.row_to_pair + src_row) / args.top_k;
+    a_src[it] = static_cast<const T*>(args.a) + src_row * k;
+  }
+
+  auto load = [&](int stage, int step) {
+    const uint32_t s_a = smem_base + stage * kStageBytes;
+    const uint32_t s_b = s_a + kABytes;
+    const uint32_t s_p = s_b + kBBytes;
+    const int k0 = step * BK;
+#pragma unroll
+    for (int it = 0; it < kAIters; ++it) {
+      const int row = (tid >> 4) + it * (kThreads / 16);
+      const int kc = k0 + a_chunk_id * 8;
+      const bool valid = row < rows_here && kc < k;
+      const uint32_t dst = s_a + (a_chunk_id >> 3) * (BM * 128) + swizzled(row, a_chunk_id & 7);
+      cp_async_16(dst, valid ? a_src[it] + kc : a_src[0], valid);
+    }
+    // B: the CTA's 8-row blocks, each kStepWords contiguous words in memory and in the stage:
+    // chunk i of the stage is 16-byte chunk i % kChunksPerBlock of block i / kChunksPerBlock.
+    constexpr int kChunksPerBlock = kStepWords / 4;
+    constexpr int kBChunks = S::kBlocks * kChunksPerBlock;
+#pragma unroll
+    for (int it = 0; it < (kBChunks + kThreads - 1) / kThreads; ++it) {
+      const int i = tid + it * kThreads;
+      if (kBChunks % kThreads != 0 && i >= kBChunks) break;
+      const int block = i / kChunksPerBlock, chunk = i % kChunksPerBlock;
+      const bool up = Gated && block >= BN / 8;
+      const int col0 = n0 + (up ? block - BN / 8 : block) * 8;  // first output column
+      const bool valid = col0 < n;
+      const int64_t row_block = ((up ? part_rows : 0) + col0) / 8;
+      const uint32_t* src = words + (row_block * k_steps + step) * kStepWords + chunk * 4;
+      cp_async_16(s_b + i * 16, valid ? src : words, valid);
+    }
+    // P: entry (row, unit) of the stage at (row * 4 + unit) * 8 bytes.
+#pragma unroll
+    for (int it = 0; it < kBRows * 4 / kThreads; ++it) {
+      const int i = tid + it * kThreads;
+      const int row = i >> 2, unit = i & 3;
+      if (unit % unit_group != 0) continue;
+      const bool up = Gated && row >= BN;
+      const int col = n0 + (up ? row - BN : row);
+      const bool valid = col < n;
+      const int g = min((k0 + 32 * unit) / group_size, groups - 1);
+      const float* src = params + (((up ? part_rows : 0) + col) * groups + g) * 2;
+      cp_async_8(s_p + i * 8, valid ? src : params, valid);
+    }
+  };
+
+  float acc[MI][NI][4];
+  float acc_up[Gated ? MI : 1][Gated ? NI : 1][4];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        acc[mi][ni][q] = 0.0f;
+        if constexpr (Gated) acc_up[mi][ni][q] = 0.0f;
+      }
+    }
+  }
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_steps) load(s, s);
+    grouped_gemm::cp_async_commit();
+  }
+
+  // ldmatrix lanes of A (x4): rows 0-15 at chunks (2kk, 2kk + 1), as the BF16 kernel.
+  const int a_row = lane & 15;
+  const int a_half_chunk = lane >> 4;
+  const int g_row = lane >> 2;  // this lane's row within an n8 block
+
+  for (int step = 0; step < k_steps; ++step) {
+    grouped_gemm::cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = step + kStages - 1;
+    if (next < k_steps) load(next % kStages, next);
+    grouped_gemm::cp_async_commit();
+
+    const uint32_t s_a = smem_base + (step % kStages) * kStageBytes;
+    const uint8_t* stage_ptr = smem + (step % kStages) * kStageBytes;
+    const uint32_t* s_b = reinterpret_cast<const uint32_t*>(stage_ptr + kABytes);
+    const float2* s_p = reinterpret_cast<const float2*>(stage_ptr + kABytes + kBBytes);
+
+    // This lane's words of its blocks (gate, and up when gated) for the whole step.
+    uint32_t wg[NI][kW];
+    uint32_t wu[Gated ? NI : 1][kW];
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) {
+      const int block = warp * NI + ni;
+#pragma unroll
+      for (int q = 0; q < kW / 4; ++q) {
+        const uint4 v =
+            *reinterpret_cast<const uint4*>(s_b + (block * (kW / 4) + q) * 128 + lane * 4);
+        wg[ni][4 * q + 0] = v.x;
+        wg[ni][4 * q + 1] = v.y;
+        wg[ni][4 * q + 2] = v.z;
+        wg[ni][4 * q + 3] = v.w;
+        if constexpr (Gated) {
+          const uint4 u = *reinterpret_cast<const uint4*>(
+              s_b + ((BN / 8 + block) * (kW / 4) + q) * 128 + lane * 4);
+          wu[ni][4 * q + 0] = u.x;
+          wu[ni][4 * q + 1] = u.y;
+          wu[ni][4 * q + 2] = u.z;
+          wu[ni][4 * q + 3] = u.w;
+        }
+      }
+    }
+
+#pragma unroll
+    for (int unit = 0; unit < 4; ++unit) {
+      const int p_unit = unit / unit_group * unit_group;
+      float2 sg[NI];
+      float2 su[Gated ? NI : 1];
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        const int row = (warp * NI + ni) * 8 + g_row;
+        sg[ni] = s_p[row * 4 + p_unit];
+        if constexpr (Gated) su[ni] = s_p[(BN + row) * 4 + p_unit];
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int kk = 2 * unit + half;  // k16 index within the step
+        uint32_t af[MI][4];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          ldmatrix_x4(af[mi], s_a + (kk >> 2) * (BM * 128) +
+                                  swizzled(a_row + mi * 16, (kk & 3) * 2 + a_half_chunk));
+        }
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          uint32_t bf[2];
+          const uint32_t word = Bits == 4 ? wg[ni][unit] : wg[ni][2 * unit + half];
+          dequant_fragment<T, Bits>(word, half, sg[ni], bf);
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) grouped_gemm::mma_16816<T>(acc[mi][ni], af[mi], bf);
+          if constexpr (Gated) {
+            uint32_t bu[2];
+            const uint32_t uword = Bits == 4 ? wu[ni][unit] : wu[ni][2 * unit + half];
+            dequant_fragment<T, Bits>(uword, half, su[ni], bu);
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+              grouped_gemm::mma_16816<T>(acc_up[mi][ni], af[mi], bu);
+            }
+          }
+        }
+      }
+    }
+  }
+  grouped_gemm::cp_async_wait<0>();
+
+  // Epilogue straight from the accumulators: lane (g, t) holds rows g and g + 8, columns 2t and
+  // 2t + 1 of each 16 × 8 block.
+  const int64_t bias_rows = Gated ? 2 * args.n : args.n;
+  const float* bias = args.bias == nullptr ? nullptr : args.bias + work.expert * bias_rows;
+  T* c = static_cast<T*>(args.c) + static_cast<int64_t>(work.row_begin) * n;
+  const bool pair_stores = (n & 1) == 0;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = mi * 16 + (lane >> 2) + half * 8;
+      if (row >= rows_here) continue;
+      T* c_row = c + static_cast<int64_t>(row) * n;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        const int col = n0 + (warp * NI + ni) * 8 + (lane & 3) * 2;
+        if (col >= n) continue;
+        const float up0 = Gated ? acc_up[kUp * mi][kUp * ni][half * 2] : 0.0f;
+        const float up1 = Gated ? acc_up[kUp * mi][kUp * ni][half * 2 + 1] : 0.0f;
+        const float v0 = epilogue_value<Gated>(args, bias, col, acc[mi][ni][half * 2], up0);
+        if (pair_stores) {
+          const float v1 =
+              epilogue_value<Gated>(args, bias, col + 1, acc[mi][ni][half * 2 + 1], up1);
+          grouped_gemm::store_pair(c_row + col, v0, v1);
+        } else {
+          c_row[col] = from_float<T>(v0);
+          if (col + 1 < n) {
+            c_row[col + 1] = from_float<T>(
+                epilogue_value<Gated>(args, bias, col + 1, acc[mi][ni][half * 2 + 1], up1));
+          }
+        }
+      }
+    }
+  }
+}
+
+// An upper bound of the m tiles: every expert's last tile may be partial, and at most
+// min(E, rows) experts have rows.
+inline int64_t m_tiles_bound(const Wna16GemmArgs& args, int bm) {
+  return (args.max_rows + bm - 1) / bm + std::min(args.num_experts, args.max_rows);
+}
+
+template <typename T, int Bits, class Tile, bool Gated>
+void launch_tile(const Wna16GemmArgs& args, cudaStream_t stream) {
+  const int64_t m_bound = m_tiles_bound(args, Tile::BM);
+  const int64_t n_tiles = (args.n + Tile::BN - 1) / Tile::BN;
+  const int64_t blocks = m_bound * n_tiles;
+  MG_CHECK(blocks <= INT32_MAX, "WNA16 grouped GEMM: {} tiles exceed the grid", blocks);
+  constexpr int kSmem = Tile::template Stage<Bits, Gated>::kSmem;
+  auto* kernel = wna16_gemm_kernel<T, Bits, Tile, Gated>;
+  // Above 48 KB a kernel must opt in; a host-side attribute, not a stream operation.
+  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  kernel<<<static_cast<unsigned>(blocks), Tile::kThreads, kSmem, stream>>>(
+      args, static_cast<int>(m_bound), static_cast<int>(n_tiles));
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int Bits>
+void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
+                 cudaStream_t stream) {
+  switch (kernel) {
+    case Wna16GemmKernel::kMma16:
+      return gated ? launch_tile<T, Bits, Wna16Mma16Tile, true>(args, stream)
+                   : launch_tile<T, Bits, Wna16Mma16Tile, false>(args, stream);
+    case Wna16GemmKernel::kMma64:
+      return gated ? launch_tile<T, Bits, Wna16Mma64Tile, true>(args, stream)
+                   : launch_tile<T, Bits, Wna16Mma64Tile, false>(args, stream);
+  }
+  MG_FAIL("WNA16 grouped GEMM: unknown kernel {}", static_cast<int>(kernel));
+}
+
+}  // namespace mg::cuda::wna16

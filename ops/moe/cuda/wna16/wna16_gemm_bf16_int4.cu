@@ -1,0 +1,7 @@
+// The WNA16 grouped GEMM's INT4 kernels instantiated for __nv_bfloat16.
+#include "ops/moe/cuda/wna16/wna16_gemm.cuh"
+
+namespace mg::cuda::wna16 {
+template void launch_gemm<__nv_bfloat16, 4>(const Wna16GemmArgs&, Wna16GemmKernel, bool,
+                                            cudaStream_t);
+}  // namespace mg::cuda::wna16

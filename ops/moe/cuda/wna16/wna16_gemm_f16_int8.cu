@@ -1,0 +1,6 @@
+// The WNA16 grouped GEMM's INT8 kernels instantiated for __half.
+#include "ops/moe/cuda/wna16/wna16_gemm.cuh"
+
+namespace mg::cuda::wna16 {
+template void launch_gemm<__half, 8>(const Wna16GemmArgs&, Wna16GemmKernel, bool, cudaStream_t);
+}  // namespace mg::cuda::wna16

@@ -1,0 +1,18 @@
+// The WNA16 grouped GEMM launchers per activation dtype and bit width, each instantiated in its own
+// wna16_gemm_<dtype>_<int4|int8>.cu (four kernels per file: two tiles, gated and plain);
+// launch_wna16_grouped_gemm (wna16_experts_cuda.cc) picks one. Host-only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+
+namespace mg::cuda::wna16 {
+
+// Gated: b holds 2 parts (gate, up) of part_rows rows per expert, the epilogue is act(gate, up).
+// Plain: one part, bias or bias + plain activation.
+template <typename T, int Bits>
+void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
+                 cudaStream_t stream);
+
+}  // namespace mg::cuda::wna16

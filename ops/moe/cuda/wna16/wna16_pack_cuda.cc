@@ -1,0 +1,244 @@
+// The WNA16 kernels' weight layout (wna16_experts_cuda.h, section 1): codes, scales and zero
+// points of the input contract repacked once, on the host. Plain C++; in the CUDA build only
+// because its header names CUDA types.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "framework/core/error.h"
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+
+namespace mg::cuda {
+
+std::string wna16_pack_check(int bits, int64_t rows, int64_t cols, int64_t group_size,
+                             int64_t parts) {
+  if (bits != 4 && bits != 8) {
+    return "WNA16 weights have 4 or 8 bits, not " + std::to_string(bits);
+  }
+  if (rows <= 0 || cols <= 0) {
+    return "WNA16 weight rows " + std::to_string(rows) + " and columns " + std::to_string(cols) +
+           " must be positive";
+  }
+  if (parts != 1 && parts != 2) return "WNA16 weights pack 1 or 2 row parts";
+  if (rows % parts != 0) {
+    return "gated WNA16 weight rows " + std::to_string(rows) + " must split in two equal halves";
+  }
+  if (group_size == 0 || group_size < -1) {
+    return "WNA16 group size " + std::to_string(group_size) + " must be positive or -1";
+  }
+  if (wna16_groups(cols, group_size) == 1) return "";
+  if (group_size % 32 != 0) {
+    return "WNA16 group size " + std::to_string(group_size) +
+           " must be a multiple of 32 (or channel-wise): the kernels read scales per 32 columns";
+  }
+  if (cols % group_size != 0) {
+    return "WNA16 weight columns " + std::to_string(cols) +
+           " must be a multiple of the group size " + std::to_string(group_size) +
+           " (a partial last group is not supported)";
+  }
+  return "";
+}
+
+Wna16PackedHost wna16_layout(int64_t experts, int64_t rows, int64_t cols, int bits,
+                             int64_t group_size, int64_t parts) {
+  const std::string why = wna16_pack_check(bits, rows, cols, group_size, parts);
+  MG_CHECK(why.empty(), "WNA16 layout: {}", why);
+  Wna16PackedHost p;
+  p.bits = bits;
+  p.experts = experts;
+  p.parts = parts;
+  p.part_rows = (rows / parts + 7) / 8 * 8;
+  p.cols = cols;
+  p.k_steps = (cols + kWna16KStep - 1) / kWna16KStep;
+  p.groups = wna16_groups(cols, group_size);
+  p.group_size = p.groups == 1 ? cols : group_size;
+  return p;
+}
+
+Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
+  const std::string why = wna16_pack_check(m.bits, m.rows, m.cols, m.group_size, parts);
+  MG_CHECK(why.empty(), "WNA16 pack: {}", why);
+  MG_CHECK(m.codes != nullptr && m.scales != nullptr, "WNA16 pack: codes and scales must be set");
+  MG_CHECK(m.zeros_f32 == nullptr || m.zeros_u8 == nullptr,
+           "WNA16 pack: zero points as F32 or uint8, not both");
+  const int64_t E = m.experts, N = m.rows, K = m.cols;
+  const int64_t rows_per_part = N / parts;
+  const int max_code = (1 << m.bits) - 1;
+  const float sym_zero = m.bits == 4 ? 8.0f : 128.0f;
+
+  Wna16PackedHost p = wna16_layout(E, N, K, m.bits, m.group_size, parts);
+  const int64_t rows_padded = parts * p.part_rows;
+  const int64_t row_blocks = rows_padded / 8;
+  const int64_t words_per_lane = m.bits == 4 ? 4 : 8;
+  const int64_t step_words = 32 * words_per_lane;
+  p.words.assign(static_cast<size_t>(p.word_count()), 0u);
+  p.params.assign(static_cast<size_t>(p.param_count()), 0.0f);
+
+  // The padded row of canonical row n: its part's rows start at part * part_rows.
+  const auto padded_row = [&](int64_t n) {
+    return n / rows_per_part * p.part_rows + n % rows_per_part;
+  };
+  // K offsets of the 4 values of lane t's B fragment within a k16 half.
+  const int frag_k[4] = {0, 1, 8, 9};
+
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t pr = padded_row(n);
+      const uint8_t* row = m.codes + (e * N + n) * K;
+      for (int64_t k = 0; k < K; ++k) {
+        MG_CHECK(row[k] <= max_code,
+                 "WNA16 pack: code {} at expert {} row {} column {} exceeds {} bits", row[k], e, n,
+                 k, m.bits);
+      }
+      for (int64_t g = 0; g < p.groups; ++g) {
+        const int64_t at = (e * N + n) * p.groups + g;
+        float z = sym_zero;
+        if (m.zeros_f32 != nullptr) z = m.zeros_f32[at];
+        if (m.zeros_u8 != nullptr) {
+          MG_CHECK(m.zeros_u8[at] <= max_code,
+                   "WNA16 pack: zero point {} at expert {} row {} exceeds {} bits", m.zeros_u8[at],
+                   e, n, m.bits);
+          z = m.zeros_u8[at];
+        }
+        const float s = m.scales[at];
+        float* out = p.params.data() + ((e * rows_padded + pr) * p.groups + g) * 2;
+        out[0] = s;
+        out[1] = -z * s;
+      }
+      const int64_t block = pr / 8;
+      const int g = static_cast<int>(pr % 8);
+      for (int64_t step = 0; step < p.k_steps; ++step) {
+        uint32_t* base =
+            p.words.data() + ((e * row_blocks + block) * p.k_steps + step) * step_words;
+        for (int t = 0; t < 4; ++t) {
+          const int lane = 4 * g + t;
+          for (int w = 0; w < words_per_lane; ++w) {
+            // Word w of the lane: 4 bits: unit w, halves 0 and 1; 8 bits: unit w / 2, half w % 2.
+            uint32_t word = 0;
+            const int values = m.bits == 4 ? 8 : 4;
+            for (int j = 0; j < values; ++j) {
+              const int unit = m.bits == 4 ? w : w / 2;
+              const int half = m.bits == 4 ? j / 4 : w % 2;
+              const int64_t k = step * kWna16KStep + 32 * unit + 16 * half + 2 * t + frag_k[j % 4];
+              const uint32_t code = k < K ? row[k] : 0u;
+              word |= code << (j * m.bits);
+            }
+            base[(w / 4) * 128 + lane * 4 + (w % 4)] = word;
+          }
+        }
+      }
+    }
+  }
+  return p;
+}
+
+std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows) {
+  MG_CHECK(static_cast<int64_t>(p.words.size()) == p.word_count() &&
+               static_cast<int64_t>(p.params.size()) == p.param_count() && rows % p.parts == 0 &&
+               rows / p.parts <= p.part_rows,
+           "WNA16 unpack: {} words, {} params and {} rows do not fit the layout", p.words.size(),
+           p.params.size(), rows);
+  const int64_t E = p.experts, K = p.cols, rows_per_part = rows / p.parts;
+  const int64_t rows_padded = p.parts * p.part_rows, W = p.bits == 4 ? 4 : 8;
+  std::vector<float> out(static_cast<size_t>(E * rows * K));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t n = 0; n < rows; ++n) {
+      const int64_t pr = n / rows_per_part * p.part_rows + n % rows_per_part;
+      const int64_t block = pr / 8, g = pr % 8;
+      for (int64_t k = 0; k < K; ++k) {
+        // k = 128 step + 32 unit + 16 half + 2t + {0, 1, 8, 9}[j].
+        const int64_t step = k / 128, in = k % 128, unit = in / 32, half = (in % 32) / 16;
+        const int64_t r = in % 16, t = (r % 8) / 2, j = (r >= 8 ? 2 : 0) + r % 2;
+        const int64_t w = p.bits == 4 ? unit : 2 * unit + half;
+        const int64_t shift = p.bits == 4 ? 4 * (4 * half + j) : 8 * j;
+        const uint32_t word =
+            p.words[((e * (rows_padded / 8) + block) * p.k_steps + step) * 32 * W + (w / 4) * 128 +
+                    (4 * g + t) * 4 + w % 4];
+        const float q = static_cast<float>((word >> shift) & ((1u << p.bits) - 1u));
+        const float* sb =
+            p.params.data() + ((e * rows_padded + pr) * p.groups + k / p.group_size) * 2;
+        out[(e * rows + n) * K + k] = std::fma(q, sb[0], sb[1]);
+      }
+    }
+  }
+  return out;
+}
+
+Wna16HostMatrix Wna16HostCodes::view() const {
+  Wna16HostMatrix m;
+  m.codes = codes.data();
+  m.scales = scales.data();
+  m.zeros_f32 = zeros.empty() ? nullptr : zeros.data();
+  m.experts = experts;
+  m.rows = rows;
+  m.cols = cols;
+  m.bits = bits;
+  m.group_size = group_size;
+  return m;
+}
+
+Wna16HostCodes wna16_quantize_host(const float* w, int64_t experts, int64_t rows, int64_t cols,
+                                   int bits, int64_t group_size, bool symmetric) {
+  const std::string why = wna16_pack_check(bits, rows, cols, group_size, 1);
+  MG_CHECK(why.empty(), "WNA16 quantize: {}", why);
+  Wna16HostCodes q;
+  q.experts = experts;
+  q.rows = rows;
+  q.cols = cols;
+  q.bits = bits;
+  q.group_size = group_size;
+  const int64_t groups = wna16_groups(cols, group_size);
+  const int64_t g_cols = groups == 1 ? cols : group_size;
+  const int max_code = (1 << bits) - 1;
+  q.codes.resize(static_cast<size_t>(experts * rows * cols));
+  q.scales.resize(static_cast<size_t>(experts * rows * groups));
+  if (!symmetric) q.zeros.resize(q.scales.size());
+  for (int64_t r = 0; r < experts * rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* v = w + r * cols + g * g_cols;
+      float lo = 0.0f, hi = 0.0f, amax = 0.0f;
+      for (int64_t c = 0; c < g_cols; ++c) {
+        lo = std::min(lo, v[c]);
+        hi = std::max(hi, v[c]);
+        amax = std::max(amax, std::fabs(v[c]));
+      }
+      float s, z;
+      if (symmetric) {
+        z = static_cast<float>(1 << (bits - 1));
+        s = amax / static_cast<float>((1 << (bits - 1)) - 1);
+      } else {
+        s = (hi - lo) / static_cast<float>(max_code);
+        z = s > 0.0f ? std::clamp(std::nearbyint(-lo / s), 0.0f, static_cast<float>(max_code))
+                     : 0.0f;
+      }
+      if (!(s > 0.0f)) s = 1.0f;
+      q.scales[r * groups + g] = s;
+      if (!symmetric) q.zeros[r * groups + g] = z;
+      for (int64_t c = 0; c < g_cols; ++c) {
+        const float code =
+            std::clamp(std::nearbyint(v[c] / s) + z, 0.0f, static_cast<float>(max_code));
+        q.codes[r * cols + g * g_cols + c] = static_cast<uint8_t>(code);
+      }
+    }
+  }
+  return q;
+}
+
+std::vector<float> wna16_dequantize_host(const Wna16HostMatrix& m) {
+  const int64_t groups = wna16_groups(m.cols, m.group_size);
+  const int64_t g_cols = groups == 1 ? m.cols : m.group_size;
+  const float sym_zero = m.bits == 4 ? 8.0f : 128.0f;
+  std::vector<float> out(static_cast<size_t>(m.experts * m.rows * m.cols));
+  for (int64_t r = 0; r < m.experts * m.rows; ++r) {
+    for (int64_t c = 0; c < m.cols; ++c) {
+      const int64_t at = r * groups + c / g_cols;
+      float z = sym_zero;
+      if (m.zeros_f32 != nullptr) z = m.zeros_f32[at];
+      if (m.zeros_u8 != nullptr) z = m.zeros_u8[at];
+      out[r * m.cols + c] = (static_cast<float>(m.codes[r * m.cols + c]) - z) * m.scales[at];
+    }
+  }
+  return out;
+}
+
+}  // namespace mg::cuda

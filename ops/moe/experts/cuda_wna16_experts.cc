@@ -1,0 +1,363 @@
+#include "ops/moe/experts/cuda_wna16_experts.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "framework/device/allocator.h"
+#include "framework/device/convert.h"
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_device.h"
+#include "ops/moe/cuda/moe_align_cuda.h"
+#include "ops/moe/cuda/moe_routing_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/experts/cuda_expert_common.h"
+#include "ops/moe/router/router_cuda.h"
+
+namespace mg {
+
+namespace {
+
+// Host tensors are copied up; tensors already on `device` are adopted.
+Tensor upload(const Tensor& host, Device device) {
+  if (!host.defined()) return {};
+  if (host.device() == device) return host;
+  Tensor out = empty_tensor(device, host.dtype(), host.shape());
+  copy_tensor(out, host);
+  return out;
+}
+
+template <typename V>
+Tensor upload_vector(const std::vector<V>& v, DType dtype, Device device) {
+  Tensor host = Tensor::empty_cpu(dtype, {static_cast<int64_t>(v.size())});
+  std::memcpy(host.raw(), v.data(), v.size() * sizeof(V));
+  return upload(host, device);
+}
+
+// A host copy of `t` (the WNA16 repacking runs on the host; weights made on a GPU come down once).
+Tensor host_copy(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  Tensor out = Tensor::empty_cpu(t.dtype(), t.shape());
+  copy_tensor(out, t);
+  return out;
+}
+
+// One packed matrix on the device and its kernel view.
+struct PackedMatrix {
+  Tensor words, params;
+  cuda::Wna16Weights view;
+};
+
+// Checks `m` against the contract for a [E, rows, cols] matrix, repacks it (parts 2: gated w13)
+// and uploads it.
+PackedMatrix pack_and_upload(const Wna16MatrixTensors& m, const char* name, int64_t experts,
+                             int64_t rows, int64_t cols, int64_t parts, Device device) {
+  const std::string why = cuda::wna16_pack_check(m.bits, rows, cols, m.group_size, parts);
+  MG_CHECK(why.empty(), "cuda_wna16: {}: {}", name, why);
+  const Shape want = {experts, rows, cols};
+  MG_CHECK(m.codes.defined() && m.codes.dtype() == DType::kU8 && m.codes.shape() == want,
+           "cuda_wna16: {} codes must be U8 {}, not {} {}", name, shape_str(want),
+           m.codes.defined() ? dtype_name(m.codes.dtype()) : "missing",
+           m.codes.defined() ? shape_str(m.codes.shape()) : "");
+  const Shape scale_shape = {experts, rows, cuda::wna16_groups(cols, m.group_size)};
+  MG_CHECK(m.scales.defined() && m.scales.dtype() == DType::kF32 && m.scales.shape() == scale_shape,
+           "cuda_wna16: {} scales must be F32 {}", name, shape_str(scale_shape));
+  MG_CHECK(
+      !m.zeros.defined() || ((m.zeros.dtype() == DType::kF32 || m.zeros.dtype() == DType::kU8) &&
+                             m.zeros.shape() == scale_shape),
+      "cuda_wna16: {} zero points must be F32 or U8 {}", name, shape_str(scale_shape));
+  const Tensor codes = host_copy(m.codes), scales = host_copy(m.scales), zeros = host_copy(m.zeros);
+  cuda::Wna16HostMatrix h;
+  h.codes = codes.data<uint8_t>();
+  h.scales = scales.data<float>();
+  if (zeros.defined()) {
+    if (zeros.dtype() == DType::kF32) {
+      h.zeros_f32 = zeros.data<float>();
+    } else {
+      h.zeros_u8 = zeros.data<uint8_t>();
+    }
+  }
+  h.experts = experts;
+  h.rows = rows;
+  h.cols = cols;
+  h.bits = m.bits;
+  h.group_size = m.group_size;
+  const cuda::Wna16PackedHost packed = cuda::wna16_pack(h, parts);
+  PackedMatrix p;
+  p.words = upload_vector(packed.words, DType::kI32, device);
+  p.params = upload_vector(packed.params, DType::kF32, device);
+  p.view = cuda::wna16_weights_view(packed, reinterpret_cast<const uint32_t*>(p.words.raw()),
+                                    p.params.data<float>());
+  return p;
+}
+
+// "" or the name of a GEMM tile request ("", "auto", "wna16_mma16", "wna16_mma64").
+std::optional<cuda::Wna16GemmKernel> parse_request(std::string_view kernel) {
+  if (kernel.empty() || kernel == "auto") return std::nullopt;
+  const std::optional<cuda::Wna16GemmKernel> k = cuda::parse_wna16_gemm_kernel(kernel);
+  MG_CHECK(k.has_value(), "cuda_wna16 has no kernel '{}' (auto, wna16_mma16, wna16_mma64)", kernel);
+  return k;
+}
+
+class CudaWna16Experts final : public ExpertsMonolithic {
+ public:
+  CudaWna16Experts(const ExpertsBackend& backend, const ExpertsBuild& b, PackedMatrix w13,
+                   PackedMatrix w2)
+      : ExpertsMonolithic(backend),
+        shape_(b.shape),
+        request_(parse_request(b.kernel)),
+        route_(route_params(b.config.routing())),
+        w13_(std::move(w13)),
+        w2_(std::move(w2)) {
+    b13_ = upload(b.quantized.w13_bias, b.device);
+    b2_ = upload(b.quantized.w2_bias, b.device);
+    MG_CHECK(!b13_.defined() || b13_.dtype() == DType::kF32, "cuda_wna16: w13 bias must be F32");
+    MG_CHECK(!b2_.defined() || b2_.dtype() == DType::kF32, "cuda_wna16: w2 bias must be F32");
+    const std::vector<int32_t>& g2l = shape_.expert_map.global_to_local;
+    expert_map_ = upload_vector(g2l, DType::kI32, b.device);
+    if (b.config.routing().has_score_correction_bias) {
+      bias_ = upload(to_f32_cpu(b.score_correction_bias), b.device);
+    }
+  }
+
+  size_t workspace_bytes(int64_t max_rows) const override {
+    Workspace ws = Workspace::sizing();
+    Scratch(ws, shape_, max_rows);
+    return ws.bytes();
+  }
+
+  void apply(const DispatchedLogits& t, Workspace& ws, const MoEExecContext& ctx) override {
+    const int64_t M = t.num_tokens, k = shape_.top_k, H = shape_.hidden_size;
+    const int64_t E = shape_.num_local_experts();
+    Scratch sc(ws, shape_, M);
+    if (M == 0) return;
+    const int64_t P = M * k;
+    const cuda::Wna16GemmKernel kernel = request_.value_or(cuda::choose_wna16_gemm_kernel(P, E));
+    const cudaStream_t s = cuda::native(ctx.stream);
+    cuda::launch_moe_route<float>(route_, t.router_logits, M,
+                                  bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
+                                  sc.weights, s);
+    cuda::launch_moe_align(sc.ids, P, expert_map_.data<int32_t>(), shape_.num_experts, E, sc.align,
+                           s);
+    cuda::Wna16ExpertMlpArgs a;
+    a.x = t.hidden;
+    a.row_to_pair = sc.align.row_to_pair;
+    a.top_k = k;
+    a.expert_offsets = sc.align.expert_offsets;
+    a.num_experts = E;
+    a.max_rows = P;
+    a.hidden = H;
+    a.inter = shape_.intermediate_size;
+    a.w13 = w13_.view;
+    a.b13 = b13_.defined() ? b13_.data<float>() : nullptr;
+    a.w2 = w2_.view;
+    a.b2 = b2_.defined() ? b2_.data<float>() : nullptr;
+    a.act = cuda_act_params(shape_.activation);
+    a.h = sc.h;
+    a.out = sc.y_perm;
+    // b2 is already in y_perm (added per row by GEMM2).
+    if (shape_.dtype == DType::kBF16) {
+      cuda::launch_wna16_expert_mlp<__nv_bfloat16>(a, kernel, s);
+      cuda::launch_moe_combine<__nv_bfloat16>(sc.y_perm, sc.align, sc.ids, sc.weights,
+                                              expert_map_.data<int32_t>(), nullptr, M, k, H,
+                                              t.expert_output, s);
+    } else {
+      MG_ASSERT(shape_.dtype == DType::kF16, "cuda_wna16 built for activation dtype {}",
+                dtype_name(shape_.dtype));
+      cuda::launch_wna16_expert_mlp<__half>(a, kernel, s);
+      cuda::launch_moe_combine<__half>(sc.y_perm, sc.align, sc.ids, sc.weights,
+                                       expert_map_.data<int32_t>(), nullptr, M, k, H,
+                                       t.expert_output, s);
+    }
+  }
+
+ private:
+  // Routed ids/weights, the alignment, the intermediate and the permuted outputs; the sizing
+  // pass and a call walk the same code.
+  struct Scratch {
+    int32_t* ids;
+    float* weights;
+    cuda::MoEAlignment align;
+    void* h;
+    void* y_perm;
+
+    Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M) {
+      const int64_t k = shape.top_k, P = M * k, E = shape.num_local_experts();
+      const size_t es = dtype_size(shape.dtype);
+      ids = ws.take<int32_t>(P);
+      weights = ws.take<float>(P);
+      align.expert_counts = ws.take<int32_t>(E);
+      align.expert_offsets = ws.take<int32_t>(E + 1);
+      align.pair_to_row = ws.take<int32_t>(P);
+      align.row_to_pair = ws.take<int32_t>(P);
+      h = ws.take<std::byte>(static_cast<int64_t>(
+          cuda::wna16_expert_mlp_scratch_bytes(P, shape.intermediate_size, es)));
+      y_perm = ws.take<std::byte>(P * shape.hidden_size * static_cast<int64_t>(es));
+    }
+  };
+
+  ExpertsShape shape_;
+  std::optional<cuda::Wna16GemmKernel> request_;
+  cuda::RouteParams route_;
+  PackedMatrix w13_, w2_;
+  Tensor b13_, b2_;
+  Tensor expert_map_;
+  Tensor bias_;  // [E] F32 on the device, or undefined
+};
+
+int bits_of(QuantScheme scheme) {
+  switch (scheme) {
+    case QuantScheme::kInt4WeightOnly:
+      return 4;
+    case QuantScheme::kInt8WeightOnly:
+      return 8;
+    case QuantScheme::kUnquantized:
+    case QuantScheme::kFp8PerTensor:
+    case QuantScheme::kFp8Block:
+    case QuantScheme::kFp8PerChannel:
+    case QuantScheme::kMxfp4:
+    case QuantScheme::kNvfp4:
+      break;
+  }
+  return 0;
+}
+
+class CudaWna16Backend final : public ExpertsBackend {
+ public:
+  std::string_view name() const override { return "cuda_wna16"; }
+  bool is_monolithic() const override { return true; }
+  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
+  std::string check_device(Device device) const override { return cuda_check_device(device); }
+  std::string check_quant(const MoEQuantConfig& quant) const override {
+    if (bits_of(quant.scheme()) == 0) {
+      return fmt::format("takes INT4 or INT8 weight-only schemes, not {}",
+                         quant_scheme_name(quant.scheme()));
+    }
+    if (quant.activation_key().quantized()) {
+      return "runs weight-only (16-bit activations), not activations " +
+             quant.activation_key().str();
+    }
+    const GroupShape g = quant.weight_key().group();
+    if (g.rows != 1) {
+      return fmt::format("weight scales per output channel and group of columns, not {}", g.str());
+    }
+    if (g.cols != -1 && g.cols % 32 != 0) {
+      return fmt::format(
+          "weight scale groups of {} columns: the kernels take multiples of 32 or channel-wise",
+          g.cols);
+    }
+    return {};
+  }
+  std::string check_activation(const ActivationConfig&) const override { return {}; }
+  std::string check_routing(const RoutingConfig& routing) const override {
+    if (routing.weight_on_input()) return "Llama-4's weight-on-input routing is not supported";
+    return check_cuda_routing(routing);
+  }
+  std::string check_parallel(const ParallelConfig& parallel) const override {
+    return cuda_check_parallel(parallel);
+  }
+  std::string check_shape(const ExpertsShape& shape) const override {
+    if (shape.dtype != DType::kBF16 && shape.dtype != DType::kF16) {
+      return fmt::format("takes BF16 or F16 activations, not {}", dtype_name(shape.dtype));
+    }
+    if (shape.num_local_experts() > cuda::kMaxAlignLocalExperts) {
+      return fmt::format("at most {} local experts, not {}", cuda::kMaxAlignLocalExperts,
+                         shape.num_local_experts());
+    }
+    return cuda::wna16_expert_mlp_check(shape.hidden_size, shape.intermediate_size);
+  }
+  std::string check_kernel(std::string_view kernel, const ExpertsShape&, Device) const override {
+    try {
+      parse_request(kernel);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return {};
+  }
+  std::unique_ptr<Experts> create(ExpertsBuild build) const override {
+    const int bits = bits_of(build.quant.scheme());
+    MG_CHECK(bits != 0, "cuda_wna16: {}", check_quant(build.quant));
+    const auto matrix = [&](const Tensor& codes, const WeightQuantization& q) {
+      Wna16MatrixTensors m;
+      m.codes = codes;
+      m.scales = q.scale;
+      m.bits = bits;
+      m.group_size = q.group.cols;
+      return m;
+    };
+    return make_cuda_wna16_experts(build, matrix(build.quantized.w13, build.quantized.w13_quant),
+                                   matrix(build.quantized.w2, build.quantized.w2_quant));
+  }
+};
+
+}  // namespace
+
+const ExpertsBackend& cuda_wna16_backend() {
+  static const CudaWna16Backend backend;
+  return backend;
+}
+
+std::unique_ptr<Experts> make_cuda_wna16_experts(const ExpertsBuild& build,
+                                                 const Wna16MatrixTensors& w13,
+                                                 const Wna16MatrixTensors& w2) {
+  const ExpertsShape& shape = build.shape;
+  const std::string why = cuda_wna16_backend().check_shape(shape);
+  MG_CHECK(why.empty(), "cuda_wna16: {}", why);
+  const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
+  const int64_t parts = is_gated(shape.activation.kind) ? 2 : 1;
+  PackedMatrix p13 = pack_and_upload(w13, "w13", E, shape.w13_rows(), H, parts, build.device);
+  PackedMatrix p2 = pack_and_upload(w2, "w2", E, H, shape.intermediate_size, 1, build.device);
+  return std::make_unique<CudaWna16Experts>(cuda_wna16_backend(), build, std::move(p13),
+                                            std::move(p2));
+}
+
+std::unique_ptr<Experts> make_random_cuda_wna16_experts(const ExpertsBuild& build, int bits,
+                                                        int64_t group_size, uint64_t seed) {
+  const ExpertsShape& shape = build.shape;
+  const std::string why = cuda_wna16_backend().check_shape(shape);
+  MG_CHECK(why.empty(), "cuda_wna16: {}", why);
+  MG_CHECK(build.device.is_cuda(), "cuda_wna16: random weights are made on a GPU, not {}",
+           build.device.str());
+  const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
+  const int64_t I = shape.intermediate_size;
+  const auto make = [&](int64_t rows, int64_t cols, int64_t parts, float scale, uint64_t salt) {
+    const cuda::Wna16PackedHost layout = cuda::wna16_layout(E, rows, cols, bits, group_size, parts);
+    PackedMatrix p;
+    p.words = empty_tensor(build.device, DType::kI32, {layout.word_count()});
+    p.params = empty_tensor(build.device, DType::kF32, {layout.param_count()});
+    cuda::launch_wna16_random_fill(reinterpret_cast<uint32_t*>(p.words.raw()), layout.word_count(),
+                                   p.params.data<float>(), layout.param_count(), bits, scale,
+                                   seed * 31 + salt, nullptr);
+    p.view = cuda::wna16_weights_view(layout, reinterpret_cast<const uint32_t*>(p.words.raw()),
+                                      p.params.data<float>());
+    return p;
+  };
+  // Scales that keep activations O(1): a uniform code is ~2^bits / sqrt(12) from its zero point
+  // on average, so s ~ 2 / (2^bits sqrt(K)) gives unit-variance rows.
+  const auto scale = [&](int64_t k) {
+    return 2.0f / (static_cast<float>(1 << bits) * std::sqrt(static_cast<float>(k)));
+  };
+  PackedMatrix p13 =
+      make(shape.w13_rows(), H, is_gated(shape.activation.kind) ? 2 : 1, scale(H), 1);
+  PackedMatrix p2 = make(H, I, 1, scale(I), 2);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  return std::make_unique<CudaWna16Experts>(cuda_wna16_backend(), build, std::move(p13),
+                                            std::move(p2));
+}
+
+double cuda_wna16_expert_bytes(const ExpertsShape& shape, int bits, int64_t group_size) {
+  const int64_t H = shape.hidden_size, I = shape.intermediate_size;
+  return cuda::wna16_layout(1, shape.w13_rows(), H, bits, group_size,
+                            is_gated(shape.activation.kind) ? 2 : 1)
+             .bytes_per_expert() +
+         cuda::wna16_layout(1, H, I, bits, group_size, 1).bytes_per_expert();
+}
+
+}  // namespace mg

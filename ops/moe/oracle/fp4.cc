@@ -1,0 +1,145 @@
+#include "ops/moe/oracle/fp4.h"
+
+#include <algorithm>
+
+#include "ops/moe/experts/cpu_fp4_experts.h"
+#include "ops/moe/oracle/unquantized.h"
+#ifdef MG_WITH_CUDA
+#include "ops/moe/experts/cuda_fp8_experts.h"
+#endif
+
+namespace mg {
+
+bool is_fp4_scheme(QuantScheme scheme) {
+  switch (scheme) {
+    case QuantScheme::kMxfp4:
+    case QuantScheme::kNvfp4:
+      return true;
+    case QuantScheme::kUnquantized:
+    case QuantScheme::kFp8PerTensor:
+    case QuantScheme::kFp8Block:
+    case QuantScheme::kFp8PerChannel:
+    case QuantScheme::kInt8WeightOnly:
+    case QuantScheme::kInt4WeightOnly:
+      return false;
+  }
+  return false;
+}
+
+std::vector<const ExpertsBackend*> fp4_priority(Device device) {
+  std::vector<const ExpertsBackend*> list;
+  switch (device.type) {
+    case DeviceType::kCPU:
+      list = {&cpu_fp4_backend()};
+      break;
+    case DeviceType::kCUDA:
+#ifdef MG_WITH_CUDA
+      // An FP4 CUDA kernel (weights read packed, dequantized in registers: issue 13) goes first
+      // here; until it exists every FP4 node runs on cuda_dequant.
+      list = {&cuda_dequant_backend()};
+#endif
+      break;
+  }
+  for (const ExpertsBackend* b : unquantized_priority(device)) list.push_back(b);
+  return list;
+}
+
+MoEQuantConfig fp4_quant_config(const MoEConfig& config, const RawExpertWeights& raw,
+                                DType activation_dtype) {
+  const QuantScheme scheme = config.quant_scheme();
+  MG_ASSERT(is_fp4_scheme(scheme), "fp4 oracle module for {}", quant_scheme_name(scheme));
+  MG_CHECK(raw.w13_quant.defined() && raw.w2_quant.defined() && raw.w13.dtype() == DType::kU8 &&
+               raw.w2.dtype() == DType::kU8,
+           "quant scheme {} needs FP4_E2M1 w13 and w2", quant_scheme_name(scheme));
+  const bool mx = scheme == QuantScheme::kMxfp4;
+  const QuantKey weight(DType::kU8, mx ? DType::kU8 : DType::kF8E4M3, raw.w2_quant.group,
+                        /*is_static=*/true);
+  return MoEQuantConfig(scheme, weight, QuantKey::unquantized(activation_dtype));
+}
+
+QuantizedExpertWeights convert_fp4_weights(const MoEConfig& config, const ParallelConfig& parallel,
+                                           const ExpertsShape& shape, const RawExpertWeights& raw) {
+  MG_CHECK(raw.w13.device().is_cpu() && raw.w2.device().is_cpu(),
+           "FP4 expert weights must be loaded in host memory");
+  const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
+  const int64_t I = config.intermediate_size(), I_local = shape.intermediate_size;
+  const int64_t N1 = config.w13_rows(), N1_local = shape.w13_rows();
+  const bool gated = is_gated(config.activation().kind);
+  const bool interleaved = gated && config.gate_up_interleaved();
+  const int64_t first = parallel.moe_tp_rank() * I_local;
+  const std::vector<int32_t>& global = shape.expert_map.local_to_global;
+  MG_ASSERT(raw.w13_quant.group.rows == 1 && raw.w2_quant.group.rows == 1,
+            "FP4 groups w13 {} w2 {}", raw.w13_quant.group.str(), raw.w2_quant.group.str());
+  const int64_t g2 = raw.w2_quant.group.cols_in(I);
+  MG_CHECK(I_local == I || (first % g2 == 0 && (I_local % g2 == 0 || first + I_local == I)),
+           "FP4 experts cannot be split this way ({}): w2's columns [{}, {}) of {} do not fall on "
+           "its scale groups of {} (the intermediate size per rank must be a multiple of {})",
+           parallel.str(), first, first + I_local, I, g2, g2);
+  // Full row of shard row r of w13 (gate rows, then up rows).
+  auto src_row = [&](int64_t r) {
+    if (!gated) return first + r;
+    const bool up = r >= I_local;
+    const int64_t i = first + (up ? r - I_local : r);
+    if (interleaved) return 2 * i + (up ? 1 : 0);
+    return up ? I + i : i;
+  };
+
+  QuantizedExpertWeights out;
+  out.w13_quant = raw.w13_quant;
+  out.w2_quant = raw.w2_quant;
+  // w13: whole packed rows by src_row, each with its row of scales.
+  const int64_t Hb = H / 2, s13 = raw.w13_quant.scale.dim(2);
+  out.w13 = Tensor::empty_cpu(DType::kU8, {E, N1_local, Hb});
+  out.w13_quant.scale = Tensor::empty_cpu(DType::kF32, {E, N1_local, s13});
+  {
+    const uint8_t* src = static_cast<const uint8_t*>(raw.w13.raw());
+    uint8_t* dst = static_cast<uint8_t*>(out.w13.raw());
+    const float* ss = raw.w13_quant.scale.data<float>();
+    float* ds = out.w13_quant.scale.data<float>();
+    for (int64_t l = 0; l < E; ++l) {
+      const int64_t g = global[l];
+      for (int64_t r = 0; r < N1_local; ++r) {
+        const int64_t sr = g * N1 + src_row(r), dr = l * N1_local + r;
+        std::copy_n(src + sr * Hb, Hb, dst + dr * Hb);
+        std::copy_n(ss + sr * s13, s13, ds + dr * s13);
+      }
+    }
+  }
+  // w2: all H rows, columns [first, first + I_local) (whole bytes and whole scale groups).
+  const int64_t Ib = I / 2, Ib_local = I_local / 2, s2 = raw.w2_quant.scale.dim(2);
+  const int64_t s2_local = (I_local + g2 - 1) / g2, s2_first = first / g2;
+  out.w2 = Tensor::empty_cpu(DType::kU8, {E, H, Ib_local});
+  out.w2_quant.scale = Tensor::empty_cpu(DType::kF32, {E, H, s2_local});
+  {
+    const uint8_t* src = static_cast<const uint8_t*>(raw.w2.raw());
+    uint8_t* dst = static_cast<uint8_t*>(out.w2.raw());
+    const float* ss = raw.w2_quant.scale.data<float>();
+    float* ds = out.w2_quant.scale.data<float>();
+    for (int64_t l = 0; l < E; ++l) {
+      const int64_t g = global[l];
+      for (int64_t h = 0; h < H; ++h) {
+        std::copy_n(src + (g * H + h) * Ib + first / 2, Ib_local, dst + (l * H + h) * Ib_local);
+        std::copy_n(ss + (g * H + h) * s2 + s2_first, s2_local, ds + (l * H + h) * s2_local);
+      }
+    }
+  }
+  // Biases as the unquantized conversion makes them (F32, canonical rows, w2's on TP rank 0).
+  auto f32_rows = [&](const Tensor& bias, int64_t rows, auto row_of) {
+    Tensor t = Tensor::empty_cpu(DType::kF32, {E, rows});
+    const Tensor full = to_f32_cpu(bias);
+    const int64_t width = full.dim(1);
+    for (int64_t l = 0; l < E; ++l) {
+      for (int64_t r = 0; r < rows; ++r) {
+        t.data<float>()[l * rows + r] = full.data<float>()[global[l] * width + row_of(r)];
+      }
+    }
+    return t;
+  };
+  if (raw.w13_bias.defined()) out.w13_bias = f32_rows(raw.w13_bias, N1_local, src_row);
+  if (raw.w2_bias.defined() && parallel.moe_tp_rank() == 0) {
+    out.w2_bias = f32_rows(raw.w2_bias, H, [](int64_t h) { return h; });
+  }
+  return out;
+}
+
+}  // namespace mg

@@ -1,0 +1,41 @@
+// The FP4 oracle module: keys, priority lists and weight conversion for FP4 E2M1 experts, schemes
+// MXFP4 (one E8M0 scale per 32 values of a row: GPT-OSS) and NVFP4 (one F8_E4M3 scale per 16
+// values and an F32 global scale: ModelOpt, compressed-tensors). One module serves both: they
+// share the codes, the per-row groups, the conversion and every backend; only the weight key
+// (scale type and group) differs, and the backends check it.
+//
+// Keys: weight U8 (packed E2M1) with scale U8 (E8M0) per [1, 32] (MXFP4) or F8_E4M3 per [1, 16]
+// (NVFP4), static; activations in the compute dtype (weight-only: Hopper has no FP4 tensor cores,
+// and the checkpoints' W4A4 activation scales are not used).
+// Priority per device:
+//   CPU   cpu_fp4 (modular, standard; ops/moe/experts/cpu_fp4_experts.h): dequantizes 128 weight
+//         rows at a time inside its GEMMs
+//   CUDA  [a future FP4 kernel goes first: see fp4_priority], cuda_dequant (the weights
+//         dequantized once at build to the activation dtype and run by cuda_moe: correct now,
+//         4x the weight bytes of FP4 in BF16)
+// then the device's unquantized backends, which refuse FP4 at their quant check.
+// Conversion: the canonical shard of this rank, codes kept packed: the rank's experts (EP), gate
+// rows before up rows (GPT-OSS's interleaved rows are undone row by row, scales with them), and
+// the slice of the intermediate size (TP: w2's columns must be cut on scale-group boundaries).
+#pragma once
+
+#include <vector>
+
+#include "framework/device/device.h"
+#include "ops/moe/oracle/oracle.h"
+
+namespace mg {
+
+// kMxfp4 or kNvfp4.
+bool is_fp4_scheme(QuantScheme scheme);
+
+std::vector<const ExpertsBackend*> fp4_priority(Device device);
+
+// The node's keys (weight-only: activations in `activation_dtype`).
+MoEQuantConfig fp4_quant_config(const MoEConfig& config, const RawExpertWeights& raw,
+                                DType activation_dtype);
+
+QuantizedExpertWeights convert_fp4_weights(const MoEConfig& config, const ParallelConfig& parallel,
+                                           const ExpertsShape& shape, const RawExpertWeights& raw);
+
+}  // namespace mg

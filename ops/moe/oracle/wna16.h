@@ -1,0 +1,46 @@
+// The WNA16 oracle module: keys, priority lists and weight conversion for weight-only integer
+// experts (schemes INT4_WEIGHT_ONLY, INT8_WEIGHT_ONLY: GPTQ, AWQ, compressed-tensors, make-model
+// --quant int4-g128 ...; layout in framework/core/int_quant.h).
+//
+// Keys: the weight key is the checkpoint's (int4 / uint4 / int8 / uint8 codes, F32 scales per
+// [1, g] or per row, zero points where the checkpoint has them, static); the activation key is
+// the compute dtype (weight-only: activations are never quantized).
+// Priority per device, with the reason for the order:
+//   CPU   cpu_wna16 (ops/moe/experts/cpu_wna16_experts.h): dequantizes 128 weight rows at a time
+//         inside its GEMMs; the only CPU backend that reads integer codes.
+//   CUDA  [the W4A16 / W8A16 grouped-GEMM kernel backend goes first here: it reads the packed
+//         codes, 4x fewer weight bytes than BF16, which is what decode is bound by; see
+//         wna16_priority], then cuda_dequant (ops/moe/experts/cuda_fp8_experts.h): the codes
+//         are dequantized once at build to the activation dtype and run by cuda_moe's kernels -
+//         correct everywhere cuda_moe runs, at BF16's weight bytes.
+// then the device's unquantized backends, which refuse integer codes at their quant check (listed
+// so that inspect --plan and a forced request say why).
+// Conversion (once, at compile time): the canonical shard of this rank: the rank's experts (EP)
+// and its slice of the intermediate size (TP, which must cut on w2's scale groups). GPTQ
+// act-order on w2 (a g_idx over the intermediate channels) is folded into the weights: the
+// intermediate channels of each expert are permuted (w13's gate and up rows, w13's bias, w2's
+// columns) so that every w2 group is contiguous and the g_idx disappears - the MLP's output is
+// unchanged because the activation is elementwise over those channels. Act-order on w13 (over
+// the hidden size, which the experts cannot permute) stays a g_idx that the dequantizing
+// backends read.
+#pragma once
+
+#include <vector>
+
+#include "framework/device/device.h"
+#include "ops/moe/oracle/oracle.h"
+
+namespace mg {
+
+std::vector<const ExpertsBackend*> wna16_priority(Device device);
+
+// The node's keys from its expert weights' quantization (checked by the op's input checks).
+MoEQuantConfig wna16_quant_config(const MoEConfig& config, const RawExpertWeights& raw,
+                                  DType activation_dtype);
+
+QuantizedExpertWeights convert_wna16_weights(const MoEConfig& config,
+                                             const ParallelConfig& parallel,
+                                             const ExpertsShape& shape,
+                                             const RawExpertWeights& raw);
+
+}  // namespace mg

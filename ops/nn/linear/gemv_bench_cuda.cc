@@ -1,0 +1,130 @@
+#include "ops/nn/linear/gemv_bench_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+
+#include "framework/device/cuda/cuda_check.h"
+#include "ops/nn/linear/linear_gemm_cuda.h"
+#include "ops/nn/linear/linear_gemv_cuda.h"
+
+namespace mg {
+
+namespace {
+
+// Weight copies rotate until they cover this many bytes: more than the H100's 50 MB L2, so every
+// call reads its weight from HBM as in a decode step (each weight is read once per step).
+constexpr size_t kRotateBytes = size_t{256} << 20;
+constexpr int kCallsPerGraph = 64;
+constexpr int kReplays = 20;
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) {
+    MG_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 1)));
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// Median µs per call of kCallsPerGraph calls captured in one CUDA graph, replayed kReplays times.
+template <typename Call>
+double time_calls(cudaStream_t stream, const Call& call) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  call(0);  // first call outside capture: cuBLASLt picks and caches its algorithm
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCallsPerGraph; ++i) call(i);
+  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  MG_CUDA_CHECK(cudaEventCreate(&start));
+  MG_CUDA_CHECK(cudaEventCreate(&stop));
+  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  std::vector<double> us;
+  for (int r = 0; r < kReplays; ++r) {
+    MG_CUDA_CHECK(cudaEventRecord(start, stream));
+    MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MG_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MG_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    MG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    us.push_back(ms * 1000.0 / kCallsPerGraph);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+}  // namespace
+
+std::vector<GemvBenchShape> gemv_bench_default_shapes() {
+  return {
+      {"q_proj", 2048, 4096},  {"k/v_proj", 2048, 512},   {"o_proj", 4096, 2048},
+      {"router", 2048, 128},   {"lm_head", 2048, 151936}, {"odd", 2047, 1001},
+      {"odd-long", 4099, 257},
+  };
+}
+
+int run_gemv_bench(const GemvBenchOptions& o) {
+  MG_CUDA_CHECK(cudaSetDevice(o.device));
+  const std::vector<GemvBenchShape> shapes =
+      o.shapes.empty() ? gemv_bench_default_shapes() : o.shapes;
+  const int64_t max_rows = *std::max_element(o.rows.begin(), o.rows.end());
+  const size_t elem = dtype_size(o.dtype);
+  cudaStream_t stream = nullptr;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::cout << fmt::format("{:<10} {:>6} {:>7} {:>4} | {:>10} {:>8} | {:>10} {:>8} | {}\n", "shape",
+                           "in", "out", "rows", "gemv us", "GB/s", "cublas us", "GB/s", "faster");
+  void* workspace = nullptr;
+  MG_CUDA_CHECK(cudaMalloc(&workspace, cuda::GemmXwt::kWorkspaceBytes));
+  for (const GemvBenchShape& s : shapes) {
+    const size_t weight_bytes = static_cast<size_t>(s.in * s.out) * elem;
+    const int copies =
+        static_cast<int>(std::clamp<size_t>(kRotateBytes / weight_bytes + 1, 1, kCallsPerGraph));
+    DeviceBuffer weights(weight_bytes * copies);
+    DeviceBuffer x(static_cast<size_t>(max_rows * s.in) * elem);
+    DeviceBuffer y(static_cast<size_t>(max_rows * s.out) * 4);
+    // Small random-ish values: the timing does not depend on them, NaNs would not either, but a
+    // defined input keeps compute-sanitizer quiet.
+    MG_CUDA_CHECK(cudaMemset(weights.ptr, 0x11, weight_bytes * copies));
+    MG_CUDA_CHECK(cudaMemset(x.ptr, 0x22, static_cast<size_t>(max_rows * s.in) * elem));
+    cuda::GemmXwt gemv(o.dtype, s.in, s.out, nullptr, o.device);
+    cuda::GemmXwt cublas(o.dtype, s.in, s.out, nullptr, o.device);
+    gemv.set_gemv_max_rows(cuda::kGemvMaxRows);  // every row count, whatever the rule chooses
+    cublas.set_gemv_max_rows(0);
+    for (int64_t rows : o.rows) {
+      auto call_of = [&](const cuda::GemmXwt& g) {
+        return [&, rows](int i) {
+          const char* w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
+          g.run(x.ptr, rows, w, y.ptr, 1.0f, workspace, cuda::GemmXwt::kWorkspaceBytes, stream);
+        };
+      };
+      const bool gemv_applies = rows <= cuda::kGemvMaxRows;
+      const double gemv_us = gemv_applies ? time_calls(stream, call_of(gemv)) : 0.0;
+      const double cublas_us = time_calls(stream, call_of(cublas));
+      const double bytes = static_cast<double>(weight_bytes);
+      std::cout << fmt::format(
+          "{:<10} {:>6} {:>7} {:>4} | {:>10} {:>8} | {:>10.2f} {:>8.0f} | {}\n", s.name, s.in,
+          s.out, rows, gemv_applies ? fmt::format("{:.2f}", gemv_us) : std::string("-"),
+          gemv_applies ? fmt::format("{:.0f}", bytes / gemv_us / 1e3) : std::string("-"), cublas_us,
+          bytes / cublas_us / 1e3,
+          !gemv_applies          ? "cublas (only)"
+          : gemv_us <= cublas_us ? "gemv"
+                                 : "cublas");
+    }
+  }
+  cudaFree(workspace);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace mg

@@ -1,0 +1,136 @@
+// The GEMV kernel of linear_gemv_cuda.h (included by the per-dtype linear_cuda_<dtype>.cu files).
+#pragma once
+
+#include "framework/core/error.h"
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_utils.cuh"
+#include "ops/nn/linear/linear_gemv_cuda.h"
+
+namespace mg::cuda {
+
+constexpr int kGemvThreads = 256;
+constexpr int kGemvWarps = kGemvThreads / 32;
+
+// kMaxRows: the template's accumulator count (1, 2, 4 or 8); `rows` <= kMaxRows are computed.
+// kVector: 16-byte loads of w and x (rows are 16-byte multiples and both pointers aligned).
+template <typename T, typename TOut, int kMaxRows, bool kVector>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const TOut* __restrict__ bias,
+                TOut* __restrict__ y, int rows, int64_t in, int64_t out, float alpha,
+                int warps_per_feature) {
+  __shared__ float partial[kGemvWarps][kMaxRows];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int features_per_block = kGemvWarps / warps_per_feature;
+  const int64_t n =
+      static_cast<int64_t>(blockIdx.x) * features_per_block + warp / warps_per_feature;
+  const int part = warp % warps_per_feature;
+  const int64_t stride = static_cast<int64_t>(warps_per_feature) * 32;
+  float acc[kMaxRows];
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) acc[m] = 0.0f;
+
+  if (n < out) {
+    const T* wrow = w + n * in;
+    if constexpr (kVector) {
+      constexpr int kElems = 16 / sizeof(T);
+      const int64_t chunks = in / kElems;
+      const uint4* w4 = reinterpret_cast<const uint4*>(wrow);
+      const uint4* x4 = reinterpret_cast<const uint4*>(x);
+      auto fma_chunk = [&](const uint4& wv, int64_t c) {
+        const T* we = reinterpret_cast<const T*>(&wv);
+        float wf[kElems];
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) wf[e] = to_float(we[e]);
+#pragma unroll
+        for (int m = 0; m < kMaxRows; ++m) {
+          if (m < rows) {
+            const uint4 xv = __ldg(x4 + m * chunks + c);
+            const T* xe = reinterpret_cast<const T*>(&xv);
+#pragma unroll
+            for (int e = 0; e < kElems; ++e) acc[m] = fmaf(wf[e], to_float(xe[e]), acc[m]);
+          }
+        }
+      };
+      // Four independent 16-byte weight loads in flight per lane before any math: the loop is
+      // bound by memory latency, not by the FMAs.
+      constexpr int kUnroll = 4;
+      int64_t c = part * 32 + lane;
+      for (; c + (kUnroll - 1) * stride < chunks; c += kUnroll * stride) {
+        uint4 wv[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w4 + c + u * stride);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) fma_chunk(wv[u], c + u * stride);
+      }
+      for (; c < chunks; c += stride) fma_chunk(__ldcs(w4 + c), c);
+    } else {
+      for (int64_t k = part * 32 + lane; k < in; k += stride) {
+        const float wk = to_float(wrow[k]);
+#pragma unroll
+        for (int m = 0; m < kMaxRows; ++m) {
+          if (m < rows) acc[m] = fmaf(wk, to_float(x[m * in + k]), acc[m]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) acc[m] = warp_sum(acc[m]);
+  if (warps_per_feature > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < kMaxRows; ++m) partial[warp][m] = acc[m];
+    }
+    __syncthreads();  // reached by every thread: no early return above
+    if (part != 0) return;
+#pragma unroll
+    for (int m = 0; m < kMaxRows; ++m) {
+      float s = 0.0f;
+      for (int p = 0; p < warps_per_feature; ++p) s += partial[warp + p][m];
+      acc[m] = s;
+    }
+  }
+  if (lane != 0 || n >= out) return;
+  const float b = bias != nullptr ? to_float(bias[n]) : 0.0f;
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) {
+    if (m < rows) y[m * out + n] = from_float<TOut>(alpha * acc[m] + b);
+  }
+}
+
+template <typename T, typename TOut, int kMaxRows>
+void launch_gemv_rows(const GemvArgs& a, cudaStream_t stream) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vector =
+      (a.in * static_cast<int64_t>(sizeof(T))) % 16 == 0 && aligned(a.x) && aligned(a.w);
+  const int wpf = gemv_warps_per_feature(a.in, a.out, static_cast<int>(sizeof(T)));
+  const int64_t features_per_block = kGemvWarps / wpf;
+  const int64_t blocks = (a.out + features_per_block - 1) / features_per_block;
+  MG_ASSERT(blocks <= 0x7fffffff, "gemv: {} output features", a.out);
+  const T* x = static_cast<const T*>(a.x);
+  const T* w = static_cast<const T*>(a.w);
+  const TOut* bias = static_cast<const TOut*>(a.bias);
+  TOut* y = static_cast<TOut*>(a.y);
+  const int rows = static_cast<int>(a.rows);
+  if (vector) {
+    gemv_kernel<T, TOut, kMaxRows, true>
+        <<<static_cast<unsigned>(blocks), kGemvThreads, 0, stream>>>(x, w, bias, y, rows, a.in,
+                                                                     a.out, a.alpha, wpf);
+  } else {
+    gemv_kernel<T, TOut, kMaxRows, false>
+        <<<static_cast<unsigned>(blocks), kGemvThreads, 0, stream>>>(x, w, bias, y, rows, a.in,
+                                                                     a.out, a.alpha, wpf);
+  }
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, typename TOut>
+void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
+  MG_ASSERT(a.rows >= 1 && a.rows <= kGemvMaxRows && a.in > 0 && a.out > 0,
+            "gemv: {} rows x {} in x {} out", a.rows, a.in, a.out);
+  if (a.rows == 1) return launch_gemv_rows<T, TOut, 1>(a, stream);
+  if (a.rows == 2) return launch_gemv_rows<T, TOut, 2>(a, stream);
+  if (a.rows <= 4) return launch_gemv_rows<T, TOut, 4>(a, stream);
+  return launch_gemv_rows<T, TOut, 8>(a, stream);
+}
+
+}  // namespace mg::cuda

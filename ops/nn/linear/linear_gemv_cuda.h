@@ -1,0 +1,55 @@
+// The memory-bound path of GemmXwt (linear_gemm_cuda.h) for a few rows of x:
+//   y [rows, out] = alpha · x [rows, in] · w [out, in]ᵀ (+ bias [out]),  rows <= kGemvMaxRows.
+//
+// Why not cuBLASLt: at M rows a GEMM does 2·M flops per weight element it reads (2 bytes in BF16),
+// so up to M = 8 it needs ≤ 8 flop/byte against the H100's ~300 (990 TFLOP/s / 3.35 TB/s): time is
+// the weight's bytes over HBM bandwidth, and what matters is that every SM streams the weight with
+// wide loads from the first cycle. cuBLASLt's heuristic picks tiles built for tensor-core
+// throughput (64+ rows of x, most of it padding at M = 1) and often too few CTAs for a narrow
+// weight; `moegraph bench gemv` times both on the one-token shapes of the decode step
+// (docs/performance.md has its run and the threshold it justifies).
+//
+// How: one or more warps per output feature walk its weight row with 16-byte loads (8 BF16/F16 or
+// 4 F32 elements; scalar loads when the row or a pointer is not 16-byte aligned: odd `in`),
+// accumulating all rows of x at once in fp32 (x is small and stays in L1); when there are few
+// output features (k/v projections), up to 8 warps split one row's `in` (split-K within a block,
+// reduced through shared memory) so the whole GPU has loads in flight.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace mg::cuda {
+
+// Rows of x the GEMV kernel takes (1..8; tests and `bench gemv` force every count).
+constexpr int64_t kGemvMaxRows = 8;
+// Rows up to which GemmXwt chooses it, on weights whose rows are 16-byte multiples. `moegraph
+// bench gemv` on an H100 (2026-11-25, BF16, docs/performance.md): at 1 row the GEMV beats
+// cuBLASLt on every aligned decode projection (o_proj 7.96 vs 9.94 us, k/v 2.88 vs 5.31, router
+// 2.15 vs 4.79, lm_head 198.9 vs 216.8) and at 2 rows on all but o_proj (10.24 vs 10.04); from
+// 4 rows cuBLASLt wins o_proj and lm_head (8 rows: 400 vs 220 us); on unaligned rows (scalar
+// loads) cuBLAS wins at 1 row (in 2047 x out 1001: 9.30 vs 5.24 us).
+constexpr int64_t kGemvChosenRows = 2;
+
+struct GemvArgs {
+  const void* x = nullptr;     // [rows, in], T
+  const void* w = nullptr;     // [out, in], T
+  const void* bias = nullptr;  // [out], TOut, or null
+  void* y = nullptr;           // [rows, out], TOut
+  int64_t rows = 0;            // 1..kGemvMaxRows
+  int64_t in = 0;
+  int64_t out = 0;
+  float alpha = 1.0f;
+};
+
+// T: float, __half or __nv_bfloat16; TOut: T, or float for 16-bit T (the MoE router's F32
+// logits). Instantiated in linear_cuda_<dtype>.cu.
+template <typename T, typename TOut>
+void launch_gemv(const GemvArgs& args, cudaStream_t stream);
+
+// Warps that split one output feature's `in` for a GEMV of this shape (1, 2, 4 or 8): the
+// smallest count that puts ~4096 warps on the GPU, no more than gives every lane a 16-byte chunk.
+int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes);
+
+}  // namespace mg::cuda

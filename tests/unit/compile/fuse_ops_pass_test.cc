@@ -1,0 +1,93 @@
+// The fuse-ops compile pass: every add that feeds a whole-row rms_norm becomes one add_rms_norm
+// node (and only those), and the fused graph gives the unfused graph's logits: the bundled
+// models, the small test decoder and an imported Hugging Face fixture, prompt and decode steps.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "framework/compile/compiler.h"
+#include "framework/compile/fuse_ops.h"
+#include "framework/import/hf_importer.h"
+#include "framework/runtime/session.h"
+#include "tests/testing/model_fixture.h"
+#include "tests/testing/test_util.h"
+
+namespace mg {
+namespace {
+
+std::map<std::string, int> op_counts(const ExecutionPlan& plan) {
+  std::map<std::string, int> counts;
+  for (const PlanNode& n : plan.nodes) ++counts[n.op];
+  return counts;
+}
+
+std::shared_ptr<const ExecutionPlan> compile(const std::filesystem::path& model, bool fuse) {
+  const FuseOpsScope scope(fuse);
+  CompileOptions options;
+  options.max_tokens = 64;
+  if (model.extension() == ".pbtxt") return compile_graph_file(model, options);
+  HfImportResult imported = import_hf_checkpoint(model);  // a Hugging Face checkpoint folder
+  return compile_model(std::move(imported.model), model / "model.pbtxt", options);
+}
+
+// Prompt logits, then three one-token decode steps, concatenated.
+std::vector<float> logits_of(std::shared_ptr<const ExecutionPlan> plan) {
+  SessionOptions so;
+  so.threads = 2;
+  Session s(std::move(plan), so);
+  const std::vector<int32_t> prompt = {5, 17, 3, 9, 42, 8, 6, 1, 33};
+  std::vector<int32_t> pos(prompt.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  const Tensor& t = s.forward(prompt, pos);
+  std::vector<float> out(t.data<float>(), t.data<float>() + t.numel());
+  for (int step = 0; step < 3; ++step) {
+    const int32_t id = prompt[static_cast<size_t>(step)] + 1;
+    const int32_t p = static_cast<int32_t>(prompt.size()) + step;
+    const Tensor& d = s.forward(std::span(&id, 1), std::span(&p, 1));
+    out.insert(out.end(), d.data<float>(), d.data<float>() + d.numel());
+  }
+  return out;
+}
+
+std::vector<std::filesystem::path> models() {
+  const std::filesystem::path src(MG_SOURCE_DIR);
+  return {src / "models/tiny-llama/model.pbtxt", src / "models/tiny-moe/model.pbtxt",
+          testing::write_model(testing::temp_dir("fuse"), testing::small_spec()),
+          src / "tests/fixtures/hf/qwen3_moe", src / "tests/fixtures/hf/granitemoe"};
+}
+
+TEST(FuseOps, EveryResidualAddBeforeAWholeRowNormIsFused) {
+  for (const auto& model : models()) {
+    SCOPED_TRACE(model.string());
+    const auto off = compile(model, false);
+    const auto on = compile(model, true);
+    std::map<std::string, int> a = op_counts(*off), b = op_counts(*on);
+    EXPECT_EQ(a["add_rms_norm"], 0);
+    const int fused = b["add_rms_norm"];
+    EXPECT_EQ(on->nodes.size() + static_cast<size_t>(fused), off->nodes.size());
+    EXPECT_EQ(b["add"] + fused, a["add"]);
+    EXPECT_EQ(b["rms_norm"] + fused, a["rms_norm"]);
+    if (model.string().find("granite") != std::string::npos) {
+      // Granite's residual adds carry residual_multiplier as a scale: never fused.
+      EXPECT_EQ(fused, 0);
+    } else {
+      // A decoder's residual adds all feed a norm (the next layer's or the final one).
+      EXPECT_GT(fused, 0);
+      EXPECT_EQ(b["add"], 0);
+    }
+  }
+}
+
+TEST(FuseOps, LogitsAreTheSameWithTheRewriteOnAndOff) {
+  for (const auto& model : models()) {
+    SCOPED_TRACE(model.string());
+    const std::vector<float> off = logits_of(compile(model, false));
+    const std::vector<float> on = logits_of(compile(model, true));
+    ASSERT_EQ(on.size(), off.size());
+    // The fused CPU kernel runs the add's and the norm's own loops: the same floats.
+    EXPECT_LE(testing::normalized_error(on, off), 1e-7);
+  }
+}
+
+}  // namespace
+}  // namespace mg

@@ -1,0 +1,222 @@
+// FP4 (MXFP4, NVFP4) experts on the CPU: the oracle module ops/moe/oracle/fp4.h with backend
+// cpu_fp4 against the fp64 reference on weights dequantized here by an independent decoder: every
+// activation, GPT-OSS's interleaved gate/up rows with biases and SwiGLU-OAI, sizes that are not
+// multiples of the 32 / 16 groups (partial last group), experts that receive no tokens, EP and TP
+// shards, refused splits.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "framework/core/fp4.h"
+#include "framework/core/fp8.h"
+#include "ops/moe/experts/cpu_fp4_experts.h"
+#include "ops/moe/kernel/prepare_finalize.h"
+#include "ops/moe/oracle/fp4.h"
+#include "ops/moe/reference/moe_reference.h"
+#include "tests/unit/moe/moe_test_util.h"
+
+namespace mg {
+namespace {
+
+// E2M1 decoded from its fields (not from fp4.cc's table): e = bits 1-2, m = bit 0.
+double independent_e2m1(uint8_t code) {
+  const int e = (code >> 1) & 3, m = code & 1;
+  const double mag = e == 0 ? 0.5 * m : std::ldexp(1.0 + 0.5 * m, e - 1);
+  return (code & 8) ? -mag : mag;
+}
+
+// Random packed codes [lead..., R, C / 2] and positive scales around 1 / (6 sqrt(C)) per group of
+// `group_cols`, so that real values are O(1 / sqrt(C)) like moe_test::random_weights'.
+std::pair<Tensor, WeightQuantization> random_fp4(const Shape& shape, int64_t group_cols,
+                                                 uint32_t seed) {
+  Shape stored = shape;
+  stored.back() /= 2;
+  const Tensor v = testing::random_tensor(stored, seed, 0.0f, 255.99f);
+  Tensor codes = Tensor::empty_cpu(DType::kU8, stored);
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    static_cast<uint8_t*>(codes.raw())[i] = static_cast<uint8_t>(v.data<float>()[i]);
+  }
+  WeightQuantization q;
+  q.group = {1, group_cols};
+  const float base = 2.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(shape.back())));
+  q.scale = testing::random_tensor(scale_shape_for(shape, q.group), seed + 1, 0.5f * base, base);
+  return {codes, q};
+}
+
+// F32 values of packed codes, decoded independently (fp64, then rounded once).
+Tensor independent_dequantize(const Tensor& codes, const WeightQuantization& q) {
+  const int64_t R = codes.dim(-2), Cb = codes.dim(-1), C = 2 * Cb;
+  Shape shape = codes.shape();
+  shape.back() = C;
+  Tensor out = Tensor::empty_cpu(DType::kF32, shape);
+  const int64_t matrices = codes.numel() / (R * Cb), sc = q.scale.dim(-1);
+  const uint8_t* in = static_cast<const uint8_t*>(codes.raw());
+  for (int64_t m = 0; m < matrices; ++m) {
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t c = 0; c < C; ++c) {
+        const uint8_t byte = in[(m * R + r) * Cb + c / 2];
+        const uint8_t code = c % 2 == 0 ? byte & 0xF : byte >> 4;
+        out.data<float>()[(m * R + r) * C + c] = static_cast<float>(
+            independent_e2m1(code) * q.scale.data<float>()[(m * R + r) * sc + c / q.group.cols]);
+      }
+    }
+  }
+  return out;
+}
+
+struct Fp4Case {
+  const char* name;
+  QuantScheme scheme;
+  int64_t E, k, H, I;
+  MoEActivation act;
+  bool interleaved = false;
+  bool biases = false;
+  float swiglu_limit = 0.6f;
+};
+
+int64_t group_of(QuantScheme s) {
+  return s == QuantScheme::kMxfp4 ? 32 : 16;
+}
+
+MoEConfig fp4_config(const Fp4Case& c) {
+  MoEConfig::Fields f = moe_test::experts_config(c.E, c.k, c.H, c.I, c.act, c.biases).fields();
+  f.quant_scheme = c.scheme;
+  f.gate_up_interleaved = c.interleaved;
+  f.activation.swiglu_limit = c.swiglu_limit;
+  return MoEConfig(f);
+}
+
+RawExpertWeights random_raw(const MoEConfig& config, const Fp4Case& c, uint32_t seed) {
+  RawExpertWeights raw;
+  const int64_t g = group_of(c.scheme);
+  std::tie(raw.w13, raw.w13_quant) = random_fp4({c.E, config.w13_rows(), c.H}, g, seed);
+  std::tie(raw.w2, raw.w2_quant) = random_fp4({c.E, c.H, c.I}, g, seed + 2);
+  if (c.biases) {
+    raw.w13_bias = testing::random_tensor({c.E, config.w13_rows()}, seed + 4, -0.5f, 0.5f);
+    raw.w2_bias = testing::random_tensor({c.E, c.H}, seed + 5, -0.5f, 0.5f);
+  }
+  return raw;
+}
+
+std::vector<Fp4Case> all_cases() {
+  std::vector<Fp4Case> cases = {
+      // GPT-OSS as the hub ships it: interleaved gate/up rows, biases, SwiGLU-OAI, at the real
+      // limit 7 and at a tight one that the random values reach.
+      {"gpt_oss_mxfp4", QuantScheme::kMxfp4, 5, 2, 96, 64, MoEActivation::kSwigluOai, true, true,
+       7.0f},
+      {"gpt_oss_mxfp4_clamped", QuantScheme::kMxfp4, 5, 2, 96, 64, MoEActivation::kSwigluOai, true,
+       true, 0.6f},
+      // Sizes that are not multiples of the group: partial last groups of 8 and 6 columns.
+      {"mxfp4_partial_groups", QuantScheme::kMxfp4, 7, 3, 72, 38, MoEActivation::kSiluGated},
+      {"nvfp4_partial_groups", QuantScheme::kNvfp4, 6, 2, 40, 22, MoEActivation::kSiluGated, false,
+       true},
+      {"nvfp4_interleaved", QuantScheme::kNvfp4, 4, 2, 48, 32, MoEActivation::kSwigluOai, true,
+       true},
+  };
+  for (const MoEActivation act : moe_test::kAllActivations) {
+    for (const QuantScheme s : {QuantScheme::kMxfp4, QuantScheme::kNvfp4}) {
+      cases.push_back({"every_activation", s, 5, 2, 64, 48, act});
+    }
+  }
+  return cases;
+}
+
+// cpu_fp4 and the reference multiply the same F32 weights; only fp32 summation differs.
+constexpr double kTolerance = 1e-5;
+
+TEST(Fp4Experts, MatchTheReferenceOnDequantizedWeights) {
+  ThreadPool pool(3);
+  uint32_t seed = 300;
+  for (const Fp4Case& c : all_cases()) {
+    SCOPED_TRACE(
+        fmt::format("{} {} {}", c.name, quant_scheme_name(c.scheme), activation_name(c.act)));
+    const MoEConfig config = fp4_config(c);
+    const RawExpertWeights raw = random_raw(config, c, seed += 10);
+    MoEKernelBuild build =
+        build_moe_kernel(config, ParallelConfig(), Device::cpu(), DType::kF32, "", raw, Tensor());
+    EXPECT_EQ(build.choice.backend->name(), "cpu_fp4");
+    EXPECT_NE(build.choice.describe().find("cpu_eigen: rejected, quant: "), std::string::npos)
+        << build.choice.describe();
+    const Tensor w13 = independent_dequantize(raw.w13, raw.w13_quant);
+    const Tensor w2 = independent_dequantize(raw.w2, raw.w2_quant);
+    for (const int64_t M : {1, 7, 33}) {
+      for (const auto pattern : {moe_test::IdPattern::kRandom, moe_test::IdPattern::kAllToOne}) {
+        const std::vector<float> x = testing::random_floats(M * c.H, ++seed, -2.0f, 2.0f);
+        std::vector<int32_t> ids;
+        std::vector<float> w;
+        moe_test::random_routing(M, c.E, c.k, pattern, ++seed, ids, w);
+        const std::vector<float> want =
+            reference::experts(config, x, M, ids, w, w13, raw.w13_bias, w2, raw.w2_bias);
+        const std::vector<float> got =
+            moe_test::run_kernel(*build.kernel, c.H, x, M, ids, w, {}, &pool);
+        EXPECT_LE(testing::normalized_error(got, want), kTolerance) << "M=" << M;
+      }
+    }
+  }
+}
+
+TEST(Fp4Experts, KeysNameTheScaleEncoding) {
+  const Fp4Case mx{"mx", QuantScheme::kMxfp4, 4, 2, 64, 32, MoEActivation::kSiluGated};
+  const Fp4Case nv{"nv", QuantScheme::kNvfp4, 4, 2, 64, 32, MoEActivation::kSiluGated};
+  const MoEQuantConfig qm =
+      fp4_quant_config(fp4_config(mx), random_raw(fp4_config(mx), mx, 1), DType::kBF16);
+  const MoEQuantConfig qn =
+      fp4_quant_config(fp4_config(nv), random_raw(fp4_config(nv), nv, 1), DType::kBF16);
+  EXPECT_EQ(qm.str(), "mxfp4(weight U8(scale U8 per [1, 32], static), activation BF16)");
+  EXPECT_EQ(qn.str(), "nvfp4(weight U8(scale F8_E4M3 per [1, 16], static), activation BF16)");
+  // cpu_fp4 computes in F32 and says why it refuses other keys.
+  EXPECT_EQ(cpu_fp4_backend().check_quant(
+                fp4_quant_config(fp4_config(mx), random_raw(fp4_config(mx), mx, 1), DType::kF32)),
+            "");
+  EXPECT_EQ(cpu_fp4_backend().check_quant(qm), "computes weight-only in F32, not activations BF16");
+  EXPECT_EQ(cpu_fp4_backend().check_quant(MoEQuantConfig::unquantized()),
+            "takes FP4 weights (MXFP4, NVFP4), not unquantized");
+}
+
+TEST(Fp4Experts, ShardsFollowTheScaleGroups) {
+  // EP: each rank converts its experts; TP: I = 64 cut in two shards of 32 (one MXFP4 group, two
+  // NVFP4 groups), interleaved gate/up rows de-interleaved per shard. The shards' partial sums add
+  // up to the whole layer.
+  const Fp4Case cases[] = {
+      {"tp_mxfp4", QuantScheme::kMxfp4, 4, 2, 64, 64, MoEActivation::kSwigluOai, true, true},
+      {"tp_nvfp4", QuantScheme::kNvfp4, 4, 2, 48, 64, MoEActivation::kSiluGated, false, true},
+  };
+  for (const Fp4Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const MoEConfig config = fp4_config(c);
+    const RawExpertWeights raw = random_raw(config, c, 21);
+    const int64_t M = 6;
+    const std::vector<float> x = testing::random_floats(M * c.H, 5, -2.0f, 2.0f);
+    std::vector<int32_t> ids;
+    std::vector<float> w;
+    moe_test::random_routing(M, c.E, c.k, moe_test::IdPattern::kRandom, 6, ids, w);
+    const std::vector<float> want =
+        reference::experts(config, x, M, ids, w, independent_dequantize(raw.w13, raw.w13_quant),
+                           raw.w13_bias, independent_dequantize(raw.w2, raw.w2_quant), raw.w2_bias);
+    const MoEQuantConfig quant = fp4_quant_config(config, raw, DType::kF32);
+    for (const bool ep : {false, true}) {
+      std::vector<float> sum(static_cast<size_t>(M * c.H), 0.0f);
+      for (int rank = 0; rank < 2; ++rank) {
+        const ParallelConfig p(2, rank, 1, 0, ep);
+        const ExpertsShape shape = local_experts_shape(config, p);
+        ExpertsBuild eb{config, shape, Device::cpu(), {}, Tensor(), {}, quant};
+        eb.quantized = convert_fp4_weights(config, p, shape, raw);
+        FusedMoEKernel kernel(make_prepare_finalize(ParallelConfig(), shape),
+                              cpu_fp4_backend().create(std::move(eb)));
+        const std::vector<float> part =
+            moe_test::run_kernel(kernel, c.H, x, M, ids, w, {}, nullptr);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+      }
+      EXPECT_LE(testing::normalized_error(sum, want), kTolerance) << (ep ? "EP" : "TP");
+    }
+  }
+  // I = 48 over 2 ranks: the shard [24, 48) of w2's columns starts inside a 32-column group.
+  const Fp4Case bad{"tp_split", QuantScheme::kMxfp4, 4, 2, 64, 48, MoEActivation::kSiluGated};
+  const MoEConfig config = fp4_config(bad);
+  EXPECT_MG_ERROR(build_moe_kernel(config, ParallelConfig(2, 1, 1, 0, false), Device::cpu(),
+                                   DType::kF32, "", random_raw(config, bad, 3), Tensor()),
+                  "FP4 experts cannot be split this way");
+}
+
+}  // namespace
+}  // namespace mg
