@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "framework/core/int_quant.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/cuda/cuda_check.h"
@@ -229,6 +230,45 @@ int bits_of(QuantScheme scheme) {
   return 0;
 }
 
+// One matrix of build.quantized in the kernels' input contract. The WNA16 oracle module hands the
+// canonical codes of framework/core/int_quant.h (signed kInt4 / kInt8 become unsigned with the
+// implicit zero 8 / 128; kUInt4 / kUInt8 keep theirs, or the midpoint when absent, as
+// dequantize_int_cpu reads them); codes of no integer element are taken as already unpacked U8
+// (the kernel tests' layers).
+Wna16MatrixTensors contract_of(const Tensor& codes, const WeightQuantization& q, int bits,
+                               const char* what) {
+  Wna16MatrixTensors m;
+  m.scales = q.scale;
+  m.bits = bits;
+  m.group_size = q.group.cols;
+  if (q.element == QuantElement::kFromDtype) {
+    m.codes = codes;
+    return m;
+  }
+  MG_CHECK(q.is_integer() && quant_element_bits(q.element) == bits,
+           "cuda_wna16: {} holds {} codes, the scheme {}-bit ones", what,
+           quant_element_name(q.element), bits);
+  // Act-order weights reach here only when the oracle module could not make their groups
+  // contiguous (wna16_priority leaves cuda_wna16 out for them).
+  MG_CHECK(!q.g_idx.defined(), "cuda_wna16: {} has act-order groups (g_idx) it cannot take", what);
+  MG_CHECK(q.logical_shape.size() == 3, "cuda_wna16: {} of logical shape rank {}", what,
+           q.logical_shape.size());
+  const int64_t rows = q.logical_shape[0] * q.logical_shape[1], K = q.logical_shape[2];
+  const int64_t row_bytes = int_codes_row_bytes(q.element, K);
+  const int32_t offset = quant_element_signed(q.element) ? (1 << (bits - 1)) : 0;
+  m.codes = Tensor::empty_cpu(DType::kU8, q.logical_shape);
+  const uint8_t* src = static_cast<const uint8_t*>(codes.raw());
+  uint8_t* dst = static_cast<uint8_t*>(m.codes.raw());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < K; ++k) {
+      dst[r * K + k] =
+          static_cast<uint8_t>(int_code_at(src + r * row_bytes, q.element, k) + offset);
+    }
+  }
+  m.zeros = q.zero_point;  // F32 in code units, or undefined: the midpoint, the kernels' default
+  return m;
+}
+
 class CudaWna16Backend final : public ExpertsBackend {
  public:
   std::string_view name() const override { return "cuda_wna16"; }
@@ -284,16 +324,9 @@ class CudaWna16Backend final : public ExpertsBackend {
   std::unique_ptr<Experts> create(ExpertsBuild build) const override {
     const int bits = bits_of(build.quant.scheme());
     MG_CHECK(bits != 0, "cuda_wna16: {}", check_quant(build.quant));
-    const auto matrix = [&](const Tensor& codes, const WeightQuantization& q) {
-      Wna16MatrixTensors m;
-      m.codes = codes;
-      m.scales = q.scale;
-      m.bits = bits;
-      m.group_size = q.group.cols;
-      return m;
-    };
-    return make_cuda_wna16_experts(build, matrix(build.quantized.w13, build.quantized.w13_quant),
-                                   matrix(build.quantized.w2, build.quantized.w2_quant));
+    return make_cuda_wna16_experts(
+        build, contract_of(build.quantized.w13, build.quantized.w13_quant, bits, "w13"),
+        contract_of(build.quantized.w2, build.quantized.w2_quant, bits, "w2"));
   }
 };
 

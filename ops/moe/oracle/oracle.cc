@@ -146,7 +146,7 @@ MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& p
       : quantized ? fp8_quant_config(config, raw, activation_dtype, quantize_activations)
                   : MoEQuantConfig::unquantized(activation_dtype);
   const std::vector<const ExpertsBackend*> priority = fp4         ? fp4_priority(device)
-                                                      : wna16     ? wna16_priority(device)
+                                                      : wna16     ? wna16_priority(device, raw)
                                                       : quantized ? fp8_priority(device)
                                                                   : unquantized_priority(device);
   const OracleQuery query{device, config, quant, parallel, shape, requested};

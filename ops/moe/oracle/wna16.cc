@@ -9,6 +9,7 @@
 #include "ops/moe/oracle/unquantized.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/experts/cuda_fp8_experts.h"
+#include "ops/moe/experts/cuda_wna16_experts.h"
 #endif
 
 namespace mg {
@@ -42,9 +43,19 @@ std::vector<std::vector<int64_t>> act_order_permutations(const WeightQuantizatio
   return perms;
 }
 
+// Whether convert_wna16_weights leaves no g_idx: none on w13, and w2's (if any) foldable.
+[[maybe_unused]] bool groups_contiguous_after_conversion(const RawExpertWeights& raw) {
+  if (raw.w13_quant.g_idx.defined()) return false;
+  const WeightQuantization& q2 = raw.w2_quant;
+  if (!q2.g_idx.defined()) return true;
+  std::vector<int32_t> experts(static_cast<size_t>(q2.logical_shape.front()));
+  std::iota(experts.begin(), experts.end(), 0);
+  return !act_order_permutations(q2, experts, q2.logical_shape.back()).empty();
+}
+
 }  // namespace
 
-std::vector<const ExpertsBackend*> wna16_priority(Device device) {
+std::vector<const ExpertsBackend*> wna16_priority(Device device, const RawExpertWeights& raw) {
   std::vector<const ExpertsBackend*> list;
   switch (device.type) {
     case DeviceType::kCPU:
@@ -52,10 +63,10 @@ std::vector<const ExpertsBackend*> wna16_priority(Device device) {
       break;
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
-      // >>> The W4A16 / W8A16 grouped-GEMM backend (ops/moe/cuda/wna16/) goes FIRST here, with its
-      // own conversion from the canonical codes (framework/core/int_quant.h) in its create(). Until
-      // then every WNA16 node runs on cuda_dequant. <<<
-      list = {&cuda_dequant_backend()};
+      // cuda_wna16 reads contiguous scale groups: an act-order w13 (a g_idx over the hidden size,
+      // which conversion cannot fold away) stays on cuda_dequant; w2's act-order is folded.
+      if (groups_contiguous_after_conversion(raw)) list.push_back(&cuda_wna16_backend());
+      list.push_back(&cuda_dequant_backend());
 #endif
       break;
   }

@@ -8,11 +8,12 @@
 // Priority per device, with the reason for the order:
 //   CPU   cpu_wna16 (ops/moe/experts/cpu_wna16_experts.h): dequantizes 128 weight rows at a time
 //         inside its GEMMs; the only CPU backend that reads integer codes.
-//   CUDA  [the W4A16 / W8A16 grouped-GEMM kernel backend goes first here: it reads the packed
-//         codes, 4x fewer weight bytes than BF16, which is what decode is bound by; see
-//         wna16_priority], then cuda_dequant (ops/moe/experts/cuda_fp8_experts.h): the codes
-//         are dequantized once at build to the activation dtype and run by cuda_moe's kernels -
-//         correct everywhere cuda_moe runs, at BF16's weight bytes.
+//   CUDA  cuda_wna16 (ops/moe/experts/cuda_wna16_experts.h): the W4A16 / W8A16 grouped GEMMs
+//         that stream the packed codes (4x fewer weight bytes than BF16 at 4 bits, which is what
+//         decode is bound by) - left out for act-order weights whose w13 keeps a g_idx (its
+//         groups must be contiguous); then cuda_dequant (ops/moe/experts/cuda_fp8_experts.h): the
+//         codes are dequantized once at build to the activation dtype and run by cuda_moe's
+//         kernels - correct everywhere cuda_moe runs, at BF16's weight bytes.
 // then the device's unquantized backends, which refuse integer codes at their quant check (listed
 // so that inspect --plan and a forced request say why).
 // Conversion (once, at compile time): the canonical shard of this rank: the rank's experts (EP)
@@ -32,7 +33,8 @@
 
 namespace mg {
 
-std::vector<const ExpertsBackend*> wna16_priority(Device device);
+// `raw`: the node's weights (act-order on w13 leaves cuda_wna16 out).
+std::vector<const ExpertsBackend*> wna16_priority(Device device, const RawExpertWeights& raw);
 
 // The node's keys from its expert weights' quantization (checked by the op's input checks).
 MoEQuantConfig wna16_quant_config(const MoEConfig& config, const RawExpertWeights& raw,
