@@ -63,7 +63,7 @@ TEST(Cli, SeveralPromptsAreBatchedAndEqualLoneRuns) {
     EXPECT_THAT(r.out, HasSubstr(fmt::format("[{}] {} (", i, lone[i]))) << r.out;
   }
   expect_clean_error(run_moegraph({"run", "--prompt-ids", "1", "--prompt-ids", "2", "--tp", "2"}),
-                     {"--tp/--dp/--ep take one prompt"});
+                     {"--tp/--dp/--ep and launched ranks take one prompt"});
 }
 
 TEST(Cli, HelpAndVersionExitZero) {

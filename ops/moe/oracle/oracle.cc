@@ -126,7 +126,6 @@ void check_quant_scheme_supported(QuantScheme scheme) {
     case QuantScheme::kInt8WeightOnly:
     case QuantScheme::kInt4WeightOnly:
       return;
-          quant_scheme_name(scheme));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "framework/core/logging.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
+#include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
 #include "ops/moe/cuda/fp8/fp8_cublaslt_prep_cuda.h"
 #include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
