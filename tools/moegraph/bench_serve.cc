@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,17 +129,27 @@ std::vector<int> parse_batches(const std::string& text) {
 }
 
 struct Round {
-  double seconds = 0;          // wall time of the whole round
-  double decode_seconds = 0;   // from the last sequence's first token to the last token
-  int64_t decode_tokens = 0;   // tokens after each sequence's first
+  double seconds = 0;         // wall time of the whole round
+  double decode_seconds = 0;  // the steps in which every sequence decodes (see run_round)
+  int64_t decode_steps = 0;
   int64_t tokens = 0;          // all generated tokens
   std::vector<double> gaps_s;  // between consecutive tokens of a sequence
 };
 
+// One round of `batch` requests joining at once. The prompts are prefilled in chunks of the
+// plan's max_tokens, so the sequences get their first tokens over several steps and finish as
+// many steps apart: the decode rate at `batch` is taken over the steps after every sequence has
+// its first token up to the step of the first sequence's last (each of them gives every sequence
+// one token), timed from the end of the step before to the end of the last one.
 Round run_round(Engine& engine, int batch, int prompt_tokens, int new_tokens, float temperature,
                 int64_t vocab, uint64_t salt) {
+  struct Token {
+    uint64_t step;
+    Clock::time_point time;
+  };
   std::mutex mutex;
-  std::vector<std::vector<Clock::time_point>> times(static_cast<size_t>(batch));
+  std::vector<std::vector<Token>> tokens(static_cast<size_t>(batch));
+  std::map<uint64_t, Clock::time_point> step_end;  // the time of each step's last event
   for (int s = 0; s < batch; ++s) {
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
     for (int i = 0; i < prompt_tokens; ++i) {
@@ -150,34 +161,35 @@ Round run_round(Engine& engine, int batch, int prompt_tokens, int new_tokens, fl
     o.stop_at_eos = false;
     o.sampling.temperature = temperature;
     o.seed = salt + static_cast<uint64_t>(s);
-    o.on_event = [&times, &mutex, s](const RequestEvent& e) {
+    o.on_event = [&, s](const RequestEvent& e) {
       if (e.token < 0) return;
+      const uint64_t step = engine.stats().steps;  // counted before the step's events
+      const Clock::time_point now = Clock::now();
       std::lock_guard lock(mutex);
-      times[static_cast<size_t>(s)].push_back(Clock::now());
+      tokens[static_cast<size_t>(s)].push_back({step, now});
+      step_end[step] = now;
     };
     engine.add_request(std::move(prompt), std::move(o));
   }
   const auto start = Clock::now();
   engine.run_until_idle();
   Round r;
-  const auto end = Clock::now();
-  r.seconds = std::chrono::duration<double>(end - start).count();
-  Clock::time_point all_started = start, last = start;
-  for (const auto& t : times) {
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  uint64_t all_started = 0, first_done = std::numeric_limits<uint64_t>::max();
+  for (const auto& t : tokens) {
     MG_ASSERT(!t.empty(), "a sequence of the round generated nothing");
-    all_started = std::max(all_started, t.front());
-    last = std::max(last, t.back());
+    all_started = std::max(all_started, t.front().step);
+    first_done = std::min(first_done, t.back().step);
     r.tokens += static_cast<int64_t>(t.size());
     for (size_t i = 1; i < t.size(); ++i) {
-      r.gaps_s.push_back(std::chrono::duration<double>(t[i] - t[i - 1]).count());
+      r.gaps_s.push_back(std::chrono::duration<double>(t[i].time - t[i - 1].time).count());
     }
   }
-  // Decode tokens/s: the tokens made after every sequence had its first (all decoding, no
-  // prefill in the steps), over that time.
-  for (const auto& t : times) {
-    r.decode_tokens += std::count_if(t.begin(), t.end(), [&](auto x) { return x > all_started; });
+  if (first_done > all_started) {
+    r.decode_steps = static_cast<int64_t>(first_done - all_started);
+    r.decode_seconds =
+        std::chrono::duration<double>(step_end.at(first_done) - step_end.at(all_started)).count();
   }
-  r.decode_seconds = std::chrono::duration<double>(last - all_started).count();
   return r;
 }
 
@@ -229,22 +241,21 @@ int bench_serve(const BenchServeArgs& a) {
     run_round(engine, batch, a.prompt_tokens, 2, a.temperature, vocab, 1);
     const Round r =
         run_round(engine, batch, a.prompt_tokens, a.decode_tokens, a.temperature, vocab, 2);
-    const double steps = static_cast<double>(r.decode_tokens) / batch;
-    const double step_s = steps > 0 ? r.decode_seconds / steps : 0;
+    const double step_s =
+        r.decode_steps > 0 ? r.decode_seconds / static_cast<double>(r.decode_steps) : 0;
     const double context = a.prompt_tokens + a.decode_tokens / 2.0;
     const double floor_bytes =
         bytes.dense + bytes.experts_touched(batch) + batch * context * bytes.kv_per_position;
     const double floor_s = floor_bytes / bandwidth;
     std::cout << fmt::format(
         "{:>6} {:>12.1f} {:>12.1f} {:>10.3f} {:>9.3f}ms {:>9.3f}ms {:>11.3f} {:>12.1f} {:>7.1f}%\n",
-        batch, r.decode_seconds > 0 ? r.decode_tokens / r.decode_seconds : 0.0,
-        r.tokens / r.seconds, step_s * 1e3, percentile(r.gaps_s, 0.5) * 1e3,
-        percentile(r.gaps_s, 0.99) * 1e3, floor_s * 1e3, batch / floor_s,
-        step_s > 0 ? 100.0 * floor_s / step_s : 0.0);
+        batch, step_s > 0 ? batch / step_s : 0.0, r.tokens / r.seconds, step_s * 1e3,
+        percentile(r.gaps_s, 0.5) * 1e3, percentile(r.gaps_s, 0.99) * 1e3, floor_s * 1e3,
+        batch / floor_s, step_s > 0 ? 100.0 * floor_s / step_s : 0.0);
   }
-  std::cout << "decode tok/s: tokens after every sequence had its first, over that time; e2e: all "
-               "tokens over the round (prefill included); ITL: time between a sequence's "
-               "consecutive tokens\n";
+  std::cout << "decode tok/s: batch / step time over the steps where every sequence decodes (0: "
+               "none, raise --decode-tokens); e2e: all tokens over the round (prefill included); "
+               "ITL: time between a sequence's consecutive tokens\n";
   return 0;
 }
 

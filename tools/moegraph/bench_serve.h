@@ -3,9 +3,9 @@
 // consecutive tokens) and the decode step's floor beside it.
 //
 // Every sequence of a round joins at once with the same prompt length and generates the same
-// number of tokens (greedy unless --temperature), so after the prefill all decode in lockstep: one
-// step gives each sequence one token. The floor of a decode step of B sequences is the bytes it
-// must read over the measured copy bandwidth:
+// number of tokens (greedy unless --temperature). The prompts are prefilled in chunks, so the
+// decode rate is taken over the steps in which every sequence decodes (one token each a step). The
+// floor of a decode step of B sequences is the bytes it must read over the measured copy bandwidth:
 //   bytes = dense weights + L * D(B) * expert bytes + B * context * KV bytes per position
 //   D(B)  = E (1 - (1 - k/E)^B), the expected distinct experts a layer touches under uniform
 //           routing (as `bench moe`'s floor), context the mean over the decode steps
