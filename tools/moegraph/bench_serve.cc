@@ -94,7 +94,14 @@ StepBytes step_bytes(const std::filesystem::path& graph, DType dtype) {
 // Bytes read + written per second by a large copy on the plan's device.
 double copy_bandwidth(const Device& device) {
 #ifdef MG_WITH_CUDA
-  if (device.is_cuda()) return measure_moe_bench_ceilings().copy_bytes_per_s;
+  if (device.is_cuda()) {
+    // Said before any CUDA call, as bench moe does.
+    MG_CHECK(cuda_device_count() > 0,
+             "bench serve --device {}: this machine has no CUDA GPU (--device cpu runs on the "
+             "CPU)",
+             device.str());
+    return measure_moe_bench_ceilings().copy_bytes_per_s;
+  }
 #endif
   (void)device;
   const size_t bytes = size_t{256} << 20;
