@@ -244,8 +244,10 @@ int bench_serve(const BenchServeArgs& a) {
     eo.session.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     eo.session.cuda_graph = a.cuda_graph;
     Engine engine(plan, eo);
-    // Warm-up: the CUDA graphs of every row count up to `batch`, caches, allocator pools.
-    run_round(engine, batch, a.prompt_tokens, 2, a.temperature, vocab, 1);
+    // Warm-up: a round of the same shape (other prompts), so that the CUDA graphs of the row
+    // counts the timed round steps through (all `batch` decoding, then fewer as sequences finish)
+    // are captured before it, and caches and allocator pools are warm.
+    run_round(engine, batch, a.prompt_tokens, a.decode_tokens, a.temperature, vocab, 1);
     const Round r =
         run_round(engine, batch, a.prompt_tokens, a.decode_tokens, a.temperature, vocab, 2);
     const double step_s =
