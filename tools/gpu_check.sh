@@ -2,6 +2,8 @@
 # One full run on the GPU machine, sized for one 10-minute `run` call: build, the CUDA tests,
 # compute-sanitizer memcheck and racecheck on them (MG_GPU_CHECK_TESTS=0: skip all that;
 # MG_GPU_CHECK_SANITIZE=0: skip only the sanitizers; MG_GPU_CHECK_CPU=1: the CPU suites too;
+# MG_GPU_CHECK_SERVE=1: `bench serve` (batched generation at 1/8/32/128 sequences) on the
+# Qwen3-30B-A3B-shaped model, and with MG_GPU_CHECK_HF=1 transformers' batched generate too;
 # MG_GPU_CHECK_BENCH=1: then `moegraph bench moe` over the four reference shapes, JSON in $OUT
 # (MG_GPU_CHECK_BENCH_MOE=0 skips it),
 # and `bench e2e` on the bundled MoE model and a Qwen3-30B-A3B-shaped model of
@@ -136,6 +138,33 @@ if [ "${MG_GPU_CHECK_BENCH:-0}" = 1 ]; then
       > "$out/hf_generate.txt" 2>&1
     echo "transformers generate rc=$? ($(stamp))" | tee -a "$out/summary.txt"
     sed "s/^/[transformers] /" "$out/hf_generate.txt" | tail -8 | tee -a "$out/summary.txt"
+  fi
+fi
+if [ "${MG_GPU_CHECK_SERVE:-0}" = 1 ]; then
+  # Batched generation on the Engine at 1, 8, 32 and 128 concurrent sequences on the
+  # Qwen3-30B-A3B-shaped model (random weights made on the GPU), beside each step's floor; with
+  # MG_GPU_CHECK_HF=1 also transformers' batched generate at the same sizes.
+  unset MG_TEST_DTYPES
+  qwen3="$build/qwen3-30b-a3b-shaped"
+  layers="${MG_GPU_CHECK_QWEN3_LAYERS:-48}"
+  if [ ! -e "$qwen3/model.pbtxt" ] && [ ! -e "$qwen3/model.pb" ]; then
+    timeout 120 "$build/moegraph" make-model --family qwen3_moe --out "$qwen3" --layers "$layers" \
+      --hidden 2048 --heads 32 --kv-heads 4 --head-dim 128 --experts 128 --topk 8 --moe-inter 768 \
+      --vocab 151936 --max-seq-len 2048 --graph-only > "$out/make_qwen3.txt" 2>&1
+  fi
+  for flags in "--cuda-graph" ""; do
+    # shellcheck disable=SC2086
+    timeout 400 "$build/moegraph" bench serve "$qwen3" --random-weights 1 --batch 1,8,32,128 \
+      --prompt-tokens 128 --decode-tokens 128 $flags > "$out/bench_serve${flags:+_graph}.txt" 2>&1
+    echo "bench serve qwen3-shaped $flags rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+    sed "s/^/[bench serve $flags] /" "$out/bench_serve${flags:+_graph}.txt" | tee -a "$out/summary.txt"
+  done
+  if [ "${MG_GPU_CHECK_HF:-0}" = 1 ]; then
+    timeout 580 python3 tools/bench/hf_generate_bench.py --layers "$layers" --batch 1,8,32,128 \
+      --serve-prompt-tokens 128 --serve-decode-tokens 128 --repeats 1 --skip-batch1 \
+      > "$out/hf_generate_batch.txt" 2>&1
+    echo "transformers batched generate rc=$? ($(stamp))" | tee -a "$out/summary.txt"
+    sed "s/^/[transformers batched] /" "$out/hf_generate_batch.txt" | tail -8 | tee -a "$out/summary.txt"
   fi
 fi
 echo "----"

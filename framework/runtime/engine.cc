@@ -272,6 +272,7 @@ bool Engine::Impl::step() {
   std::vector<Part> parts;
   std::vector<int32_t> ids, positions, slots;
   std::vector<int64_t> logit_rows;
+  std::vector<uint8_t> greedy;  // per logit row: picked by argmax (on the device on a GPU)
   {
     std::lock_guard lock(mutex);
     apply_cancellations_locked(events);
@@ -300,6 +301,7 @@ bool Engine::Impl::step() {
         }
         if (seq.cached + rows == static_cast<int64_t>(seq.tokens.size())) {
           logit_rows.push_back(static_cast<int64_t>(ids.size()) - 1);
+          greedy.push_back(seq.options.sampling.temperature == 0.0f ? 1 : 0);
         }
       }
     }
@@ -313,7 +315,7 @@ bool Engine::Impl::step() {
   const Tensor* logits = nullptr;
   std::string error;
   try {
-    logits = &session->forward_batch(ids, positions, slots, logit_rows);
+    logits = &session->forward_batch(ids, positions, slots, logit_rows, greedy);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -334,8 +336,15 @@ bool Engine::Impl::step() {
       if (seq.generated == 0) prompt_tokens += static_cast<uint64_t>(part.rows);
       seq.cached += part.rows;
       if (!sampled) continue;
-      const float* row = logits->data<float>() + logit_index++ * vocab;
-      const int64_t bad = find_non_finite(row, vocab, DType::kF32);
+      // Greedy rows come as the session's picks (a GPU copies back no logits for them): the
+      // same argmax and the same first non-finite id the host would find.
+      const int64_t index = logit_index++;
+      const float* row = logits->data<float>() + index * vocab;
+      const bool is_greedy = greedy[static_cast<size_t>(index)] != 0;
+      const Session::GreedyPick pick =
+          is_greedy ? session->greedy_picks()[static_cast<size_t>(index)] : Session::GreedyPick{};
+      const int64_t bad =
+          is_greedy ? pick.first_non_finite : find_non_finite(row, vocab, DType::kF32);
       if (bad >= 0) {
         retire_locked(seq, FinishReason::kError,
                       fmt::format("non-finite logits at position {} (token {}); the weights may "
@@ -345,7 +354,8 @@ bool Engine::Impl::step() {
         done.push_back(&seq);
         continue;
       }
-      const int32_t next = seq.sampler.sample(std::span<const float>(row, vocab));
+      const int32_t next =
+          is_greedy ? pick.token : seq.sampler.sample(std::span<const float>(row, vocab));
       seq.tokens.push_back(next);
       ++seq.generated;
       ++generated_tokens;

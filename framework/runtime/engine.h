@@ -11,7 +11,9 @@
 //
 // Each sequence is sampled with its own options and seed and stops on its own conditions, so the
 // tokens are those Session::generate would give it alone (greedy: equal ids; the logits differ
-// from a lone run only by the order of float sums, within the dtype's tolerance).
+// from a lone run only by the order of float sums, within the dtype's tolerance). Greedy sequences
+// are picked by Session::forward_batch's greedy picks (on a GPU an argmax on the device, so their
+// rows of logits are not copied back); sampled ones from their row on the host.
 //
 // Threads: add_request(), cancel(), stats() and stop() may be called from any thread. step() must
 // be called by one thread at a time; start() runs it on a background thread until stop(). Events

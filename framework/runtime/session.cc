@@ -11,6 +11,8 @@
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #ifdef MG_WITH_CUDA
+#include "framework/device/cuda/argmax_cuda.h"
+#include "framework/device/cuda/cuda_device.h"
 #include "framework/runtime/cuda/cuda_graph.h"
 #else
 namespace mg {
@@ -325,7 +327,8 @@ void Session::set_block_table(int slot, std::span<const int32_t> blocks) {
 const Tensor& Session::forward_batch(std::span<const int32_t> token_ids,
                                      std::span<const int32_t> positions,
                                      std::span<const int32_t> slots,
-                                     std::span<const int64_t> logit_rows) {
+                                     std::span<const int64_t> logit_rows,
+                                     std::span<const uint8_t> greedy) {
   const ExecutionPlan& p = *plan_;
   const DeviceScope on_device(p.device);
   MG_CHECK(paged(), "forward_batch needs a paged KV cache (SessionOptions::kv_blocks > 0)");
@@ -361,9 +364,13 @@ const Tensor& Session::forward_batch(std::span<const int32_t> token_ids,
              "forward_batch: logit rows must ascend within [0, {}); row {} is {}", tokens, i,
              logit_rows[i]);
   }
+  MG_CHECK(greedy.empty() || greedy.size() == logit_rows.size(),
+           "forward_batch: {} greedy flags for {} logit rows", greedy.size(), logit_rows.size());
   const PlanValue& lv = p.values[p.logits];
   const int64_t vocab = lv.type.shape.back();
   const int64_t out_rows = static_cast<int64_t>(logit_rows.size());
+  auto is_greedy = [&](int64_t i) { return !greedy.empty() && greedy[static_cast<size_t>(i)]; };
+  greedy_picks_.assign(static_cast<size_t>(out_rows), GreedyPick{});
   if (!logits_.defined() || logits_.buffer()->size() < static_cast<size_t>(out_rows * vocab) * 4) {
     logits_ = Tensor::empty_cpu(DType::kF32, {std::max<int64_t>(out_rows, 1), vocab});
   }
@@ -393,15 +400,60 @@ const Tensor& Session::forward_batch(std::span<const int32_t> token_ids,
     }
     i += n;
   }
+  const bool any_greedy = std::any_of(greedy.begin(), greedy.end(), [](uint8_t g) { return g; });
   if (!on_host && out_rows > 0) {
-    copy_tensor(logits_, logits_f32_device_.slice_rows(0, out_rows), stream_.get());
+    // Only the rows sampled on the host come back (one copy per run of them).
+    for (int64_t i = 0; i < out_rows;) {
+      if (is_greedy(i)) {
+        ++i;
+        continue;
+      }
+      int64_t n = 1;
+      while (i + n < out_rows && !is_greedy(i + n)) ++n;
+      copy_tensor(logits_.slice_rows(i, i + n), logits_f32_device_.slice_rows(i, i + n),
+                  stream_.get());
+      i += n;
+    }
+    if (any_greedy) pick_greedy_on_device(out_rows, vocab);
   }
-  if (out_rows == 0) stream_->synchronize();
+  stream_->synchronize();
+  if (on_host && any_greedy) {
+    for (int64_t i = 0; i < out_rows; ++i) {
+      if (!is_greedy(i)) continue;
+      const std::span<const float> row(logits_.data<float>() + i * vocab,
+                                       static_cast<size_t>(vocab));
+      GreedyPick& pick = greedy_picks_[static_cast<size_t>(i)];
+      pick.first_non_finite = static_cast<int32_t>(find_non_finite(row.data(), vocab, DType::kF32));
+      if (pick.first_non_finite < 0) pick.token = argmax(row);
+    }
+  }
   if (profiler_.enabled()) {
     profiler_.record(fmt::format("forward_batch T={}", tokens), "session", start,
                      profiler_.now_us() - start - profile_bookkeeping_us_);
   }
   return logits_;
+}
+
+void Session::pick_greedy_on_device(int64_t rows, int64_t vocab) {
+#ifdef MG_WITH_CUDA
+  const int64_t max_tokens = plan_->max_tokens;
+  if (!picks_device_.defined()) {
+    picks_device_ = empty_tensor(plan_->device, DType::kI32, {max_tokens, 2}, stream_.get());
+    picks_host_ = Tensor::empty_cpu(DType::kI32, {max_tokens, 2});
+  }
+  cuda::argmax_rows_cuda(logits_f32_device_.data<float>(), rows, vocab,
+                         picks_device_.data<int32_t>(), cuda::native(stream_.get()));
+  copy_tensor(picks_host_.slice_rows(0, rows), picks_device_.slice_rows(0, rows), stream_.get());
+  stream_->synchronize();
+  const int32_t* picks = picks_host_.data<int32_t>();
+  for (int64_t i = 0; i < rows; ++i) {
+    greedy_picks_[static_cast<size_t>(i)] = GreedyPick{picks[2 * i], picks[2 * i + 1]};
+  }
+#else
+  (void)rows;
+  (void)vocab;
+  MG_ASSERT(false, "greedy picks on {} in a build without CUDA", plan_->device.str());
+#endif
 }
 
 namespace {

@@ -1,7 +1,8 @@
 // Batched generation on the GPU: a paged session's mixed batch (prefill chunks and decode rows of
 // several sequences in shuffled blocks) gives each sequence's logits as a lone session on the
 // device does (within the activation dtype's tolerance), and the Engine, with and without CUDA
-// graphs per row count, gives every request the greedy tokens of a lone F32 session on the GPU,
+// graphs per row count, gives every request the tokens of a lone F32 session on the GPU (greedy
+// ones picked on the device, seeded sampled ones from the rows copied back, in the same steps),
 // leaving no block or slot behind.
 #include <gtest/gtest.h>
 
@@ -92,16 +93,28 @@ TEST_P(EngineCudaTest, MixedBatchForwardEqualsEachSequenceAlone) {
   }
 }
 
-TEST_P(EngineCudaTest, EngineEqualsLoneGreedyGenerate) {
+TEST_P(EngineCudaTest, EngineEqualsLoneGenerateGreedyAndSampled) {
   MG_REQUIRE_GPU();
   const auto p = plan(DType::kF32, 8);
+  // Odd requests are sampled (their logits come back to the host), even ones greedy (picked on
+  // the device): a step mixes both, so only some rows of logits are copied back.
+  auto sampling = [](size_t i) {
+    SamplingOptions o;
+    if (i % 2 == 1) {
+      o.temperature = 0.8f;
+      o.top_k = 20;
+    }
+    return o;
+  };
   std::vector<std::vector<int32_t>> lone;
-  for (const auto& prompt : kPrompts) {
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
     Session s(p, SessionOptions{});
     GenerateOptions g;
     g.max_new_tokens = 9;
     g.stop_at_eos = false;
-    lone.push_back(s.generate(prompt, g).tokens);
+    g.sampling = sampling(i);
+    g.seed = 100 + i;
+    lone.push_back(s.generate(kPrompts[i], g).tokens);
   }
   for (const bool cuda_graph : {false, true}) {
     EngineOptions eo;
@@ -119,15 +132,17 @@ TEST_P(EngineCudaTest, EngineEqualsLoneGreedyGenerate) {
     }
     std::map<RequestId, std::vector<int32_t>> tokens;
     std::vector<RequestId> ids;
-    for (const auto& prompt : kPrompts) {
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
       RequestOptions r;
       r.max_new_tokens = 9;
       r.stop_at_eos = false;
+      r.sampling = sampling(i);
+      r.seed = 100 + i;
       r.on_event = [&](const RequestEvent& e) {
         ASSERT_NE(e.finish, FinishReason::kError) << e.error;
         if (e.token >= 0) tokens[e.id].push_back(e.token);
       };
-      ids.push_back(engine->add_request(prompt, r));
+      ids.push_back(engine->add_request(kPrompts[i], r));
     }
     engine->run_until_idle();
     for (size_t i = 0; i < kPrompts.size(); ++i) {

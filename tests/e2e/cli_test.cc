@@ -1,6 +1,7 @@
 // The moegraph command end to end: the bundled model runs, --dump-logits matches the library,
 // and every kind of bad input ends in one clear line on stderr and exit code 2.
 #include <fstream>
+#include <sstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -327,6 +328,36 @@ TEST(Cli, BenchPlotDrawsThePngOfBenchResults) {
   const CommandResult missing = run_moegraph({"bench", "plot", "/nonexistent.json", "--png", png});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("/nonexistent.json"));
+}
+
+// `bench serve` on the CPU (the bundled model): one row per --batch size with positive decode
+// tokens/s, latencies and floor; the floor line names the model's MoE layers; a bad batch size
+// is a usage error.
+TEST(Cli, BenchServeTimesEachBatchSizeOnTheCpu) {
+  const CommandResult r = run_moegraph({"bench", "serve", "--device", "cpu", "--batch", "1,3",
+                                        "--prompt-tokens", "5", "--decode-tokens", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("greedy"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("floor: dense weights [0-9.]+ MB, [1-9][0-9]* MoE "
+                                              "layers"));
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<int> batches;
+  while (std::getline(lines, line)) {
+    std::istringstream row(line);
+    int batch = 0;
+    double decode = 0, e2e = 0, step = 0;
+    if (!(row >> batch >> decode >> e2e >> step)) continue;
+    batches.push_back(batch);
+    EXPECT_GT(decode, 0) << line;
+    EXPECT_GT(e2e, 0) << line;
+    EXPECT_GT(step, 0) << line;
+    EXPECT_THAT(line, ::testing::EndsWith("%")) << line;
+  }
+  EXPECT_EQ(batches, (std::vector<int>{1, 3})) << r.out;
+  const CommandResult bad = run_moegraph({"bench", "serve", "--device", "cpu", "--batch", "2,0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--batch: 0 is outside [1, 4096]"));
 }
 
 }  // namespace

@@ -12,7 +12,13 @@ Prints, batch 1, greedy:
   decode tokens/s after a --decode-context prompt: (N - 1) / (time of N new tokens - time of 1).
 Medians of --repeats runs after one warm-up run, CUDA-synchronised wall time.
 
+With --batch 1,8,32,128 (what `moegraph bench serve` runs): batched `generate` of B random
+prompts of --serve-prompt-tokens, each making exactly --serve-decode-tokens tokens, greedy; decode
+tokens/s = B (N - 1) / (time of N new tokens - time of 1), the step time (every sequence's time
+between consecutive tokens: one step gives each one token) and e2e tokens/s = B N / time of N.
+
 Usage (GPU machine): python3 tools/bench/hf_generate_bench.py [--layers 48] [--decode-tokens 32]
+                     [--batch 1,8,32,128] [--skip-batch1]
 """
 import argparse
 import statistics
@@ -53,9 +59,11 @@ def build_model(layers: int):
     return model
 
 
-def timed_generate(model, prompt_tokens: int, new_tokens: int, repeats: int) -> float:
-    """Median seconds of generate(prompt_tokens random ids, exactly new_tokens new tokens)."""
-    ids = torch.randint(1, 151936, (1, prompt_tokens), device="cuda")
+def timed_generate(model, prompt_tokens: int, new_tokens: int, repeats: int,
+                   batch: int = 1) -> float:
+    """Median seconds of generate(batch x prompt_tokens random ids, exactly new_tokens new
+    tokens each)."""
+    ids = torch.randint(1, 151936, (batch, prompt_tokens), device="cuda")
     mask = torch.ones_like(ids)
     times = []
     for r in range(repeats + 1):  # the first run warms up
@@ -78,6 +86,12 @@ def main():
     p.add_argument("--decode-context", type=int, default=512, help="prompt before the decode")
     p.add_argument("--decode-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch", default="",
+                   help="batched generate at these batch sizes, comma-separated (e.g. 1,8,32,128)")
+    p.add_argument("--serve-prompt-tokens", type=int, default=128)
+    p.add_argument("--serve-decode-tokens", type=int, default=128)
+    p.add_argument("--skip-batch1", action="store_true",
+                   help="skip the batch-1 prefill and decode runs (only --batch)")
     a = p.parse_args()
 
     import transformers
@@ -91,6 +105,16 @@ def main():
           f"(BF16, random), built in {time.perf_counter() - start:.0f} s; "
           f"attention {model.config._attn_implementation}")
 
+    for b in [int(x) for x in a.batch.split(",") if x]:
+        n, ctx = a.serve_decode_tokens, a.serve_prompt_tokens
+        one = timed_generate(model, ctx, 1, a.repeats, batch=b)
+        many = timed_generate(model, ctx, n, a.repeats, batch=b)
+        step = (many - one) / (n - 1)
+        print(f"batch {b}: prompt {ctx}, {n} new tokens each: decode {b / step:.1f} tokens/s, "
+              f"step {step * 1e3:.2f} ms, e2e {b * n / many:.1f} tokens/s (median of "
+              f"{a.repeats} runs)")
+    if a.skip_batch1:
+        return
     for n in [int(x) for x in a.prompt_tokens.split(",") if x]:
         t = timed_generate(model, n, 1, a.repeats)
         print(f"prefill: {n} tokens, median {n / t:.1f} tokens/s ({t * 1e3:.1f} ms, "

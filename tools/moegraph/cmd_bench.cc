@@ -1,5 +1,6 @@
 // `moegraph bench moe` (one MoE layer per backend against its floor, ops/moe/bench),
-// `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model) and
+// `moegraph bench e2e MODEL` (prefill and decode tokens/s of a whole model),
+// `moegraph bench serve MODEL` (batched generation per batch size, bench_serve.h) and
 // `moegraph bench soak MODEL` (many decode steps; fails when host or device memory grows) and
 // `moegraph bench gemv` (linear's GEMV path against cuBLASLt on the one-token projections).
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "framework/runtime/process_ranks.h"
 #include "framework/runtime/session.h"
 #include "tools/moegraph/bench_plot.h"
+#include "tools/moegraph/bench_serve.h"
 #include "tools/moegraph/commands.h"
 #include "tools/moegraph/flag_checks.h"
 #ifdef MG_WITH_CUDA
@@ -495,6 +497,31 @@ Command add_bench_command(CLI::App& app) {
       ->check(int_range(1, kMaxRanks));
   e->add_flag("--ep", e2e->ep, "Expert parallelism over the --tp ranks (whole experts per rank)");
 
+  auto serve = std::make_shared<BenchServeArgs>();
+  CLI::App* sv = cmd->add_subcommand(
+      "serve", "Batched generation (Engine): tokens/s and per-token latency per batch size");
+  sv->add_option("model", serve->model, "Model directory or graph file (default: bundled model)");
+  sv->add_option("--device", serve->device, "cpu, cuda or cuda:N")->capture_default_str();
+  sv->add_option("--dtype", serve->dtype, "Activation dtype: bf16, f16 or f32");
+  sv->add_option("--batch", serve->batches, "Concurrent sequences, comma-separated")
+      ->capture_default_str();
+  sv->add_option("--prompt-tokens", serve->prompt_tokens, "Prompt length of every sequence")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxSeqLen / 2));
+  sv->add_option("--decode-tokens", serve->decode_tokens, "Tokens generated per sequence")
+      ->capture_default_str()
+      ->check(int_range(2, kMaxSeqLen / 2));
+  sv->add_option("--temperature", serve->temperature,
+                 "0: greedy (picked on the GPU); otherwise sampled on the host")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 100.0f));
+  sv->add_flag("--cuda-graph", serve->cuda_graph,
+               "Replay each decode step as a CUDA graph (one per batch size)");
+  sv->add_option("--random-weights", serve->random_weights,
+                 "Fill the weights with random values from this seed instead of reading them "
+                 "(for graphs written by make-model --graph-only)")
+      ->check(non_negative_u64());
+
   auto soak = std::make_shared<BenchSoakArgs>();
   CLI::App* k =
       cmd->add_subcommand("soak", "Many decode steps of a model; fails when memory grows");
@@ -526,11 +553,12 @@ Command add_bench_command(CLI::App& app) {
   g->add_option("--in", gemv->in, "Custom shape: input features")->check(int_range(1, 1 << 20));
   g->add_option("--out", gemv->out, "Custom shape: output features")->check(int_range(1, 1 << 24));
 
-  return [m, e, p, k, g, moe, e2e, plot, soak, gemv] {
+  return [m, e, p, k, g, sv, moe, e2e, plot, soak, gemv, serve] {
     if (m->parsed()) return bench_moe(*moe);
     if (g->parsed()) return bench_gemv(*gemv);
     if (p->parsed()) return bench_plot(*plot);
     if (e->parsed()) return bench_e2e(*e2e);
+    if (sv->parsed()) return bench_serve(*serve);
     if (k->parsed()) return bench_soak(*soak);
     return 2;
   };

@@ -515,10 +515,46 @@ TEST(PagedSessionTest, ForwardBatchChecksItsRows) {
                         std::vector<int32_t>{0, 0}, std::vector<int64_t>{1, 0});
       },
       ::testing::ThrowsMessage<Error>(HasSubstr("ascend")));
+  EXPECT_THAT(
+      [&] {
+        s.forward_batch(std::vector<int32_t>{1}, std::vector<int32_t>{0}, std::vector<int32_t>{0},
+                        std::vector<int64_t>{0}, std::vector<uint8_t>{1, 0});
+      },
+      ::testing::ThrowsMessage<Error>(HasSubstr("2 greedy flags for 1 logit rows")));
   SessionOptions bad;
   bad.max_sequences = 2;
   EXPECT_THAT([&] { Session x(p, bad); },
               ::testing::ThrowsMessage<Error>(HasSubstr("paged KV cache")));
+}
+
+// forward_batch's greedy picks (what the Engine takes greedy tokens from; on a GPU they are made
+// on the device, argmax_cuda_test) are the argmax of each flagged row, with every row's logits
+// still returned on the CPU.
+TEST(PagedSessionTest, GreedyPicksAreTheArgmaxOfTheirRows) {
+  const auto graph = testing::write_model(testing::temp_dir("paged_greedy"), testing::small_spec());
+  CompileOptions c;
+  c.max_tokens = 8;
+  const std::shared_ptr<const ExecutionPlan> p = compile_graph_file(graph, c);
+  SessionOptions so;
+  so.max_sequences = 2;
+  so.kv_blocks = 4;
+  so.kv_block_size = 4;
+  Session s(p, so);
+  s.set_block_table(0, std::vector<int32_t>{0});
+  s.set_block_table(1, std::vector<int32_t>{2});
+  const std::vector<uint8_t> greedy = {1, 0, 1};
+  const Tensor& logits =
+      s.forward_batch(std::vector<int32_t>{5, 9, 3, 11}, std::vector<int32_t>{0, 1, 0, 1},
+                      std::vector<int32_t>{0, 0, 1, 1}, std::vector<int64_t>{0, 1, 3}, greedy);
+  const int64_t vocab = logits.shape().back();
+  ASSERT_EQ(s.greedy_picks().size(), 3u);
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    if (!greedy[i]) continue;
+    const std::span<const float> row(logits.data<float>() + static_cast<int64_t>(i) * vocab,
+                                     static_cast<size_t>(vocab));
+    EXPECT_EQ(s.greedy_picks()[i].first_non_finite, -1) << i;
+    EXPECT_EQ(s.greedy_picks()[i].token, argmax(row)) << i;
+  }
 }
 
 }  // namespace
