@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "framework/core/error.h"
 #include "framework/core/fp4.h"
+#include "framework/core/thread_pool.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 
 namespace mg::cuda {
@@ -186,8 +188,11 @@ Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int6
   const int64_t rows_padded = parts * p.part_rows;
   p.words.assign(static_cast<size_t>(p.word_count()), 0u);
   p.params.assign(static_cast<size_t>(p.param_count()), 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t n = 0; n < N; ++n) {
+  // Rows are independent (each writes its own words and pairs): a GPT-OSS-120B layer has 3.2 G
+  // codes, so the host threads share them.
+  const auto pack_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t en = begin; en < end; ++en) {
+      const int64_t e = en / N, n = en % N;
       const int64_t pr = n / rows_per_part * p.part_rows + n % rows_per_part;
       const uint8_t* row = packed + (e * N + n) * Kb;
       const float* srow = scales + (e * N + n) * groups;
@@ -204,6 +209,15 @@ Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int6
         return static_cast<uint32_t>((k & 1) ? byte >> 4 : byte & 0xF);
       });
     }
+  };
+  const int64_t threads =
+      std::min<int64_t>({static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
+                         max_threads(), std::max<int64_t>(1, E * N * K / (int64_t{1} << 22))});
+  if (threads <= 1) {
+    pack_rows(0, E * N);
+  } else {
+    ThreadPool pool(static_cast<int>(threads));
+    pool.parallel_for(E * N, pack_rows, 64);
   }
   return p;
 }
