@@ -93,9 +93,11 @@ TEST(CudaFp4Experts, PackKeepsEveryCodeWithItsHalfsScale) {
     int64_t E, rows, cols, group, parts;
   };
   // 72 = 2 x 32 + 8 and 40 = 2 x 16 + 8: partial last groups; 136: a second, partial K step;
-  // gated with odd halves (row padding per part).
-  for (const Case c : {Case{2, 16, 64, 32, 1}, Case{3, 10, 72, 32, 2}, Case{2, 8, 40, 16, 1},
-                       Case{2, 14, 136, 16, 2}, Case{1, 9, 256, 32, 1}}) {
+  // gated with odd halves (row padding per part); 4 x 512 x 4096: large enough to be packed on
+  // several host threads.
+  for (const Case c :
+       {Case{2, 16, 64, 32, 1}, Case{3, 10, 72, 32, 2}, Case{2, 8, 40, 16, 1},
+        Case{2, 14, 136, 16, 2}, Case{1, 9, 256, 32, 1}, Case{4, 512, 4096, 16, 2}}) {
     SCOPED_TRACE(
         fmt::format("rows {} cols {} group {} parts {}", c.rows, c.cols, c.group, c.parts));
     const auto [codes, q] = random_fp4(c.E, c.rows, c.cols, c.group, 17);
