@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 
+#include "framework/core/fp4.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/cuda/cuda_check.h"
@@ -226,6 +227,24 @@ QuantizedExpertWeights random_fp4_weights(QuantScheme quant, int64_t E, int64_t 
   return w;
 }
 
+// The F32 values [.., C] of host packed FP4 codes [.., C / 2] with host F32 scales per
+// `q.group` (decoded here with fp4.h's codec, not by the backends' code).
+Tensor dequantize_fp4_host(const Tensor& codes, const WeightQuantization& q) {
+  const int64_t Cb = codes.dim(-1), C = 2 * Cb;
+  const int64_t g = q.group.cols_in(C), sc = q.scale.dim(-1);
+  Shape shape = codes.shape();
+  shape.back() = C;
+  Tensor out = Tensor::empty_cpu(DType::kF32, shape);
+  const uint8_t* in = static_cast<const uint8_t*>(codes.raw());
+  for (int64_t r = 0; r < codes.numel() / Cb; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      out.data<float>()[r * C + c] =
+          fp4_e2m1_to_float(fp4_code_at(in + r * Cb, c)) * q.scale.data<float>()[r * sc + c / g];
+    }
+  }
+  return out;
+}
+
 // Row `r` of the device matrix `t` [M, H] as F32 [1, H] on the host.
 Tensor row_to_host_f32(const Tensor& t, int64_t r) {
   const int64_t H = t.shape()[1];
@@ -295,8 +314,8 @@ struct CheckReference {
         q13.scale = experts_to_host(q13.scale, ids);
         q2.scale = experts_to_host(q2.scale, ids);
         y = reference::experts(sub, xr, 1, local, weights,
-                               dequantize_cpu(experts_to_host(qw.w13, ids), q13), Tensor(),
-                               dequantize_cpu(experts_to_host(qw.w2, ids), q2), Tensor());
+                               dequantize_fp4_host(experts_to_host(qw.w13, ids), q13), Tensor(),
+                               dequantize_fp4_host(experts_to_host(qw.w2, ids), q2), Tensor());
       } else {
         WeightQuantization q13 = qw.w13_quant, q2 = qw.w2_quant;
         q13.scale = experts_to_host(q13.scale, ids);
