@@ -1,14 +1,20 @@
 // FP4 models (make-model --quant mxfp4 | nvfp4) on the GPU against the same model on the CPU
-// (cpu_fp4, F32): until an FP4 CUDA kernel exists the oracle picks cuda_dequant, which
-// dequantizes the packed codes once at build to BF16 and runs cuda_moe's kernels. Qwen3-MoE (gate
-// rows before up rows) and GPT-OSS (interleaved gate/up, biases, SwiGLU-OAI), prefill and decode
-// steps. MXFP4 values are exact in BF16 (E2M1 times a power of two); NVFP4's E4M3 x F32 scales
-// are rounded to BF16, so the comparison is the whole-model BF16 one.
+// (cpu_fp4, F32): the oracle picks cuda_fp4 (codes read packed, dequantized in registers).
+// Qwen3-MoE (gate rows before up rows) and GPT-OSS (interleaved gate/up, biases, SwiGLU-OAI),
+// prefill and decode steps. MXFP4 values are exact in BF16 (E2M1 times a power of two); NVFP4's
+// E4M3 x F32 scales are rounded to BF16, so the comparison is the whole-model BF16 one. And the
+// GPT-OSS MXFP4 Hugging Face fixture (tests/fixtures/hf/gpt_oss_mxfp4) imported and run on the GPU
+// through cuda_fp4 against transformers' logits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 
+#include "framework/compile/compiler.h"
 #include "framework/compile/execution_plan.h"
+#include "framework/import/hf_importer.h"
+#include "framework/io/json.h"
+#include "framework/io/npy.h"
 #include "framework/runtime/session.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/model_fixture.h"
@@ -44,7 +50,7 @@ std::vector<float> run(Session& s) {
   return out;
 }
 
-TEST(CudaFp4Model, CudaDequantMatchesTheCpuModel) {
+TEST(CudaFp4Model, CudaFp4MatchesTheCpuModel) {
   MG_REQUIRE_GPU();
   for (const std::string family : {"qwen3_moe", "gpt_oss"}) {
     for (const proto::MoEQuantScheme scheme : {proto::MOE_QUANT_MXFP4, proto::MOE_QUANT_NVFP4}) {
@@ -57,7 +63,7 @@ TEST(CudaFp4Model, CudaDequantMatchesTheCpuModel) {
           testing::temp_dir(fmt::format("fp4_{}_{}", family, static_cast<int>(scheme))), spec);
       auto cpu = open(g, Device::cpu());
       auto gpu = open(g, Device::cuda(0));
-      EXPECT_NE(gpu->plan().describe().find("cuda_dequant (auto"), std::string::npos)
+      EXPECT_NE(gpu->plan().describe().find("cuda_fp4 (auto"), std::string::npos)
           << gpu->plan().describe();
       const double err = testing::normalized_error(run(*gpu), run(*cpu));
       std::cout << fmt::format("[metric] fp4 {}: logits vs cpu normalised error {:.3g}\n", what,
@@ -66,6 +72,48 @@ TEST(CudaFp4Model, CudaDequantMatchesTheCpuModel) {
       EXPECT_LT(err, 0.05) << what;
     }
   }
+}
+
+// The GPT-OSS MXFP4 fixture (interleaved gate/up, biases, SwiGLU-OAI, H = I = 32) imported and run
+// on the GPU: the plan names cuda_fp4, and the prompt's logits match transformers' golden (F32 on
+// the CPU) within BF16's whole-model error.
+TEST(CudaFp4Model, GptOssMxfp4FixtureRunsThroughCudaFp4) {
+  MG_REQUIRE_GPU();
+  const std::filesystem::path dir =
+      std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf/gpt_oss_mxfp4";
+  ASSERT_TRUE(std::filesystem::exists(dir / "reference.json")) << dir;
+  const nlohmann::json ref = load_json_file(dir / "reference.json");
+  std::vector<int32_t> prompt;
+  for (const auto& v : ref.at("prompt_ids")) prompt.push_back(v.get<int32_t>());
+  const Tensor golden = read_npy(dir / "logits.npy");
+  CompileOptions options;
+  options.device = Device::cuda(0);
+  options.max_tokens = 64;
+  SessionOptions so;
+  so.threads = 2;
+  Session session(compile_model(import_hf_checkpoint(dir).model, dir / "model.pbtxt", options), so);
+  EXPECT_NE(session.plan().describe().find("cuda_fp4 (auto"), std::string::npos)
+      << session.plan().describe();
+  std::vector<int32_t> pos(prompt.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  const Tensor& got = session.forward(prompt, pos);
+  ASSERT_EQ(got.shape(), golden.shape());
+  const std::vector<float> a(got.data<float>(), got.data<float>() + got.numel());
+  const std::vector<float> b(golden.data<float>(), golden.data<float>() + golden.numel());
+  const double err = testing::normalized_error(a, b);
+  int64_t argmax_differs = 0;
+  const int64_t vocab = golden.dim(1);
+  for (int64_t t = 0; t < golden.dim(0); ++t) {
+    const float* ga = a.data() + t * vocab;
+    const float* gb = b.data() + t * vocab;
+    argmax_differs +=
+        (std::max_element(ga, ga + vocab) - ga) != (std::max_element(gb, gb + vocab) - gb);
+  }
+  std::cout << fmt::format(
+      "[metric] gpt_oss_mxfp4 fixture on cuda_fp4: logits vs transformers normalised error {:.3g}, "
+      "argmax differs at {} of {} positions\n",
+      err, argmax_differs, golden.dim(0));
+  EXPECT_LT(err, 0.05);
 }
 
 #endif  // MG_WITH_CUDA

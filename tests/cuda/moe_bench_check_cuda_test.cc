@@ -91,6 +91,23 @@ TEST(CudaMoEBench, Fp8PointsAreCheckedAgainstTheFp8Reference) {
   }
 }
 
+// FP4 points (bench moe --quant mxfp4 | nvfp4) on cuda_fp4 (chosen and forced tile) are checked
+// against the reference on the dequantized packed codes, and the floor counts the packed bytes.
+TEST(CudaMoEBench, Fp4PointsAreCheckedAgainstTheDequantizedWeights) {
+  MG_REQUIRE_GPU();
+  for (const QuantScheme quant : {QuantScheme::kMxfp4, QuantScheme::kNvfp4}) {
+    SCOPED_TRACE(quant_scheme_name(quant));
+    MoEBenchOptions o = small_options({"cuda_fp4", "cuda_fp4:wna16_mma64"});
+    o.shapes = {{"fp4", 256, 128, 8, 2}};
+    o.quant = quant;
+    for (const MoEBenchPoint& p : run_moe_bench(o, kCeilings, {})) {
+      EXPECT_FALSE(p.check_failed) << p.backend << " M=" << p.tokens << " " << p.check_error;
+      EXPECT_GT(p.check_error, 0.0);
+      EXPECT_GT(p.bytes, 0.0);
+    }
+  }
+}
+
 #else
 
 TEST(CudaMoEBench, SkippedWithoutCuda) {

@@ -17,10 +17,17 @@ using ::testing::HasSubstr;
 TEST(CudaSoak, DecodeStepsKeepHostAndDeviceMemoryFlat) {
   MG_REQUIRE_GPU();
   for (bool graph : {false, true}) {
-    std::vector<std::string> args = {"bench", "soak", "--device", "cuda", "--dtype", "bf16",
-                                     "--steps", "2000"};
+    std::vector<std::string> args = {"bench",   "soak", "--device", "cuda",
+                                     "--dtype", "bf16", "--steps",  "2000"};
     if (graph) args.push_back("--cuda-graph");
-    const testing::CommandResult r = testing::run_moegraph(args);
+    // "device used" is cudaMemGetInfo's, the whole GPU's: other test processes sharing it (ctest
+    // -j, sharded runs) move it too (+132 MiB once on an H100, 2026-11-25). A leak grows in every
+    // attempt; another process's allocation rarely lands in three in a row.
+    testing::CommandResult r;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      r = testing::run_moegraph(args);
+      if (r.exit_code == 0) break;
+    }
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_THAT(r.out, HasSubstr("device used")) << r.out;
     std::cout << r.out;

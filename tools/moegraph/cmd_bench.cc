@@ -110,19 +110,25 @@ int bench_moe(const BenchMoeArgs& a) {
     o.quant = QuantScheme::kFp8PerChannel;
   } else if (a.quant == "fp8-tensor") {
     o.quant = QuantScheme::kFp8PerTensor;
+  } else if (a.quant == "mxfp4") {
+    o.quant = QuantScheme::kMxfp4;
+  } else if (a.quant == "nvfp4") {
+    o.quant = QuantScheme::kNvfp4;
   }
-  const bool fp8 = o.quant != QuantScheme::kUnquantized;
+  const bool fp4 = o.quant == QuantScheme::kMxfp4 || o.quant == QuantScheme::kNvfp4;
+  const bool fp8 = o.quant != QuantScheme::kUnquantized && !fp4;
   if (a.backends != "all") {
     o.backends = split_list(a.backends);
   } else if (a.kernels.empty()) {
-    o.backends = fp8 ? std::vector<std::string>{"cuda_fp8"}
-                     : std::vector<std::string>{"cuda_moe", "cuda_grouped", "cuda_cublas"};
+    o.backends = fp4   ? std::vector<std::string>{"cuda_fp4"}
+                 : fp8 ? std::vector<std::string>{"cuda_fp8"}
+                       : std::vector<std::string>{"cuda_moe", "cuda_grouped", "cuda_cublas"};
   }
   // Forced kernels (ops/moe/heuristics/unquantized_kernel_choice.h, fp8_kernel_choice.h):
   // `--kernel grouped_tma` times backend cuda_moe:grouped_tma (cuda_fp8:KERNEL with --quant); one
   // that cannot run a shape is an error saying why.
   for (const std::string& kernel : split_list(a.kernels))
-    o.backends.push_back((fp8 ? "cuda_fp8:" : "cuda_moe:") + kernel);
+    o.backends.push_back((fp4 ? "cuda_fp4:" : fp8 ? "cuda_fp8:" : "cuda_moe:") + kernel);
   MG_CHECK(a.dtype == "bf16" || a.dtype == "f16", "--dtype: expected bf16 or f16, got '{}'",
            a.dtype);
   o.dtype = a.dtype == "bf16" ? DType::kBF16 : DType::kF16;
@@ -450,9 +456,11 @@ Command add_bench_command(CLI::App& app) {
   m->add_option("--quant", moe->quant,
                 "Expert weights: none (the dtype), or FP8 E4M3 W8A8 with 128x128 block "
                 "(fp8-block), per-row (fp8-channel) or per-matrix (fp8-tensor) scales, timed on "
-                "cuda_fp8; the floor then counts the FP8 bytes and the measured FP8 GEMM rate")
+                "cuda_fp8; the floor then counts the FP8 bytes and the measured FP8 GEMM rate; "
+                "or FP4 weight-only mxfp4 / nvfp4, timed on cuda_fp4 (the floor on the packed "
+                "codes and one byte per scale)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp8-block", "fp8-channel", "fp8-tensor"}));
+      ->check(CLI::IsMember({"none", "fp8-block", "fp8-channel", "fp8-tensor", "mxfp4", "nvfp4"}));
   m->add_option("--sets", moe->sets, "Input sets rotated between calls")
       ->capture_default_str()
       ->check(int_range(1, 64));

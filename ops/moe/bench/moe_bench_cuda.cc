@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 
+#include "framework/core/fp4.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/cuda/cuda_check.h"
@@ -17,8 +18,10 @@
 #include "framework/device/stream.h"
 #include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 #include "ops/moe/kernel/fused_moe_kernel.h"
 #include "ops/moe/kernel/prepare_finalize.h"
+#include "ops/moe/oracle/fp4.h"
 #include "ops/moe/oracle/fp8.h"
 #include "ops/moe/oracle/oracle.h"
 #include "ops/moe/oracle/unquantized.h"
@@ -202,6 +205,46 @@ QuantizedExpertWeights random_fp8_weights(QuantScheme quant, int64_t E, int64_t 
   return w;
 }
 
+// Device FP4 weights of scheme `quant` (MXFP4: groups of 32 columns, NVFP4: 16) for the bench
+// layer: packed codes of uniform random bytes (every E2M1 value), F32 scales (decoded, as the
+// loader makes them) uniform in +-1 / sqrt(K) (an E2M1 code's rms is ~2.9, so the real weights have
+// about the variance of the BF16 bench's).
+QuantizedExpertWeights random_fp4_weights(QuantScheme quant, int64_t E, int64_t H, int64_t I,
+                                          cudaStream_t s) {
+  const GroupShape g{1, quant == QuantScheme::kMxfp4 ? 32 : 16};
+  auto make = [&](int64_t N, int64_t K, uint64_t seed, Tensor& codes, WeightQuantization& q) {
+    codes = empty_tensor(kGpu, DType::kU8, {E, N, K / 2});
+    MG_CHECK(codes.numel() % 4 == 0, "bench moe: FP4 rows of {} columns", K);
+    cuda::launch_wna16_random_fill(static_cast<uint32_t*>(codes.raw()), codes.numel() / 4, nullptr,
+                                   0, 4, 1.0f, seed, s);
+    q.group = g;
+    q.scale = random_device(DType::kF32, scale_shape_for({E, N, K}, g), seed + 7,
+                            1.0f / std::sqrt(static_cast<float>(K)), s);
+  };
+  QuantizedExpertWeights w;
+  make(2 * I, H, 31, w.w13, w.w13_quant);
+  make(H, I, 32, w.w2, w.w2_quant);
+  return w;
+}
+
+// The F32 values [.., C] of host packed FP4 codes [.., C / 2] with host F32 scales per
+// `q.group` (decoded here with fp4.h's codec, not by the backends' code).
+Tensor dequantize_fp4_host(const Tensor& codes, const WeightQuantization& q) {
+  const int64_t Cb = codes.dim(-1), C = 2 * Cb;
+  const int64_t g = q.group.cols_in(C), sc = q.scale.dim(-1);
+  Shape shape = codes.shape();
+  shape.back() = C;
+  Tensor out = Tensor::empty_cpu(DType::kF32, shape);
+  const uint8_t* in = static_cast<const uint8_t*>(codes.raw());
+  for (int64_t r = 0; r < codes.numel() / Cb; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      out.data<float>()[r * C + c] =
+          fp4_e2m1_to_float(fp4_code_at(in + r * Cb, c)) * q.scale.data<float>()[r * sc + c / g];
+    }
+  }
+  return out;
+}
+
 // Row `r` of the device matrix `t` [M, H] as F32 [1, H] on the host.
 Tensor row_to_host_f32(const Tensor& t, int64_t r) {
   const int64_t H = t.shape()[1];
@@ -266,6 +309,13 @@ struct CheckReference {
       if (w.w13.defined()) {
         y = reference::experts(sub, xr, 1, local, weights, experts_to_host(w.w13, ids), Tensor(),
                                experts_to_host(w.w2, ids), Tensor());
+      } else if (qw.w13.dtype() == DType::kU8) {  // FP4: the packed codes dequantized here
+        WeightQuantization q13 = qw.w13_quant, q2 = qw.w2_quant;
+        q13.scale = experts_to_host(q13.scale, ids);
+        q2.scale = experts_to_host(q2.scale, ids);
+        y = reference::experts(sub, xr, 1, local, weights,
+                               dequantize_fp4_host(experts_to_host(qw.w13, ids), q13), Tensor(),
+                               dequantize_fp4_host(experts_to_host(qw.w2, ids), q2), Tensor());
       } else {
         WeightQuantization q13 = qw.w13_quant, q2 = qw.w2_quant;
         q13.scale = experts_to_host(q13.scale, ids);
@@ -346,11 +396,13 @@ std::vector<MoEBenchPoint> run_moe_bench(
   MG_CHECK(o.sets >= 1, "bench moe: --sets must be at least 1");
   auto stream = make_stream(kGpu);
   const cudaStream_t s = cuda::native(stream.get());
-  const bool fp8 = o.quant != QuantScheme::kUnquantized;
+  const bool fp4 = is_fp4_scheme(o.quant);
+  const bool fp8 = o.quant != QuantScheme::kUnquantized && !fp4;
   MG_CHECK(!fp8 || is_fp8_scheme(o.quant), "bench moe: --quant {} is not supported",
            quant_scheme_name(o.quant));
-  const std::vector<const ExpertsBackend*> list =
-      fp8 ? fp8_priority(kGpu) : unquantized_priority(kGpu);
+  const std::vector<const ExpertsBackend*> list = fp4   ? fp4_priority(kGpu)
+                                                  : fp8 ? fp8_priority(kGpu)
+                                                        : unquantized_priority(kGpu);
   std::vector<MoEBenchPoint> points;
   for (const MoEBenchShape& sh : o.shapes) {
     MoEConfig::Fields fields = bench_config(sh).fields();
@@ -369,6 +421,14 @@ std::vector<MoEBenchPoint> run_moe_bench(
       const RawExpertWeights raw{{}, {}, {}, {}, qw.w13_quant, qw.w2_quant};
       quant = fp8_quant_config(config, raw, o.dtype, /*quantize_activations=*/true);
       expert_bytes = 3.0 * H * I + 4.0 * (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) /
+                                       static_cast<double>(E);
+    } else if (fp4) {
+      qw = random_fp4_weights(o.quant, E, H, I, s);
+      const RawExpertWeights raw{qw.w13, {}, qw.w2, {}, qw.w13_quant, qw.w2_quant};
+      quant = fp4_quant_config(config, raw, o.dtype);
+      // The checkpoint's bytes: packed codes and one 1-byte scale per group (E8M0 or E4M3; the
+      // global scale is one float per matrix), not the F32 scales the kernels stream.
+      expert_bytes = 1.5 * H * I + (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) /
                                        static_cast<double>(E);
     } else {
       w.w13 = random_device(o.dtype, {E, 2 * I, H}, 11, std::sqrt(3.0f / H), s);

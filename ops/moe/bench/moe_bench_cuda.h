@@ -6,6 +6,8 @@
 //              E (1 - (1 - k/E)^M)) + M H * 2 * 2 (x in, out) + M E * 4 (logits)
 //     flops  = 2 M k * 3 H I
 // FP8 (--quant): the expert bytes are D * (3 H I codes + their F32 scales), the rate the FP8 one.
+// FP4 (--quant mxfp4 | nvfp4): D * (3 H I / 2 packed codes + one byte per scale group), the
+// checkpoint's bytes; the rate the BF16 one (weight-only).
 // (the model of ../shared/peers/moe_common.py, so that our percentages and the peers' compare).
 // Both ceilings are measured here on the same GPU: a 2 GiB device-to-device copy (bytes read +
 // written) and a BF16 8192^3 cuBLASLt GEMM. Timing: CUDA events around each call, 3 warm-up
@@ -43,6 +45,8 @@ struct MoEBenchOptions {
   // random scales of the scheme's groups (fp8_block: 128 x 128, activations per 128 channels;
   // fp8_per_channel: per row, fp8_per_tensor: per matrix, activations per token), the FP8 oracle
   // module's CUDA backends, and the floor on the quantized bytes and the measured FP8 rate.
+  // FP4 schemes (kMxfp4, kNvfp4): random packed codes and F32 group scales made on the GPU, the FP4
+  // oracle module's CUDA backends (cuda_fp4, cuda_dequant).
   QuantScheme quant = QuantScheme::kUnquantized;
   int sets = 4;
   double target_ms = 200.0;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "framework/core/int_quant.h"
@@ -20,6 +22,7 @@
 #include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 #include "ops/moe/experts/cuda_expert_common.h"
+#include "ops/moe/oracle/fp4.h"
 #include "ops/moe/router/router_cuda.h"
 
 namespace mg {
@@ -91,6 +94,36 @@ PackedMatrix pack_and_upload(const Wna16MatrixTensors& m, const char* name, int6
   h.bits = m.bits;
   h.group_size = m.group_size;
   const cuda::Wna16PackedHost packed = cuda::wna16_pack(h, parts);
+  PackedMatrix p;
+  p.words = upload_vector(packed.words, DType::kI32, device);
+  p.params = upload_vector(packed.params, DType::kF32, device);
+  p.view = cuda::wna16_weights_view(packed, reinterpret_cast<const uint32_t*>(p.words.raw()),
+                                    p.params.data<float>());
+  return p;
+}
+
+// Repacks FP4 codes `codes` U8 [E, rows, cols / 2] with F32 scales per `q.group` (parts 2: gated
+// w13) and uploads them.
+PackedMatrix pack_and_upload_e2m1(const Tensor& codes_in, const WeightQuantization& q,
+                                  const char* name, int64_t experts, int64_t rows, int64_t cols,
+                                  int64_t parts, Device device) {
+  const int64_t group = q.group.cols_in(cols);
+  const std::string why = cuda::wna16_pack_e2m1_check(rows, cols, group, parts);
+  MG_CHECK(why.empty(), "cuda_fp4: {}: {}", name, why);
+  const Shape want = {experts, rows, cols / 2};
+  MG_CHECK(codes_in.defined() && codes_in.dtype() == DType::kU8 && codes_in.shape() == want,
+           "cuda_fp4: {} codes must be packed U8 {}, not {} {}", name, shape_str(want),
+           codes_in.defined() ? dtype_name(codes_in.dtype()) : "missing",
+           codes_in.defined() ? shape_str(codes_in.shape()) : "");
+  const Shape scale_shape = {experts, rows, (cols + group - 1) / group};
+  MG_CHECK(q.scale.defined() && q.scale.dtype() == DType::kF32 && q.scale.shape() == scale_shape,
+           "cuda_fp4: {} scales must be F32 {} (decoded when loaded), not {} {}", name,
+           shape_str(scale_shape), q.scale.defined() ? dtype_name(q.scale.dtype()) : "missing",
+           q.scale.defined() ? shape_str(q.scale.shape()) : "");
+  const Tensor codes = host_copy(codes_in), scales = host_copy(q.scale);
+  const cuda::Wna16PackedHost packed =
+      cuda::wna16_pack_e2m1(static_cast<const uint8_t*>(codes.raw()), scales.data<float>(), experts,
+                            rows, cols, group, parts);
   PackedMatrix p;
   p.words = upload_vector(packed.words, DType::kI32, device);
   p.params = upload_vector(packed.params, DType::kF32, device);
@@ -330,7 +363,96 @@ class CudaWna16Backend final : public ExpertsBackend {
   }
 };
 
+// cuda_wna16's kernels with the E2M1 dequantization policy; every check but the quant one is
+// cuda_wna16's.
+class CudaFp4Backend final : public ExpertsBackend {
+ public:
+  std::string_view name() const override { return "cuda_fp4"; }
+  bool is_monolithic() const override { return true; }
+  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
+  std::string check_device(Device device) const override { return cuda_check_device(device); }
+  std::string check_quant(const MoEQuantConfig& quant) const override {
+    if (!is_fp4_scheme(quant.scheme())) {
+      return fmt::format("takes FP4 weights (MXFP4, NVFP4), not {}",
+                         quant_scheme_name(quant.scheme()));
+    }
+    if (quant.activation_key().quantized()) {
+      return "runs weight-only (16-bit activations), not activations " +
+             quant.activation_key().str();
+    }
+    const GroupShape g = quant.weight_key().group();
+    if (g.rows != 1 || g.cols <= 0 || g.cols % 16 != 0) {
+      return fmt::format(
+          "FP4 scales per row and group of a multiple of 16 columns (the kernels take a scale per "
+          "16 columns), not {}",
+          g.str());
+    }
+    return {};
+  }
+  std::string check_activation(const ActivationConfig& a) const override {
+    return cuda_wna16_backend().check_activation(a);
+  }
+  std::string check_routing(const RoutingConfig& routing) const override {
+    return cuda_wna16_backend().check_routing(routing);
+  }
+  std::string check_parallel(const ParallelConfig& parallel) const override {
+    return cuda_wna16_backend().check_parallel(parallel);
+  }
+  std::string check_shape(const ExpertsShape& shape) const override {
+    return cuda_wna16_backend().check_shape(shape);
+  }
+  std::string check_kernel(std::string_view kernel, const ExpertsShape& shape,
+                           Device device) const override {
+    return cuda_wna16_backend().check_kernel(kernel, shape, device);
+  }
+  std::unique_ptr<Experts> create(ExpertsBuild build) const override {
+    return make_cuda_fp4_experts(build);
+  }
+};
+
 }  // namespace
+
+const ExpertsBackend& cuda_fp4_backend() {
+  static const CudaFp4Backend backend;
+  return backend;
+}
+
+std::unique_ptr<Experts> make_cuda_fp4_experts(const ExpertsBuild& build) {
+  const ExpertsShape& shape = build.shape;
+  std::string why = cuda_fp4_backend().check_quant(build.quant);
+  if (why.empty()) why = cuda_fp4_backend().check_shape(shape);
+  MG_CHECK(why.empty(), "cuda_fp4: {}", why);
+  const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
+  const int64_t parts = is_gated(shape.activation.kind) ? 2 : 1;
+  const QuantizedExpertWeights& q = build.quantized;
+  PackedMatrix p13 =
+      pack_and_upload_e2m1(q.w13, q.w13_quant, "w13", E, shape.w13_rows(), H, parts, build.device);
+  PackedMatrix p2 =
+      pack_and_upload_e2m1(q.w2, q.w2_quant, "w2", E, H, shape.intermediate_size, 1, build.device);
+  return std::make_unique<CudaWna16Experts>(cuda_fp4_backend(), build, std::move(p13),
+                                            std::move(p2));
+}
+
+double cuda_fp4_expert_bytes(const ExpertsShape& shape) {
+  const int64_t H = shape.hidden_size, I = shape.intermediate_size;
+  return cuda::wna16_layout_e2m1(1, shape.w13_rows(), H, is_gated(shape.activation.kind) ? 2 : 1)
+             .bytes_per_expert() +
+         cuda::wna16_layout_e2m1(1, H, I, 1).bytes_per_expert();
+}
+
+std::string cuda_wna16_weights_check(const WeightQuantization& w13, const WeightQuantization& w2,
+                                     int64_t parts) {
+  for (const auto& [q, what, p] :
+       {std::tuple{&w13, "w13", parts}, std::tuple{&w2, "w2", int64_t{1}}}) {
+    if (!q->is_integer() || q->logical_shape.size() != 3)
+      return std::string(what) + ": not integer codes";
+    if (q->g_idx.defined()) return std::string(what) + ": act-order groups (g_idx)";
+    const std::string why = cuda::wna16_pack_check(
+        quant_element_bits(q->element), q->logical_shape[1], q->logical_shape[2], q->group.cols, p);
+    if (!why.empty()) return std::string(what) + ": " + why;
+  }
+  return "";
+}
 
 const ExpertsBackend& cuda_wna16_backend() {
   static const CudaWna16Backend backend;

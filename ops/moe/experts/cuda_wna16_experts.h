@@ -9,6 +9,14 @@
 //                 mma.sync). At M <= 8 tokens every touched expert is one 16-row tile, so its
 //                 packed weights are read once (the decode path). `cuda_wna16:wna16_mma16` or
 //                 `:wna16_mma64` forces the GEMM tile.
+//   cuda_fp4      the same backend and kernels for FP4 E2M1 weights (MXFP4: GPT-OSS; NVFP4; the
+//                 FP4 oracle module, ops/moe/oracle/fp4.h, lists it first on CUDA): the codes stay
+//                 packed 4-bit (repacked once at build into the kernels' layout by
+//                 wna16_pack_e2m1) and are decoded in registers by the kernels' E2M1 policy, one
+//                 F32 scale per 16 columns (MXFP4's per-32 E8M0 scale decoded and given to both
+//                 halves; NVFP4's E4M3 scale times its global scale, folded when loaded).
+//                 Biases on both GEMMs and every activation (SwiGLU-OAI's clamp and alpha
+//                 included) as cuda_wna16.
 // One rank; BF16/F16 activations; Llama-4's weight-on-input routing is not taken.
 #pragma once
 
@@ -32,6 +40,13 @@ struct Wna16MatrixTensors {
 
 const ExpertsBackend& cuda_wna16_backend();
 
+// Why cuda_wna16 cannot take these canonical integer weights (framework/core/int_quant.h) of a
+// node with `parts` row parts in w13 (2: gated), or "": the checks its conversion makes (group
+// sizes the kernels read, whole groups per row, no act-order g_idx left), for the WNA16 oracle
+// module to leave it out of the list before building it.
+std::string cuda_wna16_weights_check(const WeightQuantization& w13, const WeightQuantization& w2,
+                                     int64_t parts);
+
 // cuda_wna16 experts from explicit matrices (w13 [E, N1, H] gate rows then up rows, w2 [E, H, I];
 // build.quantized's codes and scales are not read, its biases are). What the WNA16 oracle module
 // calls once it has its checkpoint's codes, scales and zero points in this form; the backend's
@@ -46,6 +61,17 @@ std::unique_ptr<Experts> make_cuda_wna16_experts(const ExpertsBuild& build,
 // activations O(1). build.quantized's biases are read; nothing else of it.
 std::unique_ptr<Experts> make_random_cuda_wna16_experts(const ExpertsBuild& build, int bits,
                                                         int64_t group_size, uint64_t seed);
+
+const ExpertsBackend& cuda_fp4_backend();
+
+// cuda_fp4 experts from the FP4 oracle's converted weights: build.quantized's w13 / w2 are U8
+// packed E2M1 codes [E, N, K / 2] with F32 scales [E, N, ceil(K / G)] (G a multiple of 16) and
+// optional F32 biases. Repacks once (wna16_pack_e2m1) and uploads.
+std::unique_ptr<Experts> make_cuda_fp4_experts(const ExpertsBuild& build);
+
+// Bytes the cuda_fp4 kernels stream per expert of `shape` (packed codes and one F32 pair per 32
+// columns of a row).
+double cuda_fp4_expert_bytes(const ExpertsShape& shape);
 
 // Bytes the kernels stream per expert of `shape` (packed codes of w13 and w2 and their F32 group
 // pairs): the bench's floor.

@@ -17,16 +17,20 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 //       not been timed yet (docs/performance.md has no FP8 table), so this threshold is the
 //       unquantized one, not a measured FP8 one.
 //   G1  rows per expert <= 16: fp8_mma16 (narrow tiles: more CTAs stream the weights).
-//   G2  otherwise fp8_mma64. fp8_wgmma is never chosen until it is timed against fp8_mma64
-//       (it can be requested: cuda_fp8:fp8_wgmma).
-// (G1/G2 are cuda::choose_fp8_gemm_kernel's rule, written down here as the one place.)
+//   G2  otherwise fp8_wgmma on sm_90a: `bench moe --quant fp8-block --backend
+//       cuda_fp8:fp8_mma64,cuda_fp8:fp8_wgmma` on an H100 (2026-11-25, docs/performance.md):
+//       deepseek-v3 M=256 6194 vs 7643 us, M=4096 10512 vs 19917; mixtral M=256 962 vs 1734,
+//       M=4096 7214 vs 15869 (wgmma vs mma64).
+//   G3  otherwise (no sm_90a code) fp8_mma64.
+// (G1-G3 are cuda::choose_fp8_gemm_kernel's rule, written down here as the one place.)
 Fp8Choice rule_choice(const Fp8Problem& p, int64_t tokens) {
   if (tokens <= kFp8DecodeMaxTokens) return {Fp8Kernel::kDecode, "D1: M <= 8"};
   const int64_t rows = tokens * p.top_k;
   if (rows <= 16 * std::max<int64_t>(1, p.local_experts)) {
     return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert"};
   }
-  return {Fp8Kernel::kMma64, "G2: > 16 rows per expert"};
+  if (p.sm90a_kernels) return {Fp8Kernel::kWgmma, "G2: > 16 rows per expert, sm_90a"};
+  return {Fp8Kernel::kMma64, "G3: > 16 rows per expert, no sm_90a kernels"};
 }
 
 }  // namespace
@@ -64,11 +68,10 @@ std::string check_fp8_kernel_request(const Fp8Problem& p, std::optional<Fp8Kerne
   if (request == Fp8Kernel::kWgmma && !p.sm90a_kernels) {
     return "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
   }
-  // fp8_wgmma may be requested: on an H100 (2026-11-25) it gave exact sums bit for bit
+  // fp8_wgmma: on an H100 (2026-11-25) it gave exact sums bit for bit
   // (CudaFp8Experts.GroupedGemmExactSumsEveryKernel) and its GEMMs and MLP stay within the
   // accumulation allowance of Hopper's FP8 wgmma (about 14 bits inside a 128-wide K block before
-  // each promotion into fp32, as in DeepGEMM; tests/cuda/fp8_experts_cuda_test.cc). The table
-  // above does not choose it until `bench moe` times it against fp8_mma64.
+  // each promotion into fp32, as in DeepGEMM; tests/cuda/fp8_experts_cuda_test.cc).
   return {};
 }
 

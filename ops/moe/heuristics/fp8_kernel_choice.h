@@ -7,8 +7,8 @@
 //                                   (token, expert) pair, every touched expert's weights read once
 //   fp8_mma16 | fp8_mma64           align -> quantize-gather -> grouped GEMM1 + act ->
 //                                   quantize h -> grouped GEMM2 -> combine, on that GEMM kernel
-//   fp8_wgmma                       the same on wgmma (sm_90a): honoured when requested, not
-//                                   chosen until timed against fp8_mma64
+//   fp8_wgmma                       the same on wgmma (sm_90a): chosen over fp8_mma64 above 16
+//                                   rows per expert (the bench's numbers in the .cc)
 // A request (`cuda_fp8:NAME`, one of the names above, or `auto`) forces it; a forced kernel that
 // cannot run is an error saying why.
 //

@@ -6,6 +6,7 @@
 #include "ops/moe/oracle/unquantized.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/experts/cuda_fp8_experts.h"
+#include "ops/moe/experts/cuda_wna16_experts.h"
 #endif
 
 namespace mg {
@@ -34,9 +35,9 @@ std::vector<const ExpertsBackend*> fp4_priority(Device device) {
       break;
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
-      // An FP4 CUDA kernel (weights read packed, dequantized in registers: issue 13) goes first
-      // here; until it exists every FP4 node runs on cuda_dequant.
-      list = {&cuda_dequant_backend()};
+      // cuda_fp4 reads the codes packed and dequantizes in registers; cuda_dequant (4x the
+      // bytes in BF16) takes what it refuses.
+      list = {&cuda_fp4_backend(), &cuda_dequant_backend()};
 #endif
       break;
   }

@@ -10,9 +10,10 @@
 // Priority per device:
 //   CPU   cpu_fp4 (modular, standard; ops/moe/experts/cpu_fp4_experts.h): dequantizes 128 weight
 //         rows at a time inside its GEMMs
-//   CUDA  [a future FP4 kernel goes first: see fp4_priority], cuda_dequant (the weights
-//         dequantized once at build to the activation dtype and run by cuda_moe: correct now,
-//         4x the weight bytes of FP4 in BF16)
+//   CUDA  cuda_fp4 (ops/moe/experts/cuda_wna16_experts.h: the WNA16 grouped GEMMs with their
+//         E2M1 dequantization policy, codes read packed), cuda_dequant (the weights dequantized
+//         once at build to the activation dtype and run by cuda_moe: 4x the weight bytes of FP4
+//         in BF16; takes what cuda_fp4 refuses)
 // then the device's unquantized backends, which refuse FP4 at their quant check.
 // Conversion: the canonical shard of this rank, codes kept packed: the rank's experts (EP), gate
 // rows before up rows (GPT-OSS's interleaved rows are undone row by row, scales with them), and

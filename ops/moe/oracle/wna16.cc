@@ -53,6 +53,11 @@ std::vector<std::vector<int64_t>> act_order_permutations(const WeightQuantizatio
   return !act_order_permutations(q2, experts, q2.logical_shape.back()).empty();
 }
 
+[[maybe_unused]] WeightQuantization without_g_idx(WeightQuantization q) {
+  q.g_idx = Tensor();  // w2's act-order: folded by the conversion (groups_contiguous_after_...)
+  return q;
+}
+
 }  // namespace
 
 std::vector<const ExpertsBackend*> wna16_priority(Device device, const RawExpertWeights& raw) {
@@ -65,7 +70,12 @@ std::vector<const ExpertsBackend*> wna16_priority(Device device, const RawExpert
 #ifdef MG_WITH_CUDA
       // cuda_wna16 reads contiguous scale groups: an act-order w13 (a g_idx over the hidden size,
       // which conversion cannot fold away) stays on cuda_dequant; w2's act-order is folded.
-      if (groups_contiguous_after_conversion(raw)) list.push_back(&cuda_wna16_backend());
+      // ... and the kernels' group rules (multiples of 32, whole groups per row).
+      if (groups_contiguous_after_conversion(raw) &&
+          cuda_wna16_weights_check(raw.w13_quant, without_g_idx(raw.w2_quant), /*parts=*/1)
+              .empty()) {
+        list.push_back(&cuda_wna16_backend());
+      }
       list.push_back(&cuda_dequant_backend());
 #endif
       break;

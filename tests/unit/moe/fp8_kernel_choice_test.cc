@@ -16,8 +16,12 @@ TEST(Fp8KernelChoice, RulesAtTheirEdges) {
   // 9 tokens x k 2 = 18 rows over 8 experts: <= 16 per expert -> mma16, up to 64 tokens.
   EXPECT_EQ(choose_fp8_kernel(p, 9, std::nullopt).kernel, Fp8Kernel::kMma16);
   EXPECT_EQ(choose_fp8_kernel(p, 64, std::nullopt).kernel, Fp8Kernel::kMma16);
-  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).kernel, Fp8Kernel::kMma64);
-  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).why, "G2: > 16 rows per expert");
+  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).kernel, Fp8Kernel::kWgmma);
+  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).why, "G2: > 16 rows per expert, sm_90a");
+  const Fp8Problem plain{8, 2, false};  // no sm_90a code: 64-row mma tiles
+  EXPECT_EQ(choose_fp8_kernel(plain, 65, std::nullopt).kernel, Fp8Kernel::kMma64);
+  EXPECT_EQ(choose_fp8_kernel(plain, 65, std::nullopt).why,
+            "G3: > 16 rows per expert, no sm_90a kernels");
 }
 
 TEST(Fp8KernelChoice, RequestsAreHonouredOrRefusedWithAReason) {

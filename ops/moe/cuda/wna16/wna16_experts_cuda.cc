@@ -17,6 +17,7 @@ Wna16Weights wna16_weights_view(const Wna16PackedHost& p, const uint32_t* words,
   w.words = words;
   w.params = params;
   w.bits = p.bits;
+  w.codes = p.codes;
   w.parts = p.parts;
   w.part_rows = p.part_rows;
   w.k_steps = p.k_steps;
@@ -44,14 +45,24 @@ void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel
   MG_CHECK(args.a != nullptr && b.words != nullptr && b.params != nullptr && args.c != nullptr &&
                args.expert_offsets != nullptr,
            "WNA16 grouped GEMM: a, b, c and expert_offsets must be set");
-  switch (b.bits) {
-    case 4:
-      return wna16::launch_gemm<T, 4>(args, kernel, gated, stream);
-    case 8:
-      return wna16::launch_gemm<T, 8>(args, kernel, gated, stream);
-    default:
-      MG_FAIL("WNA16 grouped GEMM: {} bits (4 or 8 expected)", b.bits);
+  switch (b.codes) {
+    case Wna16Codes::kInteger:
+      switch (b.bits) {
+        case 4:
+          return wna16::launch_gemm<T, 4, Wna16Codes::kInteger>(args, kernel, gated, stream);
+        case 8:
+          return wna16::launch_gemm<T, 8, Wna16Codes::kInteger>(args, kernel, gated, stream);
+        default:
+          MG_FAIL("WNA16 grouped GEMM: {} bits (4 or 8 expected)", b.bits);
+      }
+    case Wna16Codes::kE2M1:
+      MG_CHECK(b.bits == 4 && b.group_size == 32,
+               "WNA16 grouped GEMM: E2M1 codes are 4 bits with a scale pair per 32 columns, not {} "
+               "bits per {}",
+               b.bits, b.group_size);
+      return wna16::launch_gemm<T, 4, Wna16Codes::kE2M1>(args, kernel, gated, stream);
   }
+  MG_FAIL("WNA16 grouped GEMM: unknown codes {}", static_cast<int>(b.codes));
 }
 
 template <typename T>

@@ -59,8 +59,20 @@ namespace mg::cuda {
 //   4 bits: word u, nibbles 4h .. 4h + 3 (least significant first)
 //   8 bits: word 2u + h, bytes 0 .. 3
 // The per-group parameters are F32 pairs {s, -z·s}, [E, rows_padded, groups, 2].
+//
+// FP4 E2M1 codes (MXFP4, NVFP4: wna16_pack_e2m1) use the same 4-bit word layout with another
+// dequantization policy (Wna16Codes::kE2M1): a code's value is e2m1(q) times its group's scale,
+// with one pair per 32-wide K unit, {s_lo / 2, s_hi / 2}: the scales of the unit's first and
+// second 16 columns (NVFP4's 16-groups; MXFP4's 32-group gives s_lo = s_hi), halved because the
+// kernels decode 2·|e2m1(q)| (the integers 0..12) exactly. So groups = ceil(K / 32), group_size 32.
 
 inline constexpr int64_t kWna16KStep = 128;
+
+// What a packed code means: the kernels' per-value dequantization policy.
+enum class Wna16Codes : int32_t {
+  kInteger,  // unsigned integer q of 4 or 8 bits: w = fma(q, s, -z·s), pairs {s, -z·s} per group
+  kE2M1,     // FP4 E2M1 (4 bits): w = 2·e2m1(q) · (k16 half 0 ? p.x : p.y), pairs per 32 columns
+};
 
 // The input contract of one matrix on the host (see the math above).
 struct Wna16HostMatrix {
@@ -77,8 +89,9 @@ struct Wna16HostMatrix {
 // The packed matrix on the host, ready to upload.
 struct Wna16PackedHost {
   std::vector<uint32_t> words;  // [E, row_blocks, k_steps, W / 4, 32, 4]
-  std::vector<float> params;    // [E, rows_padded, groups, 2] {s, -z·s}
+  std::vector<float> params;    // [E, rows_padded, groups, 2] {s, -z·s} (kE2M1: see above)
   int bits = 4;
+  Wna16Codes codes = Wna16Codes::kInteger;
   int64_t experts = 0;
   int64_t parts = 1;      // 2: gated w13 (gate rows, then up rows), each padded on its own
   int64_t part_rows = 0;  // rows of one part, padded to a multiple of 8
@@ -118,6 +131,21 @@ Wna16PackedHost wna16_layout(int64_t experts, int64_t rows, int64_t cols, int bi
 // zero point is out of range for `bits`.
 Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts);
 
+// "" when a [.., rows, cols] FP4 E2M1 matrix with scale groups of `group_size` columns (a
+// multiple of 16: each k16 half of a 32-wide unit lies in one group; a partial last group is fine)
+// split in `parts` row parts can be packed for these kernels, else the reason.
+std::string wna16_pack_e2m1_check(int64_t rows, int64_t cols, int64_t group_size, int64_t parts);
+
+// The fields of wna16_pack_e2m1's result, without its data. Throws as wna16_pack_e2m1_check.
+Wna16PackedHost wna16_layout_e2m1(int64_t experts, int64_t rows, int64_t cols, int64_t parts);
+
+// Repacks FP4 E2M1 codes `packed` [E, rows, cols / 2] (two per byte, the even column in the low
+// nibble: framework/core/fp4.h) with F32 scales `scales` [E, rows, ceil(cols / group_size)]
+// (NVFP4's global scale already folded in) into the kernels' layout, codes kept 4-bit (kE2M1).
+// Throws mg::Error when wna16_pack_e2m1_check refuses.
+Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int64_t experts,
+                                int64_t rows, int64_t cols, int64_t group_size, int64_t parts);
+
 // Random packed weights made on the GPU (benchmarks: the host never holds them): every word
 // uniform (so every code is uniform), each group's pair {s, -z·s} with s uniform in
 // [0.5, 1.5] · scale and z a uniform integer code. Deterministic in `seed`. One launch each.
@@ -150,7 +178,8 @@ Wna16HostCodes wna16_quantize_host(const float* w, int64_t experts, int64_t rows
 std::vector<float> wna16_dequantize_host(const Wna16HostMatrix& m);
 
 // The weights a packed matrix holds, read back through the layout: fma(q, s, -z·s) as F32
-// [E, rows, K] for the `rows` unpadded rows (parts as packed). The inverse of wna16_pack (up to
+// [E, rows, K] for the `rows` unpadded rows (parts as packed; kE2M1: 2·e2m1(q) times the
+// half's scale). The inverse of wna16_pack (up to
 // the fma), for tests of weights made on the GPU.
 std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows);
 
@@ -159,6 +188,7 @@ struct Wna16Weights {
   const uint32_t* words = nullptr;
   const float* params = nullptr;
   int bits = 4;
+  Wna16Codes codes = Wna16Codes::kInteger;
   int64_t parts = 1;
   int64_t part_rows = 0;
   int64_t k_steps = 0;

@@ -85,19 +85,58 @@ __device__ __forceinline__ float code_at(uint32_t word, int shift) {
   return __uint_as_float(((word >> shift) & kMask) | 0x4B000000u) - 8388608.0f;
 }
 
-// The B fragment {b0, b1} of one k16 half from the lane's packed word(s): 4 bits: nibbles
-// 4h .. 4h + 3 of `word`; 8 bits: bytes 0 .. 3 of `word` (the caller picks word 2u + h).
-template <typename T, int Bits>
-__device__ __forceinline__ void dequant_fragment(uint32_t word, int half, float2 sb,
-                                                 uint32_t (&b)[2]) {
-  const int base = Bits == 4 ? 16 * half : 0;
-  const float v0 = fmaf(code_at<Bits>(word, base + 0 * Bits), sb.x, sb.y);
-  const float v1 = fmaf(code_at<Bits>(word, base + 1 * Bits), sb.x, sb.y);
-  const float v2 = fmaf(code_at<Bits>(word, base + 2 * Bits), sb.x, sb.y);
-  const float v3 = fmaf(code_at<Bits>(word, base + 3 * Bits), sb.x, sb.y);
-  b[0] = pack_pair<T>(v0, v1);
-  b[1] = pack_pair<T>(v2, v3);
+// 2·|e2m1| of the magnitude codes 0..7, {0, 1, 2, 3, 4, 6, 8, 12}, as the bytes of two words.
+inline constexpr uint32_t kE2M1DoubledLo = 0x03020100u, kE2M1DoubledHi = 0x0C080604u;
+
+// 2·e2m1(code) for the E2M1 code in bits [shift, shift + 4) of `word`, exact: one byte permute
+// picks the doubled magnitude (bytes 1..3 of the result are byte 0 of the table, 0), the 2^23
+// trick makes it a float, and the code's bit 3 becomes the sign.
+__device__ __forceinline__ float e2m1_doubled_at(uint32_t word, int shift) {
+  const uint32_t c = word >> shift;
+  const uint32_t mag = __byte_perm(kE2M1DoubledLo, kE2M1DoubledHi, c & 7u);
+  const float v = __uint_as_float(mag | 0x4B000000u) - 8388608.0f;
+  return __uint_as_float(__float_as_uint(v) | ((c & 8u) << 28));
 }
+
+// The dequantization policy: the B fragment {b0, b1} of one k16 half from the lane's packed
+// word(s) and its pair `sb` (wna16_experts_cuda.h, section 1).
+template <int Bits, Wna16Codes Codes>
+struct Dequant;
+
+// Integer codes: 4 bits: nibbles 4h .. 4h + 3 of `word`; 8 bits: bytes 0 .. 3 of `word` (the
+// caller picks word 2u + h); w = fma(q, s, -z·s).
+template <int Bits>
+struct Dequant<Bits, Wna16Codes::kInteger> {
+  template <typename T>
+  static __device__ __forceinline__ void fragment(uint32_t word, int half, float2 sb,
+                                                  uint32_t (&b)[2]) {
+    const int base = Bits == 4 ? 16 * half : 0;
+    const float v0 = fmaf(code_at<Bits>(word, base + 0 * Bits), sb.x, sb.y);
+    const float v1 = fmaf(code_at<Bits>(word, base + 1 * Bits), sb.x, sb.y);
+    const float v2 = fmaf(code_at<Bits>(word, base + 2 * Bits), sb.x, sb.y);
+    const float v3 = fmaf(code_at<Bits>(word, base + 3 * Bits), sb.x, sb.y);
+    b[0] = pack_pair<T>(v0, v1);
+    b[1] = pack_pair<T>(v2, v3);
+  }
+};
+
+// FP4 E2M1 codes: nibbles 4h .. 4h + 3 of `word`; w = 2·e2m1(q) · (h == 0 ? sb.x : sb.y) (the
+// halved scales of the unit's two 16-column halves).
+template <>
+struct Dequant<4, Wna16Codes::kE2M1> {
+  template <typename T>
+  static __device__ __forceinline__ void fragment(uint32_t word, int half, float2 sb,
+                                                  uint32_t (&b)[2]) {
+    const int base = 16 * half;
+    const float s = half == 0 ? sb.x : sb.y;
+    const float v0 = e2m1_doubled_at(word, base + 0) * s;
+    const float v1 = e2m1_doubled_at(word, base + 4) * s;
+    const float v2 = e2m1_doubled_at(word, base + 8) * s;
+    const float v3 = e2m1_doubled_at(word, base + 12) * s;
+    b[0] = pack_pair<T>(v0, v1);
+    b[1] = pack_pair<T>(v2, v3);
+  }
+};
 
 // The GEMM epilogue of one output (up only read when Gated); bias F32 [N_b] of the expert.
 template <bool Gated>
@@ -113,7 +152,7 @@ __device__ __forceinline__ float epilogue_value(const Wna16GemmArgs& args, const
   }
 }
 
-template <typename T, int Bits, class Tile, bool Gated>
+template <typename T, int Bits, Wna16Codes Codes, class Tile, bool Gated>
 __global__ void __launch_bounds__(Tile::kThreads)
     wna16_gemm_kernel(const Wna16GemmArgs args, int m_tiles_bound, int n_tiles) {
   using grouped_gemm::cp_async_16;
@@ -301,13 +340,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
         for (int ni = 0; ni < NI; ++ni) {
           uint32_t bf[2];
           const uint32_t word = Bits == 4 ? wg[ni][unit] : wg[ni][2 * unit + half];
-          dequant_fragment<T, Bits>(word, half, sg[ni], bf);
+          Dequant<Bits, Codes>::template fragment<T>(word, half, sg[ni], bf);
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) grouped_gemm::mma_16816<T>(acc[mi][ni], af[mi], bf);
           if constexpr (Gated) {
             uint32_t bu[2];
             const uint32_t uword = Bits == 4 ? wu[ni][unit] : wu[ni][2 * unit + half];
-            dequant_fragment<T, Bits>(uword, half, su[ni], bu);
+            Dequant<Bits, Codes>::template fragment<T>(uword, half, su[ni], bu);
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
               grouped_gemm::mma_16816<T>(acc_up[mi][ni], af[mi], bu);
@@ -361,14 +400,14 @@ inline int64_t m_tiles_bound(const Wna16GemmArgs& args, int bm) {
   return (args.max_rows + bm - 1) / bm + std::min(args.num_experts, args.max_rows);
 }
 
-template <typename T, int Bits, class Tile, bool Gated>
+template <typename T, int Bits, Wna16Codes Codes, class Tile, bool Gated>
 void launch_tile(const Wna16GemmArgs& args, cudaStream_t stream) {
   const int64_t m_bound = m_tiles_bound(args, Tile::BM);
   const int64_t n_tiles = (args.n + Tile::BN - 1) / Tile::BN;
   const int64_t blocks = m_bound * n_tiles;
   MG_CHECK(blocks <= INT32_MAX, "WNA16 grouped GEMM: {} tiles exceed the grid", blocks);
   constexpr int kSmem = Tile::template Stage<Bits, Gated>::kSmem;
-  auto* kernel = wna16_gemm_kernel<T, Bits, Tile, Gated>;
+  auto* kernel = wna16_gemm_kernel<T, Bits, Codes, Tile, Gated>;
   // Above 48 KB a kernel must opt in; a host-side attribute, not a stream operation.
   MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   kernel<<<static_cast<unsigned>(blocks), Tile::kThreads, kSmem, stream>>>(
@@ -376,16 +415,16 @@ void launch_tile(const Wna16GemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int Bits>
+template <typename T, int Bits, Wna16Codes Codes>
 void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
                  cudaStream_t stream) {
   switch (kernel) {
     case Wna16GemmKernel::kMma16:
-      return gated ? launch_tile<T, Bits, Wna16Mma16Tile, true>(args, stream)
-                   : launch_tile<T, Bits, Wna16Mma16Tile, false>(args, stream);
+      return gated ? launch_tile<T, Bits, Codes, Wna16Mma16Tile, true>(args, stream)
+                   : launch_tile<T, Bits, Codes, Wna16Mma16Tile, false>(args, stream);
     case Wna16GemmKernel::kMma64:
-      return gated ? launch_tile<T, Bits, Wna16Mma64Tile, true>(args, stream)
-                   : launch_tile<T, Bits, Wna16Mma64Tile, false>(args, stream);
+      return gated ? launch_tile<T, Bits, Codes, Wna16Mma64Tile, true>(args, stream)
+                   : launch_tile<T, Bits, Codes, Wna16Mma64Tile, false>(args, stream);
   }
   MG_FAIL("WNA16 grouped GEMM: unknown kernel {}", static_cast<int>(kernel));
 }

@@ -2,6 +2,7 @@
 #include "ops/moe/cuda/wna16/wna16_gemm.cuh"
 
 namespace mg::cuda::wna16 {
-template void launch_gemm<__nv_bfloat16, 8>(const Wna16GemmArgs&, Wna16GemmKernel, bool,
-                                            cudaStream_t);
+template void launch_gemm<__nv_bfloat16, 8, Wna16Codes::kInteger>(const Wna16GemmArgs&,
+                                                                  Wna16GemmKernel, bool,
+                                                                  cudaStream_t);
 }  // namespace mg::cuda::wna16

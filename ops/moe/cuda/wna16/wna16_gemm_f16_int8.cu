@@ -2,5 +2,6 @@
 #include "ops/moe/cuda/wna16/wna16_gemm.cuh"
 
 namespace mg::cuda::wna16 {
-template void launch_gemm<__half, 8>(const Wna16GemmArgs&, Wna16GemmKernel, bool, cudaStream_t);
+template void launch_gemm<__half, 8, Wna16Codes::kInteger>(const Wna16GemmArgs&, Wna16GemmKernel,
+                                                           bool, cudaStream_t);
 }  // namespace mg::cuda::wna16

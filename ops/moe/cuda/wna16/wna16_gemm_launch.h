@@ -1,5 +1,6 @@
-// The WNA16 grouped GEMM launchers per activation dtype and bit width, each instantiated in its own
-// wna16_gemm_<dtype>_<int4|int8>.cu (four kernels per file: two tiles, gated and plain);
+// The WNA16 grouped GEMM launchers per activation dtype, bit width and code kind, each instantiated
+// in its own wna16_gemm_<dtype>_<int4|int8|e2m1>.cu (four kernels per file: two tiles, gated and
+// plain);
 // launch_wna16_grouped_gemm (wna16_experts_cuda.cc) picks one. Host-only.
 #pragma once
 
@@ -11,7 +12,7 @@ namespace mg::cuda::wna16 {
 
 // Gated: b holds 2 parts (gate, up) of part_rows rows per expert, the epilogue is act(gate, up).
 // Plain: one part, bias or bias + plain activation.
-template <typename T, int Bits>
+template <typename T, int Bits, Wna16Codes Codes>
 void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
                  cudaStream_t stream);
 

@@ -4,11 +4,50 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "framework/core/error.h"
+#include "framework/core/fp4.h"
+#include "framework/core/thread_pool.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 
 namespace mg::cuda {
+
+namespace {
+
+// Writes the codes of padded row `pr` of expert `e` into p.words (sized) through the layout;
+// code_of(k) is the code of column k < K (columns past K get code 0).
+template <class CodeOf>
+void place_row_codes(Wna16PackedHost& p, int64_t e, int64_t pr, CodeOf code_of) {
+  const int64_t row_blocks = p.parts * p.part_rows / 8;
+  const int64_t words_per_lane = p.bits == 4 ? 4 : 8;
+  const int64_t step_words = 32 * words_per_lane;
+  // K offsets of the 4 values of lane t's B fragment within a k16 half.
+  constexpr int frag_k[4] = {0, 1, 8, 9};
+  const int64_t block = pr / 8;
+  const int g = static_cast<int>(pr % 8);
+  for (int64_t step = 0; step < p.k_steps; ++step) {
+    uint32_t* base = p.words.data() + ((e * row_blocks + block) * p.k_steps + step) * step_words;
+    for (int t = 0; t < 4; ++t) {
+      const int lane = 4 * g + t;
+      for (int w = 0; w < words_per_lane; ++w) {
+        // Word w of the lane: 4 bits: unit w, halves 0 and 1; 8 bits: unit w / 2, half w % 2.
+        uint32_t word = 0;
+        const int values = p.bits == 4 ? 8 : 4;
+        for (int j = 0; j < values; ++j) {
+          const int unit = p.bits == 4 ? w : w / 2;
+          const int half = p.bits == 4 ? j / 4 : w % 2;
+          const int64_t k = step * kWna16KStep + 32 * unit + 16 * half + 2 * t + frag_k[j % 4];
+          const uint32_t code = k < p.cols ? code_of(k) : 0u;
+          word |= code << (j * p.bits);
+        }
+        base[(w / 4) * 128 + lane * 4 + (w % 4)] = word;
+      }
+    }
+  }
+}
+
+}  // namespace
 
 std::string wna16_pack_check(int bits, int64_t rows, int64_t cols, int64_t group_size,
                              int64_t parts) {
@@ -68,9 +107,6 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
 
   Wna16PackedHost p = wna16_layout(E, N, K, m.bits, m.group_size, parts);
   const int64_t rows_padded = parts * p.part_rows;
-  const int64_t row_blocks = rows_padded / 8;
-  const int64_t words_per_lane = m.bits == 4 ? 4 : 8;
-  const int64_t step_words = 32 * words_per_lane;
   p.words.assign(static_cast<size_t>(p.word_count()), 0u);
   p.params.assign(static_cast<size_t>(p.param_count()), 0.0f);
 
@@ -78,8 +114,6 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
   const auto padded_row = [&](int64_t n) {
     return n / rows_per_part * p.part_rows + n % rows_per_part;
   };
-  // K offsets of the 4 values of lane t's B fragment within a k16 half.
-  const int frag_k[4] = {0, 1, 8, 9};
 
   for (int64_t e = 0; e < E; ++e) {
     for (int64_t n = 0; n < N; ++n) {
@@ -105,29 +139,85 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
         out[0] = s;
         out[1] = -z * s;
       }
-      const int64_t block = pr / 8;
-      const int g = static_cast<int>(pr % 8);
-      for (int64_t step = 0; step < p.k_steps; ++step) {
-        uint32_t* base =
-            p.words.data() + ((e * row_blocks + block) * p.k_steps + step) * step_words;
-        for (int t = 0; t < 4; ++t) {
-          const int lane = 4 * g + t;
-          for (int w = 0; w < words_per_lane; ++w) {
-            // Word w of the lane: 4 bits: unit w, halves 0 and 1; 8 bits: unit w / 2, half w % 2.
-            uint32_t word = 0;
-            const int values = m.bits == 4 ? 8 : 4;
-            for (int j = 0; j < values; ++j) {
-              const int unit = m.bits == 4 ? w : w / 2;
-              const int half = m.bits == 4 ? j / 4 : w % 2;
-              const int64_t k = step * kWna16KStep + 32 * unit + 16 * half + 2 * t + frag_k[j % 4];
-              const uint32_t code = k < K ? row[k] : 0u;
-              word |= code << (j * m.bits);
-            }
-            base[(w / 4) * 128 + lane * 4 + (w % 4)] = word;
-          }
-        }
-      }
+      place_row_codes(p, e, pr, [&](int64_t k) { return static_cast<uint32_t>(row[k]); });
     }
+  }
+  return p;
+}
+
+std::string wna16_pack_e2m1_check(int64_t rows, int64_t cols, int64_t group_size, int64_t parts) {
+  if (rows <= 0 || cols <= 0 || cols % 2 != 0) {
+    return "FP4 weight rows " + std::to_string(rows) + " and columns " + std::to_string(cols) +
+           " must be positive, the columns even (two codes per byte)";
+  }
+  if (parts != 1 && parts != 2) return "FP4 weights pack 1 or 2 row parts";
+  if (rows % parts != 0) {
+    return "gated FP4 weight rows " + std::to_string(rows) + " must split in two equal halves";
+  }
+  if (group_size <= 0 || group_size % 16 != 0) {
+    return "FP4 scale groups of " + std::to_string(group_size) +
+           " columns: the kernels take a scale per 16 columns, so groups must be multiples of 16";
+  }
+  return "";
+}
+
+Wna16PackedHost wna16_layout_e2m1(int64_t experts, int64_t rows, int64_t cols, int64_t parts) {
+  const std::string why = wna16_pack_e2m1_check(rows, cols, 32, parts);
+  MG_CHECK(why.empty(), "WNA16 E2M1 layout: {}", why);
+  Wna16PackedHost p;
+  p.bits = 4;
+  p.codes = Wna16Codes::kE2M1;
+  p.experts = experts;
+  p.parts = parts;
+  p.part_rows = (rows / parts + 7) / 8 * 8;
+  p.cols = cols;
+  p.k_steps = (cols + kWna16KStep - 1) / kWna16KStep;
+  p.groups = (cols + 31) / 32;  // one pair per 32-wide unit
+  p.group_size = 32;
+  return p;
+}
+
+Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int64_t experts,
+                                int64_t rows, int64_t cols, int64_t group_size, int64_t parts) {
+  const std::string why = wna16_pack_e2m1_check(rows, cols, group_size, parts);
+  MG_CHECK(why.empty(), "WNA16 E2M1 pack: {}", why);
+  MG_CHECK(packed != nullptr && scales != nullptr, "WNA16 E2M1 pack: codes and scales must be set");
+  const int64_t E = experts, N = rows, K = cols, Kb = K / 2;
+  const int64_t rows_per_part = N / parts, groups = (K + group_size - 1) / group_size;
+  Wna16PackedHost p = wna16_layout_e2m1(E, N, K, parts);
+  const int64_t rows_padded = parts * p.part_rows;
+  p.words.assign(static_cast<size_t>(p.word_count()), 0u);
+  p.params.assign(static_cast<size_t>(p.param_count()), 0.0f);
+  // Rows are independent (each writes its own words and pairs): a GPT-OSS-120B layer has 3.2 G
+  // codes, so the host threads share them.
+  const auto pack_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t en = begin; en < end; ++en) {
+      const int64_t e = en / N, n = en % N;
+      const int64_t pr = n / rows_per_part * p.part_rows + n % rows_per_part;
+      const uint8_t* row = packed + (e * N + n) * Kb;
+      const float* srow = scales + (e * N + n) * groups;
+      for (int64_t u = 0; u < p.groups; ++u) {
+        // The scales of the unit's two k16 halves (a half past K repeats the last group's).
+        const int64_t g_lo = std::min(32 * u / group_size, groups - 1);
+        const int64_t g_hi = std::min((32 * u + 16) / group_size, groups - 1);
+        float* out = p.params.data() + ((e * rows_padded + pr) * p.groups + u) * 2;
+        out[0] = 0.5f * srow[g_lo];
+        out[1] = 0.5f * srow[g_hi];
+      }
+      place_row_codes(p, e, pr, [&](int64_t k) {
+        const uint8_t byte = row[k >> 1];
+        return static_cast<uint32_t>((k & 1) ? byte >> 4 : byte & 0xF);
+      });
+    }
+  };
+  const int64_t threads =
+      std::min<int64_t>({static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
+                         max_threads(), std::max<int64_t>(1, E * N * K / (int64_t{1} << 22))});
+  if (threads <= 1) {
+    pack_rows(0, E * N);
+  } else {
+    ThreadPool pool(static_cast<int>(threads));
+    pool.parallel_for(E * N, pack_rows, 64);
   }
   return p;
 }
@@ -154,10 +244,18 @@ std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows) {
         const uint32_t word =
             p.words[((e * (rows_padded / 8) + block) * p.k_steps + step) * 32 * W + (w / 4) * 128 +
                     (4 * g + t) * 4 + w % 4];
-        const float q = static_cast<float>((word >> shift) & ((1u << p.bits) - 1u));
+        const uint32_t code = (word >> shift) & ((1u << p.bits) - 1u);
         const float* sb =
             p.params.data() + ((e * rows_padded + pr) * p.groups + k / p.group_size) * 2;
-        out[(e * rows + n) * K + k] = std::fma(q, sb[0], sb[1]);
+        switch (p.codes) {
+          case Wna16Codes::kInteger:
+            out[(e * rows + n) * K + k] = std::fma(static_cast<float>(code), sb[0], sb[1]);
+            break;
+          case Wna16Codes::kE2M1:
+            out[(e * rows + n) * K + k] =
+                2.0f * fp4_e2m1_to_float(static_cast<uint8_t>(code)) * sb[half];
+            break;
+        }
       }
     }
   }

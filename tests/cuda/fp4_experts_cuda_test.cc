@@ -1,0 +1,327 @@
+// cuda_fp4 (ops/moe/experts/cuda_wna16_experts.h): the WNA16 grouped GEMMs with the E2M1
+// dequantization policy, for MXFP4 and NVFP4 expert weights.
+// - the packing (host only, runs without a GPU): wna16_pack_e2m1 read back through the layout
+//   (wna16_unpack_host) gives every value an independent E2M1 decoder gives, with the scale of its
+//   own 16 columns, for 32- and 16-column groups with partial last groups; bad inputs are refused
+//   with the reason;
+// - the oracle: FP4 nodes on CUDA pick cuda_fp4 first, cuda_dequant after it;
+// - the backend against the fp64 reference on the independently dequantized weights, routed from
+//   random logits: MXFP4 and NVFP4, GPT-OSS's interleaved gate/up with biases and SwiGLU-OAI (at
+//   limit 7 and at a limit the values reach), a plain activation, odd expert counts, partial last
+//   groups, 1 / 8 / 300 tokens (1 token: most experts get none), BF16 and F16, the kernel chosen
+//   and both forced. A wrong nibble, the other half's scale or a swapped gate/up moves the results
+//   by tens of percent; BF16 rounding of the weights and the intermediate stays within 2e-2.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+
+#ifdef MG_WITH_CUDA
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "framework/core/fp4.h"
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/experts/cuda_fp8_experts.h"
+#include "ops/moe/experts/cuda_wna16_experts.h"
+#include "ops/moe/oracle/fp4.h"
+#include "ops/moe/reference/moe_reference.h"
+#include "tests/unit/moe/moe_test_util.h"
+#endif
+
+namespace mg {
+namespace {
+
+#ifdef MG_WITH_CUDA
+
+using testing::DeviceBuffer;
+
+// E2M1 decoded from its fields (not from fp4.cc's table or the kernels' byte table).
+double independent_e2m1(uint8_t code) {
+  const int e = (code >> 1) & 3, m = code & 1;
+  const double mag = e == 0 ? 0.5 * m : std::ldexp(1.0 + 0.5 * m, e - 1);
+  return (code & 8) ? -mag : mag;
+}
+
+// Random packed codes [E, R, C / 2] (every byte value) and positive F32 scales per group of
+// `group` columns around 1 / (6 sqrt(C)), so real values are O(1 / sqrt(C)).
+std::pair<Tensor, WeightQuantization> random_fp4(int64_t E, int64_t R, int64_t C, int64_t group,
+                                                 uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensor codes = Tensor::empty_cpu(DType::kU8, {E, R, C / 2});
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t i = 0; i < codes.numel(); ++i) {
+    static_cast<uint8_t*>(codes.raw())[i] = static_cast<uint8_t>(byte(rng));
+  }
+  WeightQuantization q;
+  q.group = {1, group};
+  const float base = 2.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(C)));
+  q.scale = testing::random_tensor({E, R, (C + group - 1) / group}, seed + 1, 0.5f * base, base);
+  return {codes, q};
+}
+
+// F32 values [E, R, C] of packed codes, decoded independently.
+Tensor independent_dequantize(const Tensor& codes, const WeightQuantization& q) {
+  const int64_t E = codes.dim(0), R = codes.dim(1), Cb = codes.dim(2), C = 2 * Cb;
+  const int64_t sc = q.scale.dim(2);
+  Tensor out = Tensor::empty_cpu(DType::kF32, {E, R, C});
+  const uint8_t* in = static_cast<const uint8_t*>(codes.raw());
+  for (int64_t r = 0; r < E * R; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      const uint8_t byte = in[r * Cb + c / 2];
+      const uint8_t code = c % 2 == 0 ? byte & 0xF : byte >> 4;
+      out.data<float>()[r * C + c] = static_cast<float>(
+          independent_e2m1(code) * q.scale.data<float>()[r * sc + c / q.group.cols]);
+    }
+  }
+  return out;
+}
+
+// ---- 1. The packing ----------------------------------------------------------------------------
+
+TEST(CudaFp4Experts, PackKeepsEveryCodeWithItsHalfsScale) {
+  struct Case {
+    int64_t E, rows, cols, group, parts;
+  };
+  // 72 = 2 x 32 + 8 and 40 = 2 x 16 + 8: partial last groups; 136: a second, partial K step;
+  // gated with odd halves (row padding per part); 4 x 512 x 4096: large enough to be packed on
+  // several host threads.
+  for (const Case c :
+       {Case{2, 16, 64, 32, 1}, Case{3, 10, 72, 32, 2}, Case{2, 8, 40, 16, 1},
+        Case{2, 14, 136, 16, 2}, Case{1, 9, 256, 32, 1}, Case{4, 512, 4096, 16, 2}}) {
+    SCOPED_TRACE(
+        fmt::format("rows {} cols {} group {} parts {}", c.rows, c.cols, c.group, c.parts));
+    const auto [codes, q] = random_fp4(c.E, c.rows, c.cols, c.group, 17);
+    const cuda::Wna16PackedHost p =
+        cuda::wna16_pack_e2m1(static_cast<const uint8_t*>(codes.raw()), q.scale.data<float>(), c.E,
+                              c.rows, c.cols, c.group, c.parts);
+    EXPECT_EQ(p.codes, cuda::Wna16Codes::kE2M1);
+    EXPECT_EQ(p.bits, 4);
+    EXPECT_EQ(p.group_size, 32);
+    EXPECT_EQ(p.groups, (c.cols + 31) / 32);
+    const std::vector<float> got = cuda::wna16_unpack_host(p, c.rows);
+    const Tensor want = independent_dequantize(codes, q);
+    ASSERT_EQ(got.size(), static_cast<size_t>(want.numel()));
+    int64_t wrong = 0;
+    for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != want.data<float>()[i];
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+TEST(CudaFp4Experts, PackRefusesWithTheReason) {
+  EXPECT_EQ(cuda::wna16_pack_e2m1_check(8, 64, 32, 1), "");
+  EXPECT_EQ(cuda::wna16_pack_e2m1_check(8, 40, 16, 2), "");
+  EXPECT_NE(cuda::wna16_pack_e2m1_check(8, 64, 8, 1).find("multiples of 16"), std::string::npos);
+  EXPECT_NE(cuda::wna16_pack_e2m1_check(8, 63, 32, 1).find("even"), std::string::npos);
+  EXPECT_NE(cuda::wna16_pack_e2m1_check(7, 64, 32, 2).find("two equal halves"), std::string::npos);
+  const std::vector<uint8_t> codes(8 * 32, 0);
+  const std::vector<float> scales(8 * 8, 1.0f);
+  EXPECT_MG_ERROR(cuda::wna16_pack_e2m1(codes.data(), scales.data(), 1, 8, 64, 8, 1),
+                  "multiples of 16");
+}
+
+// ---- 2. The backend through the oracle ---------------------------------------------------------
+
+struct Fp4Case {
+  const char* name;
+  QuantScheme scheme;
+  int64_t E, k, H, I;
+  MoEActivation act;
+  bool interleaved = false;
+  bool biases = false;
+  float swiglu_limit = 7.0f;
+};
+
+int64_t group_of(QuantScheme s) {
+  return s == QuantScheme::kMxfp4 ? 32 : 16;
+}
+
+MoEConfig fp4_config(const Fp4Case& c) {
+  MoEConfig::Fields f = moe_test::experts_config(c.E, c.k, c.H, c.I, c.act, c.biases).fields();
+  f.quant_scheme = c.scheme;
+  f.gate_up_interleaved = c.interleaved;
+  f.activation.swiglu_limit = c.swiglu_limit;
+  return MoEConfig(f);
+}
+
+RawExpertWeights random_raw(const MoEConfig& config, const Fp4Case& c, uint32_t seed) {
+  RawExpertWeights raw;
+  const int64_t g = group_of(c.scheme);
+  std::tie(raw.w13, raw.w13_quant) = random_fp4(c.E, config.w13_rows(), c.H, g, seed);
+  std::tie(raw.w2, raw.w2_quant) = random_fp4(c.E, c.H, c.I, g, seed + 2);
+  if (c.biases) {
+    raw.w13_bias = testing::random_tensor({c.E, config.w13_rows()}, seed + 4, -0.5f, 0.5f);
+    raw.w2_bias = testing::random_tensor({c.E, c.H}, seed + 5, -0.5f, 0.5f);
+  }
+  return raw;
+}
+
+TEST(CudaFp4Experts, OracleListsCudaFp4FirstWithReasons) {
+  const std::vector<const ExpertsBackend*> list = fp4_priority(Device::cuda(0));
+  ASSERT_GE(list.size(), 2u);
+  EXPECT_EQ(list[0]->name(), "cuda_fp4");
+  EXPECT_EQ(list[1]->name(), "cuda_dequant");
+  const ExpertsBackend& b = cuda_fp4_backend();
+  EXPECT_EQ(b.check_quant(MoEQuantConfig::unquantized()),
+            "takes FP4 weights (MXFP4, NVFP4), not unquantized");
+  const Fp4Case mx{"mx", QuantScheme::kMxfp4, 4, 2, 64, 32, MoEActivation::kSiluGated};
+  const MoEConfig config = fp4_config(mx);
+  const RawExpertWeights raw = random_raw(config, mx, 1);
+  EXPECT_EQ(b.check_quant(fp4_quant_config(config, raw, DType::kBF16)), "");
+  ExpertsShape shape = local_experts_shape(config, ParallelConfig());
+  shape.dtype = DType::kF32;
+  EXPECT_NE(b.check_shape(shape).find("BF16 or F16"), std::string::npos);
+  shape.dtype = DType::kBF16;
+  EXPECT_EQ(b.check_shape(shape), "");
+  shape.hidden_size = 68;  // K not a multiple of 8
+  EXPECT_NE(b.check_shape(shape).find("multiple of 8"), std::string::npos);
+  EXPECT_NE(b.check_kernel("nope", shape, Device::cuda(0)).find("no kernel 'nope'"),
+            std::string::npos);
+}
+
+template <typename T>
+std::vector<uint16_t> to_bits(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    T v;
+    if constexpr (std::is_same_v<T, __half>) {
+      v = __float2half_rn(x[i]);
+    } else {
+      v = __float2bfloat16_rn(x[i]);
+    }
+    std::memcpy(&out[i], &v, 2);
+  }
+  return out;
+}
+
+template <typename T>
+float from_bits(uint16_t b) {
+  T v;
+  std::memcpy(static_cast<void*>(&v), &b, 2);
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else {
+    return __bfloat162float(v);
+  }
+}
+
+// One monolithic apply of `experts` on x (rounded to T) and logits; the output as F32, and the
+// rounded x in `x_rounded`.
+template <typename T>
+std::vector<float> run_experts(Experts& experts, const std::vector<float>& x,
+                               const std::vector<float>& logits, int64_t M, int64_t H,
+                               std::vector<float>& x_rounded) {
+  auto* mono = dynamic_cast<ExpertsMonolithic*>(&experts);
+  EXPECT_NE(mono, nullptr);
+  if (mono == nullptr) return {};
+  const std::vector<uint16_t> xb = to_bits<T>(x);
+  x_rounded.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x_rounded[i] = from_bits<T>(xb[i]);
+  DeviceBuffer d_x(xb.size() * 2), d_logits(logits.size() * 4), d_out(M * H * 2);
+  d_x.upload(xb.data(), xb.size() * 2);
+  d_logits.upload(logits.data(), logits.size() * 4);
+  DeviceBuffer d_ws(std::max<size_t>(experts.workspace_bytes(M), 1));
+  DispatchedLogits t;
+  t.hidden = d_x.as<void>();
+  t.router_logits = d_logits.as<float>();
+  t.num_tokens = M;
+  t.expert_output = d_out.as<void>();
+  Workspace ws(d_ws.as<void>(), experts.workspace_bytes(M));
+  mono->apply(t, ws, MoEExecContext{});
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> out(M * H);
+  d_out.download(out.data(), out.size() * 2);
+  std::vector<float> got(out.size());
+  for (size_t i = 0; i < out.size(); ++i) got[i] = from_bits<T>(out[i]);
+  return got;
+}
+
+template <typename T>
+void expect_backend_matches_reference(const Fp4Case& c, uint32_t& seed) {
+  constexpr DType kDtype = std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
+  const MoEConfig config = fp4_config(c);
+  const RawExpertWeights raw = random_raw(config, c, seed += 10);
+  const Tensor w13 = independent_dequantize(raw.w13, raw.w13_quant);
+  const Tensor w2 = independent_dequantize(raw.w2, raw.w2_quant);
+  // The oracle's choice on CUDA, with cuda_dequant listed after it.
+  const MoEKernelBuild auto_build =
+      build_moe_kernel(config, ParallelConfig(), Device::cuda(0), kDtype, "", raw, Tensor());
+  EXPECT_EQ(auto_build.choice.backend->name(), "cuda_fp4") << auto_build.choice.describe();
+  const ExpertsShape shape = [&] {
+    ExpertsShape s = local_experts_shape(config, ParallelConfig());
+    s.dtype = kDtype;
+    return s;
+  }();
+  for (const char* kernel : {"auto", "wna16_mma16", "wna16_mma64"}) {
+    ExpertsBuild build{config, shape, Device::cuda(0), CanonicalExpertWeights{}, Tensor()};
+    build.kernel = kernel;
+    build.quant = fp4_quant_config(config, raw, kDtype);
+    build.quantized = convert_fp4_weights(config, ParallelConfig(), shape, raw);
+    std::unique_ptr<Experts> experts = cuda_fp4_backend().create(std::move(build));
+    EXPECT_TRUE(experts->graph_capturable());
+    for (const int64_t M : {int64_t{1}, int64_t{8}, int64_t{300}}) {
+      SCOPED_TRACE(fmt::format("kernel {} M {}", kernel, M));
+      const std::vector<float> x = testing::random_floats(M * c.H, ++seed, -1.0f, 1.0f);
+      const std::vector<float> logits = testing::random_floats(M * c.E, ++seed, -2.0f, 2.0f);
+      std::vector<float> xr;
+      const std::vector<float> got = run_experts<T>(*experts, x, logits, M, c.H, xr);
+      const reference::Routing r = reference::route(config.routing(), logits, M, {});
+      const std::vector<float> want =
+          reference::experts(config, xr, M, r.ids, r.weights, w13, raw.w13_bias, w2, raw.w2_bias);
+      EXPECT_LE(testing::normalized_error(got, want), 2e-2);
+    }
+  }
+}
+
+std::vector<Fp4Case> backend_cases() {
+  return {
+      // GPT-OSS as the hub ships it: interleaved gate/up rows, biases, SwiGLU-OAI at its limit 7,
+      // and at a limit of 0.6 that the random values reach (the clamp taken).
+      {"gpt_oss_mxfp4", QuantScheme::kMxfp4, 5, 2, 128, 64, MoEActivation::kSwigluOai, true, true,
+       7.0f},
+      {"gpt_oss_mxfp4_clamped", QuantScheme::kMxfp4, 5, 2, 128, 64, MoEActivation::kSwigluOai, true,
+       true, 0.6f},
+      {"gpt_oss_nvfp4", QuantScheme::kNvfp4, 7, 4, 96, 48, MoEActivation::kSwigluOai, true, true,
+       0.6f},
+      // Partial last groups (72 = 2 x 32 + 8, 40 = 32 + 8; NVFP4 40 = 2 x 16 + 8, 24 = 16 + 8).
+      {"mxfp4_partial_groups", QuantScheme::kMxfp4, 7, 3, 72, 40, MoEActivation::kSiluGated},
+      {"nvfp4_partial_groups", QuantScheme::kNvfp4, 3, 2, 40, 24, MoEActivation::kSiluGated, false,
+       true},
+      // A plain (one part) GEMM1.
+      {"nvfp4_plain", QuantScheme::kNvfp4, 5, 2, 64, 48, MoEActivation::kGelu, false, true},
+      // K over one 128-wide step with a partial second one.
+      {"mxfp4_two_steps", QuantScheme::kMxfp4, 3, 2, 192, 160, MoEActivation::kSiluGated},
+  };
+}
+
+TEST(CudaFp4Experts, BackendMatchesReferenceBf16) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 700;
+  for (const Fp4Case& c : backend_cases()) {
+    SCOPED_TRACE(fmt::format("{} {}", c.name, quant_scheme_name(c.scheme)));
+    expect_backend_matches_reference<__nv_bfloat16>(c, seed);
+  }
+}
+
+TEST(CudaFp4Experts, BackendMatchesReferenceF16) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 900;
+  for (const Fp4Case& c : backend_cases()) {
+    SCOPED_TRACE(fmt::format("{} {}", c.name, quant_scheme_name(c.scheme)));
+    expect_backend_matches_reference<__half>(c, seed);
+  }
+}
+
+#endif  // MG_WITH_CUDA
+
+}  // namespace
+}  // namespace mg
