@@ -65,7 +65,8 @@ TEST(CudaWna16Model, CudaBackendsMatchTheCpuModel) {
       {"uint4_g32", proto::MOE_QUANT_INT4_WEIGHT_ONLY, QuantElement::kUInt4, 32, "cuda_wna16"},
       {"uint4_g128", proto::MOE_QUANT_INT4_WEIGHT_ONLY, QuantElement::kUInt4, 128, "cuda_dequant"},
       {"int8_channel", proto::MOE_QUANT_INT8_WEIGHT_ONLY, QuantElement::kInt8, -1, "cuda_wna16"},
-      {"uint8_g64", proto::MOE_QUANT_INT8_WEIGHT_ONLY, QuantElement::kUInt8, 64, "cuda_wna16"},
+      {"uint8_g32", proto::MOE_QUANT_INT8_WEIGHT_ONLY, QuantElement::kUInt8, 32, "cuda_wna16"},
+      {"uint8_g64", proto::MOE_QUANT_INT8_WEIGHT_ONLY, QuantElement::kUInt8, 64, "cuda_dequant"},
   };
   for (const Layout& layout : layouts) {
     SCOPED_TRACE(layout.name);
