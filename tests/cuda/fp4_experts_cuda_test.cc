@@ -63,6 +63,7 @@ std::pair<Tensor, WeightQuantization> random_fp4(int64_t E, int64_t R, int64_t C
     static_cast<uint8_t*>(codes.raw())[i] = static_cast<uint8_t>(byte(rng));
   }
   WeightQuantization q;
+  q.element = QuantElement::kFp4E2M1;
   q.group = {1, group};
   const float base = 2.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(C)));
   q.scale = testing::random_tensor({E, R, (C + group - 1) / group}, seed + 1, 0.5f * base, base);

@@ -68,6 +68,7 @@ std::pair<Tensor, WeightQuantization> random_fp4(const Shape& shape, int64_t gro
     static_cast<uint8_t*>(codes.raw())[i] = static_cast<uint8_t>(v.data<float>()[i]);
   }
   WeightQuantization q;
+  q.element = QuantElement::kFp4E2M1;
   q.group = {1, group_cols};
   const float base = 2.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(shape.back())));
   q.scale = testing::random_tensor(scale_shape_for(shape, q.group), seed + 1, 0.5f * base, base);
