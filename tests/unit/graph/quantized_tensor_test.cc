@@ -93,9 +93,10 @@ TEST(QuantizedTensors, Fp4ModelsVerifyCompileToCpuFp4AndRunNearTheUnquantizedMod
         Graph graph(load_graph(file), file);
         verify_graph(graph);
         infer_shapes(graph);
-        EXPECT_THAT(value_type_str(*graph.value("layers.0.moe.experts.w13").type),
-                    HasSubstr(scheme == proto::MOE_QUANT_MXFP4 ? "(fp4_e2m1 codes, scales [1, 32])"
-                                                               : "(fp4_e2m1 codes, scales [1, 16])"));
+        EXPECT_THAT(
+            value_type_str(*graph.value("layers.0.moe.experts.w13").type),
+            HasSubstr(scheme == proto::MOE_QUANT_MXFP4 ? "(fp4_e2m1 codes, scales [1, 32])"
+                                                       : "(fp4_e2m1 codes, scales [1, 16])"));
         const std::string plan = compile_graph_file(file, CompileOptions())->describe();
         EXPECT_THAT(plan, HasSubstr("cpu_fp4 (auto"));
         EXPECT_THAT(plan, HasSubstr("cpu_eigen: rejected, quant: "));

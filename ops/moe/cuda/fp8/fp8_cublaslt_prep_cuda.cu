@@ -43,8 +43,8 @@ __global__ void vec128_scales_kernel(const float* __restrict__ xs, int cols,
       xs[static_cast<int64_t>(r) * cols + (cols == 1 ? 0 : kb)];
 }
 
-__global__ void vec128_scales_dense_kernel(const float* __restrict__ xs, int cols, int rows,
-                                           int ld, int k_blocks, float* __restrict__ out) {
+__global__ void vec128_scales_dense_kernel(const float* __restrict__ xs, int cols, int rows, int ld,
+                                           int k_blocks, float* __restrict__ out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(rows) * k_blocks) return;
   const int r = static_cast<int>(i / k_blocks), kb = static_cast<int>(i % k_blocks);
