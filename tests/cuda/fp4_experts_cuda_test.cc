@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/testing/fp4_weights.h"
 
 #ifdef MG_WITH_CUDA
 #include <cuda_bf16.h>
@@ -44,13 +45,8 @@ namespace {
 #ifdef MG_WITH_CUDA
 
 using testing::DeviceBuffer;
-
-// E2M1 decoded from its fields (not from fp4.cc's table or the kernels' byte table).
-double independent_e2m1(uint8_t code) {
-  const int e = (code >> 1) & 3, m = code & 1;
-  const double mag = e == 0 ? 0.5 * m : std::ldexp(1.0 + 0.5 * m, e - 1);
-  return (code & 8) ? -mag : mag;
-}
+using testing::independent_dequantize;
+using testing::independent_e2m1;
 
 // Random packed codes [E, R, C / 2] (every byte value) and positive F32 scales per group of
 // `group` columns around 1 / (6 sqrt(C)), so real values are O(1 / sqrt(C)).
@@ -68,23 +64,6 @@ std::pair<Tensor, WeightQuantization> random_fp4(int64_t E, int64_t R, int64_t C
   const float base = 2.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(C)));
   q.scale = testing::random_tensor({E, R, (C + group - 1) / group}, seed + 1, 0.5f * base, base);
   return {codes, q};
-}
-
-// F32 values [E, R, C] of packed codes, decoded independently.
-Tensor independent_dequantize(const Tensor& codes, const WeightQuantization& q) {
-  const int64_t E = codes.dim(0), R = codes.dim(1), Cb = codes.dim(2), C = 2 * Cb;
-  const int64_t sc = q.scale.dim(2);
-  Tensor out = Tensor::empty_cpu(DType::kF32, {E, R, C});
-  const uint8_t* in = static_cast<const uint8_t*>(codes.raw());
-  for (int64_t r = 0; r < E * R; ++r) {
-    for (int64_t c = 0; c < C; ++c) {
-      const uint8_t byte = in[r * Cb + c / 2];
-      const uint8_t code = c % 2 == 0 ? byte & 0xF : byte >> 4;
-      out.data<float>()[r * C + c] = static_cast<float>(
-          independent_e2m1(code) * q.scale.data<float>()[r * sc + c / q.group.cols]);
-    }
-  }
-  return out;
 }
 
 // ---- 1. The packing ----------------------------------------------------------------------------
