@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <string_view>
+
 #include "framework/core/dtype.h"
 #include "framework/core/error.h"
 
@@ -40,6 +42,20 @@ void dispatch_float_dtype(DType dtype, Fn&& fn) {
       break;
   }
   MG_ASSERT(false, "CUDA kernels are built for F32, F16 and BF16, not {}", dtype_name(dtype));
+}
+
+// Calls fn(T{}) with T = __half or __nv_bfloat16 for F16 or BF16: for kernels built for 16-bit
+// activations only (the FP8 GEMMs), whose backends refuse F32 in their checks; `what` names the
+// caller in the assertion.
+template <typename Fn>
+void dispatch_16bit_dtype(DType dtype, std::string_view what, Fn&& fn) {
+  MG_ASSERT(dtype == DType::kBF16 || dtype == DType::kF16, "{} built for activation dtype {}", what,
+            dtype_name(dtype));
+  if (dtype == DType::kBF16) {
+    fn(__nv_bfloat16{});
+  } else {
+    fn(__half{});
+  }
 }
 
 }  // namespace mg::cuda

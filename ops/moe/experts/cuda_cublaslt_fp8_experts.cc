@@ -13,6 +13,7 @@
 #include "framework/device/convert.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
+#include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/moe/cuda/fp8/fp8_cublaslt_prep_cuda.h"
 #include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
 #include "ops/moe/cuda/moe_align_cuda.h"
@@ -116,7 +117,7 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
       cuda::launch_fp8_vec128_scales(scales, cuda::fp8_act_scale_cols(width, per_token_), offsets,
                                      E, P, k_blocks(width), vec128, s);
     };
-    dispatch_16bit(shape_.dtype, [&](auto tag) {
+    cuda::dispatch_16bit_dtype(shape_.dtype, "cuda_cublaslt_fp8", [&](auto tag) {
       quantize(tag, t.hidden, sc.align.row_to_pair, H, sc.xq, sc.xs, sc.xs_vec);
     });
     // The per-expert GEMM sizes are host arguments: read the offsets back (the one sync).
@@ -133,7 +134,7 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
           cuda::fp8_lt_rows(rows), w13 + e * N1 * H, s13_.data<float>() + e * k_blocks(H) * N1,
           static_cast<std::byte*>(sc.h1) + begin * N1 * es, sc.blas, s);
     }
-    dispatch_16bit(shape_.dtype, [&](auto tag) {
+    cuda::dispatch_16bit_dtype(shape_.dtype, "cuda_cublaslt_fp8", [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_fp8_rows_bias_act<T>(sc.h1, N1, sc.h, I, offsets, E, P,
                                         b13_.defined() ? b13_.data<float>() : nullptr, true, gated,
@@ -148,7 +149,7 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
                  cuda::fp8_lt_rows(rows), w2 + e * H * I, s2_.data<float>() + e * k_blocks(I) * H,
                  static_cast<std::byte*>(sc.y_perm) + begin * H * es, sc.blas, s);
     }
-    dispatch_16bit(shape_.dtype, [&](auto tag) {
+    cuda::dispatch_16bit_dtype(shape_.dtype, "cuda_cublaslt_fp8", [&](auto tag) {
       using T = decltype(tag);
       if (b2_.defined()) {
         cuda::launch_fp8_rows_bias_act<T>(sc.y_perm, H, sc.y_perm, H, offsets, E, P,
@@ -161,17 +162,6 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
   }
 
  private:
-  template <typename Fn>
-  static void dispatch_16bit(DType dtype, Fn&& fn) {
-    MG_ASSERT(dtype == DType::kBF16 || dtype == DType::kF16,
-              "cuda_cublaslt_fp8 built for activation dtype {}", dtype_name(dtype));
-    if (dtype == DType::kBF16) {
-      fn(__nv_bfloat16{});
-    } else {
-      fn(__half{});
-    }
-  }
-
   // The sizing pass and a call walk the same code.
   struct Scratch {
     int32_t* ids;

@@ -99,7 +99,7 @@ class CudaFp8Experts final : public ExpertsMonolithic {
     cuda::launch_moe_route<float>(route_, t.router_logits, M,
                                   bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
                                   sc.weights, s);
-    dispatch_16bit(shape_.dtype, [&](auto tag) {
+    cuda::dispatch_16bit_dtype(shape_.dtype, "cuda_fp8", [&](auto tag) {
       using T = decltype(tag);
       if (choice.kernel == Fp8Kernel::kDecode) {
         cuda::Fp8DecodeArgs d;
@@ -161,18 +161,6 @@ class CudaFp8Experts final : public ExpertsMonolithic {
   }
 
  private:
-  // The FP8 kernels exist for 16-bit activations only (check_shape refuses F32).
-  template <typename Fn>
-  static void dispatch_16bit(DType dtype, Fn&& fn) {
-    MG_ASSERT(dtype == DType::kBF16 || dtype == DType::kF16,
-              "cuda_fp8 built for activation dtype {}", dtype_name(dtype));
-    if (dtype == DType::kBF16) {
-      fn(__nv_bfloat16{});
-    } else {
-      fn(__half{});
-    }
-  }
-
   static const uint8_t* codes(const Tensor& t) { return fp8_codes(t); }
   // The device pointer of static scale i (0: x, 1: h), or null for dynamic quantization.
   const float* static_scale(int i) const {

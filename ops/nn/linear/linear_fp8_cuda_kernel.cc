@@ -18,6 +18,7 @@
 #include "framework/device/convert.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
+#include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/moe/cuda/fp8/fp8_cublaslt_prep_cuda.h"
 #include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
 #include "ops/nn/cuda_kernels.h"
@@ -95,7 +96,8 @@ class LinearFp8CudaKernel final : public OpKernel {
     q.xq = sc.xq;
     q.xs = sc.xs;
     const int64_t blocks = cuda::lt_fp8_k_blocks(in_);
-    dispatch(dtype_, [&](auto tag) { cuda::launch_fp8_quantize<decltype(tag)>(q, s); });
+    cuda::dispatch_16bit_dtype(dtype_, "linear: FP8 kernel",
+                               [&](auto tag) { cuda::launch_fp8_quantize<decltype(tag)>(q, s); });
     // cuBLASLt's VEC128 FP8 GEMMs take row counts that are multiples of 4 only
     // (fp8_cublaslt_prep_cuda.h): the GEMM runs `rows` rows over the workspace's padded codes and,
     // when that differs from the token count, into a padded output copied back after.
@@ -111,7 +113,7 @@ class LinearFp8CudaKernel final : public OpKernel {
                                     cudaMemcpyDeviceToDevice, s));
     }
     if (bias_.defined()) {
-      dispatch(dtype_, [&](auto tag) {
+      cuda::dispatch_16bit_dtype(dtype_, "linear: FP8 kernel", [&](auto tag) {
         cuda::launch_add_bias<decltype(tag)>(outputs[0].raw(), bias_.raw(), tokens, out_, s);
       });
     }
@@ -138,16 +140,6 @@ class LinearFp8CudaKernel final : public OpKernel {
   }
 
  private:
-  template <typename Fn>
-  static void dispatch(DType dtype, Fn&& fn) {
-    if (dtype == DType::kBF16) {
-      fn(__nv_bfloat16{});
-    } else {
-      MG_ASSERT(dtype == DType::kF16, "linear: FP8 kernel built for {}", dtype_name(dtype));
-      fn(__half{});
-    }
-  }
-
   // The pieces of the workspace; the sizing (base null) and a call walk the same code.
   struct Scratch {
     uint8_t* xq;
