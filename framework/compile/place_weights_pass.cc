@@ -131,8 +131,8 @@ Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, Compil
   if (!q.global_scale().empty()) {
     global = state.weights->load(graph.model().tensors(graph.value(q.global_scale()).tensor_index));
   }
-  // ModelOpt's convention (the global scale multiplies), which the graph file takes.
-  Tensor scale = fp4_group_scales_f32(raw, global, /*global_divides=*/false);
+  // ModelOpt's global scale multiplies, compressed-tensors' divides (global_scale_divides).
+  Tensor scale = fp4_group_scales_f32(raw, global, q.global_scale_divides());
   const float* s = scale.data<float>();
   for (int64_t i = 0; i < scale.numel(); ++i) {
     MG_CHECK(std::isfinite(s[i]) && s[i] >= 0.0f,

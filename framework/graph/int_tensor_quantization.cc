@@ -78,7 +78,7 @@ IntQuantizationInfo check_int_tensor_quantization(const proto::Model& model,
     MG_CHECK(d >= 1, "{}: tensor '{}': quantization.logical_shape {} has a dimension < 1", file,
              name, shape_str(logical));
   }
-  MG_CHECK(q.global_scale().empty() && q.activation_scale().empty() &&
+  MG_CHECK(q.global_scale().empty() && !q.global_scale_divides() && q.activation_scale().empty() &&
                q.activation() == proto::ACT_QUANT_NONE,
            "{}: tensor '{}': {} codes are weight-only (no global scale, no activation "
            "quantization)",

@@ -51,6 +51,8 @@ GroupShape check_tensor_quantization(const proto::Model& model, const proto::Ten
            "{}: tensor '{}': quantization zero points are not supported yet", file, name);
   MG_CHECK(fp4 || q.global_scale().empty(),
            "{}: tensor '{}': a global scale is only taken with FP4_E2M1 codes (NVFP4)", file, name);
+  MG_CHECK(!q.global_scale_divides() || !q.global_scale().empty(),
+           "{}: tensor '{}': global_scale_divides is set but no global_scale is named", file, name);
   const GroupShape group{checked_group_dim(q.group_rows(), file, name, "group_rows"),
                          checked_group_dim(q.group_cols(), file, name, "group_cols")};
   if (fp4) {

@@ -26,6 +26,16 @@ std::regex compile_pattern(const ConfigReader& q, std::string_view key, const st
   }
 }
 
+// compressed-tensors' `ignore`: module names, or regexes after "re:" (anchored at the start).
+void read_compressed_tensors_ignore(const ConfigReader& q, HfQuantization& h) {
+  h.ignore_key = "ignore";
+  for (const std::string& text : q.strings_opt("ignore").value_or(std::vector<std::string>{})) {
+    HfQuantization::IgnoreRule rule{text, std::nullopt, false};
+    if (text.rfind("re:", 0) == 0) rule.regex = compile_pattern(q, "ignore", text.substr(3));
+    h.ignore.push_back(std::move(rule));
+  }
+}
+
 // quant_method "fp8": transformers' FineGrainedFP8Config (DeepSeek-V3, Qwen3 "-FP8").
 HfQuantization read_fp8(const ConfigReader& q) {
   HfQuantization h;
@@ -88,6 +98,46 @@ HfQuantization read_compressed_tensors_int(const ConfigReader& q, const ConfigRe
 
 // quant_method "compressed-tensors" with FP8 weights (llm-compressor's FP8 / FP8_DYNAMIC /
 // FP8_BLOCK schemes).
+// compressed-tensors "nvfp4-pack-quantized": llm-compressor's NVFP4 (W4A4, or W4A16 without
+// input_activations). Run weight-only: activations stay in the compute dtype.
+HfQuantization read_compressed_tensors_nvfp4(const ConfigReader& q, const ConfigReader& group) {
+  HfQuantization h;
+  h.method = HfQuantization::Method::kCompressedTensorsNvfp4;
+  const std::optional<ConfigReader> weights = group.object_opt("weights");
+  if (!weights) group.fail("weights", "missing (expected 4-bit float weights)");
+  const int64_t bits = weights->integer_or("num_bits", 4);
+  const std::string type = weights->string_or("type", "float");
+  if (bits != 4 || type != "float") {
+    weights->fail("num_bits", fmt::format("{}-bit {} weights are not NVFP4 (expected 4-bit float)",
+                                          bits, type));
+  }
+  const std::string strategy = weights->string_or("strategy", "tensor_group");
+  if (strategy != "tensor_group") {
+    weights->fail("strategy",
+                  fmt::format("NVFP4 weights with strategy '{}' are not supported (expected "
+                              "tensor_group)",
+                              strategy));
+  }
+  const int64_t group_size = weights->integer_or("group_size", 16);
+  if (group_size != 16) {
+    weights->fail("group_size", fmt::format("NVFP4 takes groups of 16 values, not {}", group_size));
+  }
+  if (!weights->boolean_or("symmetric", true)) {
+    weights->fail("symmetric", "asymmetric NVFP4 weights are not supported");
+  }
+  if (group.has("output_activations")) {
+    group.fail("output_activations", "quantized output activations are not supported");
+  }
+  h.description = fmt::format(
+      "compressed-tensors nvfp4-pack-quantized (E2M1, one E4M3 scale per 16 values, F32 global "
+      "scale that divides{})",
+      group.has("input_activations") ? "; W4A4 activations run weight-only" : "");
+  h.group = GroupShape{1, 16};
+  h.scale_suffix = "_scale";
+  read_compressed_tensors_ignore(q, h);
+  return h;
+}
+
 HfQuantization read_compressed_tensors(const ConfigReader& q) {
   HfQuantization h;
   h.method = HfQuantization::Method::kCompressedTensorsFp8;
@@ -95,9 +145,11 @@ HfQuantization read_compressed_tensors(const ConfigReader& q) {
   const ConfigReader group = single_group(q);
   const std::string format = group.string_or("format", q.string_or("format", "float-quantized"));
   if (format == "pack-quantized") return read_compressed_tensors_int(q, group);
+  if (format == "nvfp4-pack-quantized") return read_compressed_tensors_nvfp4(q, group);
   if (format != "float-quantized") {
     q.fail("format", fmt::format("compressed-tensors format '{}' is not supported (only "
-                                 "float-quantized FP8 and pack-quantized INT4 / INT8)",
+                                 "float-quantized FP8, pack-quantized INT4 / INT8 and "
+                                 "nvfp4-pack-quantized)",
                                  format));
   }
   const std::optional<ConfigReader> weights = group.object_opt("weights");
@@ -177,12 +229,7 @@ HfQuantization read_compressed_tensors(const ConfigReader& q) {
         "quantization_status",
         fmt::format("'{}': only compressed checkpoints (FP8 codes on disk) are supported", status));
   }
-  h.ignore_key = "ignore";
-  for (const std::string& text : q.strings_opt("ignore").value_or(std::vector<std::string>{})) {
-    HfQuantization::IgnoreRule rule{text, std::nullopt, false};
-    if (text.rfind("re:", 0) == 0) rule.regex = compile_pattern(q, "ignore", text.substr(3));
-    h.ignore.push_back(std::move(rule));
-  }
+  read_compressed_tensors_ignore(q, h);
   return h;
 }
 
@@ -327,12 +374,7 @@ HfQuantization read_compressed_tensors_int(const ConfigReader& q, const ConfigRe
   i.zero_point_required = !i.symmetric;
   h.description = fmt::format("compressed-tensors pack-quantized ({}-bit, {}, {})", i.bits,
                               group_text(i.group_cols), i.symmetric ? "symmetric" : "asymmetric");
-  h.ignore_key = "ignore";
-  for (const std::string& text : q.strings_opt("ignore").value_or(std::vector<std::string>{})) {
-    HfQuantization::IgnoreRule rule{text, std::nullopt, false};
-    if (text.rfind("re:", 0) == 0) rule.regex = compile_pattern(q, "ignore", text.substr(3));
-    h.ignore.push_back(std::move(rule));
-  }
+  read_compressed_tensors_ignore(q, h);
   return h;
 }
 
@@ -423,8 +465,8 @@ HfQuantization read_hf_quantization(const ConfigReader& config) {
   if (method == "modelopt") return read_modelopt(*q);
   q->fail("quant_method",
           fmt::format("quantized checkpoints of method '{}' are not supported (supported: fp8, "
-                      "compressed-tensors float-quantized / pack-quantized, gptq, awq, mxfp4, "
-                      "modelopt NVFP4)",
+                      "compressed-tensors float-quantized / pack-quantized / "
+                      "nvfp4-pack-quantized, gptq, awq, mxfp4, modelopt NVFP4)",
                       method));
 }
 

@@ -16,8 +16,14 @@
 //     hf_quant_config.json's "quantization"): group_size 16; per Linear `weight` U8 [out, in/2]
 //     (two E2M1 codes per byte), `weight_scale` F8_E4M3 [out, in/16], `weight_scale_2` F32 scalar
 //     (multiplies); `input_scale` (W4A4) is not used (weights only). exclude_modules are
-//     wildcard patterns ('*' any run of characters) over module names. Quantized expert weights
-//     are taken (ImportGraph::assembled); a quantized dense Linear is refused.
+//     wildcard patterns ('*' any run of characters) over module names.
+//   - quant_method "compressed-tensors" with format "nvfp4-pack-quantized" (llm-compressor
+//     NVFP4): per Linear `weight_packed` U8 [out, in/2] (same nibble order as ModelOpt),
+//     `weight_scale` F8_E4M3 [out, in/16] and `weight_global_scale` F32 [1] that divides (the
+//     reciprocal of ModelOpt's weight_scale_2); input_activations (NVFP4 W4A4) are read and run
+//     weight-only (W4A16), as ModelOpt's input_scale is. `ignore` as for float-quantized.
+//   Both NVFP4 formats take quantized expert weights and quantized dense Linears (the linear op
+//   dequantizes 128 rows at a time on the CPU and once at build on CUDA).
 //   - weight-only integer codes: quant_method "gptq" (bits 4 / 8, group_size, sym, desc_act,
 //     checkpoint_format gptq (v1 zeros) / gptq_v2), "awq" (version gemm, bits 4, zero_point) and
 //     "compressed-tensors" format "pack-quantized" (int 4 / 8, strategy group / channel,
@@ -45,11 +51,12 @@ namespace mg {
 
 struct HfQuantization {
   enum class Method {
-    kNone,                  // no quantization_config
-    kFp8Block,              // quant_method "fp8"
-    kCompressedTensorsFp8,  // quant_method "compressed-tensors", format "float-quantized"
-    kMxfp4,                 // quant_method "mxfp4" (GPT-OSS: experts as *_blocks / *_scales)
-    kModelOptNvfp4,         // quant_method "modelopt", quant_algo "NVFP4"
+    kNone,                    // no quantization_config
+    kFp8Block,                // quant_method "fp8"
+    kCompressedTensorsFp8,    // quant_method "compressed-tensors", format "float-quantized"
+    kMxfp4,                   // quant_method "mxfp4" (GPT-OSS: experts as *_blocks / *_scales)
+    kModelOptNvfp4,           // quant_method "modelopt", quant_algo "NVFP4"
+    kCompressedTensorsNvfp4,  // quant_method "compressed-tensors", format "nvfp4-pack-quantized"
     // Weight-only integer codes (hf_quantization.cc read_gptq / read_awq /
     // read_compressed_tensors_int; `integer` holds the details):
     kGptq,                  // quant_method "gptq"
@@ -97,6 +104,9 @@ struct HfQuantization {
   std::vector<IgnoreRule> ignore;
 
   bool quantized() const { return method != Method::kNone; }
+  bool is_nvfp4() const {
+    return method == Method::kModelOptNvfp4 || method == Method::kCompressedTensorsNvfp4;
+  }
   // The ignore entry `module` (e.g. "model.layers.0.mlp.gate") matches, or nullptr.
   const IgnoreRule* ignored_by(const std::string& module) const;
 };

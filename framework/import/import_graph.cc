@@ -160,6 +160,7 @@ void ImportGraph::set_quantization(proto::TensorInfo& t, const std::string& scal
 std::string ImportGraph::weight(const std::string& key, const Shape& shape) {
   if (std::find(declared_.begin(), declared_.end(), key) != declared_.end()) return key;
   if (!int_module(key).empty()) return int_assembled(key, shape, {{key, shape}});
+  if (nvfp4_keys(key)) return nvfp4_assembled(key, shape, {{key, shape}});
   const std::optional<QuantSource> q = quant_source(key, shape);
   const HfCheckpoint::Entry& e = *checkpoint_.find(key);
   proto::TensorInfo* t = model_.add_tensors();
@@ -359,12 +360,7 @@ std::vector<PartRef> ImportGraph::scale_parts(const std::string& name, const Sha
 
 std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
                                    const std::vector<PartRef>& parts) {
-  if (quant_.method == HfQuantization::Method::kModelOptNvfp4 && !parts.empty()) {
-    const HfCheckpoint::Entry* first = checkpoint_.find(parts[0].key);
-    if (first != nullptr && first->entry->dtype == DType::kU8) {
-      return nvfp4_assembled(name, shape, parts);
-    }
-  }
+  if (!parts.empty() && nvfp4_keys(parts[0].key)) return nvfp4_assembled(name, shape, parts);
   if (!parts.empty() && !int_module(parts[0].key).empty()) {
     return int_assembled(name, shape, parts);
   }
@@ -412,6 +408,19 @@ std::string ImportGraph::assembled(const std::string& name, const Shape& shape,
   return name;
 }
 
+std::optional<ImportGraph::Nvfp4Keys> ImportGraph::nvfp4_keys(const std::string& key) const {
+  if (!quant_.is_nvfp4() || !key.ends_with(".weight")) return std::nullopt;
+  if (quant_.method == HfQuantization::Method::kModelOptNvfp4) {
+    const HfCheckpoint::Entry* e = checkpoint_.find(key);
+    if (e == nullptr || e->entry->dtype != DType::kU8) return std::nullopt;
+    return Nvfp4Keys{key, key + "_scale", key + "_scale_2"};
+  }
+  const std::string module = key.substr(0, key.size() - 7);
+  if (has(key) || !has(module + ".weight_packed")) return std::nullopt;
+  return Nvfp4Keys{module + ".weight_packed", module + ".weight_scale",
+                   module + ".weight_global_scale"};
+}
+
 std::string ImportGraph::nvfp4_assembled(const std::string& name, const Shape& shape,
                                          const std::vector<PartRef>& parts) {
   const std::string dir = checkpoint_.dir().string();
@@ -442,16 +451,20 @@ std::string ImportGraph::nvfp4_assembled(const std::string& name, const Shape& s
       MG_CHECK(e.entry->dtype == dtype, "{}: NVFP4 tensor '{}' in '{}' is {}, expected {} ({})",
                dir, key, e.file.string(), dtype_name(e.entry->dtype), dtype_name(dtype), what);
     };
-    expect(p.key, {p.shape[0], C / 2}, DType::kU8, "two FP4 E2M1 codes per byte");
-    expect(p.key + "_scale", {p.shape[0], C / 16}, DType::kF8E4M3, "one scale per 16 values");
-    // weight_scale_2: a scalar ([] or [1]).
-    const std::string global = p.key + "_scale_2";
-    const HfCheckpoint::Entry* g = checkpoint_.find(global);
+    const std::optional<Nvfp4Keys> keys = nvfp4_keys(p.key);
+    MG_CHECK(keys.has_value(),
+             "{}: NVFP4 weight '{}' stacks '{}', which the checkpoint stores unquantized, with "
+             "NVFP4 parts",
+             dir, name, p.key);
+    expect(keys->codes, {p.shape[0], C / 2}, DType::kU8, "two FP4 E2M1 codes per byte");
+    expect(keys->scale, {p.shape[0], C / 16}, DType::kF8E4M3, "one scale per 16 values");
+    // The global scale: a scalar ([] or [1]).
+    const HfCheckpoint::Entry* g = checkpoint_.find(keys->global);
     const Shape gshape = g != nullptr && g->entry->shape == Shape{1} ? Shape{1} : Shape{};
-    expect(global, gshape, DType::kF32, "the global scale");
-    packed.push_back({p.key, {p.shape[0], C / 2}});
-    scales.push_back({p.key + "_scale", {p.shape[0], C / 16}});
-    globals.push_back({global, gshape});
+    expect(keys->global, gshape, DType::kF32, "the global scale");
+    packed.push_back({keys->codes, {p.shape[0], C / 2}});
+    scales.push_back({keys->scale, {p.shape[0], C / 16}});
+    globals.push_back({keys->global, gshape});
   }
   MG_CHECK(part_rows > 0 && R % part_rows == 0,
            "{}: NVFP4 weight '{}' {} stacks matrices of {} rows, which do not tile its {} rows",
@@ -469,6 +482,7 @@ std::string ImportGraph::nvfp4_assembled(const std::string& name, const Shape& s
   q->set_group_rows(1);
   q->set_group_cols(16);
   q->set_global_scale(name + ".global_scale");
+  q->set_global_scale_divides(quant_.method == HfQuantization::Method::kCompressedTensorsNvfp4);
   return name;
 }
 

@@ -102,9 +102,17 @@ class ImportGraph {
   // Checks the dtype of `key` (a float weight, or F8_E4M3 codes with a well-formed scale) and
   // returns its scale, or nullopt for a float weight.
   std::optional<QuantSource> quant_source(const std::string& key, const Shape& shape) const;
-  // (fp4) assembled() for ModelOpt NVFP4 parts (U8 `weight` [rows, C/2] with `weight_scale`
-  // F8_E4M3 [rows, C/16] and scalar `weight_scale_2`): FP4 codes, E4M3 scales and an F32 global
-  // scale [lead..., S] (one per stacked matrix).
+  // (fp4) The checkpoint entries of NVFP4 weight "<m>.weight": ModelOpt's U8 `<m>.weight`,
+  // `<m>.weight_scale`, `<m>.weight_scale_2` (multiplies), or compressed-tensors'
+  // `<m>.weight_packed`, `<m>.weight_scale`, `<m>.weight_global_scale` (divides). nullopt when the
+  // checkpoint is not NVFP4 or stores `key` as a float weight.
+  struct Nvfp4Keys {
+    std::string codes, scale, global;
+  };
+  std::optional<Nvfp4Keys> nvfp4_keys(const std::string& key) const;
+  // (fp4) assembled() for NVFP4 parts (U8 codes [rows, C/2] with F8_E4M3 scales [rows, C/16] and
+  // a scalar F32 global scale each): FP4 codes, E4M3 scales and an F32 global scale
+  // [lead..., S] (one per stacked matrix), whose direction the checkpoint's format sets.
   std::string nvfp4_assembled(const std::string& name, const Shape& shape,
                               const std::vector<PartRef>& parts);
   // (fp4) Declares checkpoint tensor `key` [shape] of any dtype (the caller checked it).

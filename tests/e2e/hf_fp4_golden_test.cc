@@ -52,14 +52,17 @@ Reference load_reference() {
   return {ids(ref, "prompt_ids"), ids(ref, "greedy_ids"), read_npy(kFixture / "logits.npy")};
 }
 
-std::unique_ptr<Session> open_imported(const std::filesystem::path& hf_dir) {
-  HfImportResult imported = import_hf_checkpoint(hf_dir);
+std::unique_ptr<Session> open_model(proto::Model model, const std::filesystem::path& hf_dir) {
   CompileOptions options;
   options.max_tokens = 64;
   SessionOptions session;
   session.threads = 2;
-  return std::make_unique<Session>(
-      compile_model(std::move(imported.model), hf_dir / "model.pbtxt", options), session);
+  return std::make_unique<Session>(compile_model(std::move(model), hf_dir / "model.pbtxt", options),
+                                   session);
+}
+
+std::unique_ptr<Session> open_imported(const std::filesystem::path& hf_dir) {
+  return open_model(import_hf_checkpoint(hf_dir).model, hf_dir);
 }
 
 int64_t argmax_row(const float* logits, int64_t t, int64_t vocab) {
@@ -362,6 +365,95 @@ TEST(HfBadNvfp4Checkpoint, MissingAndMistypedScales) {
   });
   expect_clean_error(import(shape), {"tensor '" + key + "_scale'",
                                      "has shape [48, 1], but config.json implies [48, 2]"});
+}
+
+// ---- NVFP4 (compressed-tensors nvfp4-pack-quantized) ------------------------------------------
+
+const std::filesystem::path kCtNvfp4 =
+    std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/hf/mixtral_ct_nvfp4";
+
+TEST(HfCtNvfp4Golden, ImportKeepsCodesAndADividingGlobalScaleForExpertsAndAttention) {
+  const proto::Model m = import_hf_checkpoint(kCtNvfp4).model;
+  auto find = [&](const std::string& name) -> const proto::TensorInfo* {
+    for (const proto::TensorInfo& t : m.tensors()) {
+      if (t.name() == name) return &t;
+    }
+    return nullptr;
+  };
+  // Experts: w13 [4, 96, 32] as U8 [4, 96, 16]; attention q_proj [32, 32] as U8 [32, 16]
+  // (a dense NVFP4 linear); both with compressed-tensors' dividing global scale.
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"model.layers.0.block_sparse_moe.experts.w13", {4, 96, 16}},
+           {"model.layers.1.self_attn.q_proj.weight", {32, 16}}}) {
+    SCOPED_TRACE(name);
+    const proto::TensorInfo* t = find(name);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->dtype(), proto::U8);
+    EXPECT_EQ(std::vector<int64_t>(t->shape().begin(), t->shape().end()), shape);
+    EXPECT_EQ(t->quantization().element(), proto::QUANT_ELEMENT_FP4_E2M1);
+    EXPECT_EQ(t->quantization().group_cols(), 16);
+    EXPECT_TRUE(t->quantization().global_scale_divides());
+    const proto::TensorInfo* g = find(t->quantization().global_scale());
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->dtype(), proto::F32);
+  }
+  // lm_head and the routers are in `ignore`: float.
+  ASSERT_NE(find("lm_head.weight"), nullptr);
+  EXPECT_FALSE(find("lm_head.weight")->has_quantization());
+}
+
+TEST(HfCtNvfp4Golden, LogitsAndGreedyIdsMatchTheDequantizedModel) {
+  const nlohmann::json ref = load_json_file(kCtNvfp4 / "reference.json");
+  const std::vector<int32_t> prompt = ids(ref, "prompt_ids"), greedy = ids(ref, "greedy_ids");
+  auto session = open_imported(kCtNvfp4);
+  expect_logits_match(session->forward(prompt, positions(prompt.size())),
+                      read_npy(kCtNvfp4 / "logits.npy"), "compressed-tensors nvfp4 prompt");
+  auto again = open_imported(kCtNvfp4);
+  GenerateOptions gen;
+  gen.max_new_tokens = static_cast<int>(greedy.size());
+  gen.stop_at_eos = false;
+  EXPECT_EQ(again->generate(prompt, gen).tokens, greedy);
+}
+
+TEST(HfCtNvfp4Golden, ReadingTheGlobalScaleAsAMultiplierWouldBeWrong) {
+  // The same checkpoint with its global scales inverted and read the ModelOpt way gives the same
+  // logits only when the direction is honoured: flip global_scale_divides in the imported graph
+  // and the logits move far from the golden.
+  HfImportResult imported = import_hf_checkpoint(kCtNvfp4);
+  for (proto::TensorInfo& t : *imported.model.mutable_tensors()) {
+    if (t.has_quantization() && t.quantization().global_scale_divides()) {
+      t.mutable_quantization()->set_global_scale_divides(false);
+    }
+  }
+  const nlohmann::json ref = load_json_file(kCtNvfp4 / "reference.json");
+  const std::vector<int32_t> prompt = ids(ref, "prompt_ids");
+  auto session = open_model(std::move(imported.model), kCtNvfp4);
+  const Tensor logits = session->forward(prompt, positions(prompt.size()));
+  EXPECT_GT(testing::normalized_error(testing::span_of(logits),
+                                      testing::span_of(read_npy(kCtNvfp4 / "logits.npy"))),
+            0.1);
+}
+
+TEST(HfBadCtNvfp4Checkpoint, MissingGlobalScaleAndWrongStrategy) {
+  const std::string module = "model.layers.0.self_attn.o_proj";
+  auto copy = [&](const std::string& name) {
+    const auto dir = testing::temp_dir(name);
+    for (const char* f : {"config.json", "model.safetensors"}) {
+      std::filesystem::copy_file(kCtNvfp4 / f, dir / f,
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+    return dir;
+  };
+  const auto missing = copy("ct-nvfp4-missing");
+  edit_weights(missing, [&](auto& t) {
+    std::erase_if(t, [&](const auto& nt) { return nt.first == module + ".weight_global_scale"; });
+  });
+  expect_clean_error(import(missing), {"tensor '" + module + ".weight_global_scale' is missing"});
+  const auto strategy = copy("ct-nvfp4-strategy");
+  nlohmann::json config = load_json_file(strategy / "config.json");
+  config["quantization_config"]["config_groups"]["group_0"]["weights"]["strategy"] = "group";
+  std::ofstream(strategy / "config.json", std::ios::trunc) << config.dump(2);
+  expect_clean_error(import(strategy), {"strategy 'group' are not supported"});
 }
 
 }  // namespace

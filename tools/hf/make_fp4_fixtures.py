@@ -29,6 +29,15 @@ mixtral_nvfp4: the fp32 Mixtral fixture with every expert weight in ModelOpt's N
 scalar = amax / (6 * 448), `input_scale`), declared by hf_quant_config.json (exclude_modules:
 lm_head, attention, router). Golden: the dequantized fp32 model in transformers.
 
+mixtral_ct_nvfp4: the fp32 Mixtral fixture in compressed-tensors' `nvfp4-pack-quantized` format
+(llm-compressor's NVFP4 scheme): every Linear but lm_head and the routers (attention projections
+and experts) as `weight_packed` uint8 [out, in/2], `weight_scale` float8_e4m3fn [out, in/16],
+`weight_global_scale` fp32 [1] = 6 * 448 / amax(W) (it divides: the reciprocal convention of
+ModelOpt's weight_scale_2) and `input_global_scale`, declared in config.json's quantization_config.
+Quantizer: scale = e4m3(amax_group / 6 * global), code = e2m1(w * global / scale), nearest even,
+saturating. Golden: the dequantized fp32 model (codes x weight_scale / weight_global_scale) in
+transformers (5.17 needs the compressed-tensors package to load the format itself).
+
     /work/.venv-hf/bin/python tools/hf/make_fp4_fixtures.py [--out tests/fixtures/hf]
 
 Pinned versions as make_fixtures.py: transformers==5.17.0, torch==2.11.0.
@@ -256,6 +265,99 @@ def make_mixtral_nvfp4(src, folder):
     return ref
 
 
+def quantize_nvfp4_ct(w):
+    """compressed-tensors NVFP4 of w [out, in] fp32: (weight_packed uint8 [out, in/2], weight_scale
+    float8_e4m3fn [out, in/16], weight_global_scale fp32 [1], dequantized fp32 [out, in])."""
+    import torch
+    out_f, in_f = w.shape
+    assert in_f % 16 == 0, in_f
+    global_scale = (6.0 * 448.0 / w.abs().amax()).to(torch.float32)
+    g = w.reshape(out_f, in_f // 16, 16)
+    scale = (g.abs().amax(dim=-1) / 6.0 * global_scale).to(torch.float8_e4m3fn)
+    step = scale.to(torch.float32) / global_scale
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    codes = e2m1_codes(torch.where(step.unsqueeze(-1) > 0, g / safe.unsqueeze(-1),
+                                   torch.zeros_like(g)))
+    lut = torch.tensor(E2M1 + [-v for v in E2M1])
+    deq = (lut[codes.long()] * step.unsqueeze(-1)).reshape(out_f, in_f)
+    codes = codes.reshape(out_f, in_f)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    return packed.contiguous(), scale.contiguous(), global_scale.reshape(1), deq
+
+
+def make_mixtral_ct_nvfp4(src, folder):
+    """Mixtral with its attention projections and expert weights in compressed-tensors'
+    nvfp4-pack-quantized layout; golden from the dequantized fp32 model."""
+    import numpy as np
+    import torch
+    import transformers as t
+    from safetensors.torch import load_file, save_file
+
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    config = json.load(open(os.path.join(src, "config.json")))
+    out, dequantized = {}, dict(tensors)
+    quantized = (".self_attn.q_proj.", ".self_attn.k_proj.", ".self_attn.v_proj.",
+                 ".self_attn.o_proj.", ".block_sparse_moe.experts.")
+    for key, value in tensors.items():
+        if key.endswith(".weight") and any(q in key for q in quantized):
+            module = key[:-len(".weight")]
+            packed, scale, global_scale, deq = quantize_nvfp4_ct(value)
+            out[module + ".weight_packed"] = packed
+            out[module + ".weight_scale"] = scale
+            out[module + ".weight_global_scale"] = global_scale
+            # W4A4's activation global scale as llm-compressor writes it; moegraph runs W4A16.
+            out[module + ".input_global_scale"] = torch.tensor([448.0 * 6.0])
+            dequantized[key] = deq
+        else:
+            out[key] = value
+    save_file(out, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    fp4 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+           "symmetric": True, "dynamic": False, "observer": "minmax"}
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "format": "nvfp4-pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"], "weights": fp4, "format": "nvfp4-pack-quantized",
+            "input_activations": dict(fp4, dynamic="local", observer="minmax")}},
+        "ignore": ["lm_head", "re:.*block_sparse_moe.gate$"],
+    }
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+    prompt = json.load(open(os.path.join(src, "reference.json")))["prompt_ids"]
+    ids = torch.tensor([prompt])
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        save_file(dequantized, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        shutil.copy(os.path.join(src, "config.json"), os.path.join(tmp, "config.json"))
+        model = t.MixtralForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    model.set_attn_implementation("eager")
+    model.set_experts_implementation("eager")
+    with torch.no_grad():
+        logits = model(ids).logits[0].float().numpy()
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+        greedy = model.generate(ids, do_sample=False,
+                                max_new_tokens=GREEDY_TOKENS)[0, len(prompt):].tolist()
+    np.save(os.path.join(folder, "logits.npy"), logits.astype(np.float32))
+    ref = {
+        "family": "mixtral",
+        "format": "compressed-tensors nvfp4-pack-quantized (attention and experts quantized)",
+        "prompt_ids": prompt,
+        "greedy_ids": greedy,
+        "golden": "the dequantized fp32 model (codes x weight_scale / weight_global_scale) in "
+                  "transformers, eager, no activation quantization",
+        "transformers": t.__version__,
+        "torch": torch.__version__,
+    }
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=2)
+    return ref
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     default_out = os.path.join(here, "..", "..", "tests", "fixtures", "hf")
@@ -271,6 +373,9 @@ def main():
     print(json.dumps(ref, indent=2))
     ref = make_mixtral_nvfp4(os.path.join(args.out, "mixtral"),
                              os.path.join(args.out, "mixtral_nvfp4"))
+    print(json.dumps(ref, indent=2))
+    ref = make_mixtral_ct_nvfp4(os.path.join(args.out, "mixtral"),
+                                os.path.join(args.out, "mixtral_ct_nvfp4"))
     print(json.dumps(ref, indent=2))
 
 

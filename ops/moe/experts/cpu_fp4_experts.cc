@@ -8,28 +8,11 @@
 #include "ops/moe/experts/cpu_eigen_experts.h"
 #include "ops/moe/experts/cpu_expert_mlp.h"
 #include "ops/moe/oracle/fp4.h"
-#include "ops/nn/linear/linear_gemm.h"
+#include "ops/nn/linear/fp4_gemm_cpu.h"
 
 namespace mg {
 
 namespace {
-
-// Weight rows dequantized per tile: 128 x C floats per thread.
-constexpr int64_t kTileRows = 128;
-
-struct ThreadScratch {
-  std::vector<float> tile;
-  std::vector<float> tile_out;
-};
-ThreadScratch& thread_scratch() {
-  thread_local ThreadScratch scratch;
-  return scratch;
-}
-
-float* grown(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
 
 void add_bias_rows(float* y, int64_t n, int64_t width, const Tensor& bias, int64_t e) {
   if (!bias.defined()) return;
@@ -45,7 +28,8 @@ void expert_gemm(const float* x, int64_t n, const Tensor& codes, const WeightQua
   const int64_t R = codes.dim(1), Cb = codes.dim(2), C = 2 * Cb;
   const int64_t scales_per_expert = q.scale.dim(1) * q.scale.dim(2);
   cpu_fp4_gemm_xwt(x, n, static_cast<const uint8_t*>(codes.raw()) + e * R * Cb,
-                   q.scale.data<float>() + e * scales_per_expert, R, C, q.group.cols_in(C), y);
+                   q.scale.data<float>() + e * scales_per_expert, R, C, q.group.cols_in(C), y,
+                   nullptr);
 }
 
 class Fp4ExpertMlp final : public CpuExpertMlp {
@@ -106,28 +90,6 @@ class CpuFp4Backend final : public ExpertsBackend {
 };
 
 }  // namespace
-
-void cpu_fp4_gemm_xwt(const float* x, int64_t n, const uint8_t* packed, const float* scale,
-                      int64_t R, int64_t C, int64_t group_cols, float* y) {
-  if (n == 0 || R == 0) return;
-  MG_ASSERT(C % 2 == 0 && group_cols >= 1, "cpu_fp4_gemm_xwt: C {} group {}", C, group_cols);
-  const int64_t sc = (C + group_cols - 1) / group_cols, Cb = C / 2;
-  ThreadScratch& ts = thread_scratch();
-  for (int64_t r0 = 0; r0 < R; r0 += kTileRows) {
-    const int64_t t = std::min(kTileRows, R - r0);
-    float* tile = grown(ts.tile, t * C);
-    for (int64_t r = 0; r < t; ++r) {
-      const float* srow = scale + (r0 + r) * sc;
-      const uint8_t* wrow = packed + (r0 + r) * Cb;
-      float* trow = tile + r * C;
-      for (int64_t c = 0; c < C; ++c)
-        trow[c] = fp4_e2m1_to_float(fp4_code_at(wrow, c)) * srow[c / group_cols];
-    }
-    float* out = grown(ts.tile_out, n * t);
-    cpu_gemm_xwt(x, n, C, tile, t, out, nullptr);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(out + i * t, t, y + i * R + r0);
-  }
-}
 
 const ExpertsBackend& cpu_fp4_backend() {
   static const CpuFp4Backend backend;

@@ -13,10 +13,4 @@ namespace mg {
 
 const ExpertsBackend& cpu_fp4_backend();
 
-// y [n, R] = x [n, C] . W^T, W [R, C] the FP4 matrix `packed` [R, C / 2] (low nibble = even
-// column) with F32 scales `scale` [R, ceil(C / group_cols)]. Host fp32 x and y (y must not alias
-// x); on the calling thread. Exposed for tests.
-void cpu_fp4_gemm_xwt(const float* x, int64_t n, const uint8_t* packed, const float* scale,
-                      int64_t R, int64_t C, int64_t group_cols, float* y);
-
 }  // namespace mg

@@ -6,12 +6,14 @@
 // FP8 GEMM (linear_fp8_cuda_kernel.cc) and, where that refuses the size or dtype, dequantizes the
 // weight once at build (W8A16, logged once).
 // Weight-only integer codes (INT4 / INT8) run through cpu_int_gemm_xwt on the CPU and are
-// dequantized once at build on CUDA, like FP8's W8A16.
+// dequantized once at build on CUDA, like FP8's W8A16. FP4 E2M1 codes (NVFP4 / MXFP4 dense
+// layers) likewise: cpu_fp4_gemm_xwt on the CPU, dequantized once at build on CUDA.
 #include <algorithm>
 
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/op/op_registry.h"
+#include "ops/nn/linear/fp4_gemm_cpu.h"
 #include "ops/nn/linear/fp8_gemm_cpu.h"
 #include "ops/nn/linear/int_gemm_cpu.h"
 #include "ops/nn/linear/linear_gemm.h"
@@ -132,6 +134,38 @@ class LinearIntCpuKernel final : public OpKernel {
   float scale_;
 };
 
+// FP4 E2M1 codes [out, in / 2] with their effective F32 group scales (NVFP4's global scale folded
+// in at load), owned by the kernel and dequantized 128 rows at a time inside the GEMM
+// (ops/nn/linear/fp4_gemm_cpu.h). Weight-only: activations stay F32.
+class LinearFp4CpuKernel final : public OpKernel {
+ public:
+  LinearFp4CpuKernel(Tensor codes, WeightQuantization quant, bool has_bias, float scale)
+      : codes_(std::move(codes)), quant_(std::move(quant)), has_bias_(has_bias), scale_(scale) {}
+
+  void run(const ExecContext& ctx, std::span<const Tensor> inputs,
+           std::span<const Tensor> outputs) override {
+    const Tensor& x = inputs[0];
+    const int64_t tokens = x.dim(0), in = 2 * codes_.dim(1), out = codes_.dim(0);
+    MG_ASSERT(x.dim(1) == in && outputs[0].dim(1) == out, "linear: x {} FP4 codes {} y {}", x.str(),
+              codes_.str(), outputs[0].str());
+    float* y = outputs[0].data<float>();
+    cpu_fp4_gemm_xwt(x.data<float>(), tokens, static_cast<const uint8_t*>(codes_.raw()),
+                     quant_.scale.data<float>(), out, in, quant_.group.cols_in(in), y, ctx.pool);
+    bias_and_scale(y, tokens, out, has_bias_ ? inputs[2].data<float>() : nullptr, scale_, ctx.pool);
+  }
+
+  std::string describe() const override {
+    return fmt::format("cpu FP4 E2M1 weight-only (scales {}; activations not quantized)",
+                       quant_.group.str());
+  }
+
+ private:
+  Tensor codes_;
+  WeightQuantization quant_;
+  bool has_bias_;
+  float scale_;
+};
+
 class LinearCpuKernel final : public OpKernel {
  public:
   LinearCpuKernel(bool has_bias, float scale) : has_bias_(has_bias), scale_(scale) {}
@@ -176,11 +210,6 @@ class LinearOp final : public OpDef {
 
     const ValueType& weight = require_input(inputs, 1, "weight");
     if (!weight.quant_group) expect_float(weight, "linear: weight");
-    // Packed FP4 codes (framework/core/fp4.h): the MoE experts take them, linear not yet.
-    MG_CHECK(!weight.quant_group || weight.quant_element != QuantElement::kFp4E2M1,
-             "linear: FP4 weights ({}) are not supported yet (FP4 is taken by the MoE experts; "
-             "linear takes F8_E4M3 codes or floats)",
-             value_type_str(weight));
     MG_CHECK(weight.shape.size() == 2 && weight.shape[1] == in && weight.shape[0] > 0,
              "linear: weight must have shape [out, in] = [*, {}], got {}", in,
              value_type_str(weight));
@@ -222,6 +251,9 @@ class LinearOp final : public OpDef {
     expect_cpu_kernel(ctx, "linear", kFloatActivations);
     if (quant.is_integer()) {
       return std::make_unique<LinearIntCpuKernel>(ctx.weights[1], quant, p.has_bias(), scale);
+    }
+    if (quant.element == QuantElement::kFp4E2M1) {
+      return std::make_unique<LinearFp4CpuKernel>(ctx.weights[1], quant, p.has_bias(), scale);
     }
     if (quant.defined()) {
       return std::make_unique<LinearFp8CpuKernel>(ctx.weights[1], quant, quantize_x, p.has_bias(),

@@ -185,6 +185,8 @@ TEST_F(QuantizedTensorErrors, EachNamesTheTensorOrNode) {
        {w13, "zero points are not supported yet"}},
       {[](proto::Model& m) { w13_quant(m).set_global_scale("g"); },
        {w13, "a global scale is only taken with FP4_E2M1 codes"}},
+      {[](proto::Model& m) { w13_quant(m).set_global_scale_divides(true); },
+       {w13, "global_scale_divides is set but no global_scale is named"}},
       // FP4: codes must be U8, scales per row, weight-only; a global scale must exist and fit.
       {[](proto::Model& m) { w13_quant(m).set_element(proto::QUANT_ELEMENT_FP4_E2M1); },
        {w13, "FP4_E2M1 codes are stored two per U8 byte, not as F8_E4M3"}},
