@@ -454,12 +454,20 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
   MG_CUDA_CHECK_LAUNCH();
 }
 
+// The split kernel's 16-byte loads need the caches' bases aligned (device allocations are; a
+// view at an odd offset would not be).
+inline bool caches_16_byte_aligned(const AttentionArgs& a) {
+  return reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
+}
+
 template <typename T>
 void launch_attention_split_kv(const AttentionDims& dims, const AttentionArgs& a,
                                cudaStream_t stream) {
-  MG_ASSERT(split_kv_supports(dims, sizeof(T)),
-            "attention: split-KV needs 16-byte K/V rows, head_dim {} v_head_dim {} of {} bytes",
-            dims.head_dim, dims.v_head_dim, sizeof(T));
+  MG_ASSERT(split_kv_supports(dims, sizeof(T)) && caches_16_byte_aligned(a),
+            "attention: split-KV needs 16-byte K/V rows, head_dim {} v_head_dim {} of {} bytes "
+            "(caches at {} and {})",
+            dims.head_dim, dims.v_head_dim, sizeof(T), a.k_cache, a.v_cache);
   MG_ASSERT(a.tokens <= 65535, "attention: split-KV launch of {} rows", a.tokens);
   const int64_t splits = a.splits > 0 ? std::min(a.splits, kSplitKvMaxSplits)
                                       : split_kv_splits(dims, a.tokens, a.max_seq_len, a.sm_count);
@@ -493,7 +501,8 @@ void launch_attention(const AttentionDims& dims, const AttentionArgs& a, cudaStr
             kAttentionMaxHeadDim);
   switch (a.path) {
     case AttentionPath::kAuto:
-      if (split_kv_chosen(dims, sizeof(T), a.tokens, a.max_seq_len, a.sm_count,
+      if (caches_16_byte_aligned(a) &&
+          split_kv_chosen(dims, sizeof(T), a.tokens, a.max_seq_len, a.sm_count,
                           a.workspace != nullptr ? a.workspace_bytes : 0)) {
         return launch_attention_split_kv<T>(dims, a, stream);
       }
