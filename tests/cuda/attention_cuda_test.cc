@@ -1,7 +1,9 @@
 // The CUDA attention kernel against the fp64 reference: prefill over every attention case of the
 // shared op case table (tests/testing/op_cases.cc: GQA ratios, explicit scale, sliding window,
 // chunks, sinks, v_head_dim != head_dim, odd and model-sized heads), and for the table's configs
-// prefill == token-by-token decode on the device and chunked calls on one KV cache.
+// prefill == token-by-token decode on the device and chunked calls on one KV cache. Calls of up to
+// cuda::kSplitKvMaxTokens rows go through the split-KV decode kernel where the head sizes allow
+// (attention_decode_cuda_test.cc tests it against the per-query kernel directly).
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -111,8 +113,11 @@ TEST(CudaAttention, PrefillEqualsTokenByTokenDecode) {
       for (int64_t t = 0; t < len; ++t) {
         std::vector<Tensor> one = decode.run(call_inputs(s, t, t + 1));
         std::span<const float> row(all[0].data<float>() + t * width, static_cast<size_t>(width));
-        // The same kernel on the same cache: identical arithmetic, so identical results.
-        ASSERT_LT(testing::normalized_error(testing::span_of(one[0]), row), 1e-6) << "token " << t;
+        // One-token calls take the split-KV kernel where the head sizes allow it, the 75-token
+        // prefill the per-query kernel: the same sums in another order, so equal to within the
+        // dtype's rounding (F32 ~1e-7; a 16-bit output may round the other way).
+        ASSERT_LT(testing::normalized_error(testing::span_of(one[0]), row), d.tolerance)
+            << "token " << t;
       }
     }
   }

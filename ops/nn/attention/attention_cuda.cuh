@@ -12,7 +12,19 @@
 // decode attention went from 174 µs to the figure in docs/performance.md), otherwise
 // kAttentionWarps (many blocks already fill the GPU). With a paged cache (kv_batch.h) key j's
 // row comes from the query's block table (one more load per key, cached in L1). K/V rows are still
-// re-read by every head of a KV group (the L2 catches most of it).
+// re-read by every head of a KV group (the L2 catches most of it). This kernel serves prefill.
+//
+// Split-KV decode (flash-decoding; attention_split_kv_kernel + attention_split_kv_combine_kernel):
+// for few query rows (split_kv_chosen in attention_cuda.h) the grid is (split, KV head × head
+// tile, row). A block takes one contiguous slice of its row's visible keys and every query head of
+// its GQA group (up to kSplitKvMaxHeads): in tiles of 128 keys, each thread scores one key against
+// all the block's heads (its K row read once with 16-byte loads, q from shared memory), a warp per
+// head does the tile's online-softmax update, then groups of threads (each thread a 16-byte slice
+// of v) accumulate P·V for every head in registers. The block leaves (max, denominator,
+// unnormalised output) per head in the workspace; the combine kernel, one block per (head, row),
+// rescales the splits to their common max, adds the sink and writes the row (or NaN for a
+// position outside the cache). The workspace is planned from the launch's bounds
+// (split_kv_workspace_bytes) and nothing syncs with the host, so both kernels go into CUDA graphs.
 #pragma once
 
 #include <cmath>
@@ -192,12 +204,314 @@ void launch_attention_chunks(const AttentionDims& dims, const AttentionArgs& a,
   launch_attention_warps<T, kChunks, kAttentionWarps>(dims, a, stream);
 }
 
+// First visible position of a query at position p: window and chunk (attention.h).
+__device__ inline int64_t first_visible(const AttentionDims& dims, int64_t p) {
+  int64_t first = 0;
+  if (dims.sliding_window > 0 && p - dims.sliding_window + 1 > first) {
+    first = p - dims.sliding_window + 1;
+  }
+  if (dims.chunk_size > 0 && p - p % dims.chunk_size > first) first = p - p % dims.chunk_size;
+  return first;
+}
+
+// Keys per split of a row with `keys` visible keys and at most `splits` splits; the row uses
+// ceil(keys / per) splits, none of them empty. Both split-KV kernels derive it the same way.
+__device__ inline int64_t split_kv_keys_per_split(int64_t keys, int64_t splits) {
+  int64_t used = (keys + kSplitKvMinKeys - 1) / kSplitKvMinKeys;
+  if (used > splits) used = splits;
+  return (keys + used - 1) / used;
+}
+
+// 16 bytes of T at p (16-byte aligned) as floats.
+template <typename T>
+__device__ __forceinline__ void load16_as_float(const T* p, float (&out)[16 / sizeof(T)]) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(16 / sizeof(T)); ++i) out[i] = to_float(e[i]);
+}
+
+constexpr int kSplitKvThreads = 128;  // also the keys of one tile (one key per thread scores)
+constexpr int kSplitKvWarps = kSplitKvThreads / 32;
+// At most this many threads share one v slice (key groups of the P·V loop): their accumulators
+// are summed one group at a time at the end.
+constexpr int kSplitKvMaxKeyGroups = 16;
+
+// Partials: acc [tokens, heads, splits, Dv] then stats [tokens, heads, splits, 2] (max, denom).
+template <typename T, int kHeads>
+__global__ void __launch_bounds__(kSplitKvThreads)
+    attention_split_kv_kernel(AttentionDims dims, const T* q, const int32_t* positions,
+                              const T* k_cache, const T* v_cache, int64_t max_seq_len, KvBatch kv,
+                              int64_t splits, int64_t head_tiles, float* part_acc,
+                              float* part_stats) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  // q of the block's heads while scoring; the summed accumulators at the end.
+  __shared__ float head_s[kHeads][kAttentionMaxHeadDim];
+  __shared__ float prob_s[kHeads][kSplitKvThreads];  // the tile's scores, then exp(s - max)
+  __shared__ int64_t row_s[kSplitKvThreads];         // the tile's cache rows
+  __shared__ float max_s[kHeads], denom_s[kHeads], rescale_s[kHeads];
+
+  const int64_t split = blockIdx.x;
+  const int64_t g = blockIdx.y / head_tiles;
+  const int64_t tile = blockIdx.y % head_tiles;
+  const int64_t t = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int64_t p = positions[t];
+  if (p < 0 || p >= max_seq_len) return;  // the combine writes the NaN row
+  const int64_t first = first_visible(dims, p);
+  const int64_t per = split_kv_keys_per_split(p - first + 1, splits);
+  const int64_t begin = first + split * per;
+  if (begin > p) return;  // a split this row does not use
+  const int64_t end = begin + per < p + 1 ? begin + per : p + 1;
+
+  const int64_t d = dims.head_dim;
+  const int64_t dv = dims.v_head_dim;
+  const int64_t group = dims.heads / dims.kv_heads;
+  const int64_t h0 = g * group + tile * kSplitKvMaxHeads;
+  const int64_t left = group - tile * kSplitKvMaxHeads;
+  const int nh = left < kHeads ? static_cast<int>(left) : kHeads;  // heads of this block
+
+  for (int64_t i = tid; i < kHeads * d; i += kSplitKvThreads) {
+    const int hh = static_cast<int>(i / d);
+    head_s[hh][i % d] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i % d]) : 0.0f;
+  }
+  if (tid < kHeads) {
+    max_s[tid] = -INFINITY;
+    denom_s[tid] = 0.0f;
+  }
+
+  // P·V layout: thread = (key group, 16-byte slice of v).
+  const int slices = static_cast<int>(dv / kVec);
+  int key_groups = kSplitKvThreads / slices;
+  if (key_groups > kSplitKvMaxKeyGroups) key_groups = kSplitKvMaxKeyGroups;
+  const int slice = tid % slices;
+  const int key_group = tid / slices;
+  float acc[kHeads][kVec];
+#pragma unroll
+  for (int hh = 0; hh < kHeads; ++hh) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[hh][e] = 0.0f;
+  }
+
+  const T* k_head = k_cache + g * d;
+  const T* v_head = v_cache + g * dv;
+  const int64_t k_stride = dims.kv_heads * d;
+  const int64_t v_stride = dims.kv_heads * dv;
+  const int32_t* table = block_table_of(kv, t);
+  __syncthreads();
+
+  for (int64_t tile_begin = begin; tile_begin < end; tile_begin += kSplitKvThreads) {
+    const int tile_keys =
+        end - tile_begin < kSplitKvThreads ? static_cast<int>(end - tile_begin) : kSplitKvThreads;
+    // Scores: thread tid takes key tile_begin + tid against every head of the block.
+    if (tid < tile_keys) {
+      const int64_t row = cache_row(kv, table, tile_begin + tid);
+      row_s[tid] = row;
+      const T* k_j = k_head + row * k_stride;
+      float dot[kHeads];
+#pragma unroll
+      for (int hh = 0; hh < kHeads; ++hh) dot[hh] = 0.0f;
+#pragma unroll 4
+      for (int64_t c = 0; c < d; c += kVec) {
+        float k_f[kVec];
+        load16_as_float(k_j + c, k_f);
+#pragma unroll
+        for (int hh = 0; hh < kHeads; ++hh) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) dot[hh] += head_s[hh][c + e] * k_f[e];
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < kHeads; ++hh) prob_s[hh][tid] = dot[hh] * dims.scale;
+    } else {
+#pragma unroll
+      for (int hh = 0; hh < kHeads; ++hh) prob_s[hh][tid] = -INFINITY;
+    }
+    __syncthreads();
+
+    // Online softmax over the tile: one warp per head.
+    for (int hh = warp; hh < kHeads; hh += kSplitKvWarps) {
+      float tile_max = -INFINITY;
+      for (int j = lane; j < kSplitKvThreads; j += 32) tile_max = fmaxf(tile_max, prob_s[hh][j]);
+      tile_max = warp_max(tile_max);
+      const float m_old = max_s[hh];
+      const float m_new = fmaxf(m_old, tile_max);
+      float sum = 0.0f;
+      for (int j = lane; j < kSplitKvThreads; j += 32) {
+        const float w = expf(prob_s[hh][j] - m_new);  // 0 past the tile's keys
+        prob_s[hh][j] = w;
+        sum += w;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        const float rescale = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+        rescale_s[hh] = rescale;
+        denom_s[hh] = denom_s[hh] * rescale + sum;
+        max_s[hh] = m_new;
+      }
+    }
+    __syncthreads();
+
+    if (key_group < key_groups) {
+#pragma unroll
+      for (int hh = 0; hh < kHeads; ++hh) {
+        const float rescale = rescale_s[hh];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[hh][e] *= rescale;
+      }
+      for (int j = key_group; j < tile_keys; j += key_groups) {
+        float v_f[kVec];
+        load16_as_float(v_head + row_s[j] * v_stride + slice * kVec, v_f);
+#pragma unroll
+        for (int hh = 0; hh < kHeads; ++hh) {
+          const float w = prob_s[hh][j];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc[hh][e] += w * v_f[e];
+        }
+      }
+    }
+    __syncthreads();  // the next tile overwrites prob_s and row_s
+  }
+
+  // Sum the key groups' accumulators in head_s (q is no longer needed), one group at a time so
+  // that the result does not depend on scheduling.
+  for (int64_t i = tid; i < kHeads * dv; i += kSplitKvThreads) head_s[i / dv][i % dv] = 0.0f;
+  __syncthreads();
+  for (int kg = 0; kg < key_groups; ++kg) {
+    if (key_group == kg) {
+#pragma unroll
+      for (int hh = 0; hh < kHeads; ++hh) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) head_s[hh][slice * kVec + e] += acc[hh][e];
+      }
+    }
+    __syncthreads();
+  }
+
+  const int64_t slot0 = (t * dims.heads + h0) * splits + split;  // head h0 + hh: + hh * splits
+  for (int64_t i = tid; i < nh * dv; i += kSplitKvThreads) {
+    const int64_t hh = i / dv;
+    part_acc[(slot0 + hh * splits) * dv + i % dv] = head_s[hh][i % dv];
+  }
+  if (tid < nh) {
+    part_stats[(slot0 + tid * splits) * 2] = max_s[tid];
+    part_stats[(slot0 + tid * splits) * 2 + 1] = denom_s[tid];
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSplitKvThreads)
+    attention_split_kv_combine_kernel(AttentionDims dims, const int32_t* positions, const T* sinks,
+                                      T* out, int64_t max_seq_len, int64_t splits,
+                                      const float* part_acc, const float* part_stats) {
+  __shared__ float weight_s[kSplitKvMaxSplits];
+  const int64_t h = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const int64_t dv = dims.v_head_dim;
+  T* o = out + (t * dims.heads + h) * dv;
+  const int64_t p = positions[t];
+  if (p < 0 || p >= max_seq_len) {
+    const T nan = from_float<T>(__int_as_float(0x7fc00000));
+    for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) o[i] = nan;
+    return;
+  }
+  const int64_t keys = p - first_visible(dims, p) + 1;
+  const int64_t per = split_kv_keys_per_split(keys, splits);
+  const int64_t used = (keys + per - 1) / per;
+  const int64_t slot0 = (t * dims.heads + h) * splits;
+
+  // Every split has a key, so every split max is finite and so is the row max.
+  const float sink = sinks != nullptr ? to_float(sinks[h]) : -INFINITY;
+  float row_max = sink;
+  for (int64_t s = 0; s < used; ++s) row_max = fmaxf(row_max, part_stats[(slot0 + s) * 2]);
+  float denom = sinks != nullptr ? expf(sink - row_max) : 0.0f;
+  for (int64_t s = 0; s < used; ++s) {
+    denom += part_stats[(slot0 + s) * 2 + 1] * expf(part_stats[(slot0 + s) * 2] - row_max);
+  }
+  for (int64_t s = threadIdx.x; s < used; s += blockDim.x) {
+    weight_s[s] = expf(part_stats[(slot0 + s) * 2] - row_max) / denom;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) {
+    float v = 0.0f;
+    for (int64_t s = 0; s < used; ++s) v += part_acc[(slot0 + s) * dv + i] * weight_s[s];
+    o[i] = from_float<T>(v);
+  }
+}
+
+template <typename T, int kHeads>
+void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, int64_t splits,
+                           float* part_acc, float* part_stats, cudaStream_t stream) {
+  const int64_t head_tiles = split_kv_head_tiles(dims);
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(dims.kv_heads * head_tiles),
+                  static_cast<unsigned>(a.tokens));
+  attention_split_kv_kernel<T, kHeads><<<grid, kSplitKvThreads, 0, stream>>>(
+      dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
+      static_cast<const T*>(a.v_cache), a.max_seq_len, a.kv, splits, head_tiles, part_acc,
+      part_stats);
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+// The split kernel's 16-byte loads need the caches' bases aligned (device allocations are; a
+// view at an odd offset would not be).
+inline bool caches_16_byte_aligned(const AttentionArgs& a) {
+  return reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
+}
+
+template <typename T>
+void launch_attention_split_kv(const AttentionDims& dims, const AttentionArgs& a,
+                               cudaStream_t stream) {
+  MG_ASSERT(split_kv_supports(dims, sizeof(T)) && caches_16_byte_aligned(a),
+            "attention: split-KV needs 16-byte K/V rows, head_dim {} v_head_dim {} of {} bytes "
+            "(caches at {} and {})",
+            dims.head_dim, dims.v_head_dim, sizeof(T), a.k_cache, a.v_cache);
+  MG_ASSERT(a.tokens <= 65535, "attention: split-KV launch of {} rows", a.tokens);
+  const int64_t splits = a.splits > 0 ? std::min(a.splits, kSplitKvMaxSplits)
+                                      : split_kv_splits(dims, a.tokens, a.max_seq_len, a.sm_count);
+  const size_t need = split_kv_workspace_bytes(dims, a.tokens, splits);
+  MG_ASSERT(a.workspace != nullptr && a.workspace_bytes >= need,
+            "attention: split-KV workspace of {} bytes, need {}", a.workspace_bytes, need);
+  float* part_acc = static_cast<float*>(a.workspace);
+  float* part_stats = part_acc + a.tokens * dims.heads * splits * dims.v_head_dim;
+  const int64_t heads_per_block = std::min(dims.heads / dims.kv_heads, kSplitKvMaxHeads);
+  if (heads_per_block == 1) {
+    launch_split_kv_heads<T, 1>(dims, a, splits, part_acc, part_stats, stream);
+  } else if (heads_per_block == 2) {
+    launch_split_kv_heads<T, 2>(dims, a, splits, part_acc, part_stats, stream);
+  } else if (heads_per_block <= 4) {
+    launch_split_kv_heads<T, 4>(dims, a, splits, part_acc, part_stats, stream);
+  } else {
+    launch_split_kv_heads<T, 8>(dims, a, splits, part_acc, part_stats, stream);
+  }
+  const dim3 grid(static_cast<unsigned>(dims.heads), static_cast<unsigned>(a.tokens));
+  attention_split_kv_combine_kernel<T><<<grid, kSplitKvThreads, 0, stream>>>(
+      dims, a.positions, static_cast<const T*>(a.sinks), static_cast<T*>(a.out), a.max_seq_len,
+      splits, part_acc, part_stats);
+  MG_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T>
 void launch_attention(const AttentionDims& dims, const AttentionArgs& a, cudaStream_t stream) {
   if (a.tokens <= 0) return;
   const int64_t widest = dims.head_dim > dims.v_head_dim ? dims.head_dim : dims.v_head_dim;
   MG_ASSERT(widest <= kAttentionMaxHeadDim, "attention: head dim {} > {}", widest,
             kAttentionMaxHeadDim);
+  switch (a.path) {
+    case AttentionPath::kAuto:
+      if (caches_16_byte_aligned(a) &&
+          split_kv_chosen(dims, sizeof(T), a.tokens, a.max_seq_len, a.sm_count,
+                          a.workspace != nullptr ? a.workspace_bytes : 0)) {
+        return launch_attention_split_kv<T>(dims, a, stream);
+      }
+      break;
+    case AttentionPath::kSplitKv:
+      return launch_attention_split_kv<T>(dims, a, stream);
+    case AttentionPath::kPerQuery:
+      break;
+  }
   if (widest <= 32) return launch_attention_chunks<T, 1>(dims, a, stream);
   if (widest <= 64) return launch_attention_chunks<T, 2>(dims, a, stream);
   if (widest <= 128) return launch_attention_chunks<T, 4>(dims, a, stream);

@@ -1,9 +1,19 @@
 // CUDA attention launchers: the KV-cache write and causal GQA attention over the cache, with
 // sliding window, chunks, sinks and v_head_dim != head_dim (semantics in attention.h).
+//
+// Two attention paths (attention_cuda.cuh has the kernels):
+//  - per query (prefill): one block per (head, query row); many rows fill the GPU by themselves.
+//  - split-KV (decode, flash-decoding): few query rows would launch only heads × rows blocks, so
+//    each (row, KV head) splits its visible keys over several blocks; one block scores its keys
+//    against every query head of the GQA group (K and V read once per group, 16-byte loads) and
+//    leaves (max, denominator, unnormalised output) in the workspace; a second small kernel
+//    combines the splits, adds the sink and writes the row.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "ops/nn/attention/attention_cpu.h"
@@ -24,6 +34,20 @@ struct KvCacheWriteArgs {
   KvBatch kv;               // device pointers; all null: one contiguous sequence
 };
 
+// Which attention kernel a launch takes. kAuto: split-KV when split_kv_chosen() says so, else
+// per query; the others force a path (tests compare the two on the same inputs).
+enum class AttentionPath { kAuto, kPerQuery, kSplitKv };
+
+// Split-KV bounds. Up to kSplitKvMaxTokens query rows take it (decode, batched decode with one
+// new token per sequence, short chunks): beyond, rows × heads blocks already fill the GPU.
+constexpr int64_t kSplitKvMaxTokens = 64;
+constexpr int64_t kSplitKvMaxSplits = 64;
+// No split is made shorter than this many keys: a block's fixed cost (q load, softmax merge,
+// partial write, one more partial for the combine to read) is about that of 16 keys.
+constexpr int64_t kSplitKvMinKeys = 16;
+// Query heads one block serves (the GQA group, or an 8-head slice of a larger one).
+constexpr int64_t kSplitKvMaxHeads = 8;
+
 struct AttentionArgs {
   const void* q = nullptr;             // [tokens, heads * head_dim]
   const int32_t* positions = nullptr;  // [tokens]
@@ -34,7 +58,75 @@ struct AttentionArgs {
   int64_t tokens = 0;
   int64_t max_seq_len = 0;  // positions per sequence
   KvBatch kv;               // device pointers; all null: one contiguous sequence
+  // Split-KV scratch: at least split_kv_workspace_bytes(dims, tokens, splits) bytes, or null.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  int sm_count = 0;  // streaming multiprocessors of the device (split count rule)
+  AttentionPath path = AttentionPath::kAuto;
+  int64_t splits = 0;  // split-KV: splits per (row, KV head); 0: split_kv_splits()'s rule
 };
+
+// Whether the split-KV kernel takes these dims for elements of `element_bytes`: K and V rows
+// must be whole 16-byte vectors (head_dim · element size a multiple of 16, which also keeps every
+// row 16-byte aligned). Other head sizes (odd research shapes) stay on the per-query kernel.
+inline bool split_kv_supports(const AttentionDims& dims, size_t element_bytes) {
+  const auto whole_vectors = [&](int64_t dim) {
+    return (dim * static_cast<int64_t>(element_bytes)) % 16 == 0;
+  };
+  return whole_vectors(dims.head_dim) && whole_vectors(dims.v_head_dim);
+}
+
+// Blocks the split kernel runs per (row, KV head): the GQA group in slices of kSplitKvMaxHeads.
+inline int64_t split_kv_head_tiles(const AttentionDims& dims) {
+  const int64_t group = dims.heads / dims.kv_heads;
+  return (group + kSplitKvMaxHeads - 1) / kSplitKvMaxHeads;
+}
+
+// Splits per (row, KV head) for `tokens` rows whose visible ranges are at most `max_keys` keys.
+// Rule: about two blocks per SM in all (a decode step has tokens × KV heads × head tiles block
+// rows, each split S ways, so S = ceil(2 · SMs / block rows)), no split shorter than
+// kSplitKvMinKeys keys of the longest range, at most kSplitKvMaxSplits. The rule only bounds S
+// (and the workspace): the kernels split each row's actual range [first, p], known on the device,
+// into min(S, ceil(keys / kSplitKvMinKeys)) parts, so a short context uses fewer splits.
+// Qwen3-30B-A3B (4 KV heads, 8-query groups) decoding one sequence on 132 SMs: S = 64, and a
+// 512-key context is 32 splits of 16 keys, 128 blocks.
+inline int64_t split_kv_splits(const AttentionDims& dims, int64_t tokens, int64_t max_keys,
+                               int sm_count) {
+  if (dims.sliding_window > 0) max_keys = std::min(max_keys, dims.sliding_window);
+  if (dims.chunk_size > 0) max_keys = std::min(max_keys, dims.chunk_size);
+  const int64_t rows = std::max<int64_t>(1, tokens * dims.kv_heads * split_kv_head_tiles(dims));
+  const int64_t want = (2 * static_cast<int64_t>(std::max(sm_count, 1)) + rows - 1) / rows;
+  const int64_t longest = (max_keys + kSplitKvMinKeys - 1) / kSplitKvMinKeys;
+  return std::clamp<int64_t>(std::min(want, longest), 1, kSplitKvMaxSplits);
+}
+
+// Workspace of one split-KV launch: per (row, head, split) v_head_dim floats of unnormalised
+// output, then its max and denominator.
+inline size_t split_kv_workspace_bytes(const AttentionDims& dims, int64_t tokens, int64_t splits) {
+  return static_cast<size_t>(tokens * dims.heads * splits * (dims.v_head_dim + 2)) * sizeof(float);
+}
+
+// The auto rule: split-KV for at most kSplitKvMaxTokens rows, dims it supports, and a workspace
+// that holds the launch (callers without one keep the per-query kernel).
+inline bool split_kv_chosen(const AttentionDims& dims, size_t element_bytes, int64_t tokens,
+                            int64_t max_keys, int sm_count, size_t workspace_bytes) {
+  return tokens <= kSplitKvMaxTokens && split_kv_supports(dims, element_bytes) &&
+         workspace_bytes >= split_kv_workspace_bytes(
+                                dims, tokens, split_kv_splits(dims, tokens, max_keys, sm_count));
+}
+
+// The most workspace a launch of up to `max_tokens` rows takes under the auto rule (any context
+// length), for OpKernel::workspace_bytes.
+inline size_t split_kv_workspace_bound(const AttentionDims& dims, size_t element_bytes,
+                                       int64_t max_tokens, int sm_count) {
+  if (!split_kv_supports(dims, element_bytes)) return 0;
+  size_t most = 0;
+  for (int64_t t = 1; t <= std::min(max_tokens, kSplitKvMaxTokens); ++t) {
+    const int64_t splits = split_kv_splits(dims, t, INT64_MAX / 2, sm_count);
+    most = std::max(most, split_kv_workspace_bytes(dims, t, splits));
+  }
+  return most;
+}
 
 // Writes row t of k and v at the cache row of (its slot, positions[t]) (kv_batch.h). Positions
 // outside [0, max_seq_len) and blocks outside the pool are skipped (the Session checks them on
@@ -45,8 +137,10 @@ void launch_kv_cache_write(const AttentionDims& dims, const KvCacheWriteArgs& ar
 
 // Query t attends to its sequence's positions [first visible, positions[t]] (through its block
 // table when paged); fp32 scores and softmax. A query whose position lies outside the cache gets
-// a NaN row. head_dim and v_head_dim <=
-// kAttentionMaxHeadDim. T: float, __half or __nv_bfloat16 (attention_cuda_<dtype>.cu).
+// a NaN row. head_dim and v_head_dim <= kAttentionMaxHeadDim. args.path picks the kernel (a
+// forced kSplitKv needs split_kv_supports and the workspace). No host synchronisation: both
+// paths can be captured in a CUDA graph. T: float, __half or __nv_bfloat16
+// (attention_cuda_<dtype>.cu).
 template <typename T>
 void launch_attention(const AttentionDims& dims, const AttentionArgs& args, cudaStream_t stream);
 

@@ -1,6 +1,7 @@
 // The CUDA attention kernel: the per-session KV cache in device memory (activation dtype,
 // zero-filled like the CPU's; contiguous or paged as StateOptions say) and the adapter to
-// launch_kv_cache_write + launch_attention.
+// launch_kv_cache_write + launch_attention (which picks split-KV for decode-sized calls: the
+// workspace is planned for it, see attention_cuda.h).
 #include "framework/device/allocator.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
@@ -33,7 +34,8 @@ class AttentionCudaState final : public OpState {
 
 class AttentionCudaKernel final : public OpKernel {
  public:
-  AttentionCudaKernel(DType dtype, const AttentionDims& dims) : dtype_(dtype), dims_(dims) {}
+  AttentionCudaKernel(DType dtype, const AttentionDims& dims, int sm_count)
+      : dtype_(dtype), dims_(dims), sm_count_(sm_count) {}
 
   // inputs: q [T, H*D], k [T, KV*D], v [T, KV*Dv], positions [T] I32, sinks [H] (optional).
   // outputs: out [T, H*Dv].
@@ -77,12 +79,20 @@ class AttentionCudaKernel final : public OpKernel {
     attend.tokens = tokens;
     attend.max_seq_len = max_positions;
     attend.kv = kv;
+    attend.workspace = ctx.workspace;
+    attend.workspace_bytes = ctx.workspace_bytes;
+    attend.sm_count = sm_count_;
 
     cuda::dispatch_float_dtype(dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_kv_cache_write<T>(dims_, write, stream);
       cuda::launch_attention<T>(dims_, attend, stream);
     });
+  }
+
+  // The split-KV partials of decode-sized calls (up to cuda::kSplitKvMaxTokens rows).
+  size_t workspace_bytes(int64_t max_tokens) const override {
+    return cuda::split_kv_workspace_bound(dims_, dtype_size(dtype_), max_tokens, sm_count_);
   }
 
   std::unique_ptr<OpState> create_state(const StateOptions& options) const override {
@@ -97,6 +107,7 @@ class AttentionCudaKernel final : public OpKernel {
  private:
   DType dtype_;
   AttentionDims dims_;
+  int sm_count_;
 };
 
 }  // namespace
@@ -107,7 +118,10 @@ std::unique_ptr<OpKernel> make_attention_cuda_kernel(const KernelContext& ctx,
       dims.head_dim <= cuda::kAttentionMaxHeadDim && dims.v_head_dim <= cuda::kAttentionMaxHeadDim,
       "attention: the CUDA kernel supports head_dim and v_head_dim up to {}, got {} and {}",
       cuda::kAttentionMaxHeadDim, dims.head_dim, dims.v_head_dim);
-  return std::make_unique<AttentionCudaKernel>(activation_dtype_of(ctx.options), dims);
+  int sm_count = 0;
+  MG_CUDA_CHECK(
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, ctx.options.device.index));
+  return std::make_unique<AttentionCudaKernel>(activation_dtype_of(ctx.options), dims, sm_count);
 }
 
 }  // namespace mg

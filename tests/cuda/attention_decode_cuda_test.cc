@@ -1,0 +1,548 @@
+// The split-KV (flash-decoding) attention path of ops/nn/attention/attention_cuda.h, called through
+// launch_attention with the path forced: one query row per sequence (decode, batched decode) at
+// contexts of 1, 7, 513 and 4099 keys, GQA ratios 1, 4, 6, 8 and 16 (two head tiles), head dims
+// 64, 80, 128, 192/128 (v_head_dim != head_dim) and 256, sliding window, chunks, sinks, an explicit
+// scale, contiguous and paged caches (shuffled blocks, slots in reverse order) and a row whose
+// position lies outside the cache (NaN row). Every result is checked against the fp64 reference
+// (attention_reference) in every dtype, at the rule's split count and at forced ones (1: many
+// 128-key tiles in one block; 3; the maximum: splits the row does not use), against the
+// per-query kernel on the same inputs, and every output element must be written (poisoned first).
+// Also: the split path replayed from a CUDA graph, head sizes it does not take, the split-count
+// rule and workspace bound (host only), and both paths timed on the Qwen3 decode shape (printed).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+#include <random>
+
+#include "ops/nn/attention/attention.h"
+#include "tests/cuda/cuda_test_util.h"
+
+#ifdef MG_WITH_CUDA
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "framework/device/cuda/dtype_dispatch.h"
+#include "ops/nn/attention/attention_cuda.h"
+#endif
+
+namespace mg {
+namespace {
+
+#ifdef MG_WITH_CUDA
+
+using testing::DeviceBuffer;
+using testing::DtypeTolerance;
+
+struct DecodeCase {
+  std::string name;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;  // v_head_dim 0: head_dim
+  int64_t sliding_window = 0, chunk_size = 0;
+  bool sinks = false;
+  float scale = 0.0f;             // 0: 1/sqrt(head_dim)
+  std::vector<int64_t> contexts;  // one sequence each; its query row sits at context - 1
+  int64_t block_size = 0;         // 0: one contiguous sequence (contexts has one entry)
+  bool out_of_range_row = false;  // one more row at the first position outside the cache
+};
+
+std::vector<DecodeCase> decode_cases() {
+  std::vector<DecodeCase> out;
+  // The Qwen3-30B-A3B attention shape (32 heads, 4 KV heads, head dim 128) at every context.
+  for (int64_t context : {1, 7, 513, 4099}) {
+    out.push_back({.name = fmt::format("qwen3_gqa8_d128_ctx{}", context),
+                   .heads = 32,
+                   .kv_heads = 4,
+                   .head_dim = 128,
+                   .contexts = {context}});
+  }
+  out.push_back({.name = "gqa4_d64_paged_4seqs",
+                 .heads = 8,
+                 .kv_heads = 2,
+                 .head_dim = 64,
+                 .contexts = {1, 7, 513, 4099},
+                 .block_size = 16,
+                 .out_of_range_row = true});
+  out.push_back({.name = "mha_d80_paged",
+                 .heads = 4,
+                 .kv_heads = 4,
+                 .head_dim = 80,
+                 .contexts = {7, 513, 1},
+                 .block_size = 8});
+  out.push_back({.name = "gqa4_d256_sinks",
+                 .heads = 8,
+                 .kv_heads = 2,
+                 .head_dim = 256,
+                 .sinks = true,
+                 .contexts = {513}});
+  out.push_back({.name = "gqa8_d128_window100_sinks_paged",
+                 .heads = 16,
+                 .kv_heads = 2,
+                 .head_dim = 128,
+                 .sliding_window = 100,
+                 .sinks = true,
+                 .contexts = {4099, 7, 513},
+                 .block_size = 32});
+  out.push_back({.name = "gqa4_d64_chunk256_paged",
+                 .heads = 4,
+                 .kv_heads = 1,
+                 .head_dim = 64,
+                 .chunk_size = 256,
+                 .contexts = {513, 7, 400},
+                 .block_size = 16});
+  out.push_back({.name = "gqa4_qk192_v128",
+                 .heads = 4,
+                 .kv_heads = 1,
+                 .head_dim = 192,
+                 .v_head_dim = 128,
+                 .contexts = {513}});
+  out.push_back({.name = "gqa16_d64_two_head_tiles",
+                 .heads = 16,
+                 .kv_heads = 1,
+                 .head_dim = 64,
+                 .contexts = {513}});
+  out.push_back({.name = "gqa6_d128_scale",
+                 .heads = 12,
+                 .kv_heads = 2,
+                 .head_dim = 128,
+                 .scale = 0.3f,
+                 .contexts = {7, 513},
+                 .block_size = 64});
+  out.push_back({.name = "contiguous_out_of_range",
+                 .heads = 8,
+                 .kv_heads = 1,
+                 .head_dim = 128,
+                 .contexts = {300},
+                 .out_of_range_row = true});
+  return out;
+}
+
+proto::AttentionParams params_of(const DecodeCase& c) {
+  proto::AttentionParams p;
+  p.set_num_heads(c.heads);
+  p.set_num_kv_heads(c.kv_heads);
+  p.set_head_dim(c.head_dim);
+  p.set_v_head_dim(c.v_head_dim);
+  if (c.scale != 0.0f) p.set_scale(c.scale);
+  p.set_sliding_window(c.sliding_window);
+  p.set_chunk_size(c.chunk_size);
+  p.set_has_sinks(c.sinks);
+  return p;
+}
+
+AttentionDims dims_of(const DecodeCase& c) {
+  AttentionDims d;
+  d.heads = c.heads;
+  d.kv_heads = c.kv_heads;
+  d.head_dim = c.head_dim;
+  d.v_head_dim = c.v_head_dim == 0 ? c.head_dim : c.v_head_dim;
+  d.scale = c.scale != 0.0f ? c.scale : static_cast<float>(1.0 / std::sqrt(double(c.head_dim)));
+  d.sliding_window = c.sliding_window;
+  d.chunk_size = c.chunk_size;
+  return d;
+}
+
+int device_sm_count() {
+  int sms = 0;
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return sms;
+}
+
+// Host bytes of `t` (F32) cast to `dtype`, on the device.
+std::unique_ptr<DeviceBuffer> upload_as(const Tensor& t, DType dtype) {
+  const Tensor cast = t.dtype() == DType::kF32 ? cast_cpu(t, dtype) : t;
+  auto buffer = std::make_unique<DeviceBuffer>(cast.nbytes());
+  buffer->upload(cast.raw(), cast.nbytes());
+  return buffer;
+}
+
+// One case's inputs in one dtype: host histories and reference, device cache and query rows.
+class DecodeProblem {
+ public:
+  DecodeProblem(const DecodeCase& c, DType dtype, uint32_t seed)
+      : case_(c), dims_(dims_of(c)), dtype_(dtype) {
+    const int64_t seqs = static_cast<int64_t>(c.contexts.size());
+    const int64_t kd = c.kv_heads * dims_.head_dim, vd = c.kv_heads * dims_.v_head_dim;
+    const int64_t longest = *std::max_element(c.contexts.begin(), c.contexts.end());
+    const bool paged = c.block_size > 0;
+    MG_ASSERT(paged || seqs == 1, "a contiguous cache holds one sequence");
+    int64_t rows = longest + 5;
+    std::vector<int32_t> tables;
+    std::vector<int32_t> slots;
+    if (paged) {
+      max_blocks_ = (longest + c.block_size - 1) / c.block_size + 1;
+      num_blocks_ = 3;
+      for (int64_t len : c.contexts) num_blocks_ += (len + c.block_size - 1) / c.block_size;
+      rows = num_blocks_ * c.block_size;
+      max_positions_ = max_blocks_ * c.block_size;
+      // Blocks handed out in a shuffled order; sequence i lives in slot seqs - 1 - i.
+      std::vector<int32_t> pool(static_cast<size_t>(num_blocks_));
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
+      tables.assign(static_cast<size_t>(seqs * max_blocks_), -1);
+      size_t next = 0;
+      for (int64_t i = 0; i < seqs; ++i) {
+        const int64_t slot = seqs - 1 - i;
+        for (int64_t b = 0; b * c.block_size < c.contexts[i]; ++b) {
+          tables[slot * max_blocks_ + b] = pool[next++];
+        }
+      }
+    } else {
+      max_positions_ = rows;
+    }
+
+    Tensor k_cache = Tensor::empty_cpu(DType::kF32, {rows, kd});
+    Tensor v_cache = Tensor::empty_cpu(DType::kF32, {rows, vd});
+    std::fill_n(k_cache.data<float>(), rows * kd, 0.0f);
+    std::fill_n(v_cache.data<float>(), rows * vd, 0.0f);
+    tokens_ = seqs + (c.out_of_range_row ? 1 : 0);
+    Tensor q = testing::round_through(
+        testing::random_tensor({tokens_, c.heads * dims_.head_dim}, seed, -3.0f, 3.0f), dtype);
+    if (c.sinks) {
+      sinks_ =
+          testing::round_through(testing::random_tensor({c.heads}, seed + 1, -2.0f, 4.0f), dtype);
+    }
+    std::vector<int32_t> positions;
+    const int64_t dv_width = c.heads * dims_.v_head_dim;
+    reference_.assign(static_cast<size_t>(tokens_ * dv_width), 0.0f);
+    const proto::AttentionParams params = params_of(c);
+    for (int64_t i = 0; i < seqs; ++i) {
+      const int64_t len = c.contexts[i];
+      const Tensor k_seq = testing::round_through(
+          testing::random_tensor({len, kd}, seed + 10 + 2 * static_cast<uint32_t>(i), -2.0f, 2.0f),
+          dtype);
+      const Tensor v_seq = testing::round_through(
+          testing::random_tensor({len, vd}, seed + 11 + 2 * static_cast<uint32_t>(i)), dtype);
+      const int64_t slot = seqs - 1 - i;
+      KvBatch host_kv;
+      host_kv.block_tables = paged ? tables.data() : nullptr;
+      host_kv.max_blocks_per_seq = max_blocks_;
+      host_kv.block_size = c.block_size;
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t row = kv_cache_row(&host_kv, slot, j);
+        std::copy_n(k_seq.data<float>() + j * kd, kd, k_cache.data<float>() + row * kd);
+        std::copy_n(v_seq.data<float>() + j * vd, vd, v_cache.data<float>() + row * vd);
+      }
+      positions.push_back(static_cast<int32_t>(len - 1));
+      slots.push_back(static_cast<int32_t>(slot));
+      const int32_t p = static_cast<int32_t>(len - 1);
+      attention_reference(params, q.data<float>() + i * c.heads * dims_.head_dim, &p, 1,
+                          k_seq.data<float>(), v_seq.data<float>(), len,
+                          c.sinks ? sinks_.data<float>() : nullptr,
+                          reference_.data() + i * dv_width);
+    }
+    if (c.out_of_range_row) {
+      positions.push_back(static_cast<int32_t>(max_positions_));
+      slots.push_back(0);
+    }
+
+    q_ = upload_as(q, dtype);
+    k_cache_ = upload_as(k_cache, dtype);
+    v_cache_ = upload_as(v_cache, dtype);
+    positions_ = std::make_unique<DeviceBuffer>(positions.size() * sizeof(int32_t));
+    positions_->upload(positions.data(), positions.size() * sizeof(int32_t));
+    if (c.sinks) sinks_device_ = upload_as(sinks_, dtype);
+    if (paged) {
+      tables_ = std::make_unique<DeviceBuffer>(tables.size() * sizeof(int32_t));
+      tables_->upload(tables.data(), tables.size() * sizeof(int32_t));
+      slots_ = std::make_unique<DeviceBuffer>(slots.size() * sizeof(int32_t));
+      slots_->upload(slots.data(), slots.size() * sizeof(int32_t));
+    }
+    out_bytes_ = static_cast<size_t>(tokens_ * dv_width) * dtype_size(dtype);
+    out_ = std::make_unique<DeviceBuffer>(out_bytes_);
+  }
+
+  // The launch arguments of `path` (splits 0: the rule), workspace not yet attached.
+  cuda::AttentionArgs args(cuda::AttentionPath path, int64_t splits) const {
+    cuda::AttentionArgs a;
+    a.q = q_->as<void>();
+    a.positions = positions_->as<int32_t>();
+    a.k_cache = k_cache_->as<void>();
+    a.v_cache = v_cache_->as<void>();
+    a.sinks = case_.sinks ? sinks_device_->as<void>() : nullptr;
+    a.out = out_->as<void>();
+    a.tokens = tokens_;
+    a.max_seq_len = max_positions_;
+    if (case_.block_size > 0) {
+      a.kv.row_slots = slots_->as<int32_t>();
+      a.kv.block_tables = tables_->as<int32_t>();
+      a.kv.max_blocks_per_seq = max_blocks_;
+      a.kv.block_size = case_.block_size;
+      a.kv.num_blocks = num_blocks_;
+    }
+    a.sm_count = device_sm_count();
+    a.path = path;
+    a.splits = splits;
+    return a;
+  }
+
+  // Runs `path` on `stream` (or captured into a CUDA graph and replayed) over a NaN-poisoned
+  // output; returns the output as host floats.
+  std::vector<float> run(cuda::AttentionPath path, int64_t splits, bool graph = false) const {
+    cuda::AttentionArgs a = args(path, splits);
+    const int64_t split_count =
+        splits > 0 ? splits : cuda::split_kv_splits(dims_, tokens_, max_positions_, a.sm_count);
+    const size_t ws_bytes = cuda::split_kv_workspace_bytes(dims_, tokens_, split_count);
+    DeviceBuffer workspace(ws_bytes);
+    a.workspace = workspace.as<void>();
+    a.workspace_bytes = ws_bytes;
+    cudaStream_t stream = nullptr;
+    MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MG_CUDA_CHECK(cudaMemsetAsync(out_->as<void>(), 0xff, out_bytes_, stream));
+    auto launch = [&] {
+      cuda::dispatch_float_dtype(
+          dtype_, [&](auto tag) { cuda::launch_attention<decltype(tag)>(dims_, a, stream); });
+    };
+    if (graph) {
+      cudaGraph_t captured = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      launch();
+      MG_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
+      MG_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
+      MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+      MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      MG_CUDA_CHECK(cudaGraphDestroy(captured));
+    } else {
+      launch();
+    }
+    MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    MG_CUDA_CHECK(cudaStreamDestroy(stream));
+    Tensor host = Tensor::empty_cpu(dtype_, {tokens_, case_.heads * dims_.v_head_dim});
+    out_->download(host.raw(), out_bytes_);
+    const Tensor f32 = to_f32_cpu(host);
+    return std::vector<float>(f32.data<float>(), f32.data<float>() + f32.numel());
+  }
+
+  // The rows of real sequences (the out-of-range row, last, is checked apart).
+  std::span<const float> sequence_rows(const std::vector<float>& out) const {
+    const int64_t seqs = static_cast<int64_t>(case_.contexts.size());
+    return std::span<const float>(out).first(
+        static_cast<size_t>(seqs * case_.heads * dims_.v_head_dim));
+  }
+  std::span<const float> reference() const { return sequence_rows(reference_); }
+
+  // Every element of the out-of-range row (if any) is NaN.
+  void expect_nan_row(const std::vector<float>& out) const {
+    if (!case_.out_of_range_row) return;
+    const size_t width = static_cast<size_t>(case_.heads * dims_.v_head_dim);
+    for (size_t i = out.size() - width; i < out.size(); ++i) {
+      ASSERT_TRUE(std::isnan(out[i])) << "element " << i << " of the out-of-range row";
+    }
+  }
+
+  const AttentionDims& dims() const { return dims_; }
+  int64_t tokens() const { return tokens_; }
+  int64_t max_positions() const { return max_positions_; }
+
+ private:
+  DecodeCase case_;
+  AttentionDims dims_;
+  DType dtype_;
+  int64_t tokens_ = 0;
+  int64_t max_positions_ = 0;
+  int64_t max_blocks_ = 0;
+  int64_t num_blocks_ = 0;
+  Tensor sinks_;
+  std::vector<float> reference_;
+  size_t out_bytes_ = 0;
+  std::unique_ptr<DeviceBuffer> q_, k_cache_, v_cache_, positions_, sinks_device_, tables_, slots_,
+      out_;
+};
+
+TEST(CudaAttentionDecode, SplitKvMatchesReferenceAndPerQueryKernel) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 3100;
+  for (const DtypeTolerance& d : testing::cuda_dtypes()) {
+    for (const DecodeCase& c : decode_cases()) {
+      SCOPED_TRACE(testing::dtype_trace(d) + " " + c.name);
+      seed += 50;
+      const DecodeProblem problem(c, d.dtype, seed);
+      ASSERT_TRUE(cuda::split_kv_supports(problem.dims(), dtype_size(d.dtype)));
+      // The auto rule takes split-KV for these decode rows given the planned workspace.
+      EXPECT_TRUE(cuda::split_kv_chosen(
+          problem.dims(), dtype_size(d.dtype), problem.tokens(), problem.max_positions(),
+          device_sm_count(),
+          cuda::split_kv_workspace_bound(problem.dims(), dtype_size(d.dtype), problem.tokens(),
+                                         device_sm_count())));
+
+      const std::vector<float> per_query = problem.run(cuda::AttentionPath::kPerQuery, 0);
+      EXPECT_LT(testing::normalized_error(problem.sequence_rows(per_query), problem.reference()),
+                d.tolerance);
+      problem.expect_nan_row(per_query);
+      for (int64_t splits : {int64_t{0}, int64_t{1}, int64_t{3}, cuda::kSplitKvMaxSplits}) {
+        SCOPED_TRACE(fmt::format("splits {} (0: the rule)", splits));
+        const std::vector<float> split = problem.run(cuda::AttentionPath::kSplitKv, splits);
+        EXPECT_LT(testing::normalized_error(problem.sequence_rows(split), problem.reference()),
+                  d.tolerance);
+        EXPECT_LT(testing::normalized_error(problem.sequence_rows(split),
+                                            problem.sequence_rows(per_query)),
+                  d.tolerance);
+        problem.expect_nan_row(split);
+      }
+      // The auto path with its workspace is the split path, bit for bit (NaN rows included).
+      const std::vector<float> chosen = problem.run(cuda::AttentionPath::kAuto, 0);
+      const std::vector<float> forced = problem.run(cuda::AttentionPath::kSplitKv, 0);
+      ASSERT_EQ(chosen.size(), forced.size());
+      EXPECT_EQ(std::memcmp(chosen.data(), forced.data(), chosen.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(CudaAttentionDecode, SplitKvReplaysInACudaGraph) {
+  MG_REQUIRE_GPU();
+  const DecodeCase c = decode_cases()[4];  // paged, four sequences, one row out of range
+  const DecodeProblem problem(c, DType::kBF16, 4100);
+  const std::vector<float> direct = problem.run(cuda::AttentionPath::kSplitKv, 0);
+  const std::vector<float> replayed = problem.run(cuda::AttentionPath::kSplitKv, 0, /*graph=*/true);
+  EXPECT_LT(testing::normalized_error(problem.sequence_rows(replayed), problem.reference()), 1e-2);
+  EXPECT_EQ(
+      testing::normalized_error(problem.sequence_rows(replayed), problem.sequence_rows(direct)),
+      0.0);
+  problem.expect_nan_row(replayed);
+}
+
+TEST(CudaAttentionDecode, HeadSizesWithoutWholeVectorsKeepThePerQueryKernel) {
+  MG_REQUIRE_GPU();
+  // 12 BF16 elements are 24 bytes: not whole 16-byte vectors, so the auto rule keeps the
+  // per-query kernel (and its result is still right with a workspace given).
+  const DecodeCase c{
+      .name = "head12", .heads = 4, .kv_heads = 2, .head_dim = 12, .contexts = {513}};
+  const DecodeProblem problem(c, DType::kBF16, 4200);
+  EXPECT_FALSE(cuda::split_kv_supports(problem.dims(), dtype_size(DType::kBF16)));
+  EXPECT_TRUE(cuda::split_kv_supports(problem.dims(), dtype_size(DType::kF32)));
+  EXPECT_EQ(cuda::split_kv_workspace_bound(problem.dims(), dtype_size(DType::kBF16), 64, 132), 0u);
+  const std::vector<float> out = problem.run(cuda::AttentionPath::kAuto, 0);
+  EXPECT_LT(testing::normalized_error(problem.sequence_rows(out), problem.reference()), 1e-2);
+}
+
+// Median µs per launch of `path` over 48 launches (a 48-layer decode step) captured in one CUDA
+// graph, each launch on the next of `copies` (distinct caches, so that long contexts come from
+// HBM rather than the L2).
+double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DType dtype,
+                 cuda::AttentionPath path) {
+  constexpr int kLaunches = 48, kReplays = 15;
+  const DecodeProblem& first = *copies.front();
+  const size_t ws_bytes = cuda::split_kv_workspace_bound(first.dims(), dtype_size(dtype),
+                                                         first.tokens(), device_sm_count());
+  DeviceBuffer workspace(ws_bytes);
+  cudaStream_t stream = nullptr;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kLaunches; ++i) {
+    cuda::AttentionArgs a = copies[static_cast<size_t>(i) % copies.size()]->args(path, 0);
+    a.workspace = workspace.as<void>();
+    a.workspace_bytes = ws_bytes;
+    cuda::dispatch_float_dtype(
+        dtype, [&](auto tag) { cuda::launch_attention<decltype(tag)>(first.dims(), a, stream); });
+  }
+  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  MG_CUDA_CHECK(cudaEventCreate(&start));
+  MG_CUDA_CHECK(cudaEventCreate(&stop));
+  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  std::vector<float> ms(kReplays);
+  for (float& m : ms) {
+    MG_CUDA_CHECK(cudaEventRecord(start, stream));
+    MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MG_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MG_CUDA_CHECK(cudaEventSynchronize(stop));
+    MG_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
+  }
+  MG_CUDA_CHECK(cudaEventDestroy(start));
+  MG_CUDA_CHECK(cudaEventDestroy(stop));
+  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MG_CUDA_CHECK(cudaGraphDestroy(graph));
+  MG_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2] / kLaunches;
+}
+
+// The decode attention of the Qwen3-30B-A3B shape (BF16) through both paths, printed (µs per
+// layer, graph-replayed): one sequence at 512 and 4096 keys, 16 sequences of 512 keys paged.
+// The split path must beat the per-query kernel where it is meant to: one sequence.
+TEST(CudaAttentionDecode, TimesBothPathsOnTheQwen3Shape) {
+  MG_REQUIRE_GPU();
+  struct Shape {
+    std::string name;
+    std::vector<int64_t> contexts;
+    int64_t block_size;
+    bool split_must_win;
+  };
+  const std::vector<Shape> shapes = {
+      {"1 seq x 512 keys", {512}, 0, true},
+      {"1 seq x 4096 keys", {4096}, 0, true},
+      {"16 seqs x 512 keys (paged)", std::vector<int64_t>(16, 512), 16, false}};
+  for (const Shape& shape : shapes) {
+    const DecodeCase c{.name = shape.name,
+                       .heads = 32,
+                       .kv_heads = 4,
+                       .head_dim = 128,
+                       .contexts = shape.contexts,
+                       .block_size = shape.block_size};
+    // Enough distinct caches to pass ~100 MB per replay (more than the H100's 50 MB L2).
+    const int64_t keys = std::accumulate(shape.contexts.begin(), shape.contexts.end(), int64_t{0});
+    const int64_t cache_bytes = keys * 4 * 128 * 2 * 2;
+    const int64_t count = std::clamp<int64_t>((int64_t{100} << 20) / cache_bytes + 1, 1, 48);
+    std::vector<std::unique_ptr<DecodeProblem>> copies;
+    for (int64_t i = 0; i < count; ++i) {
+      copies.push_back(
+          std::make_unique<DecodeProblem>(c, DType::kBF16, 5000 + static_cast<uint32_t>(i)));
+    }
+    const double per_query = time_path(copies, DType::kBF16, cuda::AttentionPath::kPerQuery);
+    const double split = time_path(copies, DType::kBF16, cuda::AttentionPath::kSplitKv);
+    std::cout << fmt::format(
+                     "[ TIMING ] attention decode {}: per-query {:.1f} us, split-KV {:.1f} us",
+                     shape.name, per_query, split)
+              << std::endl;
+    EXPECT_GT(split, 0.0);
+    if (shape.split_must_win) {
+      EXPECT_LT(split, per_query) << shape.name;
+    }
+  }
+}
+
+#endif  // MG_WITH_CUDA
+
+TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
+#ifndef MG_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA (MG_CUDA=OFF)";
+#else
+  AttentionDims qwen3;
+  qwen3.heads = 32;
+  qwen3.kv_heads = 4;
+  qwen3.head_dim = qwen3.v_head_dim = 128;
+  // One sequence on 132 SMs: 4 KV heads want 66 splits, capped at 64.
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), cuda::kSplitKvMaxSplits);
+  // Short caches are not split below kSplitKvMinKeys keys.
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 100, 132), 7);
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 1, 132), 1);
+  // A sliding window bounds the keys like a short cache.
+  AttentionDims windowed = qwen3;
+  windowed.sliding_window = 32;
+  EXPECT_EQ(cuda::split_kv_splits(windowed, 1, 40960, 132), 2);
+  // 32 sequences × 4 KV heads already make 128 block rows: 3 splits for ~2 blocks per SM.
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 32, 40960, 132), 3);
+  // The workspace bound covers every launch the auto rule makes up to the planned rows.
+  const size_t bound = cuda::split_kv_workspace_bound(qwen3, 2, 64, 132);
+  for (int64_t tokens = 1; tokens <= 64; ++tokens) {
+    for (int64_t keys : {int64_t{1}, int64_t{513}, int64_t{1} << 20}) {
+      EXPECT_TRUE(cuda::split_kv_chosen(qwen3, 2, tokens, keys, 132, bound)) << tokens;
+    }
+  }
+  EXPECT_FALSE(cuda::split_kv_chosen(qwen3, 2, 65, 513, 132, bound));
+  // Group slices: 16 query heads per KV head are two blocks of 8.
+  AttentionDims wide_group = qwen3;
+  wide_group.kv_heads = 2;
+  EXPECT_EQ(cuda::split_kv_head_tiles(wide_group), 2);
+#endif
+}
+
+}  // namespace
+}  // namespace mg
