@@ -125,8 +125,7 @@ int bench_moe(const BenchMoeArgs& a) {
   const bool fp4 = o.quant == QuantScheme::kMxfp4 || o.quant == QuantScheme::kNvfp4;
   const bool wna16 =
       o.quant == QuantScheme::kInt4WeightOnly || o.quant == QuantScheme::kInt8WeightOnly;
-  const bool fp8 = o.quant != QuantScheme::kUnquantized && !fp4 && !wna16;
-  // The backend that --quant's weights are timed on (its kernels: --kernel).
+  // The backend that --quant's weights are timed on (its kernels: --kernel): cuda_fp8 for FP8.
   const std::string quant_backend = fp4 ? "cuda_fp4" : wna16 ? "cuda_wna16" : "cuda_fp8";
   const bool quantized = o.quant != QuantScheme::kUnquantized;
   if (a.backends != "all") {
