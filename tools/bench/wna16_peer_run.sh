@@ -30,7 +30,8 @@
 # too short: the build stays on a warm machine, the results in $OUT); MG_WNA16_TOKENS (default
 # 1,16,64,256,1024,4096); MG_WNA16_NO_CHECK=1 skips our fp64 check (faster; the check column then
 # says -); MG_BUILD_DIR (default build-gpu); MG_CUDA_ARCHS (default 90a-real); MG_PEER_DIR
-# (default .peer); MG_PEER_BUDGET_S (default 240: each run_quant_peers.py run's own time budget).
+# (default .peer); MG_PEER_BUDGET_S (default 240: each run_quant_peers.py run's own time budget);
+# MG_WNA16_PEER_MODES (default "int8_w8a16 int4_w4a16": the peer runs of stage peer).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out="${OUT:-wna16-peer-results}"
@@ -104,7 +105,7 @@ if [[ $stages == *,peer,* ]]; then
     exit 1
   fi
   # One run per mode: a peer module without the int4 kernel fails its own run only.
-  for mode in int8_w8a16 int4_w4a16; do
+  for mode in ${MG_WNA16_PEER_MODES:-int8_w8a16 int4_w4a16}; do
     name="wna16_peer_${mode%%_*}"
     python3 "$harness/run_quant_peers.py" --peer-dir "$peer" --out "$out/$name.json" \
       --configs mixtral,qwen3-30b-a3b,deepseek-v3-routed,gpt-oss-120b-bf16 --ms "$tokens" \
