@@ -446,13 +446,34 @@ std::vector<MoEBenchPoint> run_moe_bench(
                                                   : wna16 ? wna16_priority(kGpu)
                                                   : fp8   ? fp8_priority(kGpu)
                                                           : unquantized_priority(kGpu);
-  std::vector<MoEBenchPoint> points;
-  for (const MoEBenchShape& sh : o.shapes) {
-    MoEConfig::Fields fields = bench_config(sh).fields();
-    fields.quant_scheme = o.quant;
-    const MoEConfig config(fields);
+  // The layer of one shape on one GPU.
+  const auto shape_of = [&](const MoEConfig& config) {
     ExpertsShape shape = local_experts_shape(config, ParallelConfig());
     shape.dtype = o.dtype;
+    return shape;
+  };
+  const auto config_of = [&](const MoEBenchShape& sh) {
+    MoEConfig::Fields fields = bench_config(sh).fields();
+    fields.quant_scheme = o.quant;
+    return MoEConfig(fields);
+  };
+  // WNA16: the groups of every shape are checked before any is timed (cuda_wna16's weights check;
+  // the random weights are made in its layout only).
+  const ExpertWeightFacts::Matrix int_matrix{bits, o.int_group, false};
+  const ExpertWeightFacts int_facts{int_matrix, int_matrix};
+  for (const MoEBenchShape& sh : o.shapes) {
+    if (!wna16) break;
+    const std::string why = cuda_wna16_backend().check_weights(int_facts, shape_of(config_of(sh)));
+    MG_CHECK(why.empty(),
+             "bench moe: cuda_wna16 does not take {} with {} groups: weights: {} (bench that "
+             "shape with a group that divides its sizes, e.g. {}-g64, or channel-wise)",
+             sh.name, o.int_group < 0 ? std::string("channel-wise") : std::to_string(o.int_group),
+             why, quant_element_name(o.int_element));
+  }
+  std::vector<MoEBenchPoint> points;
+  for (const MoEBenchShape& sh : o.shapes) {
+    const MoEConfig config = config_of(sh);
+    const ExpertsShape shape = shape_of(config);
     const int64_t E = sh.experts, H = sh.hidden, I = sh.inter, k = sh.top_k;
     // randn * 1/sqrt(fan_in) has the variance of uniform +-sqrt(3/fan_in).
     CanonicalExpertWeights w;
@@ -476,17 +497,11 @@ std::vector<MoEBenchPoint> run_moe_bench(
       expert_bytes = 1.5 * H * I + (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) /
                                        static_cast<double>(E);
     } else if (wna16) {
-      const ExpertWeightFacts::Matrix m{bits, o.int_group, false};
-      facts = ExpertWeightFacts{m, m};
+      facts = int_facts;
       quant = MoEQuantConfig(o.quant,
                              QuantKey::integer(o.int_element, DType::kF32, {1, o.int_group},
                                                !quant_element_signed(o.int_element)),
                              QuantKey::unquantized(o.dtype));
-      // The groups are checked before the weights are made (which would refuse them too).
-      const std::string why = cuda_wna16_backend().check_weights(*facts, shape);
-      MG_CHECK(why.empty(), "bench moe: cuda_wna16 does not take {} with {} groups: weights: {}",
-               sh.name, o.int_group < 0 ? std::string("channel-wise") : std::to_string(o.int_group),
-               why);
       packed = make_random_wna16_weights(shape, kGpu, bits, o.int_group, 41);
       expert_bytes = wna16_checkpoint_expert_bytes(H, I, o.int_element, o.int_group);
     } else {
