@@ -69,13 +69,14 @@ bench_quant() {
   if [[ $q == *-g128 ]]; then oss_q="${q%-g128}-g64"; fi
   local shapes=$shapes_128
   if [ "$oss_q" = "$q" ]; then shapes="$shapes_128,gpt-oss-120b"; fi
-  "$build/moegraph" bench moe --quant "$q" --shape "$shapes" --tokens "$tokens" "${check[@]}" \
-    --json "$out/wna16_$q.json" > "$out/wna16_$q.txt" 2>&1
+  "$build/moegraph" bench moe --quant "$q" --shape "$shapes" --tokens "$tokens" \
+    ${check[@]+"${check[@]}"} --json "$out/wna16_$q.json" > "$out/wna16_$q.txt" 2>&1
   echo "bench $q rc=$? ($(stamp))" | tee -a "$out/summary.txt"
   cat "$out/wna16_$q.txt"
   if [ "$oss_q" != "$q" ]; then
     "$build/moegraph" bench moe --quant "$oss_q" --shape gpt-oss-120b --tokens "$tokens" \
-      "${check[@]}" --json "$out/wna16_${q}_gpt-oss.json" > "$out/wna16_${q}_gpt-oss.txt" 2>&1
+      ${check[@]+"${check[@]}"} --json "$out/wna16_${q}_gpt-oss.json" \
+      > "$out/wna16_${q}_gpt-oss.txt" 2>&1
     echo "bench $oss_q gpt-oss-120b rc=$? ($(stamp))" | tee -a "$out/summary.txt"
     cat "$out/wna16_${q}_gpt-oss.txt"
   fi
@@ -92,7 +93,8 @@ fi
 
 if [[ $stages == *,bf16,* ]]; then
   "$build/moegraph" bench moe --backend cuda_moe --shape "$shapes_128,gpt-oss-120b" \
-    --tokens "$tokens" "${check[@]}" --json "$out/wna16_bf16.json" > "$out/wna16_bf16.txt" 2>&1
+    --tokens "$tokens" ${check[@]+"${check[@]}"} --json "$out/wna16_bf16.json" \
+    > "$out/wna16_bf16.txt" 2>&1
   echo "bench bf16 cuda_moe rc=$? ($(stamp))" | tee -a "$out/summary.txt"
   cat "$out/wna16_bf16.txt"
 fi
