@@ -8,6 +8,9 @@
 #ifdef MG_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include <gmock/gmock.h>
+
+#include "framework/core/int_quant.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "ops/moe/bench/moe_bench_cuda.h"
 #endif
@@ -106,6 +109,85 @@ TEST(CudaMoEBench, Fp4PointsAreCheckedAgainstTheDequantizedWeights) {
       EXPECT_GT(p.bytes, 0.0);
     }
   }
+}
+
+// WNA16 points (bench moe --quant int4-g128 ...) on cuda_wna16, chosen and forced tile, are
+// checked against the reference on the packed weights read back through the layout, for signed
+// and unsigned codes of both widths, groups and channel-wise; a perturbed output fails.
+TEST(CudaMoEBench, Wna16PointsAreCheckedAgainstTheUnpackedWeights) {
+  MG_REQUIRE_GPU();
+  struct Layout {
+    QuantScheme scheme;
+    QuantElement element;
+    int64_t group;
+  };
+  for (const Layout l : {Layout{QuantScheme::kInt4WeightOnly, QuantElement::kInt4, 128},
+                         Layout{QuantScheme::kInt4WeightOnly, QuantElement::kUInt4, 32},
+                         Layout{QuantScheme::kInt8WeightOnly, QuantElement::kInt8, -1},
+                         Layout{QuantScheme::kInt8WeightOnly, QuantElement::kUInt8, 64}}) {
+    SCOPED_TRACE(fmt::format("{} group {}", quant_element_name(l.element), l.group));
+    MoEBenchOptions o = small_options({"cuda_wna16", "cuda_wna16:wna16_mma64"});
+    o.shapes = {{"wna16", 256, 128, 8, 2}};
+    o.quant = l.scheme;
+    o.int_element = l.element;
+    o.int_group = l.group;
+    o.perturb_checked_output = [](const std::string& backend, const Tensor& out) {
+      if (backend != "cuda_wna16:wna16_mma64") return;
+      MG_CUDA_CHECK(cudaMemset(out.raw(), 0, out.nbytes() / out.shape()[0]));
+    };
+    const std::vector<MoEBenchPoint> points = run_moe_bench(o, kCeilings, {});
+    ASSERT_EQ(points.size(), 6u);
+    for (const MoEBenchPoint& p : points) {
+      const bool perturbed = p.backend == "cuda_wna16:wna16_mma64";
+      EXPECT_EQ(p.check_failed, perturbed)
+          << p.backend << " M=" << p.tokens << " " << p.check_error;
+      EXPECT_GT(p.check_error, 0.0);
+      EXPECT_GT(p.bytes, 0.0);
+    }
+  }
+}
+
+// A shape whose K is not a multiple of the group, and a backend that cannot read the packed
+// weights, are errors that say so.
+TEST(CudaMoEBench, Wna16RefusesWhatCudaWna16CannotTake) {
+  MG_REQUIRE_GPU();
+  MoEBenchOptions o = small_options({"cuda_wna16"});
+  o.shapes = {{"h320", 320, 128, 8, 2}};
+  o.quant = QuantScheme::kInt4WeightOnly;
+  o.int_element = QuantElement::kInt4;
+  o.int_group = 128;
+  EXPECT_THROW(
+      {
+        try {
+          run_moe_bench(o, kCeilings, {});
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                                    "weights: w13: WNA16 weight columns 320 must be a multiple "
+                                    "of the group size 128"));
+          throw;
+        }
+      },
+      Error);
+  o.shapes = {{"wna16", 256, 128, 8, 2}};
+  o.backends = {"cuda_dequant"};
+  EXPECT_THROW(run_moe_bench(o, kCeilings, {}), Error);
+}
+
+// The floor's expert bytes are a checkpoint's: codes, 16-bit scales, zero points of the codes'
+// width for unsigned elements (no GPU needed).
+TEST(CudaMoEBench, Wna16FloorCountsCheckpointBytes) {
+  // H 256, I 128, group 128: codes 3 * 256 * 128 / 2 = 49152; scale groups 256 * 2 (w13) +
+  // 256 * 1 (w2) = 768.
+  EXPECT_DOUBLE_EQ(wna16_checkpoint_expert_bytes(256, 128, QuantElement::kInt4, 128),
+                   49152.0 + 768 * 2.0);
+  EXPECT_DOUBLE_EQ(wna16_checkpoint_expert_bytes(256, 128, QuantElement::kUInt4, 128),
+                   49152.0 + 768 * 2.5);
+  // Channel-wise int8: codes 98304, one scale per row: 256 + 256 rows.
+  EXPECT_DOUBLE_EQ(wna16_checkpoint_expert_bytes(256, 128, QuantElement::kInt8, -1),
+                   98304.0 + 512 * 2.0);
+  // uint8 group 64 over H 200 (4 groups, the last partial) and I 128 (2): 256 * 4 + 200 * 2.
+  EXPECT_DOUBLE_EQ(wna16_checkpoint_expert_bytes(200, 128, QuantElement::kUInt8, 64),
+                   3.0 * 200 * 128 + (256 * 4 + 200 * 2) * 3.0);
 }
 
 #else

@@ -1,7 +1,8 @@
 // Weight-only INT4 / INT8 models on the GPU against the same model on the CPU (cpu_wna16, F32):
-// make-model's integer layouts (int4 group 32, uint4 group 128 with zero points, int8
-// channel-wise) on cuda_dequant (the codes dequantized once at build to BF16, cuda_moe's kernels;
-// the WNA16 oracle's CUDA fallback until the W4A16 kernel backend), prefill and decode steps,
+// make-model's integer layouts (int4 / uint4 / int8 / uint8, groups 32, 64, 128 and channel-wise)
+// on cuda_wna16, or on cuda_dequant (the codes dequantized once at build to BF16, cuda_moe's
+// kernels) where cuda_wna16's weights check refuses them, with the reason in the plan; prefill and
+// decode steps,
 // integer linears dequantized at build; and the GPTQ act-order fixture imported from Hugging Face
 // against its transformers golden. The GPU computes in BF16: the comparison is the whole-model
 // BF16 one.
@@ -79,9 +80,15 @@ TEST(CudaWna16Model, CudaBackendsMatchTheCpuModel) {
         testing::write_model(testing::temp_dir(std::string("wna16_") + layout.name), spec);
     auto cpu = open(g, Device::cpu());
     auto gpu = open(g, Device::cuda(0));
-    EXPECT_NE(gpu->plan().describe().find(std::string(layout.backend) + " (auto"),
-              std::string::npos)
-        << gpu->plan().describe();
+    const std::string plan = gpu->plan().describe();  // what inspect --plan prints
+    EXPECT_NE(plan.find(std::string(layout.backend) + " (auto"), std::string::npos) << plan;
+    if (std::string(layout.backend) == "cuda_dequant") {
+      EXPECT_NE(plan.find(fmt::format("cuda_wna16: rejected, weights: w13: WNA16 weight columns "
+                                      "160 must be a multiple of the group size {}",
+                                      layout.group)),
+                std::string::npos)
+          << plan;
+    }
     const std::vector<float> ref = run(*cpu, kPrompt);
     const std::vector<float> got = run(*gpu, kPrompt);
     const double err = testing::normalized_error(got, ref);

@@ -16,6 +16,7 @@
 #include "framework/compile/fuse_ops.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
+#include "framework/core/int_quant.h"
 #include "framework/device/allocator.h"
 #include "framework/device/memory_usage.h"
 #include "framework/io/json.h"
@@ -114,21 +115,31 @@ int bench_moe(const BenchMoeArgs& a) {
     o.quant = QuantScheme::kMxfp4;
   } else if (a.quant == "nvfp4") {
     o.quant = QuantScheme::kNvfp4;
+  } else if (const auto int_quant = parse_int_quant(a.quant)) {
+    // Weight-only integer codes, named as make-model --quant names them (int4-g128, ...).
+    o.int_element = int_quant->first;
+    o.int_group = int_quant->second;
+    o.quant = quant_element_bits(o.int_element) == 4 ? QuantScheme::kInt4WeightOnly
+                                                     : QuantScheme::kInt8WeightOnly;
   }
   const bool fp4 = o.quant == QuantScheme::kMxfp4 || o.quant == QuantScheme::kNvfp4;
-  const bool fp8 = o.quant != QuantScheme::kUnquantized && !fp4;
+  const bool wna16 =
+      o.quant == QuantScheme::kInt4WeightOnly || o.quant == QuantScheme::kInt8WeightOnly;
+  // The backend that --quant's weights are timed on (its kernels: --kernel): cuda_fp8 for FP8.
+  const std::string quant_backend = fp4 ? "cuda_fp4" : wna16 ? "cuda_wna16" : "cuda_fp8";
+  const bool quantized = o.quant != QuantScheme::kUnquantized;
   if (a.backends != "all") {
     o.backends = split_list(a.backends);
   } else if (a.kernels.empty()) {
-    o.backends = fp4   ? std::vector<std::string>{"cuda_fp4"}
-                 : fp8 ? std::vector<std::string>{"cuda_fp8"}
-                       : std::vector<std::string>{"cuda_moe", "cuda_grouped", "cuda_cublas"};
+    o.backends = quantized ? std::vector<std::string>{quant_backend}
+                           : std::vector<std::string>{"cuda_moe", "cuda_grouped", "cuda_cublas"};
   }
-  // Forced kernels (ops/moe/heuristics/unquantized_kernel_choice.h, fp8_kernel_choice.h):
-  // `--kernel grouped_tma` times backend cuda_moe:grouped_tma (cuda_fp8:KERNEL with --quant); one
-  // that cannot run a shape is an error saying why.
+  // Forced kernels (ops/moe/heuristics/unquantized_kernel_choice.h, fp8_kernel_choice.h,
+  // cuda/wna16/wna16_experts_cuda.h): `--kernel grouped_tma` times backend cuda_moe:grouped_tma
+  // (cuda_fp8:KERNEL, cuda_fp4:KERNEL, cuda_wna16:KERNEL with --quant); one that cannot run a
+  // shape is an error saying why.
   for (const std::string& kernel : split_list(a.kernels))
-    o.backends.push_back((fp4 ? "cuda_fp4:" : fp8 ? "cuda_fp8:" : "cuda_moe:") + kernel);
+    o.backends.push_back((quantized ? quant_backend : std::string("cuda_moe")) + ":" + kernel);
   MG_CHECK(a.dtype == "bf16" || a.dtype == "f16", "--dtype: expected bf16 or f16, got '{}'",
            a.dtype);
   o.dtype = a.dtype == "bf16" ? DType::kBF16 : DType::kF16;
@@ -451,16 +462,23 @@ Command add_bench_command(CLI::App& app) {
   m->add_option("--kernel", moe->kernels,
                 "cuda_moe kernels to time, comma-separated (each as backend cuda_moe:KERNEL; "
                 "--backend then defaults to none): auto, decode, cublas, grouped, grouped_K or "
-                "grouped_K1+K2 with K one of mma16, mma32, mma64, mma128, wgmma, tma, ffma");
+                "grouped_K1+K2 with K one of mma16, mma32, mma64, mma128, wgmma, tma, ffma; with "
+                "--quant the quantized backend's kernels, e.g. wna16_mma16 for cuda_wna16");
   m->add_option("--dtype", moe->dtype, "bf16 or f16")->capture_default_str();
+  std::vector<std::string> quant_names = {"none",       "fp8-block", "fp8-channel",
+                                          "fp8-tensor", "mxfp4",     "nvfp4"};
+  for (const std::string& name : int_quant_names()) quant_names.push_back(name);
   m->add_option("--quant", moe->quant,
                 "Expert weights: none (the dtype), or FP8 E4M3 W8A8 with 128x128 block "
                 "(fp8-block), per-row (fp8-channel) or per-matrix (fp8-tensor) scales, timed on "
                 "cuda_fp8; the floor then counts the FP8 bytes and the measured FP8 GEMM rate; "
                 "or FP4 weight-only mxfp4 / nvfp4, timed on cuda_fp4 (the floor on the packed "
-                "codes and one byte per scale)")
+                "codes and one byte per scale); or weight-only integer codes (W4A16 / W8A16) as "
+                "make-model names them, int4-g32|g64|g128|channel, uint4-... (zero points), "
+                "int8-..., uint8-..., timed on cuda_wna16 (the floor on the packed codes, 16-bit "
+                "scales and packed zero points)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp8-block", "fp8-channel", "fp8-tensor", "mxfp4", "nvfp4"}));
+      ->check(CLI::IsMember(quant_names));
   m->add_option("--sets", moe->sets, "Input sets rotated between calls")
       ->capture_default_str()
       ->check(int_range(1, 64));

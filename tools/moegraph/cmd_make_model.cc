@@ -37,30 +37,6 @@ DType parse_weight_dtype(const std::string& text) {
   MG_FAIL("--dtype: unknown weight dtype '{}' (expected f32, bf16 or f16)", text);
 }
 
-// "int4-g128", "uint4-g32", "int8-channel", ...: the codes and the group (-1 channel-wise).
-std::optional<std::pair<QuantElement, int64_t>> parse_int_quant(const std::string& text) {
-  const size_t dash = text.find('-');
-  if (dash == std::string::npos) return std::nullopt;
-  const std::string el = text.substr(0, dash), group = text.substr(dash + 1);
-  QuantElement element;
-  if (el == "int4") {
-    element = QuantElement::kInt4;
-  } else if (el == "uint4") {
-    element = QuantElement::kUInt4;
-  } else if (el == "int8") {
-    element = QuantElement::kInt8;
-  } else if (el == "uint8") {
-    element = QuantElement::kUInt8;
-  } else {
-    return std::nullopt;
-  }
-  if (group == "channel") return std::pair{element, int64_t{-1}};
-  if (group == "g32") return std::pair{element, int64_t{32}};
-  if (group == "g64") return std::pair{element, int64_t{64}};
-  if (group == "g128") return std::pair{element, int64_t{128}};
-  return std::nullopt;
-}
-
 proto::MoEQuantScheme parse_moe_quant(const std::string& text) {
   if (text == "none") return proto::MOE_QUANT_UNQUANTIZED;
   if (text == "fp8-block") return proto::MOE_QUANT_FP8_BLOCK;

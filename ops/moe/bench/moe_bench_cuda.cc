@@ -10,6 +10,7 @@
 #include <span>
 
 #include "framework/core/fp4.h"
+#include "framework/core/int_quant.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/cuda/cuda_check.h"
@@ -19,12 +20,14 @@
 #include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/experts/cuda_wna16_experts.h"
 #include "ops/moe/kernel/fused_moe_kernel.h"
 #include "ops/moe/kernel/prepare_finalize.h"
 #include "ops/moe/oracle/fp4.h"
 #include "ops/moe/oracle/fp8.h"
 #include "ops/moe/oracle/oracle.h"
 #include "ops/moe/oracle/unquantized.h"
+#include "ops/moe/oracle/wna16.h"
 #include "ops/moe/reference/moe_reference.h"
 #include "ops/moe/router/router_cuda.h"
 #include "ops/nn/linear/linear_gemm_cuda.h"
@@ -269,6 +272,23 @@ Tensor experts_to_host(const Tensor& t, std::span<const int32_t> ids) {
   return host;
 }
 
+// The F32 weights [ids.size(), rows, K] that experts `ids` of the packed device matrix `m` hold,
+// read back through the layout on the host (wna16_unpack_host: the documented word and pair
+// layout, not the kernels' dequantization).
+Tensor wna16_experts_to_host(const Wna16DeviceMatrix& m, int64_t rows,
+                             std::span<const int32_t> ids) {
+  cuda::Wna16PackedHost p = m.layout;
+  p.experts = static_cast<int64_t>(ids.size());
+  const Tensor words = experts_to_host(m.words, ids), params = experts_to_host(m.params, ids);
+  p.words.assign(static_cast<const uint32_t*>(words.raw()),
+                 static_cast<const uint32_t*>(words.raw()) + words.numel());
+  p.params.assign(params.data<float>(), params.data<float>() + params.numel());
+  const std::vector<float> values = cuda::wna16_unpack_host(p, rows);
+  Tensor out = Tensor::empty_cpu(DType::kF32, {p.experts, rows, p.cols});
+  std::copy(values.begin(), values.end(), out.data<float>());
+  return out;
+}
+
 // The independent check of one (shape, tokens): the fp64 reference layer
 // (ops/moe/reference/moe_reference.h: its own routing and expert loops, nothing shared with the
 // backends) on up to kMoEBenchCheckRows rows of input set 0, spread over the batch. Rows whose
@@ -279,7 +299,8 @@ struct CheckReference {
   std::vector<float> out;  // [rows, H]
 
   CheckReference(const MoEConfig& config, const Tensor& x, const Tensor& logits,
-                 const CanonicalExpertWeights& w, const QuantizedExpertWeights& qw) {
+                 const CanonicalExpertWeights& w, const QuantizedExpertWeights& qw,
+                 const Wna16DeviceWeights* packed) {
     const int64_t M = x.shape()[0], k = config.top_k();
     const Tensor hl = to_host_f32(logits);
     const reference::Routing routing = reference::route(
@@ -309,6 +330,10 @@ struct CheckReference {
       if (w.w13.defined()) {
         y = reference::experts(sub, xr, 1, local, weights, experts_to_host(w.w13, ids), Tensor(),
                                experts_to_host(w.w2, ids), Tensor());
+      } else if (packed != nullptr) {  // WNA16: the packed codes and pairs read back
+        y = reference::experts(
+            sub, xr, 1, local, weights, wna16_experts_to_host(packed->w13, config.w13_rows(), ids),
+            Tensor(), wna16_experts_to_host(packed->w2, config.hidden_size(), ids), Tensor());
       } else if (qw.w13.dtype() == DType::kU8) {  // FP4: the packed codes dequantized here
         WeightQuantization q13 = qw.w13_quant, q2 = qw.w2_quant;
         q13.scale = experts_to_host(q13.scale, ids);
@@ -350,12 +375,23 @@ struct CheckReference {
 }  // namespace
 
 double moe_bench_check_tolerance(DType dtype, QuantScheme quant) {
-  if (quant != QuantScheme::kUnquantized) return 6e-2;
+  if (quant != QuantScheme::kUnquantized && !is_wna16_scheme(quant)) return 6e-2;
   if (dtype == DType::kBF16) return 3e-2;
   if (dtype == DType::kF16) return 5e-3;
   MG_CHECK(dtype == DType::kF32, "bench moe: activations are BF16, F16 or F32, not {}",
            dtype_name(dtype));
   return 1e-4;
+}
+
+double wna16_checkpoint_expert_bytes(int64_t hidden, int64_t inter, QuantElement element,
+                                     int64_t group) {
+  const double bits = quant_element_bits(element);
+  const auto groups = [&](int64_t k) {
+    return group < 0 ? 1.0 : static_cast<double>((k + group - 1) / group);
+  };
+  const double scale_groups = 2.0 * inter * groups(hidden) + hidden * groups(inter);
+  const double per_group = 2.0 + (quant_element_signed(element) ? 0.0 : bits / 8.0);
+  return 3.0 * hidden * inter * bits / 8.0 + scale_groups * per_group;
 }
 
 MoEBenchCeilings measure_moe_bench_ceilings() {
@@ -397,23 +433,53 @@ std::vector<MoEBenchPoint> run_moe_bench(
   auto stream = make_stream(kGpu);
   const cudaStream_t s = cuda::native(stream.get());
   const bool fp4 = is_fp4_scheme(o.quant);
-  const bool fp8 = o.quant != QuantScheme::kUnquantized && !fp4;
+  const bool wna16 = is_wna16_scheme(o.quant);
+  const bool fp8 = o.quant != QuantScheme::kUnquantized && !fp4 && !wna16;
   MG_CHECK(!fp8 || is_fp8_scheme(o.quant), "bench moe: --quant {} is not supported",
            quant_scheme_name(o.quant));
-  const std::vector<const ExpertsBackend*> list = fp4   ? fp4_priority(kGpu)
-                                                  : fp8 ? fp8_priority(kGpu)
-                                                        : unquantized_priority(kGpu);
-  std::vector<MoEBenchPoint> points;
-  for (const MoEBenchShape& sh : o.shapes) {
-    MoEConfig::Fields fields = bench_config(sh).fields();
-    fields.quant_scheme = o.quant;
-    const MoEConfig config(fields);
+  const int bits = wna16 ? quant_element_bits(o.int_element) : 0;
+  MG_CHECK(!wna16 || bits == (o.quant == QuantScheme::kInt4WeightOnly ? 4 : 8),
+           "bench moe: quant scheme {} takes {} codes, not {}", quant_scheme_name(o.quant),
+           o.quant == QuantScheme::kInt4WeightOnly ? "4-bit" : "8-bit",
+           quant_element_name(o.int_element));
+  const std::vector<const ExpertsBackend*> list = fp4     ? fp4_priority(kGpu)
+                                                  : wna16 ? wna16_priority(kGpu)
+                                                  : fp8   ? fp8_priority(kGpu)
+                                                          : unquantized_priority(kGpu);
+  // The layer of one shape on one GPU.
+  const auto shape_of = [&](const MoEConfig& config) {
     ExpertsShape shape = local_experts_shape(config, ParallelConfig());
     shape.dtype = o.dtype;
+    return shape;
+  };
+  const auto config_of = [&](const MoEBenchShape& sh) {
+    MoEConfig::Fields fields = bench_config(sh).fields();
+    fields.quant_scheme = o.quant;
+    return MoEConfig(fields);
+  };
+  // WNA16: the groups of every shape are checked before any is timed (cuda_wna16's weights check;
+  // the random weights are made in its layout only).
+  const ExpertWeightFacts::Matrix int_matrix{bits, o.int_group, false};
+  const ExpertWeightFacts int_facts{int_matrix, int_matrix};
+  for (const MoEBenchShape& sh : o.shapes) {
+    if (!wna16) break;
+    const std::string why = cuda_wna16_backend().check_weights(int_facts, shape_of(config_of(sh)));
+    MG_CHECK(why.empty(),
+             "bench moe: cuda_wna16 does not take {} with {} groups: weights: {} (bench that "
+             "shape with a group that divides its sizes, e.g. {}-g64, or channel-wise)",
+             sh.name, o.int_group < 0 ? std::string("channel-wise") : std::to_string(o.int_group),
+             why, quant_element_name(o.int_element));
+  }
+  std::vector<MoEBenchPoint> points;
+  for (const MoEBenchShape& sh : o.shapes) {
+    const MoEConfig config = config_of(sh);
+    const ExpertsShape shape = shape_of(config);
     const int64_t E = sh.experts, H = sh.hidden, I = sh.inter, k = sh.top_k;
     // randn * 1/sqrt(fan_in) has the variance of uniform +-sqrt(3/fan_in).
     CanonicalExpertWeights w;
     QuantizedExpertWeights qw;
+    std::optional<Wna16DeviceWeights> packed;  // WNA16: cuda_wna16's own layout
+    std::optional<ExpertWeightFacts> facts;    // WNA16: for the backends' weights check
     std::optional<MoEQuantConfig> quant;
     double expert_bytes = 3.0 * H * I * dtype_size(o.dtype);  // per expert, as the floor counts
     if (fp8) {
@@ -430,6 +496,14 @@ std::vector<MoEBenchPoint> run_moe_bench(
       // global scale is one float per matrix), not the F32 scales the kernels stream.
       expert_bytes = 1.5 * H * I + (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) /
                                        static_cast<double>(E);
+    } else if (wna16) {
+      facts = int_facts;
+      quant = MoEQuantConfig(o.quant,
+                             QuantKey::integer(o.int_element, DType::kF32, {1, o.int_group},
+                                               !quant_element_signed(o.int_element)),
+                             QuantKey::unquantized(o.dtype));
+      packed = make_random_wna16_weights(shape, kGpu, bits, o.int_group, 41);
+      expert_bytes = wna16_checkpoint_expert_bytes(H, I, o.int_element, o.int_group);
     } else {
       w.w13 = random_device(o.dtype, {E, 2 * I, H}, 11, std::sqrt(3.0f / H), s);
       w.w2 = random_device(o.dtype, {E, H, I}, 12, std::sqrt(3.0f / I), s);
@@ -449,7 +523,7 @@ std::vector<MoEBenchPoint> run_moe_bench(
       if (o.check) {
         // The inputs (and the weights) were made on `s`; the reference reads them from the host.
         MG_CUDA_CHECK(cudaStreamSynchronize(s));
-        check.emplace(config, xs[0], logits[0], w, qw);
+        check.emplace(config, xs[0], logits[0], w, qw, packed ? &*packed : nullptr);
       }
       const cuda::RouteParams route = route_params(config.routing());
       for (const std::string& name : o.backends) {
@@ -460,13 +534,19 @@ std::vector<MoEBenchPoint> run_moe_bench(
         });
         MG_CHECK(it != list.end(), "bench moe: unknown CUDA backend '{}'", request.backend);
         const ExpertsBackend& backend = **it;
-        std::string why =
-            check_backend(backend, OracleQuery{kGpu, config, *quant, parallel, shape, name});
+        // Random WNA16 weights exist only in cuda_wna16's packed layout.
+        MG_CHECK(!wna16 || backend.name() == "cuda_wna16",
+                 "bench moe: --quant {} times cuda_wna16 only (its packed weights are made on the "
+                 "GPU), not {}",
+                 quant_element_name(o.int_element), request.backend);
+        std::string why = check_backend(backend, OracleQuery{kGpu, config, *quant, parallel, shape,
+                                                             name, facts ? &*facts : nullptr});
         if (why.empty()) why = backend.check_kernel(request.kernel, shape, kGpu);
         MG_CHECK(why.empty(), "bench moe: {} does not take {}: {}", name, sh.name, why);
         ExpertsBuild build{config, shape, kGpu, w, Tensor(), request.kernel, *quant, qw};
         FusedMoEKernel kernel(make_prepare_finalize(parallel, shape),
-                              backend.create(std::move(build)));
+                              packed ? make_cuda_wna16_experts_from_packed(build, *packed)
+                                     : backend.create(std::move(build)));
         const size_t ws_bytes = kernel.workspace_bytes(M);
         Tensor ws =
             empty_tensor(kGpu, DType::kU8, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 64))});

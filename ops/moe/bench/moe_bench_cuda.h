@@ -8,6 +8,11 @@
 // FP8 (--quant): the expert bytes are D * (3 H I codes + their F32 scales), the rate the FP8 one.
 // FP4 (--quant mxfp4 | nvfp4): D * (3 H I / 2 packed codes + one byte per scale group), the
 // checkpoint's bytes; the rate the BF16 one (weight-only).
+// WNA16 (--quant int4-g128 | uint8-channel | ...): D * (3 H I bits / 8 packed codes + per scale
+// group 2 bytes of scale, and bits / 8 of zero point for the unsigned, asymmetric elements), the
+// bytes a GPTQ / AWQ / compressed-tensors checkpoint stores (16-bit scales, zero points packed
+// like the codes); the rate the BF16 one (weight-only). The kernels stream F32 pairs {s, -z·s}
+// per group (8 bytes), more than this floor counts.
 // (the model of ../shared/peers/moe_common.py, so that our percentages and the peers' compare).
 // Both ceilings are measured here on the same GPU: a 2 GiB device-to-device copy (bytes read +
 // written) and a BF16 8192^3 cuBLASLt GEMM. Timing: CUDA events around each call, 3 warm-up
@@ -21,6 +26,7 @@
 #include <vector>
 
 #include "framework/core/dtype.h"
+#include "framework/core/quant.h"
 #include "framework/core/tensor.h"
 #include "ops/moe/config.h"
 
@@ -47,7 +53,15 @@ struct MoEBenchOptions {
   // module's CUDA backends, and the floor on the quantized bytes and the measured FP8 rate.
   // FP4 schemes (kMxfp4, kNvfp4): random packed codes and F32 group scales made on the GPU, the FP4
   // oracle module's CUDA backends (cuda_fp4, cuda_dequant).
+  // WNA16 schemes (kInt4WeightOnly, kInt8WeightOnly): random packed codes and F32 group pairs
+  // made on the GPU in cuda_wna16's layout (make_random_wna16_weights), timed on cuda_wna16 (the
+  // only backend that reads them); `int_element` (kInt4 / kUInt4 / kInt8 / kUInt8, matching the
+  // scheme's width; unsigned: zero points) and `int_group` (columns per scale group, -1
+  // channel-wise) are the quant key's and the floor's. A shape whose K is not a multiple of the
+  // group is an error naming the weights check.
   QuantScheme quant = QuantScheme::kUnquantized;
+  QuantElement int_element = QuantElement::kFromDtype;
+  int64_t int_group = 128;
   int sets = 4;
   double target_ms = 200.0;
   // Compare every point's output on set 0 with the independent fp64 reference
@@ -65,7 +79,8 @@ inline constexpr int64_t kMoEBenchCheckRows = 3;
 // The normalised error above which a point's check fails: the activation dtype's rounding
 // through two GEMMs and the activation (BF16 8 bits of mantissa, F16 11), FP8 schemes the
 // quantization of the activations on top (the reference quantizes them the same way, but a
-// value on a rounding boundary may land on the other code).
+// value on a rounding boundary may land on the other code). WNA16 schemes take the dtype's:
+// their weights are dequantized exactly and rounded once to the dtype, as the BF16 path's are.
 double moe_bench_check_tolerance(DType dtype, QuantScheme quant);
 
 struct MoEBenchCeilings {
@@ -94,6 +109,11 @@ struct MoEBenchPoint {
   double tflop_per_s() const { return flops / (median_us * 1e-6) / 1e12; }
   double pct_of_floor() const { return 100.0 * floor_us / median_us; }
 };
+
+// The checkpoint bytes of one expert (w13 [2I, H] and w2 [H, I]) of integer `element` codes
+// with scale groups of `group` columns (-1 channel-wise): the WNA16 floor's expert bytes above.
+double wna16_checkpoint_expert_bytes(int64_t hidden, int64_t inter, QuantElement element,
+                                     int64_t group);
 
 MoEBenchCeilings measure_moe_bench_ceilings();
 

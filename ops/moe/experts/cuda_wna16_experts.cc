@@ -281,8 +281,8 @@ Wna16MatrixTensors contract_of(const Tensor& codes, const WeightQuantization& q,
   MG_CHECK(q.is_integer() && quant_element_bits(q.element) == bits,
            "cuda_wna16: {} holds {} codes, the scheme {}-bit ones", what,
            quant_element_name(q.element), bits);
-  // Act-order weights reach here only when the oracle module could not make their groups
-  // contiguous (wna16_priority leaves cuda_wna16 out for them).
+  // Act-order weights the oracle module could not make contiguous are refused by the weights
+  // check (CudaWna16Backend::check_weights) before a build; a forced request fails there too.
   MG_CHECK(!q.g_idx.defined(), "cuda_wna16: {} has act-order groups (g_idx) it cannot take", what);
   MG_CHECK(q.logical_shape.size() == 3, "cuda_wna16: {} of logical shape rank {}", what,
            q.logical_shape.size());
@@ -345,6 +345,26 @@ class CudaWna16Backend final : public ExpertsBackend {
                          shape.num_local_experts());
     }
     return cuda::wna16_expert_mlp_check(shape.hidden_size, shape.intermediate_size);
+  }
+  // The kernels read each row's scale groups in order, whole and a multiple of 32 columns wide
+  // (or one per row), over K = H (w13) and the rank's I (w2).
+  std::string check_weights(const ExpertWeightFacts& w, const ExpertsShape& shape) const override {
+    if (w.w13.act_order) {
+      return "w13 has act-order groups (GPTQ desc_act: a g_idx over the hidden size, which the "
+             "conversion cannot fold away); the kernels read contiguous scale groups";
+    }
+    if (w.w2.act_order) {
+      return "w2 has act-order groups (g_idx) of unequal size, which the conversion cannot make "
+             "contiguous; the kernels read contiguous scale groups";
+    }
+    const int64_t parts = is_gated(shape.activation.kind) ? 2 : 1;
+    std::string why = cuda::wna16_pack_check(w.w13.bits, shape.w13_rows(), shape.hidden_size,
+                                             w.w13.group_cols, parts);
+    if (!why.empty()) return "w13: " + why;
+    why = cuda::wna16_pack_check(w.w2.bits, shape.hidden_size, shape.intermediate_size,
+                                 w.w2.group_cols, 1);
+    if (!why.empty()) return "w2: " + why;
+    return {};
   }
   std::string check_kernel(std::string_view kernel, const ExpertsShape&, Device) const override {
     try {
@@ -440,20 +460,6 @@ double cuda_fp4_expert_bytes(const ExpertsShape& shape) {
          cuda::wna16_layout_e2m1(1, H, I, 1).bytes_per_expert();
 }
 
-std::string cuda_wna16_weights_check(const WeightQuantization& w13, const WeightQuantization& w2,
-                                     int64_t parts) {
-  for (const auto& [q, what, p] :
-       {std::tuple{&w13, "w13", parts}, std::tuple{&w2, "w2", int64_t{1}}}) {
-    if (!q->is_integer() || q->logical_shape.size() != 3)
-      return std::string(what) + ": not integer codes";
-    if (q->g_idx.defined()) return std::string(what) + ": act-order groups (g_idx)";
-    const std::string why = cuda::wna16_pack_check(
-        quant_element_bits(q->element), q->logical_shape[1], q->logical_shape[2], q->group.cols, p);
-    if (!why.empty()) return std::string(what) + ": " + why;
-  }
-  return "";
-}
-
 const ExpertsBackend& cuda_wna16_backend() {
   static const CudaWna16Backend backend;
   return backend;
@@ -473,38 +479,60 @@ std::unique_ptr<Experts> make_cuda_wna16_experts(const ExpertsBuild& build,
                                             std::move(p2));
 }
 
-std::unique_ptr<Experts> make_random_cuda_wna16_experts(const ExpertsBuild& build, int bits,
-                                                        int64_t group_size, uint64_t seed) {
-  const ExpertsShape& shape = build.shape;
-  const std::string why = cuda_wna16_backend().check_shape(shape);
-  MG_CHECK(why.empty(), "cuda_wna16: {}", why);
-  MG_CHECK(build.device.is_cuda(), "cuda_wna16: random weights are made on a GPU, not {}",
-           build.device.str());
+Wna16DeviceWeights make_random_wna16_weights(const ExpertsShape& shape, Device device, int bits,
+                                             int64_t group_size, uint64_t seed) {
+  MG_CHECK(device.is_cuda(), "cuda_wna16: random weights are made on a GPU, not {}", device.str());
   const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
   const int64_t I = shape.intermediate_size;
   const auto make = [&](int64_t rows, int64_t cols, int64_t parts, float scale, uint64_t salt) {
-    const cuda::Wna16PackedHost layout = cuda::wna16_layout(E, rows, cols, bits, group_size, parts);
-    PackedMatrix p;
-    p.words = empty_tensor(build.device, DType::kI32, {layout.word_count()});
-    p.params = empty_tensor(build.device, DType::kF32, {layout.param_count()});
-    cuda::launch_wna16_random_fill(reinterpret_cast<uint32_t*>(p.words.raw()), layout.word_count(),
-                                   p.params.data<float>(), layout.param_count(), bits, scale,
-                                   seed * 31 + salt, nullptr);
-    p.view = cuda::wna16_weights_view(layout, reinterpret_cast<const uint32_t*>(p.words.raw()),
-                                      p.params.data<float>());
-    return p;
+    Wna16DeviceMatrix m;
+    m.layout = cuda::wna16_layout(E, rows, cols, bits, group_size, parts);
+    m.words = empty_tensor(device, DType::kI32, {E, m.layout.word_count() / E});
+    m.params = empty_tensor(device, DType::kF32, {E, m.layout.param_count() / E});
+    cuda::launch_wna16_random_fill(reinterpret_cast<uint32_t*>(m.words.raw()),
+                                   m.layout.word_count(), m.params.data<float>(),
+                                   m.layout.param_count(), bits, scale, seed * 31 + salt, nullptr);
+    return m;
   };
   // Scales that keep activations O(1): a uniform code is ~2^bits / sqrt(12) from its zero point
   // on average, so s ~ 2 / (2^bits sqrt(K)) gives unit-variance rows.
   const auto scale = [&](int64_t k) {
     return 2.0f / (static_cast<float>(1 << bits) * std::sqrt(static_cast<float>(k)));
   };
-  PackedMatrix p13 =
-      make(shape.w13_rows(), H, is_gated(shape.activation.kind) ? 2 : 1, scale(H), 1);
-  PackedMatrix p2 = make(H, I, 1, scale(I), 2);
+  Wna16DeviceWeights w;
+  w.w13 = make(shape.w13_rows(), H, is_gated(shape.activation.kind) ? 2 : 1, scale(H), 1);
+  w.w2 = make(H, I, 1, scale(I), 2);
   MG_CUDA_CHECK(cudaDeviceSynchronize());
-  return std::make_unique<CudaWna16Experts>(cuda_wna16_backend(), build, std::move(p13),
-                                            std::move(p2));
+  return w;
+}
+
+std::unique_ptr<Experts> make_cuda_wna16_experts_from_packed(const ExpertsBuild& build,
+                                                             const Wna16DeviceWeights& weights) {
+  const ExpertsShape& shape = build.shape;
+  const std::string why = cuda_wna16_backend().check_shape(shape);
+  MG_CHECK(why.empty(), "cuda_wna16: {}", why);
+  const auto adopt = [&](const Wna16DeviceMatrix& m, int64_t rows, int64_t cols, const char* name) {
+    MG_CHECK(m.layout.experts == shape.num_local_experts() && m.layout.cols == cols &&
+                 m.layout.part_rows * m.layout.parts >= rows && m.words.device() == build.device &&
+                 m.params.device() == build.device,
+             "cuda_wna16: packed {} does not hold [{}, {}, {}] on {}", name,
+             shape.num_local_experts(), rows, cols, build.device.str());
+    PackedMatrix p;
+    p.words = m.words;
+    p.params = m.params;
+    p.view = cuda::wna16_weights_view(m.layout, reinterpret_cast<const uint32_t*>(p.words.raw()),
+                                      p.params.data<float>());
+    return p;
+  };
+  return std::make_unique<CudaWna16Experts>(
+      cuda_wna16_backend(), build, adopt(weights.w13, shape.w13_rows(), shape.hidden_size, "w13"),
+      adopt(weights.w2, shape.hidden_size, shape.intermediate_size, "w2"));
+}
+
+std::unique_ptr<Experts> make_random_cuda_wna16_experts(const ExpertsBuild& build, int bits,
+                                                        int64_t group_size, uint64_t seed) {
+  return make_cuda_wna16_experts_from_packed(
+      build, make_random_wna16_weights(build.shape, build.device, bits, group_size, seed));
 }
 
 double cuda_wna16_expert_bytes(const ExpertsShape& shape, int bits, int64_t group_size) {

@@ -24,6 +24,7 @@
 #include <memory>
 
 #include "framework/core/tensor.h"
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 #include "ops/moe/kernel/experts.h"
 
 namespace mg {
@@ -40,13 +41,6 @@ struct Wna16MatrixTensors {
 
 const ExpertsBackend& cuda_wna16_backend();
 
-// Why cuda_wna16 cannot take these canonical integer weights (framework/core/int_quant.h) of a
-// node with `parts` row parts in w13 (2: gated), or "": the checks its conversion makes (group
-// sizes the kernels read, whole groups per row, no act-order g_idx left), for the WNA16 oracle
-// module to leave it out of the list before building it.
-std::string cuda_wna16_weights_check(const WeightQuantization& w13, const WeightQuantization& w2,
-                                     int64_t parts);
-
 // cuda_wna16 experts from explicit matrices (w13 [E, N1, H] gate rows then up rows, w2 [E, H, I];
 // build.quantized's codes and scales are not read, its biases are). What the WNA16 oracle module
 // calls once it has its checkpoint's codes, scales and zero points in this form; the backend's
@@ -61,6 +55,32 @@ std::unique_ptr<Experts> make_cuda_wna16_experts(const ExpertsBuild& build,
 // activations O(1). build.quantized's biases are read; nothing else of it.
 std::unique_ptr<Experts> make_random_cuda_wna16_experts(const ExpertsBuild& build, int bits,
                                                         int64_t group_size, uint64_t seed);
+
+// One matrix in the kernels' packed layout on a device: `layout` (its data vectors empty) says
+// what the words and params hold.
+struct Wna16DeviceMatrix {
+  Tensor words;   // I32 [E, layout.word_count() / E]
+  Tensor params;  // F32 [E, layout.param_count() / E]: {s, -z·s} per row and group
+  cuda::Wna16PackedHost layout;
+};
+
+// A layer's packed weights, w13 [E, w13_rows, H] (gated: gate rows, then up rows) and w2
+// [E, H, I].
+struct Wna16DeviceWeights {
+  Wna16DeviceMatrix w13, w2;
+};
+
+// The random packed weights make_random_cuda_wna16_experts builds its experts on, for `shape` on
+// `device` (a GPU), kept by the caller: `bench moe --quant int4-g128 ...` times experts built on
+// them and reads the experts its check needs back (wna16_unpack_host). Throws mg::Error for
+// groups the kernels do not take (wna16_pack_check).
+Wna16DeviceWeights make_random_wna16_weights(const ExpertsShape& shape, Device device, int bits,
+                                             int64_t group_size, uint64_t seed);
+
+// cuda_wna16 experts on `weights` (adopted, not copied); build.quantized's biases are read,
+// nothing else of it.
+std::unique_ptr<Experts> make_cuda_wna16_experts_from_packed(const ExpertsBuild& build,
+                                                             const Wna16DeviceWeights& weights);
 
 const ExpertsBackend& cuda_fp4_backend();
 

@@ -89,6 +89,19 @@ struct ExpertsBuild {
   QuantizedExpertWeights quantized = {};
 };
 
+// What the support checks may see of a quantized node's expert weights beyond the quant key
+// (which names w2's codes and group only): each matrix's code width, scale group and whether
+// act-order groups (a GPTQ g_idx) remain after the scheme's weight conversion. The WNA16 oracle
+// module fills it (wna16_weight_facts); schemes whose backends need none of it leave it out.
+struct ExpertWeightFacts {
+  struct Matrix {
+    int bits = 0;             // code width (4, 8)
+    int64_t group_cols = -1;  // columns per scale group; -1 channel-wise
+    bool act_order = false;   // a g_idx that the conversion keeps (groups not contiguous)
+  };
+  Matrix w13, w2;
+};
+
 // What the oracle knows about one experts class. Every check returns "" when the class
 // supports the case, else a short reason ("runs on the CPU only, not cuda:0").
 class ExpertsBackend {
@@ -105,6 +118,13 @@ class ExpertsBackend {
   virtual std::string check_routing(const RoutingConfig& routing) const { return {}; }
   virtual std::string check_parallel(const ParallelConfig& parallel) const = 0;
   virtual std::string check_shape(const ExpertsShape& shape) const = 0;
+  // The node's quantized weights as the scheme's conversion leaves them (ExpertWeightFacts; run
+  // only where the oracle module supplies them). Backends that read the weights' quant key only
+  // take every layout.
+  virtual std::string check_weights(const ExpertWeightFacts& weights,
+                                    const ExpertsShape& shape) const {
+    return {};
+  }
   // A forced kernel (ExpertsBuild::kernel, requested as `backend:kernel`): "" when `kernel` names
   // one of this backend's kernels and it can run `shape` on `device`, else why. Backends without
   // a kernel choice take none.

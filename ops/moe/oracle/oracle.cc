@@ -1,5 +1,7 @@
 #include "ops/moe/oracle/oracle.h"
 
+#include <optional>
+
 #include "framework/core/logging.h"
 #include "ops/moe/kernel/prepare_finalize.h"
 #include "ops/moe/oracle/fp4.h"
@@ -51,6 +53,9 @@ std::string check_backend(const ExpertsBackend& b, const OracleQuery& q) {
   }
   if (!(r = failed("parallel", b.check_parallel(q.parallel))).empty()) return r;
   if (!(r = failed("shape", b.check_shape(q.shape))).empty()) return r;
+  if (q.weights != nullptr) {
+    if (!(r = failed("weights", b.check_weights(*q.weights, q.shape))).empty()) return r;
+  }
   const ActivationFormat format = prepare_finalize_format(q.parallel);
   if (b.activation_format() != format) {
     return fmt::format("activation format: takes {} tokens, but prepare/finalize {} ({}) gives {}",
@@ -145,10 +150,14 @@ MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& p
       : quantized ? fp8_quant_config(config, raw, activation_dtype, quantize_activations)
                   : MoEQuantConfig::unquantized(activation_dtype);
   const std::vector<const ExpertsBackend*> priority = fp4         ? fp4_priority(device)
-                                                      : wna16     ? wna16_priority(device, raw)
+                                                      : wna16     ? wna16_priority(device)
                                                       : quantized ? fp8_priority(device)
                                                                   : unquantized_priority(device);
-  const OracleQuery query{device, config, quant, parallel, shape, requested};
+  // WNA16 backends check each matrix's groups and act-order (ExpertsBackend::check_weights).
+  const std::optional<ExpertWeightFacts> facts =
+      wna16 ? std::optional(wna16_weight_facts(raw)) : std::nullopt;
+  const OracleQuery query{
+      device, config, quant, parallel, shape, requested, facts ? &*facts : nullptr};
   MoEKernelBuild out;
   out.choice = select_backend(priority, query);
   ExpertsBuild build{config, shape, device, {}, score_correction_bias, out.choice.kernel, quant};

@@ -7,7 +7,8 @@
 //      the experts must take;
 //   2. every backend of the device's priority list runs its support checks in a fixed order
 //      (device, quant, activation, routing for monolithic classes, parallel config, shape,
-//      activation format); the first failing check is its reason;
+//      weights where the scheme's module gives their facts, activation format); the first
+//      failing check is its reason;
 //   3. a requested backend (the node's `backend` param, or CompileOptions::moe_backend, which
 //      wins) is used if it passes, and is an error naming the failed check if not - never a
 //      silent fallback; an unknown name is an error listing the known ones. `backend:kernel`
@@ -38,6 +39,9 @@ struct OracleQuery {
   const ExpertsShape& shape;
   // Requested backend name; "" or "auto" lets the oracle choose.
   std::string_view requested;
+  // The quantized weights' layout facts for ExpertsBackend::check_weights, or null (then that
+  // check is not run): schemes whose backends refuse some layouts of one quant key (wna16).
+  const ExpertWeightFacts* weights = nullptr;
 };
 
 // A request "backend" or "backend:kernel".

@@ -43,24 +43,9 @@ std::vector<std::vector<int64_t>> act_order_permutations(const WeightQuantizatio
   return perms;
 }
 
-// Whether convert_wna16_weights leaves no g_idx: none on w13, and w2's (if any) foldable.
-[[maybe_unused]] bool groups_contiguous_after_conversion(const RawExpertWeights& raw) {
-  if (raw.w13_quant.g_idx.defined()) return false;
-  const WeightQuantization& q2 = raw.w2_quant;
-  if (!q2.g_idx.defined()) return true;
-  std::vector<int32_t> experts(static_cast<size_t>(q2.logical_shape.front()));
-  std::iota(experts.begin(), experts.end(), 0);
-  return !act_order_permutations(q2, experts, q2.logical_shape.back()).empty();
-}
-
-[[maybe_unused]] WeightQuantization without_g_idx(WeightQuantization q) {
-  q.g_idx = Tensor();  // w2's act-order: folded by the conversion (groups_contiguous_after_...)
-  return q;
-}
-
 }  // namespace
 
-std::vector<const ExpertsBackend*> wna16_priority(Device device, const RawExpertWeights& raw) {
+std::vector<const ExpertsBackend*> wna16_priority(Device device) {
   std::vector<const ExpertsBackend*> list;
   switch (device.type) {
     case DeviceType::kCPU:
@@ -68,20 +53,31 @@ std::vector<const ExpertsBackend*> wna16_priority(Device device, const RawExpert
       break;
     case DeviceType::kCUDA:
 #ifdef MG_WITH_CUDA
-      // cuda_wna16 reads contiguous scale groups: an act-order w13 (a g_idx over the hidden size,
-      // which conversion cannot fold away) stays on cuda_dequant; w2's act-order is folded.
-      // ... and the kernels' group rules (multiples of 32, whole groups per row).
-      if (groups_contiguous_after_conversion(raw) &&
-          cuda_wna16_weights_check(raw.w13_quant, without_g_idx(raw.w2_quant), /*parts=*/1)
-              .empty()) {
-        list.push_back(&cuda_wna16_backend());
-      }
-      list.push_back(&cuda_dequant_backend());
+      // cuda_wna16 streams the packed codes; what its weights check refuses (act-order w13,
+      // partial or odd groups) runs on cuda_dequant, and inspect --plan says why.
+      list = {&cuda_wna16_backend(), &cuda_dequant_backend()};
 #endif
       break;
   }
   for (const ExpertsBackend* b : unquantized_priority(device)) list.push_back(b);
   return list;
+}
+
+ExpertWeightFacts wna16_weight_facts(const RawExpertWeights& raw) {
+  const WeightQuantization& q13 = raw.w13_quant;
+  const WeightQuantization& q2 = raw.w2_quant;
+  ExpertWeightFacts f;
+  f.w13 = {quant_element_bits(q13.element), q13.group.cols, q13.g_idx.defined()};
+  // w2's g_idx is folded away when every expert's groups can be made contiguous (the test
+  // convert_wna16_weights makes, here over all experts).
+  bool w2_kept = false;
+  if (q2.g_idx.defined()) {
+    std::vector<int32_t> experts(static_cast<size_t>(q2.logical_shape.front()));
+    std::iota(experts.begin(), experts.end(), 0);
+    w2_kept = act_order_permutations(q2, experts, q2.logical_shape.back()).empty();
+  }
+  f.w2 = {quant_element_bits(q2.element), q2.group.cols, w2_kept};
+  return f;
 }
 
 MoEQuantConfig wna16_quant_config(const MoEConfig& config, const RawExpertWeights& raw,

@@ -10,10 +10,14 @@
 //         inside its GEMMs; the only CPU backend that reads integer codes.
 //   CUDA  cuda_wna16 (ops/moe/experts/cuda_wna16_experts.h): the W4A16 / W8A16 grouped GEMMs
 //         that stream the packed codes (4x fewer weight bytes than BF16 at 4 bits, which is what
-//         decode is bound by) - left out for act-order weights whose w13 keeps a g_idx (its
-//         groups must be contiguous); then cuda_dequant (ops/moe/experts/cuda_fp8_experts.h): the
-//         codes are dequantized once at build to the activation dtype and run by cuda_moe's
-//         kernels - correct everywhere cuda_moe runs, at BF16's weight bytes.
+//         decode is bound by). Its weights check (ExpertsBackend::check_weights over
+//         wna16_weight_facts) refuses, with the reason, what its kernels cannot read: act-order
+//         w13 (a g_idx over the hidden size: the kernels read contiguous scale groups), w2
+//         act-order groups of unequal size, groups that are not a multiple of 32 columns, and K
+//         (H for w13, the rank's I for w2) not a multiple of the group (a partial last group).
+//         Then cuda_dequant (ops/moe/experts/cuda_fp8_experts.h): the codes are dequantized once
+//         at build to the activation dtype and run by cuda_moe's kernels - correct everywhere
+//         cuda_moe runs (act-order and partial groups included), at BF16's weight bytes.
 // then the device's unquantized backends, which refuse integer codes at their quant check (listed
 // so that inspect --plan and a forced request say why).
 // Conversion (once, at compile time): the canonical shard of this rank: the rank's experts (EP)
@@ -33,8 +37,12 @@
 
 namespace mg {
 
-// `raw`: the node's weights (act-order on w13 leaves cuda_wna16 out).
-std::vector<const ExpertsBackend*> wna16_priority(Device device, const RawExpertWeights& raw);
+std::vector<const ExpertsBackend*> wna16_priority(Device device);
+
+// What the backends' weights checks see of `raw` (the node's integer expert weights) as
+// convert_wna16_weights leaves them: each matrix's code width and scale group, and whether a
+// g_idx remains (w13's always; w2's when its groups cannot be made contiguous).
+ExpertWeightFacts wna16_weight_facts(const RawExpertWeights& raw);
 
 // The node's keys from its expert weights' quantization (checked by the op's input checks).
 MoEQuantConfig wna16_quant_config(const MoEConfig& config, const RawExpertWeights& raw,

@@ -167,7 +167,7 @@ TEST(Oracle, CudaListEndsInABackendForEveryShape) {
 }
 
 // A backend whose checks fail on demand, to pin down the order and first-fit.
-class FakeBackend final : public ExpertsBackend {
+class FakeBackend : public ExpertsBackend {
  public:
   FakeBackend(std::string name, bool monolithic, std::string device, std::string quant,
               std::string routing, std::string shape)
@@ -210,6 +210,41 @@ TEST(Oracle, ChecksRunInOrderAndTheFirstFitWins) {
   EXPECT_EQ(choice.verdicts[3].reason, "");
   EXPECT_EQ(choice.verdicts[4].reason, "");
   EXPECT_EQ(select_backend(list, q.get("e")).backend, &e);
+}
+
+// A FakeBackend that takes w13 scale groups of 128 columns only (ExpertsBackend::check_weights).
+class Group128Backend final : public FakeBackend {
+ public:
+  using FakeBackend::FakeBackend;
+  std::string check_weights(const ExpertWeightFacts& w, const ExpertsShape&) const override {
+    return w.w13.group_cols == 128 ? ""
+                                   : fmt::format("w13 groups of {}, not 128", w.w13.group_cols);
+  }
+};
+
+// The weights check runs after the shape check, and only where the scheme's module gives the
+// weights' facts (OracleQuery::weights; WNA16).
+TEST(Oracle, WeightsAreCheckedAfterTheShapeWhereTheSchemeGivesTheirFacts) {
+  Query q;
+  const Group128Backend a("a", false, "", "", "", "");
+  const Group128Backend b("b", false, "", "", "", "H % 128 != 0");
+  const FakeBackend c("c", false, "", "", "", "");
+  const std::vector<const ExpertsBackend*> list = {&a, &b, &c};
+  EXPECT_EQ(select_backend(list, q.get()).backend, &a);  // no facts: not checked
+  ExpertWeightFacts facts;
+  facts.w13 = {4, 64, false};
+  OracleQuery with = q.get();
+  with.weights = &facts;
+  const OracleChoice choice = select_backend(list, with);
+  EXPECT_EQ(choice.backend, &c);
+  EXPECT_EQ(choice.verdicts[0].reason, "weights: w13 groups of 64, not 128");
+  EXPECT_EQ(choice.verdicts[1].reason, "shape: H % 128 != 0");
+  EXPECT_EQ(choice.verdicts[2].reason, "");  // no weights check: any facts
+  EXPECT_NE(choice.describe().find("a: rejected, weights: w13 groups of 64, not 128"),
+            std::string::npos)
+      << choice.describe();
+  facts.w13.group_cols = 128;
+  EXPECT_EQ(select_backend(list, with).backend, &a);
 }
 
 TEST(Oracle, QuantSchemesWithoutAnOracleModuleAreNotSupportedYet) {

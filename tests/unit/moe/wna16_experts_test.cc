@@ -207,6 +207,45 @@ TEST(Wna16Experts, ActOrderIsFoldedOrKept) {
   }
 }
 
+// The facts the backends' weights checks see (wna16_weight_facts): code widths and groups, w13's
+// act-order kept, w2's folded when its groups are of equal size and kept when not; on the CPU
+// the list is cpu_wna16, which takes every layout.
+TEST(Wna16Experts, WeightFactsSayWhatTheConversionLeaves) {
+  const Wna16Case c{"facts",
+                    QuantScheme::kInt4WeightOnly,
+                    QuantElement::kUInt4,
+                    4,
+                    2,
+                    48,
+                    64,
+                    MoEActivation::kSiluGated,
+                    16};
+  const MoEConfig config = wna16_config(c);
+  RawExpertWeights raw = random_raw(config, c, 7);
+  ExpertWeightFacts f = wna16_weight_facts(raw);
+  EXPECT_EQ(f.w13.bits, 4);
+  EXPECT_EQ(f.w2.bits, 4);
+  EXPECT_EQ(f.w13.group_cols, 16);
+  EXPECT_EQ(f.w2.group_cols, 16);
+  EXPECT_FALSE(f.w13.act_order);
+  EXPECT_FALSE(f.w2.act_order);
+  shuffle_columns(raw.w13, raw.w13_quant, 1, 2);
+  shuffle_columns(raw.w2, raw.w2_quant, 2, 1);
+  f = wna16_weight_facts(raw);
+  EXPECT_TRUE(f.w13.act_order);  // over H: kept
+  EXPECT_FALSE(f.w2.act_order);  // equal groups: folded by the conversion
+  // Expert 0's channel in group 0 moved to group 1: groups of 15 and 17 cannot be contiguous.
+  int32_t* g_idx = raw.w2_quant.g_idx.data<int32_t>();
+  const int64_t moved = std::find(g_idx, g_idx + c.I, 0) - g_idx;
+  g_idx[moved] = 1;
+  EXPECT_TRUE(wna16_weight_facts(raw).w2.act_order);
+  // The CPU's list: cpu_wna16 takes it all the same.
+  const std::vector<const ExpertsBackend*> cpu = wna16_priority(Device::cpu());
+  ASSERT_FALSE(cpu.empty());
+  EXPECT_EQ(cpu[0]->name(), "cpu_wna16");
+  EXPECT_EQ(cpu[0]->check_weights(f, local_experts_shape(config, ParallelConfig())), "");
+}
+
 TEST(Wna16Experts, RefusesShardsThatSplitAGroup) {
   // I = 48 over two ranks: 24 channels each, not a multiple of the group of 16.
   const Wna16Case c{"tp_split",
