@@ -17,10 +17,12 @@
 // Split-KV decode (flash-decoding; attention_split_kv_kernel + attention_split_kv_combine_kernel):
 // for few query rows (split_kv_chosen in attention_cuda.h) the grid is (split, KV head × head
 // tile, row). A block takes one contiguous slice of its row's visible keys and every query head of
-// its GQA group (up to kSplitKvMaxHeads): in tiles of 128 keys, each thread scores one key against
-// all the block's heads (its K row read once with 16-byte loads, q from shared memory), a warp per
-// head does the tile's online-softmax update, then groups of threads (each thread a 16-byte slice
-// of v) accumulate P·V for every head in registers. The block leaves (max, denominator,
+// its GQA group (up to kSplitKvMaxHeads): in tiles of 128 keys, 8 lanes score one key against all
+// the block's heads (its K row read once in 16-byte chunks, all of a lane's loads in flight
+// together, q from shared memory; shuffles sum the lanes), a warp per head does the tile's
+// online-softmax update, then groups of threads (each thread a 16-byte slice of v, 4 keys' slices
+// in flight) accumulate P·V for every head in registers. At decode sizes the kernel waits on
+// memory latency far more than on bandwidth, hence the loads issued ahead of their use. The block leaves (max, denominator,
 // unnormalised output) per head in the workspace; the combine kernel, one block per (head, row),
 // rescales the splits to their common max, adds the sink and writes the row (or NaN for a
 // position outside the cache). The workspace is planned from the launch's bounds
@@ -222,20 +224,17 @@ __device__ inline int64_t split_kv_keys_per_split(int64_t keys, int64_t splits) 
   return (keys + used - 1) / used;
 }
 
-// 16 bytes of T at p (16-byte aligned) as floats.
-template <typename T>
-__device__ __forceinline__ void load16_as_float(const T* p, float (&out)[16 / sizeof(T)]) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(16 / sizeof(T)); ++i) out[i] = to_float(e[i]);
-}
-
 constexpr int kSplitKvThreads = 128;  // also the keys of one tile (one key per thread scores)
 constexpr int kSplitKvWarps = kSplitKvThreads / 32;
 // At most this many threads share one v slice (key groups of the P·V loop): their accumulators
 // are summed one group at a time at the end.
 constexpr int kSplitKvMaxKeyGroups = 16;
+// Lanes that read one key row together in the score phase (a power of two dividing 32), and the
+// keys a block scores per pass.
+constexpr int kSplitKvLanesPerKey = 8;
+constexpr int kSplitKvKeysPerPass = kSplitKvThreads / kSplitKvLanesPerKey;
+// V rows a thread of the P·V loop has in flight at once.
+constexpr int kSplitKvVLoads = 4;
 
 // Partials: acc [tokens, heads, splits, Dv] then stats [tokens, heads, splits, 2] (max, denom).
 template <typename T, int kHeads>
@@ -305,29 +304,51 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   for (int64_t tile_begin = begin; tile_begin < end; tile_begin += kSplitKvThreads) {
     const int tile_keys =
         end - tile_begin < kSplitKvThreads ? static_cast<int>(end - tile_begin) : kSplitKvThreads;
-    // Scores: thread tid takes key tile_begin + tid against every head of the block.
-    if (tid < tile_keys) {
-      const int64_t row = cache_row(kv, table, tile_begin + tid);
-      row_s[tid] = row;
-      const T* k_j = k_head + row * k_stride;
+    // Scores: kSplitKvLanesPerKey lanes read one key row together (16-byte chunks, every load of
+    // a lane issued before any is used: the kernel is bound by memory latency, not bandwidth, at
+    // decode sizes) and reduce its dot products with every head of the block by shuffles.
+    for (int j = tid / kSplitKvLanesPerKey; j < kSplitKvThreads; j += kSplitKvKeysPerPass) {
+      const int sub = tid % kSplitKvLanesPerKey;
       float dot[kHeads];
 #pragma unroll
       for (int hh = 0; hh < kHeads; ++hh) dot[hh] = 0.0f;
-#pragma unroll 4
-      for (int64_t c = 0; c < d; c += kVec) {
-        float k_f[kVec];
-        load16_as_float(k_j + c, k_f);
+      if (j < tile_keys) {
+        const int64_t row = cache_row(kv, table, tile_begin + j);
+        if (sub == 0) row_s[j] = row;
+        const T* k_j = k_head + row * k_stride;
+        constexpr int kChunks = kAttentionMaxHeadDim / kVec / kSplitKvLanesPerKey;
+        uint4 raw[kChunks];
 #pragma unroll
-        for (int hh = 0; hh < kHeads; ++hh) {
+        for (int i = 0; i < kChunks; ++i) {
+          const int64_t c = (static_cast<int64_t>(i) * kSplitKvLanesPerKey + sub) * kVec;
+          if (c < d) raw[i] = __ldg(reinterpret_cast<const uint4*>(k_j + c));
+        }
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) dot[hh] += head_s[hh][c + e] * k_f[e];
+        for (int i = 0; i < kChunks; ++i) {
+          const int64_t c = (static_cast<int64_t>(i) * kSplitKvLanesPerKey + sub) * kVec;
+          if (c < d) {
+            const T* e = reinterpret_cast<const T*>(&raw[i]);
+#pragma unroll
+            for (int hh = 0; hh < kHeads; ++hh) {
+#pragma unroll
+              for (int x = 0; x < kVec; ++x) dot[hh] += head_s[hh][c + x] * to_float(e[x]);
+            }
+          }
         }
       }
 #pragma unroll
-      for (int hh = 0; hh < kHeads; ++hh) prob_s[hh][tid] = dot[hh] * dims.scale;
-    } else {
+      for (int hh = 0; hh < kHeads; ++hh) {
 #pragma unroll
-      for (int hh = 0; hh < kHeads; ++hh) prob_s[hh][tid] = -INFINITY;
+        for (int off = kSplitKvLanesPerKey / 2; off > 0; off /= 2) {
+          dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], off);
+        }
+      }
+      if (sub == 0) {
+#pragma unroll
+        for (int hh = 0; hh < kHeads; ++hh) {
+          prob_s[hh][j] = j < tile_keys ? dot[hh] * dims.scale : -INFINITY;
+        }
+      }
     }
     __syncthreads();
 
@@ -361,14 +382,29 @@ __global__ void __launch_bounds__(kSplitKvThreads)
 #pragma unroll
         for (int e = 0; e < kVec; ++e) acc[hh][e] *= rescale;
       }
-      for (int j = key_group; j < tile_keys; j += key_groups) {
-        float v_f[kVec];
-        load16_as_float(v_head + row_s[j] * v_stride + slice * kVec, v_f);
+      // kSplitKvVLoads keys' v slices loaded before any is used (memory-level parallelism).
+      for (int j0 = key_group; j0 < tile_keys; j0 += kSplitKvVLoads * key_groups) {
+        uint4 raw[kSplitKvVLoads];
 #pragma unroll
-        for (int hh = 0; hh < kHeads; ++hh) {
-          const float w = prob_s[hh][j];
+        for (int u = 0; u < kSplitKvVLoads; ++u) {
+          const int j = j0 + u * key_groups;
+          if (j < tile_keys) {
+            raw[u] = __ldg(reinterpret_cast<const uint4*>(v_head + row_s[j] * v_stride +
+                                                          slice * kVec));
+          }
+        }
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) acc[hh][e] += w * v_f[e];
+        for (int u = 0; u < kSplitKvVLoads; ++u) {
+          const int j = j0 + u * key_groups;
+          if (j < tile_keys) {
+            const T* e = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+            for (int hh = 0; hh < kHeads; ++hh) {
+              const float w = prob_s[hh][j];
+#pragma unroll
+              for (int x = 0; x < kVec; ++x) acc[hh][x] += w * to_float(e[x]);
+            }
+          }
         }
       }
     }
