@@ -15,6 +15,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_gated_mlp(registry);
   register_add(registry);
   register_add_rms_norm(registry);
+  register_qk_norm_rope(registry);
   register_moe(registry);
   register_concat_heads(registry);
   register_clamp(registry);

@@ -20,6 +20,7 @@ void register_attention(OpRegistry& registry);
 void register_gated_mlp(OpRegistry& registry);
 void register_add(OpRegistry& registry);
 void register_add_rms_norm(OpRegistry& registry);
+void register_qk_norm_rope(OpRegistry& registry);
 void register_moe(OpRegistry& registry);
 void register_concat_heads(OpRegistry& registry);
 void register_clamp(OpRegistry& registry);

@@ -26,7 +26,7 @@ std::unique_ptr<ExecutionPlan> compile_model(proto::Model model,
                      std::make_unique<WeightStore>(source_file), nullptr};
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(make_verify_pass());
-  if (fuse_ops_enabled()) passes.push_back(make_fuse_ops_pass());
+  if (options.fuse_ops) passes.push_back(make_fuse_ops_pass());
   passes.push_back(make_infer_shapes_pass());
   passes.push_back(make_place_weights_pass());
   passes.push_back(make_select_kernels_pass());

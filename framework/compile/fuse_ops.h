@@ -1,10 +1,8 @@
 // The fuse-ops compile pass (framework/compile/fuse_ops_pass.cc): graph rewrites that replace op
-// sequences with fused ops (add + rms_norm -> add_rms_norm), run right after verify. The ops that
-// own a fused op register its rewrite (the framework knows no op by name). On by default; off
-// (moegraph --no-fuse) runs graphs as written, which is how tests show a rewrite changes no output.
-//
-// A process-wide switch rather than a CompileOptions field for now: compile_options.h is included
-// by ~90 translation units, and the field can move there with the next change that rebuilds them.
+// sequences with fused ops (add + rms_norm -> add_rms_norm, q/k rms_norm + rope ->
+// qk_norm_rope), run right after verify. The ops that own a fused op register its rewrite (the
+// framework knows no op by name). On by default; CompileOptions::fuse_ops = false (moegraph
+// --no-fuse) runs graphs as written, which is how tests show a rewrite changes no output.
 #pragma once
 
 #include <functional>
@@ -27,22 +25,5 @@ using GraphRewrite = std::function<int(proto::Model& model)>;
 // Adds a rewrite to the pass (once per name; later calls with the same name are ignored).
 // Rewrites run in registration order.
 void register_graph_rewrite(const std::string& name, GraphRewrite rewrite);
-
-void set_fuse_ops_enabled(bool enabled);
-bool fuse_ops_enabled();
-
-// Sets the switch for a scope and restores the previous value (tests).
-class FuseOpsScope {
- public:
-  explicit FuseOpsScope(bool enabled) : previous_(fuse_ops_enabled()) {
-    set_fuse_ops_enabled(enabled);
-  }
-  ~FuseOpsScope() { set_fuse_ops_enabled(previous_); }
-  FuseOpsScope(const FuseOpsScope&) = delete;
-  FuseOpsScope& operator=(const FuseOpsScope&) = delete;
-
- private:
-  bool previous_;
-};
 
 }  // namespace mg

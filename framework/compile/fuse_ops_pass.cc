@@ -1,6 +1,6 @@
-// Pass 2 (when fuse_ops_enabled(), framework/compile/fuse_ops.h): rewrites op sequences into fused
-// ops, in the graph itself, so every later pass (shapes, weights, kernels, memory) sees an ordinary
-// graph.
+// Pass 2 (when CompileOptions::fuse_ops, framework/compile/fuse_ops.h): rewrites op sequences into
+// fused ops, in the graph itself, so every later pass (shapes, weights, kernels, memory) sees an
+// ordinary graph.
 //
 // Why a graph rewrite and not a fused kernel chosen inside select-kernels: the fused op has its
 // own CPU kernel, CUDA kernel, shape checks and tests like any op; the plan, `inspect --plan`
@@ -8,8 +8,8 @@
 // written, which is how the tests show the rewrite changes no output.
 //
 // The framework knows no op by name: the rewrites are registered by the ops that own the fused
-// op (register_graph_rewrite), e.g. ops/nn/add_rms_norm/add_rms_norm_fusion.cc.
-#include <atomic>
+// op (register_graph_rewrite), e.g. ops/nn/add_rms_norm/add_rms_norm_fusion.cc and
+// ops/nn/qk_norm_rope/qk_norm_rope_fusion.cc.
 #include <mutex>
 #include <string>
 #include <vector>
@@ -22,8 +22,6 @@
 namespace mg {
 
 namespace {
-
-std::atomic<bool> g_fuse_ops{true};
 
 struct NamedRewrite {
   std::string name;
@@ -72,14 +70,6 @@ void register_graph_rewrite(const std::string& name, GraphRewrite rewrite) {
     if (r.name == name) return;
   }
   rewrites().push_back({name, std::move(rewrite)});
-}
-
-void set_fuse_ops_enabled(bool enabled) {
-  g_fuse_ops = enabled;
-}
-
-bool fuse_ops_enabled() {
-  return g_fuse_ops;
 }
 
 std::unique_ptr<Pass> make_fuse_ops_pass() {

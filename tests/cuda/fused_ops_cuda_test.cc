@@ -1,14 +1,17 @@
 // The fused ops on the GPU: add_rms_norm's kernel against the fp64 reference in every dtype
-// (rows of up to 1024 take a warp, longer rows a block; odd and prime widths; 1..8 rows and many),
-// and whole models compiled with the fuse-ops pass on and off giving the same logits on the
-// device (the fused kernel repeats the unfused kernels' rounding and reduction order).
+// (rows of up to 1024 take a warp, longer rows a block; odd and prime widths; 1..8 rows and many);
+// qk_norm_rope's kernel against the CPU op and against the unfused rms_norm -> rope kernels on
+// the GPU (odd head counts, GQA, head_dim 64/80/128 and small heads, partial rotary, both
+// pairings, YaRN, 1 to 300 tokens); and whole models compiled with the fuse-ops pass on and off
+// giving the same logits on the device (the fused kernels repeat the unfused kernels' rounding
+// and reduction order).
 #include <gtest/gtest.h>
 
 #include "framework/compile/compiler.h"
-#include "framework/compile/fuse_ops.h"
 #include "framework/import/hf_importer.h"
 #include "framework/runtime/session.h"
 #include "ops/nn/add_rms_norm/add_rms_norm.h"
+#include "ops/nn/qk_norm_rope/qk_norm_rope.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace mg {
@@ -57,10 +60,114 @@ TEST(CudaFusedOps, AddRmsNormMatchesTheReferenceInEveryDtype) {
   }
 }
 
+struct QkConfig {
+  const char* name;
+  int64_t q_heads, k_heads, head_dim, rotary_dim;
+  proto::RopePairing pairing;
+  bool yarn;
+};
+
+proto::QkNormRopeParams qk_params(const QkConfig& c, bool weights) {
+  proto::QkNormRopeParams p;
+  proto::RopeParams* rope = p.mutable_rope();
+  rope->set_num_heads(c.q_heads);
+  rope->set_head_dim(c.head_dim);
+  rope->set_rotary_dim(c.rotary_dim);
+  rope->set_pairing(c.pairing);
+  rope->set_theta(1e6);
+  if (c.yarn) {
+    rope->mutable_scaling()->set_type(proto::RopeScaling::YARN);
+    rope->mutable_scaling()->set_factor(4.0);
+    rope->mutable_scaling()->set_original_max_position(4096);
+  }
+  p.set_num_kv_heads(c.k_heads);
+  for (proto::RmsNormParams* n : {p.mutable_q_norm(), p.mutable_k_norm()}) {
+    n->set_eps(1e-6f);
+    n->set_group_size(c.head_dim);
+    n->set_has_weight(weights);
+  }
+  return p;
+}
+
+// rms_norm then rope of one tensor through the two ops' CUDA kernels (the normed tensor comes
+// back to the host as the dtype's values, so uploading it again is exact).
+Tensor unfused_on_gpu(const proto::RmsNormParams& norm, const proto::RopeParams& rope,
+                      const Tensor& x, const Tensor& weight, const Tensor& positions, DType dtype) {
+  proto::Node n;
+  n.set_name("norm");
+  n.set_op("rms_norm");
+  *n.mutable_rms_norm() = norm;
+  const std::vector<Tensor> norm_inputs = {x, weight};
+  const Tensor normed = testing::DeviceOp(n, norm_inputs, dtype).run(norm_inputs).at(0);
+  proto::Node r;
+  r.set_name("rope");
+  r.set_op("rope");
+  *r.mutable_rope() = rope;
+  const std::vector<Tensor> rope_inputs = {normed, positions};
+  return testing::DeviceOp(r, rope_inputs, dtype).run(rope_inputs).at(0);
+}
+
+TEST(CudaFusedOps, QkNormRopeMatchesTheCpuOpAndTheUnfusedKernels) {
+  MG_REQUIRE_GPU();
+  const QkConfig configs[] = {
+      {"qwen3-30b-a3b", 32, 4, 128, 0, proto::HALF_SPLIT, false},
+      {"odd heads", 5, 3, 64, 0, proto::HALF_SPLIT, false},
+      {"head80 partial", 7, 1, 80, 32, proto::HALF_SPLIT, false},
+      {"interleaved yarn", 9, 3, 64, 0, proto::INTERLEAVED, true},
+      {"small heads", 3, 1, 6, 0, proto::HALF_SPLIT, false},  // the qwen3_moe_odd fixture's
+      {"one head of 1024", 1, 1, 1024, 0, proto::HALF_SPLIT, false},
+  };
+  const auto span_of = [](const Tensor& t) {
+    return std::span<const float>(t.data<float>(), static_cast<size_t>(t.numel()));
+  };
+  for (const testing::DtypeTolerance& d : testing::cuda_dtypes()) {
+    for (const QkConfig& c : configs) {
+      for (const int64_t tokens : {1, 37, 300}) {
+        for (const bool weights : {true, false}) {
+          SCOPED_TRACE(
+              fmt::format("{} T={} {} weights {}", c.name, tokens, dtype_name(d.dtype), weights));
+          const proto::QkNormRopeParams p = qk_params(c, weights);
+          proto::Node node;
+          node.set_name("qk");
+          node.set_op("qk_norm_rope");
+          *node.mutable_qk_norm_rope() = p;
+          const uint32_t seed = static_cast<uint32_t>(tokens * 977 + c.q_heads * 31 + c.head_dim);
+          auto rounded = [&](Shape shape, uint32_t s, float lo, float hi) {
+            return testing::round_through(testing::random_tensor(std::move(shape), s, lo, hi),
+                                          d.dtype);
+          };
+          const Tensor q = rounded({tokens, c.q_heads * c.head_dim}, seed, -3.0f, 2.0f);
+          const Tensor k = rounded({tokens, c.k_heads * c.head_dim}, seed + 1, -1.0f, 1.0f);
+          const Tensor qw = weights ? rounded({c.head_dim}, seed + 2, 0.5f, 1.5f) : Tensor();
+          const Tensor kw = weights ? rounded({c.head_dim}, seed + 3, 0.5f, 1.5f) : Tensor();
+          Tensor positions = Tensor::empty_cpu(DType::kI32, {tokens});
+          for (int64_t t = 0; t < tokens; ++t) {
+            positions.data<int32_t>()[t] = static_cast<int32_t>((t * 7919 + seed) % 131072);
+          }
+          const std::vector<Tensor> inputs = {q, k, positions, qw, kw};
+          const std::vector<Tensor> gpu = testing::DeviceOp(node, inputs, d.dtype).run(inputs);
+          ASSERT_EQ(gpu.size(), 2u);
+          const std::vector<Tensor> cpu = testing::run_cpu_op(node, inputs);
+          EXPECT_LE(testing::normalized_error(span_of(gpu[0]), span_of(cpu[0])), d.tolerance);
+          EXPECT_LE(testing::normalized_error(span_of(gpu[1]), span_of(cpu[1])), d.tolerance);
+          // The unfused kernels' reduction order and rounding: the same values. (A bound
+          // rather than equality only because nvcc may contract the two kernels' float
+          // expressions differently; in practice the error is 0.)
+          const Tensor q_unfused = unfused_on_gpu(p.q_norm(), p.rope(), q, qw, positions, d.dtype);
+          const Tensor k_unfused =
+              unfused_on_gpu(p.k_norm(), qk_norm_rope_k_rope(p), k, kw, positions, d.dtype);
+          EXPECT_LE(testing::normalized_error(span_of(gpu[0]), span_of(q_unfused)), 1e-6);
+          EXPECT_LE(testing::normalized_error(span_of(gpu[1]), span_of(k_unfused)), 1e-6);
+        }
+      }
+    }
+  }
+}
+
 std::shared_ptr<const ExecutionPlan> compile_for_gpu(const std::filesystem::path& model,
                                                      DType dtype, bool fuse) {
-  const FuseOpsScope scope(fuse);
   CompileOptions options;
+  options.fuse_ops = fuse;
   options.device = Device::cuda(0);
   options.activation_dtype = dtype;
   options.max_tokens = 64;

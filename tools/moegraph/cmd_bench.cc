@@ -13,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "framework/compile/fuse_ops.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/core/int_quant.h"
@@ -259,7 +258,7 @@ int bench_e2e(const BenchE2eArgs& a) {
   compile.max_seq_len = a.prompt_tokens + a.decode_tokens + 1;
   compile.max_tokens = std::min(a.prompt_tokens, 2048);
   compile.random_weights = a.random_weights;
-  set_fuse_ops_enabled(!a.no_fuse);
+  compile.fuse_ops = !a.no_fuse;
   SessionOptions options;
   options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.cuda_graph = a.cuda_graph;

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "framework/compile/compiler.h"
-#include "framework/compile/fuse_ops.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
@@ -312,7 +311,7 @@ int run(const RunArgs& a) {
   compile.quantize_activations = a.activation_quant != "none";
   compile.quantize_dense_activations = a.activation_quant == "dynamic";
   compile.random_weights = a.random_weights;
-  set_fuse_ops_enabled(!a.no_fuse);
+  compile.fuse_ops = !a.no_fuse;
   SessionOptions options;
   options.threads = a.threads > 0
                         ? a.threads

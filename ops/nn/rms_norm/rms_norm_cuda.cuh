@@ -15,6 +15,19 @@ constexpr int64_t kRmsNormWarpMaxGroup = 1024;
 constexpr int kRmsNormWarpsPerBlock = 8;
 constexpr int kRmsNormBlockThreads = 512;
 
+// Σ x[i]² over i = begin, begin + step, ... < group: this thread's share of a unit's sum (then
+// warp_sum or block_sum). qk_norm_rope's kernel sums a head with it in the same order.
+template <typename T>
+__device__ __forceinline__ float rms_norm_sum_sq(const T* xs, int64_t group, int64_t begin,
+                                                 int64_t step) {
+  float sum_sq = 0.0f;
+  for (int64_t i = begin; i < group; i += step) {
+    const float v = to_float(xs[i]);
+    sum_sq += v * v;
+  }
+  return sum_sq;
+}
+
 template <typename T>
 __device__ __forceinline__ void rms_norm_store(const T* xs, const T* w, T* ys, int64_t group,
                                                float inv_rms, int64_t begin, int64_t step) {
@@ -32,12 +45,7 @@ __global__ void rms_norm_warp_kernel(const T* x, const T* w, T* y, int64_t units
   if (unit >= units) return;
   const int lane = threadIdx.x & 31;
   const T* xs = x + unit * group;
-  float sum_sq = 0.0f;
-  for (int64_t i = lane; i < group; i += 32) {
-    const float v = to_float(xs[i]);
-    sum_sq += v * v;
-  }
-  sum_sq = warp_sum(sum_sq);
+  const float sum_sq = warp_sum(rms_norm_sum_sq(xs, group, lane, 32));
   const float inv_rms = rsqrtf(sum_sq / static_cast<float>(group) + eps);
   rms_norm_store(xs, w, y + unit * group, group, inv_rms, lane, 32);
 }
@@ -48,12 +56,7 @@ __global__ void __launch_bounds__(kRmsNormBlockThreads)
   __shared__ float scratch[32];
   const int64_t unit = blockIdx.x;
   const T* xs = x + unit * group;
-  float sum_sq = 0.0f;
-  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
-    const float v = to_float(xs[i]);
-    sum_sq += v * v;
-  }
-  sum_sq = block_sum(sum_sq, scratch);
+  const float sum_sq = block_sum(rms_norm_sum_sq(xs, group, threadIdx.x, blockDim.x), scratch);
   const float inv_rms = rsqrtf(sum_sq / static_cast<float>(group) + eps);
   rms_norm_store(xs, w, y + unit * group, group, inv_rms, threadIdx.x, blockDim.x);
 }

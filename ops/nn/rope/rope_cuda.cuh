@@ -12,6 +12,41 @@
 
 namespace mg::cuda {
 
+// cos and sin of every frequency at `position` into cos_f / sin_f [rotary_dim / 2] (shared
+// memory), spread over the block's threads; the caller synchronises before reading them.
+__device__ __forceinline__ void rope_cos_sin(double position, const double* inv_freq, int64_t half,
+                                             double attention_factor, float* cos_f, float* sin_f) {
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    double s, c;
+    sincos(position * inv_freq[i], &s, &c);
+    cos_f[i] = static_cast<float>(c * attention_factor);
+    sin_f[i] = static_cast<float>(s * attention_factor);
+  }
+}
+
+// Element `rel` of a head's rotary slice (0 <= rel < rotary_dim): its pair's frequency index, the
+// distance to its partner and whether it is the pair's first element.
+struct RopeSlot {
+  int64_t freq;
+  int64_t partner_offset;
+  bool first;
+};
+
+__device__ __forceinline__ RopeSlot rope_slot(int64_t rel, int64_t half, bool interleaved) {
+  if (interleaved) {
+    const bool first = (rel & 1) == 0;
+    return {rel / 2, first ? 1 : -1, first};
+  }
+  const bool first = rel < half;
+  return {first ? rel : rel - half, first ? half : -half, first};
+}
+
+// Pair (first, second) rotated: out_first = xf c - xs s, out_second = xs c + xf s.
+__device__ __forceinline__ float rope_rotate(float mine, float other, float c, float s,
+                                             bool first) {
+  return first ? mine * c - other * s : mine * c + other * s;
+}
+
 template <typename T>
 __global__ void rope_kernel(RopeArgs a) {
   extern __shared__ float cos_sin[];  // cos [half], then sin [half]
@@ -19,13 +54,7 @@ __global__ void rope_kernel(RopeArgs a) {
   float* cos_f = cos_sin;
   float* sin_f = cos_sin + half;
   const int64_t t = blockIdx.x;
-  const double position = a.positions[t];
-  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    double s, c;
-    sincos(position * a.inv_freq[i], &s, &c);
-    cos_f[i] = static_cast<float>(c * a.attention_factor);
-    sin_f[i] = static_cast<float>(s * a.attention_factor);
-  }
+  rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
   __syncthreads();
 
   const int64_t width = a.heads * a.head_dim;
@@ -37,23 +66,9 @@ __global__ void rope_kernel(RopeArgs a) {
       out[j] = x[j];
       continue;
     }
-    // Pair i is (first, second); out_first = xf c - xs s, out_second = xs c + xf s.
-    int64_t i, partner;
-    bool first;
-    if (a.interleaved) {
-      i = rel / 2;
-      first = (rel & 1) == 0;
-      partner = first ? j + 1 : j - 1;
-    } else {
-      first = rel < half;
-      i = first ? rel : rel - half;
-      partner = first ? j + half : j - half;
-    }
-    const float mine = to_float(x[j]);
-    const float other = to_float(x[partner]);
-    const float c = cos_f[i];
-    const float s = sin_f[i];
-    out[j] = from_float<T>(first ? mine * c - other * s : mine * c + other * s);
+    const RopeSlot slot = rope_slot(rel, half, a.interleaved);
+    out[j] = from_float<T>(rope_rotate(to_float(x[j]), to_float(x[j + slot.partner_offset]),
+                                       cos_f[slot.freq], sin_f[slot.freq], slot.first));
   }
 }
 

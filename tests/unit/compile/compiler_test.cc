@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include "framework/compile/compiler.h"
-#include "framework/compile/fuse_ops.h"
 #include "framework/compile/pass.h"
 #include "framework/io/graph_loader.h"
 #include "framework/io/safetensors.h"
@@ -55,8 +54,10 @@ TEST(Compiler, ArenaNeverOverlapsLiveValuesAndReusesMemory) {
 
 TEST(Compiler, EveryNodeHasAKernelAndWeightsAreF32) {
   const auto dir = testing::temp_dir("model");
-  const FuseOpsScope as_written(false);  // the graph's own 27 nodes (fuse_ops_pass_test: fused)
-  const auto plan = compile_graph_file(testing::write_model(dir, testing::small_spec()), {});
+  CompileOptions as_written;  // the graph's own 27 nodes (fuse_ops_pass_test: fused)
+  as_written.fuse_ops = false;
+  const auto plan =
+      compile_graph_file(testing::write_model(dir, testing::small_spec()), as_written);
   EXPECT_EQ(plan->nodes.size(), 27u);
   for (const PlanNode& n : plan->nodes) EXPECT_NE(n.kernel, nullptr);
   for (const PlanValue& v : plan->values) {

@@ -1,12 +1,12 @@
 // The fuse-ops compile pass: every add that feeds a whole-row rms_norm becomes one add_rms_norm
-// node (and only those), and the fused graph gives the unfused graph's logits: the bundled
-// models, the small test decoder and an imported Hugging Face fixture, prompt and decode steps.
+// node (and only those), every layer's per-head q/k rms_norm -> rope chains one qk_norm_rope node
+// (and only those), and the fused graph gives the unfused graph's logits: the bundled models, the
+// small test decoder and imported Hugging Face fixtures, prompt and decode steps.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "framework/compile/compiler.h"
-#include "framework/compile/fuse_ops.h"
 #include "framework/import/hf_importer.h"
 #include "framework/runtime/session.h"
 #include "tests/testing/model_fixture.h"
@@ -22,8 +22,8 @@ std::map<std::string, int> op_counts(const ExecutionPlan& plan) {
 }
 
 std::shared_ptr<const ExecutionPlan> compile(const std::filesystem::path& model, bool fuse) {
-  const FuseOpsScope scope(fuse);
   CompileOptions options;
+  options.fuse_ops = fuse;
   options.max_tokens = 64;
   if (model.extension() == ".pbtxt") return compile_graph_file(model, options);
   HfImportResult imported = import_hf_checkpoint(model);  // a Hugging Face checkpoint folder
@@ -53,7 +53,14 @@ std::vector<std::filesystem::path> models() {
   const std::filesystem::path src(MG_SOURCE_DIR);
   return {src / "models/tiny-llama/model.pbtxt", src / "models/tiny-moe/model.pbtxt",
           testing::write_model(testing::temp_dir("fuse"), testing::small_spec()),
-          src / "tests/fixtures/hf/qwen3_moe", src / "tests/fixtures/hf/granitemoe"};
+          // make-model's Qwen3-MoE (what the 48-layer benchmark model is built as), 2 layers.
+          testing::write_model(testing::temp_dir("fuse_qwen3"), testing::small_spec("qwen3_moe")),
+          src / "tests/fixtures/hf/qwen3_moe", src / "tests/fixtures/hf/qwen3_moe_odd",
+          src / "tests/fixtures/hf/granitemoe", src / "tests/fixtures/hf/olmoe"};
+}
+
+bool contains(const std::filesystem::path& model, std::string_view what) {
+  return model.string().find(what) != std::string::npos;
 }
 
 TEST(FuseOps, EveryResidualAddBeforeAWholeRowNormIsFused) {
@@ -64,10 +71,11 @@ TEST(FuseOps, EveryResidualAddBeforeAWholeRowNormIsFused) {
     std::map<std::string, int> a = op_counts(*off), b = op_counts(*on);
     EXPECT_EQ(a["add_rms_norm"], 0);
     const int fused = b["add_rms_norm"];
-    EXPECT_EQ(on->nodes.size() + static_cast<size_t>(fused), off->nodes.size());
+    const int qk = b["qk_norm_rope"];  // each replaces two rms_norm and two rope nodes
+    EXPECT_EQ(on->nodes.size() + static_cast<size_t>(fused + 3 * qk), off->nodes.size());
     EXPECT_EQ(b["add"] + fused, a["add"]);
-    EXPECT_EQ(b["rms_norm"] + fused, a["rms_norm"]);
-    if (model.string().find("granite") != std::string::npos) {
+    EXPECT_EQ(b["rms_norm"] + fused + 2 * qk, a["rms_norm"]);
+    if (contains(model, "granite")) {
       // Granite's residual adds carry residual_multiplier as a scale: never fused.
       EXPECT_EQ(fused, 0);
     } else {
@@ -78,13 +86,39 @@ TEST(FuseOps, EveryResidualAddBeforeAWholeRowNormIsFused) {
   }
 }
 
+TEST(FuseOps, EveryPerHeadQkNormBeforeRopeIsFusedWithItsPartner) {
+  for (const auto& model : models()) {
+    SCOPED_TRACE(model.string());
+    const auto off = compile(model, false);
+    const auto on = compile(model, true);
+    std::map<std::string, int> a = op_counts(*off), b = op_counts(*on);
+    EXPECT_EQ(a["qk_norm_rope"], 0);
+    if (contains(model, "qwen3")) {
+      // Qwen3-MoE (fixtures of 3 and 2 layers, make-model's of 2): per-head q_norm / k_norm
+      // before RoPE in every layer. Every rope and every q/k norm go; the layers' other norms
+      // stay (as rms_norm or add_rms_norm).
+      const int layers = model.filename() == "qwen3_moe" ? 3 : 2;
+      EXPECT_EQ(a["rope"], 2 * layers);
+      EXPECT_EQ(b["qk_norm_rope"], layers);
+      EXPECT_EQ(b["rope"], 0);
+      EXPECT_EQ(b["rms_norm"] + b["add_rms_norm"], a["rms_norm"] - 2 * layers);
+    } else {
+      // No q/k norm (tiny-llama, tiny-moe, the small decoder, Granite), or OLMoE's norm over
+      // the whole projection: nothing to fuse, every rope stays.
+      EXPECT_EQ(b["qk_norm_rope"], 0);
+      EXPECT_EQ(b["rope"], a["rope"]);
+    }
+  }
+}
+
 TEST(FuseOps, LogitsAreTheSameWithTheRewriteOnAndOff) {
   for (const auto& model : models()) {
     SCOPED_TRACE(model.string());
     const std::vector<float> off = logits_of(compile(model, false));
     const std::vector<float> on = logits_of(compile(model, true));
     ASSERT_EQ(on.size(), off.size());
-    // The fused CPU kernel runs the add's and the norm's own loops: the same floats.
+    // The fused CPU kernels run the unfused ops' own loops (add, rms_norm_cpu, RopeCpu): the
+    // same floats.
     EXPECT_LE(testing::normalized_error(on, off), 1e-7);
   }
 }

@@ -1,0 +1,79 @@
+// CUDA q/k norm + RoPE kernel (included by the per-dtype qk_norm_rope_cuda_<dtype>.cu files).
+//
+// One block per token row, covering every head of q and of k: the block first evaluates cos/sin
+// of each frequency once (rope_cos_sin, fp64 angles) into shared memory; then each warp takes a
+// head at a time (q's heads, then k's): it sums the head's squares in rms_norm's warp order
+// (rms_norm_sum_sq, warp_sum), writes the normed head rounded to T into its own shared slot
+// (rms_norm_store) and rotates it from there (rope_slot, rope_rotate). So the outputs equal the
+// unfused rms_norm -> rope kernels' (which read the normed head back from memory as T).
+#pragma once
+
+#include <algorithm>
+
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_utils.cuh"
+#include "ops/nn/qk_norm_rope/qk_norm_rope_cuda.h"
+#include "ops/nn/rms_norm/rms_norm_cuda.cuh"
+#include "ops/nn/rope/rope_cuda.cuh"
+
+namespace mg::cuda {
+
+// Warps per block: enough for decode's few heads in one or two rounds, small enough that two
+// blocks of a prefill share an SM.
+constexpr int kQkNormRopeMaxWarps = 16;
+// Dynamic shared memory without opting in to more.
+constexpr size_t kQkNormRopeMaxShared = 48 * 1024;
+
+template <typename T>
+__global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
+  extern __shared__ float smem[];  // cos [half], sin [half], then each warp's head [head_dim] T
+  const int64_t half = a.rotary_dim / 2;
+  float* cos_f = smem;
+  float* sin_f = smem + half;
+  const int warps = static_cast<int>(blockDim.x / 32);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  T* head = reinterpret_cast<T*>(smem + a.rotary_dim) + warp * a.head_dim;
+  const int64_t t = blockIdx.x;
+  rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
+  __syncthreads();
+
+  const int64_t d = a.head_dim;
+  for (int64_t h = warp; h < a.q_heads + a.k_heads; h += warps) {
+    const bool is_q = h < a.q_heads;
+    const int64_t row = t * (is_q ? a.q_heads : a.k_heads) + (is_q ? h : h - a.q_heads);
+    const T* x = static_cast<const T*>(is_q ? a.q : a.k) + row * d;
+    T* out = static_cast<T*>(is_q ? a.q_out : a.k_out) + row * d;
+    const T* w = static_cast<const T*>(is_q ? a.q_weight : a.k_weight);
+    const float sum_sq = warp_sum(rms_norm_sum_sq(x, d, lane, 32));
+    const float inv_rms = rsqrtf(sum_sq / static_cast<float>(d) + (is_q ? a.q_eps : a.k_eps));
+    rms_norm_store(x, w, head, d, inv_rms, lane, 32);
+    __syncwarp();
+    for (int64_t i = lane; i < d; i += 32) {
+      const int64_t rel = i - a.rotary_offset;
+      if (rel < 0 || rel >= a.rotary_dim) {
+        out[i] = head[i];
+        continue;
+      }
+      const RopeSlot slot = rope_slot(rel, half, a.interleaved);
+      out[i] = from_float<T>(rope_rotate(to_float(head[i]), to_float(head[i + slot.partner_offset]),
+                                         cos_f[slot.freq], sin_f[slot.freq], slot.first));
+    }
+    __syncwarp();  // the slot is rewritten by the warp's next head
+  }
+}
+
+template <typename T>
+void launch_qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
+  if (a.tokens <= 0) return;
+  const size_t table = static_cast<size_t>(a.rotary_dim) * sizeof(float);
+  const size_t per_warp = static_cast<size_t>(a.head_dim) * sizeof(T);
+  const int64_t fit = static_cast<int64_t>((kQkNormRopeMaxShared - table) / per_warp);
+  const int warps = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({kQkNormRopeMaxWarps, a.q_heads + a.k_heads, fit})));
+  const size_t shared = table + static_cast<size_t>(warps) * per_warp;
+  qk_norm_rope_kernel<T><<<static_cast<unsigned>(a.tokens), warps * 32, shared, stream>>>(a);
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,6 @@
+// qk_norm_rope kernel instantiated for float.
+#include "ops/nn/qk_norm_rope/qk_norm_rope_cuda.cuh"
+
+namespace mg::cuda {
+template void launch_qk_norm_rope<float>(const QkNormRopeArgs&, cudaStream_t);
+}  // namespace mg::cuda
