@@ -14,6 +14,7 @@
 #include "framework/graph/tensor_quantization.h"
 #include "framework/runtime/session.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_pack_device_cuda.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/command.h"
 #include "tests/testing/test_util.h"

@@ -23,6 +23,7 @@
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_pack_device_cuda.h"
 #include "ops/moe/experts/cuda_expert_common.h"
 #include "ops/moe/oracle/fp4.h"
 #include "ops/moe/router/router_cuda.h"

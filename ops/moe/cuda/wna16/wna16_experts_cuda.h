@@ -42,7 +42,6 @@
 
 #include "ops/moe/cuda/grouped_gemm_cuda.h"
 #include "ops/moe/cuda/moe_cuda_types.h"
-#include "ops/moe/cuda/wna16/wna16_pack_word.h"
 
 namespace mg::cuda {
 
@@ -146,14 +145,6 @@ Wna16PackedHost wna16_layout_e2m1(int64_t experts, int64_t rows, int64_t cols, i
 // Throws mg::Error when wna16_pack_e2m1_check refuses.
 Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int64_t experts,
                                 int64_t rows, int64_t cols, int64_t group_size, int64_t parts);
-
-// The layout written on the GPU from codes and scales already there (wna16_pack_word.h): the
-// `word_count` words and `pair_count` parameter pairs of wna16_layout / wna16_layout_e2m1's
-// result, one thread each. Neither syncs nor allocates. Unlike wna16_pack it checks no code or
-// zero point (canonical 4- and 8-bit codes are in range by construction).
-void wna16_pack_on_device(const Wna16PackSource& codes, const Wna16ParamSource& params,
-                          uint32_t* words, int64_t word_count, float* pairs, int64_t pair_count,
-                          cudaStream_t stream);
 
 // Random packed weights made on the GPU (benchmarks: the host never holds them): every word
 // uniform (so every code is uniform), each group's pair {s, -z·s} with s uniform in

@@ -1,11 +1,10 @@
-// The WNA16 layout written on the GPU (wna16_pack_on_device, wna16_experts_cuda.h) from codes and
-// scales already there: one thread per word and per parameter pair (wna16_pack_word.h).
+// The WNA16 layout written on the GPU (wna16_pack_on_device, wna16_pack_device_cuda.h) from codes
+// and scales already there: one thread per word and per parameter pair (wna16_pack_word.h).
 #include <cstdint>
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
-#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
-#include "ops/moe/cuda/wna16/wna16_pack_word.h"
+#include "ops/moe/cuda/wna16/wna16_pack_device_cuda.h"
 
 namespace mg::cuda {
 namespace {
