@@ -31,7 +31,10 @@ struct CompileOptions {
   // and every weight is filled with deterministic random values from this seed instead
   // (framework/device/random_fill.h): matrices uniform in ±1/sqrt(last dim), vectors (norm
   // scales, biases) in 1 ± 0.05. Weights of at least kDeviceRandomWeightElements elements are
-  // made on the compile device, in their declared dtype; smaller ones on the host.
+  // made on the compile device, in their declared dtype; smaller ones on the host. Quantized
+  // weights get codes and scales of like values (framework/compile/random_quantized_weights.h),
+  // a MoE node's integer and FP4 expert codes on a GPU made there (cuda_wna16 / cuda_fp4 repack
+  // them in place), the rest on the host's threads; the same values either way.
   std::optional<uint64_t> random_weights;
   // Quantized weights whose checkpoint quantizes the activations too (ACT_QUANT_DYNAMIC: W8A8)
   // do so when true; false keeps every activation in the compute dtype (W8A16: the weights are

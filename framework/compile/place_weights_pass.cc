@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "framework/compile/pass.h"
+#include "framework/compile/random_quantized_weights.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/fp4.h"
 #include "framework/core/fp8.h"
@@ -74,53 +75,6 @@ Tensor random_weight(const proto::TensorInfo& info, const Graph& graph, Device d
   return t;
 }
 
-// Random codes and scales for quantized tensor `info` whose values come out like random_weight's
-// (uniform in +-1/sqrt(C)): codes uniform over the E4M3 range, every scale 1 / (448 sqrt(C)) times
-// a factor in [0.5, 1.5) so that groups differ.
-std::pair<Tensor, WeightQuantization> random_quantized_weight(const proto::TensorInfo& info,
-                                                              const GroupShape& group,
-                                                              uint64_t seed) {
-  const Shape shape(info.shape().begin(), info.shape().end());
-  Tensor values = Tensor::empty_cpu(DType::kF32, shape);
-  fill_uniform(values, mix64(seed ^ fnv1a(info.name())), 0.0f, kFp8E4M3Max, nullptr);
-  Tensor codes = Tensor::empty_cpu(DType::kF8E4M3, shape);
-  const float* v = values.data<float>();
-  uint8_t* c = fp8_codes(codes);
-  for (int64_t i = 0; i < values.numel(); ++i) c[i] = float_to_fp8_e4m3(v[i]);
-  WeightQuantization q;
-  q.group = group;
-  q.scale = Tensor::empty_cpu(DType::kF32, scale_shape_for(shape, group));
-  fill_uniform(q.scale, mix64(seed ^ fnv1a(info.quantization().scale())), 1.0f, 0.5f, nullptr);
-  const float base = 1.0f / (kFp8E4M3Max * std::sqrt(static_cast<float>(shape.back())));
-  float* sc = q.scale.data<float>();
-  for (int64_t i = 0; i < q.scale.numel(); ++i) sc[i] *= base;
-  return {std::move(codes), std::move(q)};
-}
-
-// (fp4) Random packed FP4 codes (every byte uniform: codes uniform over +-{0 .. 6}) and scales
-// 1 / (6 sqrt(C)) times a factor in [0.5, 1.5), so the values come out like random_weight's.
-std::pair<Tensor, WeightQuantization> random_fp4_weight(const proto::TensorInfo& info,
-                                                        const GroupShape& group, uint64_t seed) {
-  const Shape stored(info.shape().begin(), info.shape().end());
-  const Shape shape = fp4_logical_shape(stored);
-  Tensor values = Tensor::empty_cpu(DType::kF32, stored);
-  fill_uniform(values, mix64(seed ^ fnv1a(info.name())), 128.0f, 128.0f, nullptr);
-  Tensor codes = Tensor::empty_cpu(DType::kU8, stored);
-  const float* v = values.data<float>();
-  uint8_t* c = static_cast<uint8_t*>(codes.raw());
-  for (int64_t i = 0; i < values.numel(); ++i) {
-    c[i] = static_cast<uint8_t>(std::clamp(std::floor(v[i]), 0.0f, 255.0f));
-  }
-  WeightQuantization q;
-  q.group = group;
-  q.scale = Tensor::empty_cpu(DType::kF32, scale_shape_for(shape, group));
-  fill_uniform(q.scale, mix64(seed ^ fnv1a(info.quantization().scale())), 1.0f, 0.5f, nullptr);
-  const float base = 1.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(shape.back())));
-  float* sc = q.scale.data<float>();
-  for (int64_t i = 0; i < q.scale.numel(); ++i) sc[i] *= base;
-  return {std::move(codes), std::move(q)};
-}
-
 // (fp4) The effective F32 group scales of FP4 weight `info` (E8M0 decoded, NVFP4's global scale
 // applied); a NaN scale (E8M0 0xFF) is an error naming the tensor.
 Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, CompileState& state) {
@@ -147,17 +101,15 @@ Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, Compil
 
 // Integer weight-only codes (W4A16 / W8A16): loaded in the checkpoint's packing and converted
 // once into the canonical layout (framework/core/int_quant.h), or generated: random values like
-// random_weight's quantized by quantize_int_cpu.
+// random_weight's quantized as quantize_int_cpu does (random_int_weight).
 void load_int_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& graph,
-                        CompileState& state) {
+                        CompileState& state, Device random_where) {
   const proto::TensorQuantization& pq = info.quantization();
   const ValueType& type = *graph.value(v.name).type;
   if (state.options.random_weights) {
-    Tensor values = Tensor::empty_cpu(DType::kF32, type.shape);
-    fill_uniform(values, mix64(*state.options.random_weights ^ fnv1a(info.name())), 0.0f,
-                 1.0f / std::sqrt(static_cast<float>(type.shape.back())), nullptr);
     std::tie(v.raw_weight, v.quant) =
-        quantize_int_cpu(values, type.quant_element, type.quant_group->cols);
+        random_int_weight(info, type.shape, type.quant_element, type.quant_group->cols,
+                          *state.options.random_weights, random_where);
     return;
   }
   auto load_named = [&](const std::string& name) {
@@ -178,17 +130,19 @@ void load_int_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph
 }
 
 // Loads (or generates) quantized weight `info` into `v`: codes in raw_weight, scales in quant.
+// Random integer and FP4 codes are made on `random_where` (the host, or the GPU their consumer
+// repacks them on).
 void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& graph,
-                    CompileState& state) {
+                    CompileState& state, Device random_where) {
   if (is_integer_quant_element(info.quantization().element())) {
-    load_int_quantized(v, info, graph, state);
+    load_int_quantized(v, info, graph, state, random_where);
     return;
   }
   const GroupShape group = *graph.value(v.name).type->quant_group;
   if (is_fp4_quantization(info.quantization())) {
     if (state.options.random_weights) {
       std::tie(v.raw_weight, v.quant) =
-          random_fp4_weight(info, group, *state.options.random_weights);
+          random_fp4_weight(info, group, *state.options.random_weights, random_where);
     } else {
       v.raw_weight = state.weights->load(info);
       v.quant.scale = load_fp4_scales(info, graph, state);
@@ -196,8 +150,7 @@ void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& gr
     }
     v.quant.element = QuantElement::kFp4E2M1;
   } else if (state.options.random_weights) {
-    std::tie(v.raw_weight, v.quant) =
-        random_quantized_weight(info, group, *state.options.random_weights);
+    std::tie(v.raw_weight, v.quant) = random_fp8_weight(info, group, *state.options.random_weights);
   } else {
     v.raw_weight = state.weights->load(info);
     const GraphValue& scale = graph.value(info.quantization().scale());
@@ -255,7 +208,14 @@ class PlaceWeightsPass final : public Pass {
         const proto::TensorInfo& info = graph.model().tensors(graph.value(v.name).tensor_index);
         if (!v.raw_weight.defined()) {
           if (info.has_quantization()) {
-            load_quantized(v, info, graph, state);
+            // Random expert codes of a MoE node on a GPU are made there: the oracle hands them to
+            // cuda_wna16 / cuda_fp4, which repack them in place (any other backend gets a host
+            // copy), so a 15-60 GB model never passes through host memory.
+            const bool on_gpu = state.options.device.is_cuda() && n.op() == "moe" &&
+                                specs[k].takes_quantized &&
+                                shape_numel(Shape(info.shape().begin(), info.shape().end())) >=
+                                    kDeviceRandomWeightElements;
+            load_quantized(v, info, graph, state, on_gpu ? state.options.device : Device::cpu());
           } else {
             v.raw_weight = state.options.random_weights
                                ? random_weight(info, graph, state.options.device,

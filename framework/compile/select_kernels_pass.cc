@@ -1,5 +1,8 @@
 // Pass 4: builds every node's kernel for the compile device. This is where MoE nodes run the
 // oracle, convert their expert weights and build their runner (inside OpDef::create_kernel).
+#include <string>
+#include <vector>
+
 #include "framework/compile/pass.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/logging.h"
@@ -15,6 +18,16 @@ class SelectKernelsPass final : public Pass {
   void run(CompileState& state) const override {
     const Graph& graph = state.graph;
     ExecutionPlan& plan = *state.plan;
+    // Nodes still to build per value: a weight's loaded or generated tensors are dropped once the
+    // last node that reads it has its kernel, so that a model's expert codes (random ones made on
+    // the GPU, 15-60 GB) never sit whole beside the copies the backends repack them into.
+    std::vector<int> readers(plan.values.size(), 0);
+    for (int i : graph.order()) {
+      for (const std::string& in : graph.node(i).inputs()) {
+        const int v = in.empty() ? -1 : plan.find_value(in);
+        if (v >= 0) ++readers[static_cast<size_t>(v)];
+      }
+    }
     for (int i : graph.order()) {
       const proto::Node& n = graph.node(i);
       const OpDef* def = OpRegistry::global().find(n.op());
@@ -59,6 +72,14 @@ class SelectKernelsPass final : public Pass {
                graph.node_label(i), plan.max_tokens, byte_size_str(node.workspace_bytes),
                byte_size_str(kMaxAllocationBytes));
       plan.workspace_bytes = std::max(plan.workspace_bytes, node.workspace_bytes);
+      for (const int v : node.inputs) {
+        if (v < 0 || --readers[static_cast<size_t>(v)] > 0) continue;
+        PlanValue& pv = plan.values[static_cast<size_t>(v)];
+        if (pv.source != ValueSource::kWeight) continue;
+        pv.raw_weight = Tensor();
+        pv.dequantized = Tensor();
+        pv.quant = WeightQuantization();
+      }
       MG_LOG_DEBUG("compile", "{}: {}", graph.node_label(i), node.kernel->describe());
       plan.nodes.push_back(std::move(node));
     }

@@ -374,59 +374,64 @@ std::pair<Tensor, WeightQuantization> convert_int_weight(const StoredIntWeight& 
   return {std::move(codes), std::move(q)};
 }
 
+void quantize_int_rows(const float* w, int64_t rows, int64_t C, QuantElement element,
+                       int64_t group_cols, uint8_t* codes, float* scale, float* zero) {
+  const int64_t gc = group_cols < 0 ? C : group_cols;
+  const int64_t G = group_cols < 0 ? 1 : ceil_div(C, group_cols);
+  const int bits = quant_element_bits(element);
+  const bool sym = quant_element_signed(element);
+  MG_ASSERT(sym || zero != nullptr, "quantize_int_rows: {} needs zero points",
+            quant_element_name(element));
+  const int32_t qmax = sym ? (1 << (bits - 1)) - 1 : (1 << bits) - 1;
+  const int32_t qmin = sym ? -(1 << (bits - 1)) : 0;
+  std::vector<int32_t> row(static_cast<size_t>(C));
+  const int64_t row_bytes = int_codes_row_bytes(element, C);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = w + r * C;
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t c0 = g * gc, c1 = std::min(C, c0 + gc);
+      float lo = 0.0f, hi = 0.0f, amax = 0.0f;
+      for (int64_t c = c0; c < c1; ++c) {
+        lo = std::min(lo, x[c]);
+        hi = std::max(hi, x[c]);
+        amax = std::max(amax, std::fabs(x[c]));
+      }
+      float s = sym ? amax / static_cast<float>(qmax) : (hi - lo) / static_cast<float>(qmax);
+      if (!(s > 0.0f)) s = 1.0f;
+      float z = 0.0f;
+      if (!sym) {
+        z = std::clamp(std::nearbyint(-lo / s), 0.0f, static_cast<float>(qmax));
+        zero[r * G + g] = z;
+      }
+      scale[r * G + g] = s;
+      for (int64_t c = c0; c < c1; ++c) {
+        const float v = std::nearbyint(x[c] / s) + z;
+        row[c] =
+            static_cast<int32_t>(std::clamp(v, static_cast<float>(qmin), static_cast<float>(qmax)));
+      }
+    }
+    pack_int_codes(row.data(), 1, C, element, codes + r * row_bytes);
+  }
+}
+
 std::pair<Tensor, WeightQuantization> quantize_int_cpu(const Tensor& w, QuantElement element,
                                                        int64_t group_cols) {
   MG_ASSERT(w.dtype() == DType::kF32 && w.device().is_cpu() && w.rank() >= 2,
             "quantize_int_cpu: {}", w.str());
   const Shape& logical = w.shape();
   const int64_t R = logical[logical.size() - 2], C = logical.back();
-  const int64_t M = lead_count(logical);
-  const int64_t gc = group_cols < 0 ? C : group_cols;
   const int64_t G = group_cols < 0 ? 1 : ceil_div(C, group_cols);
-  const int bits = quant_element_bits(element);
-  const bool sym = quant_element_signed(element);
-  const int32_t qmax = sym ? (1 << (bits - 1)) - 1 : (1 << bits) - 1;
-  const int32_t qmin = sym ? -(1 << (bits - 1)) : 0;
-
   WeightQuantization q;
   q.element = element;
   q.logical_shape = logical;
   q.group = GroupShape{1, group_cols};
   q.scale = Tensor::empty_cpu(DType::kF32, cat(lead_shape(logical), {R, G}));
-  if (!sym) q.zero_point = Tensor::empty_cpu(DType::kF32, q.scale.shape());
+  if (!quant_element_signed(element))
+    q.zero_point = Tensor::empty_cpu(DType::kF32, q.scale.shape());
   Tensor codes = Tensor::empty_cpu(int_codes_dtype(element), int_codes_shape(element, logical));
-  std::vector<int32_t> row(static_cast<size_t>(C));
-  const float* src = w.data<float>();
-  const int64_t row_bytes = int_codes_row_bytes(element, C);
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t r = 0; r < R; ++r) {
-      const float* x = src + (m * R + r) * C;
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t c0 = g * gc, c1 = std::min(C, c0 + gc);
-        float lo = 0.0f, hi = 0.0f, amax = 0.0f;
-        for (int64_t c = c0; c < c1; ++c) {
-          lo = std::min(lo, x[c]);
-          hi = std::max(hi, x[c]);
-          amax = std::max(amax, std::fabs(x[c]));
-        }
-        float scale = sym ? amax / static_cast<float>(qmax) : (hi - lo) / static_cast<float>(qmax);
-        if (!(scale > 0.0f)) scale = 1.0f;
-        float zero = 0.0f;
-        if (!sym) {
-          zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, static_cast<float>(qmax));
-          q.zero_point.data<float>()[(m * R + r) * G + g] = zero;
-        }
-        q.scale.data<float>()[(m * R + r) * G + g] = scale;
-        for (int64_t c = c0; c < c1; ++c) {
-          const float v = std::nearbyint(x[c] / scale) + zero;
-          row[c] = static_cast<int32_t>(
-              std::clamp(v, static_cast<float>(qmin), static_cast<float>(qmax)));
-        }
-      }
-      pack_int_codes(row.data(), 1, C, element,
-                     static_cast<uint8_t*>(codes.raw()) + (m * R + r) * row_bytes);
-    }
-  }
+  quantize_int_rows(w.data<float>(), lead_count(logical) * R, C, element, group_cols,
+                    static_cast<uint8_t*>(codes.raw()), q.scale.data<float>(),
+                    q.zero_point.defined() ? q.zero_point.data<float>() : nullptr);
   return {std::move(codes), std::move(q)};
 }
 

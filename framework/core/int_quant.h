@@ -118,4 +118,10 @@ std::pair<Tensor, WeightQuantization> convert_int_weight(const StoredIntWeight& 
 std::pair<Tensor, WeightQuantization> quantize_int_cpu(const Tensor& w, QuantElement element,
                                                        int64_t group_cols);
 
+// quantize_int_cpu on `rows` rows of C columns: w [rows, C] into codes (canonical rows),
+// scale [rows, G] and, for unsigned elements, zero [rows, G]. Rows are independent, so callers
+// may quantize a large weight in parallel slices (the random weights of place-weights do).
+void quantize_int_rows(const float* w, int64_t rows, int64_t C, QuantElement element,
+                       int64_t group_cols, uint8_t* codes, float* scale, float* zero);
+
 }  // namespace mg

@@ -15,4 +15,18 @@ namespace mg {
 // GPUs, done on return with a null stream.
 void fill_uniform(const Tensor& t, uint64_t seed, float center, float scale, Stream* stream);
 
+// The GPU halves of the random quantized weights (framework/compile/random_quantized_weights.h,
+// which makes the host's), element for element the same values; queued on `stream`, done on
+// return with a null stream. Each throws for a tensor not on a GPU.
+// U8 `bytes`: floor(uniform_at(seed, i, 128, 128)) (random FP4 code pairs).
+void fill_random_bytes(const Tensor& bytes, uint64_t seed, Stream* stream);
+// F32 `scale`: uniform_at(seed, i, 1, 0.5) * base.
+void fill_random_scales(const Tensor& scale, uint64_t seed, float base, Stream* stream);
+// Canonical integer `codes` (framework/core/int_quant.h) of `bits` [rows, row bytes] with F32
+// `scale` and, unsigned, `zero` [rows, groups]: the values uniform_at(seed, i, 0, range) of a
+// [rows, C] weight quantized per row and group of `group_cols` columns as quantize_int_rows does.
+void fill_random_int_codes(const Tensor& codes, const Tensor& scale, const Tensor& zero, int64_t C,
+                           int64_t group_cols, int bits, bool is_signed, uint64_t seed, float range,
+                           Stream* stream);
+
 }  // namespace mg

@@ -17,11 +17,8 @@
 #include "framework/core/error.h"
 #include "framework/io/graph_loader.h"
 #include "framework/runtime/engine.h"
+#include "tools/bench/decode_floor.h"
 #include "tools/moegraph/commands.h"
-#ifdef MG_WITH_CUDA
-#include "framework/device/allocator.h"
-#include "ops/moe/bench/moe_bench_cuda.h"
-#endif
 
 namespace mg::cli {
 
@@ -89,32 +86,6 @@ StepBytes step_bytes(const std::filesystem::path& graph, DType dtype) {
   }
   s.dense = std::max(0.0, dense_elems - expert_elems) * elem;
   return s;
-}
-
-// Bytes read + written per second by a large copy on the plan's device.
-double copy_bandwidth(const Device& device) {
-#ifdef MG_WITH_CUDA
-  if (device.is_cuda()) {
-    // Said before any CUDA call, as bench moe does.
-    MG_CHECK(cuda_device_count() > 0,
-             "bench serve --device {}: this machine has no CUDA GPU (--device cpu runs on the "
-             "CPU)",
-             device.str());
-    return measure_moe_bench_ceilings().copy_bytes_per_s;
-  }
-#endif
-  (void)device;
-  const size_t bytes = size_t{256} << 20;
-  std::vector<char> a(bytes, 1), b(bytes, 0);
-  double best = 0;
-  for (int i = 0; i < 4; ++i) {
-    const auto t0 = Clock::now();
-    std::memcpy(b.data(), a.data(), bytes);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, 2.0 * static_cast<double>(bytes) / s);
-    a[static_cast<size_t>(i)] = b[bytes - 1];  // keep the copies observable
-  }
-  return best;
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -217,7 +188,7 @@ int bench_serve(const BenchServeArgs& a) {
   compile.max_tokens = std::max<int64_t>(max_batch, std::min(a.prompt_tokens * max_batch, 512));
   compile.random_weights = a.random_weights;
   // Measured before the weights take the device's memory (the copy needs 2 GiB of it).
-  const double bandwidth = copy_bandwidth(compile.device);
+  const double bandwidth = measure_copy_bandwidth(compile.device);
   const std::shared_ptr<const ExecutionPlan> plan = compile_graph_file(graph, compile);
   const DType dtype = activation_dtype_of(compile);
   const int64_t vocab = plan->values[plan->logits].type.shape.back();

@@ -18,12 +18,14 @@
 #include "framework/core/int_quant.h"
 #include "framework/device/allocator.h"
 #include "framework/device/memory_usage.h"
+#include "framework/io/graph_loader.h"
 #include "framework/io/json.h"
 #include "framework/io/regular_file.h"
 #include "framework/parallel/launch_env.h"
 #include "framework/runtime/local_ranks.h"
 #include "framework/runtime/process_ranks.h"
 #include "framework/runtime/session.h"
+#include "tools/bench/decode_floor.h"
 #include "tools/moegraph/bench_plot.h"
 #include "tools/moegraph/bench_serve.h"
 #include "tools/moegraph/commands.h"
@@ -243,6 +245,20 @@ struct BenchE2eArgs {
   bool ep = false;
 };
 
+// The weight-bandwidth floor of batch-1 decode (tools/bench/decode_floor.h) and `decode`
+// tokens/s as a share of it.
+void print_decode_floor(const DecodeWeightBytes& bytes, double bandwidth, double decode) {
+  const double floor_tokens = bandwidth / bytes.total();
+  std::cout << fmt::format(
+      "floor: {:.3f} MB of weights per decode token ({:.3f} MB dense, {:.3f} MB of routed "
+      "experts at top-k of each layer's experts; {:.3f} MB of it quantized codes and scales at "
+      "their packed bytes), copy bandwidth {:.0f} GB/s: {:.1f} tokens/s\n",
+      bytes.total() / 1e6, bytes.dense / 1e6, bytes.experts / 1e6, bytes.quantized / 1e6,
+      bandwidth / 1e9, floor_tokens);
+  std::cout << fmt::format("decode at {:.1f}% of the weight-bandwidth floor\n",
+                           100.0 * decode / floor_tokens);
+}
+
 int bench_e2e(const BenchE2eArgs& a) {
   MG_CHECK(a.prompt_tokens > 0 && a.decode_tokens > 0 && a.repeats > 0,
            "bench e2e: --prompt-tokens, --decode-tokens and --repeats must be positive");
@@ -264,7 +280,8 @@ int bench_e2e(const BenchE2eArgs& a) {
   options.cuda_graph = a.cuda_graph;
   // Every rank runs the same prompt and steps (the MoE collectives stay in lockstep); rank 0
   // prints.
-  auto measure = [&](Session& session, bool print, const std::string& where) {
+  // Returns the median decode tokens/s.
+  auto measure = [&](Session& session, bool print, const std::string& where) -> double {
     const int64_t vocab = session.plan().info.vocab_size();
     std::vector<int32_t> prompt(a.prompt_tokens);
     for (int i = 0; i < a.prompt_tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % vocab);
@@ -278,9 +295,9 @@ int bench_e2e(const BenchE2eArgs& a) {
       prefill.push_back(res.prompt_tokens / res.prefill_seconds);
       decode.push_back((res.tokens.size() - 1) / res.decode_seconds);
     }
-    if (!print) return;
     std::sort(prefill.begin(), prefill.end());
     std::sort(decode.begin(), decode.end());
+    if (!print) return decode[decode.size() / 2];
     std::cout << fmt::format(
         "model: {} on {} ({}{}{}{})\n", session.plan().model_name, where,
         dtype_name(activation_dtype_of(compile)), a.cuda_graph ? ", decode as a CUDA graph" : "",
@@ -289,6 +306,7 @@ int bench_e2e(const BenchE2eArgs& a) {
                              a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
     std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
                              a.decode_tokens, decode[decode.size() / 2], a.repeats);
+    return decode[decode.size() / 2];
   };
   // --tp/--ep: CPU ranks are threads, GPU ranks processes (--nproc-per-node or a launcher).
   std::optional<LaunchEnv> launch = LaunchEnv::from_environment(kMaxRanks);
@@ -317,8 +335,12 @@ int bench_e2e(const BenchE2eArgs& a) {
     }
     return 0;
   }
+  // Measured before the weights take the device's memory (the copy needs 2 GiB of it).
+  const double bandwidth = measure_copy_bandwidth(compile.device);
   auto session = Session::open(graph, compile, options);
-  measure(*session, true, compile.device.str());
+  const double decode = measure(*session, true, compile.device.str());
+  print_decode_floor(decode_weight_bytes(load_graph(graph), activation_dtype_of(compile)),
+                     bandwidth, decode);
   return 0;
 }
 

@@ -180,6 +180,9 @@ Command add_make_model_command(CLI::App& app) {
        "Shared expert width (MoE families)");
   size("--first-dense", &DecoderSpec::first_dense_layers, 0, 1024,
        "Leading dense layers (MoE families)");
+  size("--sliding-window", &DecoderSpec::sliding_window, 0, kMaxSeqLen,
+       "Sliding attention window of the even layers, the GPT-OSS pattern (0: every layer "
+       "attends to the whole context; gpt_oss's default is 4, its released models' 128)");
   CLI::Option* seed = cmd->add_option("--seed", s.seed, "Random seed")
                           ->capture_default_str()
                           ->check(non_negative_u64());

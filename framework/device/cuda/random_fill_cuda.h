@@ -16,4 +16,17 @@ namespace mg::cuda {
 void fill_uniform(void* data, int64_t n, DType dtype, uint64_t seed, float center, float scale,
                   cudaStream_t stream);
 
+// The device twins of the random quantized weights' generators
+// (framework/compile/random_quantized_weights.h), element for element the same values.
+// bytes [n]: floor(uniform_at(seed, i, 128, 128)) clamped to [0, 255] (random FP4 code pairs).
+void fill_random_bytes(uint8_t* bytes, int64_t n, uint64_t seed, cudaStream_t stream);
+// scale [n]: uniform_at(seed, i, 1, 0.5) * base.
+void fill_random_scales(float* scale, int64_t n, uint64_t seed, float base, cudaStream_t stream);
+// The values uniform_at(seed, r * C + c, 0, range) of `rows` rows of C columns quantized per row
+// and group of `group_cols` columns (-1: the row) as quantize_int_rows does: canonical codes of
+// `bits` (4: two per byte, the even column low) signed (symmetric) or not (zero points in `zero`).
+void fill_random_int_codes(uint8_t* codes, float* scale, float* zero, int64_t rows, int64_t C,
+                           int64_t group_cols, int bits, bool is_signed, uint64_t seed, float range,
+                           cudaStream_t stream);
+
 }  // namespace mg::cuda

@@ -10,10 +10,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "framework/core/int_quant.h"
+#include "framework/core/thread_pool.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/cuda/cuda_check.h"
@@ -21,6 +23,7 @@
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_pack_device_cuda.h"
 #include "ops/moe/experts/cuda_expert_common.h"
 #include "ops/moe/oracle/fp4.h"
 #include "ops/moe/router/router_cuda.h"
@@ -59,12 +62,75 @@ struct PackedMatrix {
   cuda::Wna16Weights view;
 };
 
+// Words and pairs of `layout` on `device`, written there from `codes` and `params`.
+PackedMatrix pack_on_device(const cuda::Wna16PackedHost& layout, cuda::Wna16PackSource codes,
+                            cuda::Wna16ParamSource params, Device device) {
+  codes.bits = layout.bits;
+  codes.parts = params.parts = layout.parts;
+  codes.part_rows = params.part_rows = layout.part_rows;
+  codes.k_steps = layout.k_steps;
+  params.groups = layout.groups;
+  PackedMatrix p;
+  p.words = empty_tensor(device, DType::kI32, {layout.word_count()});
+  p.params = empty_tensor(device, DType::kF32, {layout.param_count()});
+  cuda::wna16_pack_on_device(codes, params, reinterpret_cast<uint32_t*>(p.words.raw()),
+                             layout.word_count(), p.params.data<float>(), layout.param_count() / 2,
+                             nullptr);
+  // The kernels run on the session's streams: the weights must be written before any of them.
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  p.view = cuda::wna16_weights_view(layout, reinterpret_cast<const uint32_t*>(p.words.raw()),
+                                    p.params.data<float>());
+  return p;
+}
+
+// pack_and_upload for canonical integer codes on the GPU: repacked there, no host copy.
+PackedMatrix pack_canonical_on_device(const Wna16MatrixTensors& m, const char* name,
+                                      int64_t experts, int64_t rows, int64_t cols, int64_t parts,
+                                      Device device) {
+  MG_CHECK(m.canonical != QuantElement::kFromDtype && quant_element_bits(m.canonical) == m.bits,
+           "cuda_wna16: {} codes on {} must be canonical {}-bit integer codes", name,
+           m.codes.device().str(), m.bits);
+  const Shape want = int_codes_shape(m.canonical, {experts, rows, cols});
+  MG_CHECK(m.codes.device() == device && m.codes.dtype() == int_codes_dtype(m.canonical) &&
+               m.codes.shape() == want,
+           "cuda_wna16: {} codes must be {} {} on {}, not {} {} on {}", name,
+           dtype_name(int_codes_dtype(m.canonical)), shape_str(want), device.str(),
+           dtype_name(m.codes.dtype()), shape_str(m.codes.shape()), m.codes.device().str());
+  const Shape scale_shape = {experts, rows, cuda::wna16_groups(cols, m.group_size)};
+  MG_CHECK(m.scales.defined() && m.scales.dtype() == DType::kF32 && m.scales.shape() == scale_shape,
+           "cuda_wna16: {} scales must be F32 {}", name, shape_str(scale_shape));
+  MG_CHECK(!m.zeros.defined() || (m.zeros.dtype() == DType::kF32 && m.zeros.shape() == scale_shape),
+           "cuda_wna16: {} zero points of device codes must be F32 {}", name,
+           shape_str(scale_shape));
+  const Tensor scales = upload(m.scales, device), zeros = upload(m.zeros, device);
+  const cuda::Wna16PackedHost layout =
+      cuda::wna16_layout(experts, rows, cols, m.bits, m.group_size, parts);
+  cuda::Wna16PackSource c;
+  c.codes = static_cast<const uint8_t*>(m.codes.raw());
+  c.row_bytes = int_codes_row_bytes(m.canonical, cols);
+  c.flip = quant_element_signed(m.canonical) ? (m.bits == 4 ? 0x8u : 0x80u) : 0u;
+  c.experts = experts;
+  c.rows = rows;
+  c.cols = cols;
+  cuda::Wna16ParamSource s;
+  s.scales = scales.data<float>();
+  s.zeros = zeros.defined() ? zeros.data<float>() : nullptr;
+  s.default_zero = m.bits == 4 ? 8.0f : 128.0f;
+  s.scale_groups = scale_shape.back();
+  s.experts = experts;
+  s.rows = rows;
+  return pack_on_device(layout, c, s, device);
+}
+
 // Checks `m` against the contract for a [E, rows, cols] matrix, repacks it (parts 2: gated w13)
 // and uploads it.
 PackedMatrix pack_and_upload(const Wna16MatrixTensors& m, const char* name, int64_t experts,
                              int64_t rows, int64_t cols, int64_t parts, Device device) {
   const std::string why = cuda::wna16_pack_check(m.bits, rows, cols, m.group_size, parts);
   MG_CHECK(why.empty(), "cuda_wna16: {}: {}", name, why);
+  if (m.codes.defined() && m.codes.device().is_cuda()) {
+    return pack_canonical_on_device(m, name, experts, rows, cols, parts, device);
+  }
   const Shape want = {experts, rows, cols};
   MG_CHECK(m.codes.defined() && m.codes.dtype() == DType::kU8 && m.codes.shape() == want,
            "cuda_wna16: {} codes must be U8 {}, not {} {}", name, shape_str(want),
@@ -120,6 +186,27 @@ PackedMatrix pack_and_upload_e2m1(const Tensor& codes_in, const WeightQuantizati
            "cuda_fp4: {} scales must be F32 {} (decoded when loaded), not {} {}", name,
            shape_str(scale_shape), q.scale.defined() ? dtype_name(q.scale.dtype()) : "missing",
            q.scale.defined() ? shape_str(q.scale.shape()) : "");
+  if (codes_in.device().is_cuda()) {
+    // Codes made or loaded on the GPU are repacked there.
+    MG_CHECK(codes_in.device() == device, "cuda_fp4: {} codes on {}, the layer on {}", name,
+             codes_in.device().str(), device.str());
+    const Tensor scales = upload(q.scale, device);
+    const cuda::Wna16PackedHost layout = cuda::wna16_layout_e2m1(experts, rows, cols, parts);
+    cuda::Wna16PackSource c;
+    c.codes = static_cast<const uint8_t*>(codes_in.raw());
+    c.row_bytes = cols / 2;
+    c.experts = experts;
+    c.rows = rows;
+    c.cols = cols;
+    cuda::Wna16ParamSource s;
+    s.scales = scales.data<float>();
+    s.e2m1 = true;
+    s.scale_groups = scale_shape.back();
+    s.group_size = group;
+    s.experts = experts;
+    s.rows = rows;
+    return pack_on_device(layout, c, s, device);
+  }
   const Tensor codes = host_copy(codes_in), scales = host_copy(q.scale);
   const cuda::Wna16PackedHost packed =
       cuda::wna16_pack_e2m1(static_cast<const uint8_t*>(codes.raw()), scales.data<float>(), experts,
@@ -286,19 +373,37 @@ Wna16MatrixTensors contract_of(const Tensor& codes, const WeightQuantization& q,
   MG_CHECK(!q.g_idx.defined(), "cuda_wna16: {} has act-order groups (g_idx) it cannot take", what);
   MG_CHECK(q.logical_shape.size() == 3, "cuda_wna16: {} of logical shape rank {}", what,
            q.logical_shape.size());
+  m.zeros = q.zero_point;  // F32 in code units, or undefined: the midpoint, the kernels' default
+  if (codes.device().is_cuda()) {
+    // Repacked on the GPU from the canonical codes (pack_canonical_on_device).
+    m.codes = codes;
+    m.canonical = q.element;
+    return m;
+  }
   const int64_t rows = q.logical_shape[0] * q.logical_shape[1], K = q.logical_shape[2];
   const int64_t row_bytes = int_codes_row_bytes(q.element, K);
   const int32_t offset = quant_element_signed(q.element) ? (1 << (bits - 1)) : 0;
   m.codes = Tensor::empty_cpu(DType::kU8, q.logical_shape);
   const uint8_t* src = static_cast<const uint8_t*>(codes.raw());
   uint8_t* dst = static_cast<uint8_t*>(m.codes.raw());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t k = 0; k < K; ++k) {
-      dst[r * K + k] =
-          static_cast<uint8_t>(int_code_at(src + r * row_bytes, q.element, k) + offset);
+  // On the host's threads: a Qwen3-30B-A3B layer has 600 M codes.
+  const auto unpack_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t k = 0; k < K; ++k) {
+        dst[r * K + k] =
+            static_cast<uint8_t>(int_code_at(src + r * row_bytes, q.element, k) + offset);
+      }
     }
+  };
+  const int64_t threads =
+      std::min<int64_t>({static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
+                         max_threads(), std::max<int64_t>(1, rows * K / (int64_t{1} << 22))});
+  if (threads <= 1) {
+    unpack_rows(0, rows);
+  } else {
+    ThreadPool pool(static_cast<int>(threads));
+    pool.parallel_for(rows, unpack_rows, 64);
   }
-  m.zeros = q.zero_point;  // F32 in code units, or undefined: the midpoint, the kernels' default
   return m;
 }
 

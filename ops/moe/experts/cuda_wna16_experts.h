@@ -37,6 +37,9 @@ struct Wna16MatrixTensors {
   Tensor zeros;   // F32 or U8 [E, N, groups], or undefined: symmetric (zero 8 / 128)
   int bits = 4;
   int64_t group_size = 128;  // columns per group; -1: channel-wise
+  // kFromDtype: `codes` as above. An integer element: `codes` are that element's canonical packed
+  // codes (framework/core/int_quant.h) already on the GPU, repacked there (wna16_pack_on_device).
+  QuantElement canonical = QuantElement::kFromDtype;
 };
 
 const ExpertsBackend& cuda_wna16_backend();

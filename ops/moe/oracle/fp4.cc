@@ -2,9 +2,13 @@
 
 #include <algorithm>
 
+#include "framework/device/allocator.h"
 #include "ops/moe/experts/cpu_fp4_experts.h"
 #include "ops/moe/oracle/unquantized.h"
 #ifdef MG_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "framework/device/cuda/cuda_check.h"
 #include "ops/moe/experts/cuda_fp8_experts.h"
 #include "ops/moe/experts/cuda_wna16_experts.h"
 #endif
@@ -58,10 +62,89 @@ MoEQuantConfig fp4_quant_config(const MoEConfig& config, const RawExpertWeights&
   return MoEQuantConfig(scheme, weight, QuantKey::unquantized(activation_dtype));
 }
 
+namespace {
+
+// The host copy of a small tensor (a bias) that may lie on a GPU.
+Tensor on_host(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  Tensor out = Tensor::empty_cpu(t.dtype(), t.shape());
+  copy_tensor(out, t);
+  return out;
+}
+
+// Whole layers of FP4 codes on the GPU (random weights): w2 and a gate-then-up w13 are taken as
+// they are, an interleaved w13 (GPT-OSS: gate rows even, up rows odd) is split into its gate and
+// up halves there, rows and their scales (cuda_fp4 repacks them on the GPU).
+QuantizedExpertWeights device_fp4_weights(const MoEConfig& config, const ExpertsShape& shape,
+                                          const RawExpertWeights& raw) {
+  MG_CHECK(shape.num_local_experts() == config.num_experts() &&
+               shape.intermediate_size == config.intermediate_size(),
+           "FP4 expert weights on {} are taken whole (every expert on this rank, the full "
+           "intermediate size); load them in host memory to split them",
+           raw.w13.device().str());
+  QuantizedExpertWeights out;
+  out.w13 = raw.w13;
+  out.w13_quant = raw.w13_quant;
+  out.w2 = raw.w2;
+  out.w2_quant = raw.w2_quant;
+  const bool gated = is_gated(config.activation().kind);
+  if (gated && config.gate_up_interleaved()) {
+#ifdef MG_WITH_CUDA
+    const Device device = raw.w13.device();
+    const int64_t E = shape.num_local_experts(), I = config.intermediate_size();
+    // Row r < I of the result is stored row 2 r, row I + r stored row 2 r + 1: per expert and
+    // half, I rows at twice the row pitch.
+    const auto split = [&](const Tensor& stored) {
+      Tensor src = stored;
+      if (src.device() != device) {
+        src = empty_tensor(device, stored.dtype(), stored.shape());
+        copy_tensor(src, stored);
+      }
+      Tensor dst = empty_tensor(device, src.dtype(), src.shape());
+      const size_t row = static_cast<size_t>(src.nbytes() / (E * 2 * I));
+      for (int64_t e = 0; e < E; ++e) {
+        for (int64_t half = 0; half < 2; ++half) {
+          const auto* from = static_cast<const uint8_t*>(src.raw()) + (e * 2 * I + half) * row;
+          auto* to = static_cast<uint8_t*>(dst.raw()) + (e * 2 + half) * I * row;
+          MG_CUDA_CHECK(cudaMemcpy2D(to, row, from, 2 * row, row, static_cast<size_t>(I),
+                                     cudaMemcpyDeviceToDevice));
+        }
+      }
+      return dst;
+    };
+    out.w13 = split(raw.w13);
+    out.w13_quant.scale = split(raw.w13_quant.scale);
+#else
+    MG_FAIL("FP4 expert weights on {}: this moegraph was built without CUDA",
+            raw.w13.device().str());
+#endif
+  }
+  // Biases as the unquantized conversion makes them (F32, canonical rows; whole layer).
+  const int64_t E = shape.num_local_experts(), I = config.intermediate_size();
+  const bool interleaved = gated && config.gate_up_interleaved();
+  if (raw.w13_bias.defined()) {
+    const Tensor full = to_f32_cpu(on_host(raw.w13_bias));
+    const int64_t N1 = full.dim(1);
+    out.w13_bias = Tensor::empty_cpu(DType::kF32, {E, N1});
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t r = 0; r < N1; ++r) {
+        const int64_t src = interleaved ? (r < I ? 2 * r : 2 * (r - I) + 1) : r;
+        out.w13_bias.data<float>()[e * N1 + r] = full.data<float>()[e * N1 + src];
+      }
+    }
+  }
+  if (raw.w2_bias.defined()) out.w2_bias = to_f32_cpu(on_host(raw.w2_bias));
+  return out;
+}
+
+}  // namespace
+
 QuantizedExpertWeights convert_fp4_weights(const MoEConfig& config, const ParallelConfig& parallel,
                                            const ExpertsShape& shape, const RawExpertWeights& raw) {
-  MG_CHECK(raw.w13.device().is_cpu() && raw.w2.device().is_cpu(),
-           "FP4 expert weights must be loaded in host memory");
+  if (!raw.w13.device().is_cpu() || !raw.w2.device().is_cpu()) {
+    // w2's bias is added once, on TP rank 0: a whole layer is TP rank 0's.
+    return device_fp4_weights(config, shape, raw);
+  }
   const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
   const int64_t I = config.intermediate_size(), I_local = shape.intermediate_size;
   const int64_t N1 = config.w13_rows(), N1_local = shape.w13_rows();

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "framework/core/logging.h"
+#include "framework/device/allocator.h"
 #include "ops/moe/kernel/prepare_finalize.h"
 #include "ops/moe/oracle/fp4.h"
 #include "ops/moe/oracle/fp8.h"
@@ -30,6 +31,28 @@ std::string verdict_list(const std::vector<BackendVerdict>& verdicts) {
   std::string s;
   for (const BackendVerdict& v : verdicts) s += fmt::format("\n  {}: {}", v.name, v.reason);
   return s;
+}
+
+// `t` in host memory (a copy when it lies on a GPU).
+Tensor on_host(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  Tensor out = Tensor::empty_cpu(t.dtype(), t.shape());
+  copy_tensor(out, t);
+  return out;
+}
+
+// Expert codes made on a GPU (random weights: place-weights makes integer and FP4 codes there)
+// reach only the backends that repack them there, and only whole layers (`whole`: every expert
+// and the full width on this rank); anything else gets them in host memory.
+RawExpertWeights for_backend(const RawExpertWeights& raw, const ExpertsBackend& backend,
+                             bool whole) {
+  if (whole && (backend.name() == "cuda_wna16" || backend.name() == "cuda_fp4")) return raw;
+  RawExpertWeights out = raw;
+  for (Tensor* t : {&out.w13, &out.w13_bias, &out.w2, &out.w2_bias, &out.w13_quant.scale,
+                    &out.w13_quant.zero_point, &out.w2_quant.scale, &out.w2_quant.zero_point}) {
+    *t = on_host(*t);
+  }
+  return out;
 }
 
 }  // namespace
@@ -161,10 +184,14 @@ MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& p
   MoEKernelBuild out;
   out.choice = select_backend(priority, query);
   ExpertsBuild build{config, shape, device, {}, score_correction_bias, out.choice.kernel, quant};
+  const bool whole = shape.num_local_experts() == config.num_experts() &&
+                     shape.intermediate_size == config.intermediate_size();
   if (fp4) {
-    build.quantized = convert_fp4_weights(config, parallel, shape, raw);
+    build.quantized =
+        convert_fp4_weights(config, parallel, shape, for_backend(raw, *out.choice.backend, whole));
   } else if (wna16) {
-    build.quantized = convert_wna16_weights(config, parallel, shape, raw);
+    build.quantized = convert_wna16_weights(config, parallel, shape,
+                                            for_backend(raw, *out.choice.backend, whole));
   } else if (quantized) {
     build.quantized = convert_fp8_weights(config, parallel, shape, raw);
   } else {

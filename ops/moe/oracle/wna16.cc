@@ -43,6 +43,12 @@ std::vector<std::vector<int64_t>> act_order_permutations(const WeightQuantizatio
   return perms;
 }
 
+// Whether this rank holds the whole layer: every expert (then in order) and the full width.
+bool is_whole_layer(const MoEConfig& config, const ExpertsShape& shape) {
+  return shape.num_local_experts() == config.num_experts() &&
+         shape.intermediate_size == config.intermediate_size();
+}
+
 }  // namespace
 
 std::vector<const ExpertsBackend*> wna16_priority(Device device) {
@@ -100,8 +106,21 @@ QuantizedExpertWeights convert_wna16_weights(const MoEConfig& config,
                                              const ParallelConfig& parallel,
                                              const ExpertsShape& shape,
                                              const RawExpertWeights& raw) {
-  MG_CHECK(raw.w13.device().is_cpu() && raw.w2.device().is_cpu(),
-           "integer expert weights must be loaded in host memory");
+  if (!raw.w13.device().is_cpu() || !raw.w2.device().is_cpu()) {
+    // Codes made on the GPU (random weights) stay there; cuda_wna16 repacks them in place.
+    MG_CHECK(is_whole_layer(config, shape) && !raw.w13_quant.g_idx.defined() &&
+                 !raw.w2_quant.g_idx.defined() && !raw.w13_bias.defined() && !raw.w2_bias.defined(),
+             "integer expert weights on {} are taken whole (every expert on this rank, the full "
+             "intermediate size, no act-order g_idx, no biases); load them in host memory to "
+             "split or permute them",
+             raw.w13.device().str());
+    QuantizedExpertWeights out;
+    out.w13 = raw.w13;
+    out.w13_quant = raw.w13_quant;
+    out.w2 = raw.w2;
+    out.w2_quant = raw.w2_quant;
+    return out;
+  }
   const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
   const int64_t I = config.intermediate_size(), I_local = shape.intermediate_size;
   const int64_t N1 = config.w13_rows(), N1_local = shape.w13_rows();

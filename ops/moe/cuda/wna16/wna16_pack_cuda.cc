@@ -2,6 +2,7 @@
 // points of the input contract repacked once, on the host. Plain C++; in the CUDA build only
 // because its header names CUDA types.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -44,6 +45,20 @@ void place_row_codes(Wna16PackedHost& p, int64_t e, int64_t pr, CodeOf code_of) 
         base[(w / 4) * 128 + lane * 4 + (w % 4)] = word;
       }
     }
+  }
+}
+
+// Runs pack_rows(begin, end) over [0, rows) on the host's threads (one per 4 M codes of `codes`
+// at most).
+void run_rows_on_host(int64_t rows, int64_t codes, FunctionRef<void(int64_t, int64_t)> pack_rows) {
+  const int64_t threads =
+      std::min<int64_t>({static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
+                         max_threads(), std::max<int64_t>(1, codes / (int64_t{1} << 22))});
+  if (threads <= 1) {
+    pack_rows(0, rows);
+  } else {
+    ThreadPool pool(static_cast<int>(threads));
+    pool.parallel_for(rows, pack_rows, 64);
   }
 }
 
@@ -115,23 +130,32 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
     return n / rows_per_part * p.part_rows + n % rows_per_part;
   };
 
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t n = 0; n < N; ++n) {
+  // Rows are independent (each writes its own words and pairs): a Qwen3-30B-A3B layer has 600 M
+  // codes, so the host threads share them. An out-of-range code or zero point is noted (the
+  // first by position) and reported once the workers are done.
+  std::atomic<int64_t> bad_code{E * N * K}, bad_zero{E * N * p.groups};
+  const auto lower_to = [](std::atomic<int64_t>& at, int64_t v) {
+    int64_t cur = at.load();
+    while (v < cur && !at.compare_exchange_weak(cur, v)) {
+    }
+  };
+  const auto pack_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t en = begin; en < end; ++en) {
+      const int64_t e = en / N, n = en % N;
       const int64_t pr = padded_row(n);
       const uint8_t* row = m.codes + (e * N + n) * K;
       for (int64_t k = 0; k < K; ++k) {
-        MG_CHECK(row[k] <= max_code,
-                 "WNA16 pack: code {} at expert {} row {} column {} exceeds {} bits", row[k], e, n,
-                 k, m.bits);
+        if (row[k] > max_code) {
+          lower_to(bad_code, (e * N + n) * K + k);
+          break;
+        }
       }
       for (int64_t g = 0; g < p.groups; ++g) {
         const int64_t at = (e * N + n) * p.groups + g;
         float z = sym_zero;
         if (m.zeros_f32 != nullptr) z = m.zeros_f32[at];
         if (m.zeros_u8 != nullptr) {
-          MG_CHECK(m.zeros_u8[at] <= max_code,
-                   "WNA16 pack: zero point {} at expert {} row {} exceeds {} bits", m.zeros_u8[at],
-                   e, n, m.bits);
+          if (m.zeros_u8[at] > max_code) lower_to(bad_zero, at);
           z = m.zeros_u8[at];
         }
         const float s = m.scales[at];
@@ -141,6 +165,15 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
       }
       place_row_codes(p, e, pr, [&](int64_t k) { return static_cast<uint32_t>(row[k]); });
     }
+  };
+  run_rows_on_host(E * N, E * N * K, pack_rows);
+  if (const int64_t at = bad_code.load(); at < E * N * K) {
+    MG_FAIL("WNA16 pack: code {} at expert {} row {} column {} exceeds {} bits", m.codes[at],
+            at / (N * K), at / K % N, at % K, m.bits);
+  }
+  if (const int64_t at = bad_zero.load(); at < E * N * p.groups) {
+    MG_FAIL("WNA16 pack: zero point {} at expert {} row {} exceeds {} bits", m.zeros_u8[at],
+            at / (N * p.groups), at / p.groups % N, m.bits);
   }
   return p;
 }
@@ -210,15 +243,7 @@ Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int6
       });
     }
   };
-  const int64_t threads =
-      std::min<int64_t>({static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
-                         max_threads(), std::max<int64_t>(1, E * N * K / (int64_t{1} << 22))});
-  if (threads <= 1) {
-    pack_rows(0, E * N);
-  } else {
-    ThreadPool pool(static_cast<int>(threads));
-    pool.parallel_for(E * N, pack_rows, 64);
-  }
+  run_rows_on_host(E * N, E * N * K, pack_rows);
   return p;
 }
 
