@@ -442,7 +442,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     attention_split_kv_combine_kernel(AttentionDims dims, const int32_t* positions, const T* sinks,
                                       T* out, int64_t max_seq_len, int64_t splits,
                                       const float* part_acc, const float* part_stats) {
-  __shared__ float weight_s[kSplitKvMaxSplits];
+  __shared__ float max_s[kSplitKvMaxSplits], weight_s[kSplitKvMaxSplits];
+  __shared__ float row_max_s, denom_s;
   const int64_t h = blockIdx.x;
   const int64_t t = blockIdx.y;
   const int64_t dv = dims.v_head_dim;
@@ -458,21 +459,48 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   const int64_t used = (keys + per - 1) / per;
   const int64_t slot0 = (t * dims.heads + h) * splits;
 
-  // Every split has a key, so every split max is finite and so is the row max.
-  const float sink = sinks != nullptr ? to_float(sinks[h]) : -INFINITY;
-  float row_max = sink;
-  for (int64_t s = 0; s < used; ++s) row_max = fmaxf(row_max, part_stats[(slot0 + s) * 2]);
-  float denom = sinks != nullptr ? expf(sink - row_max) : 0.0f;
-  for (int64_t s = 0; s < used; ++s) {
-    denom += part_stats[(slot0 + s) * 2 + 1] * expf(part_stats[(slot0 + s) * 2] - row_max);
-  }
+  // The splits' stats into shared memory in one round of loads, then warp 0 reduces them (the
+  // kernel is bound by memory latency: no loop may wait on one load after another).
   for (int64_t s = threadIdx.x; s < used; s += blockDim.x) {
-    weight_s[s] = expf(part_stats[(slot0 + s) * 2] - row_max) / denom;
+    max_s[s] = part_stats[(slot0 + s) * 2];
+    weight_s[s] = part_stats[(slot0 + s) * 2 + 1];  // the split's denominator, until below
   }
   __syncthreads();
+  if (threadIdx.x < 32) {
+    // Every split has a key, so every split max is finite and so is the row max.
+    const float sink = sinks != nullptr ? to_float(sinks[h]) : -INFINITY;
+    float row_max = sink;
+    for (int64_t s = threadIdx.x; s < used; s += 32) row_max = fmaxf(row_max, max_s[s]);
+    row_max = warp_max(row_max);
+    float denom = 0.0f;
+    for (int64_t s = threadIdx.x; s < used; s += 32) {
+      denom += weight_s[s] * expf(max_s[s] - row_max);
+    }
+    denom = warp_sum(denom);
+    if (threadIdx.x == 0) {
+      row_max_s = row_max;
+      denom_s = denom + (sinks != nullptr ? expf(sink - row_max) : 0.0f);
+    }
+  }
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < used; s += blockDim.x) {
+    weight_s[s] = expf(max_s[s] - row_max_s) / denom_s;
+  }
+  __syncthreads();
+  constexpr int kBatch = 8;  // splits' partial rows in flight per thread
   for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) {
     float v = 0.0f;
-    for (int64_t s = 0; s < used; ++s) v += part_acc[(slot0 + s) * dv + i] * weight_s[s];
+    for (int64_t s0 = 0; s0 < used; s0 += kBatch) {
+      float part[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        part[u] = s0 + u < used ? part_acc[(slot0 + s0 + u) * dv + i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (s0 + u < used) v += part[u] * weight_s[s0 + u];
+      }
+    }
     o[i] = from_float<T>(v);
   }
 }
