@@ -21,12 +21,14 @@
 // the block's heads (its K row read once in 16-byte chunks, all of a lane's loads in flight
 // together, q from shared memory; shuffles sum the lanes), a warp per head does the tile's
 // online-softmax update, then groups of threads (each thread a 16-byte slice of v, 4 keys' slices
-// in flight) accumulate P·V for every head in registers. At decode sizes the kernel waits on
-// memory latency far more than on bandwidth, hence the loads issued ahead of their use. The block leaves (max, denominator,
+// in flight) accumulate P·V for every head in registers. The block leaves (max, denominator,
 // unnormalised output) per head in the workspace; the combine kernel, one block per (head, row),
 // rescales the splits to their common max, adds the sink and writes the row (or NaN for a
-// position outside the cache). The workspace is planned from the launch's bounds
-// (split_kv_workspace_bytes) and nothing syncs with the host, so both kernels go into CUDA graphs.
+// position outside the cache). On the H100 both kernels together cost ~24 µs at 512 keys for ~1 MB
+// of K and V (docs/performance.md, issue 15): a fixed cost not yet found (issuing the loads ahead
+// cut it by a tenth); 4096 keys take 34 µs against the per-query kernel's 161. The workspace is
+// planned from the launch's bounds (split_kv_workspace_bytes) and nothing syncs with the host, so
+// both kernels go into CUDA graphs.
 #pragma once
 
 #include <cmath>
@@ -389,8 +391,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
         for (int u = 0; u < kSplitKvVLoads; ++u) {
           const int j = j0 + u * key_groups;
           if (j < tile_keys) {
-            raw[u] = __ldg(reinterpret_cast<const uint4*>(v_head + row_s[j] * v_stride +
-                                                          slice * kVec));
+            raw[u] =
+                __ldg(reinterpret_cast<const uint4*>(v_head + row_s[j] * v_stride + slice * kVec));
           }
         }
 #pragma unroll
