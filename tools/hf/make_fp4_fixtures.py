@@ -179,16 +179,16 @@ def make_gpt_oss_mxfp4(src, folder):
     return ref
 
 
-def quantize_nvfp4(w):
-    """ModelOpt NVFP4 of w [out, in] fp32: (weight uint8 [out, in/2], weight_scale float8_e4m3fn
-    [out, in/16], weight_scale_2 fp32 scalar, dequantized fp32 [out, in])."""
+def _nvfp4_pack(w, scale_of_amax, step_of_scale):
+    """NVFP4 codes of w [out, in] fp32 with per-16 E4M3 scales scale_of_amax(group amax) and the
+    dequantization step step_of_scale(float scale): (packed uint8 [out, in/2], scale e4m3
+    [out, in/16], dequantized fp32 [out, in])."""
     import torch
     out_f, in_f = w.shape
     assert in_f % 16 == 0, in_f
-    scale_2 = (w.abs().amax() / (6.0 * 448.0)).to(torch.float32)
     g = w.reshape(out_f, in_f // 16, 16)
-    scale = (g.abs().amax(dim=-1) / 6.0 / scale_2).to(torch.float8_e4m3fn)
-    step = scale.to(torch.float32) * scale_2
+    scale = scale_of_amax(g.abs().amax(dim=-1)).to(torch.float8_e4m3fn)
+    step = step_of_scale(scale.to(torch.float32))
     safe = torch.where(step > 0, step, torch.ones_like(step))
     codes = e2m1_codes(torch.where(step.unsqueeze(-1) > 0, g / safe.unsqueeze(-1),
                                    torch.zeros_like(g)))
@@ -196,15 +196,66 @@ def quantize_nvfp4(w):
     deq = (lut[codes.long()] * step.unsqueeze(-1)).reshape(out_f, in_f)
     codes = codes.reshape(out_f, in_f)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
-    return packed.contiguous(), scale.contiguous(), scale_2.reshape(()), deq
+    return packed.contiguous(), scale.contiguous(), deq
+
+
+def quantize_nvfp4(w):
+    """ModelOpt NVFP4 of w [out, in] fp32: (weight uint8 [out, in/2], weight_scale float8_e4m3fn
+    [out, in/16], weight_scale_2 fp32 scalar, dequantized fp32 [out, in])."""
+    import torch
+    scale_2 = (w.abs().amax() / (6.0 * 448.0)).to(torch.float32)
+    packed, scale, deq = _nvfp4_pack(w, lambda a: a / 6.0 / scale_2, lambda s: s * scale_2)
+    return packed, scale, scale_2.reshape(()), deq
+
+
+def quantize_nvfp4_ct(w):
+    """compressed-tensors NVFP4 of w [out, in] fp32: (weight_packed uint8 [out, in/2], weight_scale
+    float8_e4m3fn [out, in/16], weight_global_scale fp32 [1], dequantized fp32 [out, in])."""
+    import torch
+    global_scale = (6.0 * 448.0 / w.abs().amax()).to(torch.float32)
+    packed, scale, deq = _nvfp4_pack(w, lambda a: a / 6.0 * global_scale,
+                                     lambda s: s / global_scale)
+    return packed, scale, global_scale.reshape(1), deq
+
+
+def dequantized_golden(src, folder, dequantized, ref):
+    """Logits and greedy ids of the Mixtral fixture `src` with its weights replaced by
+    `dequantized` (fp32, the checkpoint's own names) in transformers, eager; written to `folder`
+    (logits.npy; reference.json: ref's format and golden, the prompt and greedy ids)."""
+    import tempfile
+
+    import numpy as np
+    import torch
+    import transformers as t
+    from safetensors.torch import save_file
+
+    prompt = json.load(open(os.path.join(src, "reference.json")))["prompt_ids"]
+    ids = torch.tensor([prompt])
+    with tempfile.TemporaryDirectory() as tmp:
+        save_file(dequantized, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        shutil.copy(os.path.join(src, "config.json"), os.path.join(tmp, "config.json"))
+        model = t.MixtralForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    model.set_attn_implementation("eager")
+    model.set_experts_implementation("eager")
+    with torch.no_grad():
+        logits = model(ids).logits[0].float().numpy()
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+        greedy = model.generate(ids, do_sample=False,
+                                max_new_tokens=GREEDY_TOKENS)[0, len(prompt):].tolist()
+    np.save(os.path.join(folder, "logits.npy"), logits.astype(np.float32))
+    out = {"family": "mixtral", "format": ref["format"], "prompt_ids": prompt,
+           "greedy_ids": greedy, "golden": ref["golden"], "transformers": t.__version__,
+           "torch": torch.__version__}
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(out, f, indent=2)
+    return out
 
 
 def make_mixtral_nvfp4(src, folder):
     """Mixtral with its expert weights in ModelOpt's NVFP4 layout; golden from the dequantized
     fp32 model (transformers 5.17 has no CPU path for ModelOpt NVFP4 checkpoints)."""
-    import numpy as np
     import torch
-    import transformers as t
     from safetensors.torch import load_file, save_file
 
     shutil.rmtree(folder, ignore_errors=True)
@@ -233,64 +284,16 @@ def make_mixtral_nvfp4(src, folder):
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=2)  # ModelOpt's own export: the quantization in hf_quant_config
 
-    prompt = json.load(open(os.path.join(src, "reference.json")))["prompt_ids"]
-    ids = torch.tensor([prompt])
-    # The dequantized weights under the checkpoint's own names, loaded as any fp32 checkpoint.
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        save_file(dequantized, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        shutil.copy(os.path.join(src, "config.json"), os.path.join(tmp, "config.json"))
-        model = t.MixtralForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
-    model.set_attn_implementation("eager")
-    model.set_experts_implementation("eager")
-    with torch.no_grad():
-        logits = model(ids).logits[0].float().numpy()
-        model.generation_config.eos_token_id = None
-        model.generation_config.pad_token_id = 0
-        greedy = model.generate(ids, do_sample=False,
-                                max_new_tokens=GREEDY_TOKENS)[0, len(prompt):].tolist()
-    np.save(os.path.join(folder, "logits.npy"), logits.astype(np.float32))
-    ref = {
-        "family": "mixtral",
+    return dequantized_golden(src, folder, dequantized, {
         "format": "modelopt NVFP4 (hf_quant_config.json; experts quantized)",
-        "prompt_ids": prompt,
-        "greedy_ids": greedy,
         "golden": "the dequantized fp32 model (codes x weight_scale x weight_scale_2) in "
-                  "transformers, eager, no activation quantization",
-        "transformers": t.__version__,
-        "torch": torch.__version__,
-    }
-    with open(os.path.join(folder, "reference.json"), "w") as f:
-        json.dump(ref, f, indent=2)
-    return ref
-
-
-def quantize_nvfp4_ct(w):
-    """compressed-tensors NVFP4 of w [out, in] fp32: (weight_packed uint8 [out, in/2], weight_scale
-    float8_e4m3fn [out, in/16], weight_global_scale fp32 [1], dequantized fp32 [out, in])."""
-    import torch
-    out_f, in_f = w.shape
-    assert in_f % 16 == 0, in_f
-    global_scale = (6.0 * 448.0 / w.abs().amax()).to(torch.float32)
-    g = w.reshape(out_f, in_f // 16, 16)
-    scale = (g.abs().amax(dim=-1) / 6.0 * global_scale).to(torch.float8_e4m3fn)
-    step = scale.to(torch.float32) / global_scale
-    safe = torch.where(step > 0, step, torch.ones_like(step))
-    codes = e2m1_codes(torch.where(step.unsqueeze(-1) > 0, g / safe.unsqueeze(-1),
-                                   torch.zeros_like(g)))
-    lut = torch.tensor(E2M1 + [-v for v in E2M1])
-    deq = (lut[codes.long()] * step.unsqueeze(-1)).reshape(out_f, in_f)
-    codes = codes.reshape(out_f, in_f)
-    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
-    return packed.contiguous(), scale.contiguous(), global_scale.reshape(1), deq
+                   "transformers, eager, no activation quantization"})
 
 
 def make_mixtral_ct_nvfp4(src, folder):
     """Mixtral with its attention projections and expert weights in compressed-tensors'
     nvfp4-pack-quantized layout; golden from the dequantized fp32 model."""
-    import numpy as np
     import torch
-    import transformers as t
     from safetensors.torch import load_file, save_file
 
     shutil.rmtree(folder, ignore_errors=True)
@@ -327,35 +330,10 @@ def make_mixtral_ct_nvfp4(src, folder):
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
 
-    prompt = json.load(open(os.path.join(src, "reference.json")))["prompt_ids"]
-    ids = torch.tensor([prompt])
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        save_file(dequantized, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        shutil.copy(os.path.join(src, "config.json"), os.path.join(tmp, "config.json"))
-        model = t.MixtralForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
-    model.set_attn_implementation("eager")
-    model.set_experts_implementation("eager")
-    with torch.no_grad():
-        logits = model(ids).logits[0].float().numpy()
-        model.generation_config.eos_token_id = None
-        model.generation_config.pad_token_id = 0
-        greedy = model.generate(ids, do_sample=False,
-                                max_new_tokens=GREEDY_TOKENS)[0, len(prompt):].tolist()
-    np.save(os.path.join(folder, "logits.npy"), logits.astype(np.float32))
-    ref = {
-        "family": "mixtral",
+    return dequantized_golden(src, folder, dequantized, {
         "format": "compressed-tensors nvfp4-pack-quantized (attention and experts quantized)",
-        "prompt_ids": prompt,
-        "greedy_ids": greedy,
         "golden": "the dequantized fp32 model (codes x weight_scale / weight_global_scale) in "
-                  "transformers, eager, no activation quantization",
-        "transformers": t.__version__,
-        "torch": torch.__version__,
-    }
-    with open(os.path.join(folder, "reference.json"), "w") as f:
-        json.dump(ref, f, indent=2)
-    return ref
+                   "transformers, eager, no activation quantization"})
 
 
 def main():

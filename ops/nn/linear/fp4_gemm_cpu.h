@@ -1,6 +1,7 @@
 // FP4 E2M1 weights (MXFP4, NVFP4; framework/core/fp4.h) on the CPU: the GEMM that reads packed
 // codes and dequantizes one tile of 128 weight rows at a time into F32 (code x effective group
-// scale), never the whole matrix. Used by the FP4 linear and the cpu_fp4 MoE experts.
+// scale; the loop is ops/nn/linear/tiled_dequant_gemm_cpu.h), never the whole matrix. Used by the
+// FP4 linear and the cpu_fp4 MoE experts.
 #pragma once
 
 #include <cstdint>
