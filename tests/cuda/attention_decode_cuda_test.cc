@@ -423,7 +423,7 @@ TEST(CudaAttentionDecode, HeadSizesWithoutWholeVectorsKeepThePerQueryKernel) {
 // graph, each launch on the next of `copies` (distinct caches, so that long contexts come from
 // HBM rather than the L2).
 double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DType dtype,
-                 cuda::AttentionPath path) {
+                 cuda::AttentionPath path, int64_t splits = 0) {
   constexpr int kLaunches = 48, kReplays = 15;
   const DecodeProblem& first = *copies.front();
   const size_t ws_bytes = cuda::split_kv_workspace_bound(first.dims(), dtype_size(dtype),
@@ -438,6 +438,7 @@ double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DTyp
     cuda::AttentionArgs a = copies[static_cast<size_t>(i) % copies.size()]->args(path, 0);
     a.workspace = workspace.as<void>();
     a.workspace_bytes = ws_bytes;
+    a.splits = splits;
     cuda::dispatch_float_dtype(
         dtype, [&](auto tag) { cuda::launch_attention<decltype(tag)>(first.dims(), a, stream); });
   }
@@ -502,6 +503,17 @@ TEST(CudaAttentionDecode, TimesBothPathsOnTheQwen3Shape) {
                      shape.name, per_query, split)
               << std::endl;
     EXPECT_GT(split, 0.0);
+    if (shape.contexts.size() == 1) {
+      // Where the time goes: the same launch at forced split counts.
+      std::string by_splits;
+      for (int64_t forced : {1, 4, 16, 64}) {
+        by_splits +=
+            fmt::format(" {}: {:.1f} us", forced,
+                        time_path(copies, DType::kBF16, cuda::AttentionPath::kSplitKv, forced));
+      }
+      std::cout << "[ TIMING ] split-KV " << shape.name << " by forced splits:" << by_splits
+                << std::endl;
+    }
     if (shape.split_must_win) {
       EXPECT_LT(split, per_query) << shape.name;
     }

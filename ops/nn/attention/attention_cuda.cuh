@@ -274,9 +274,28 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   const int64_t left = group - tile * kSplitKvMaxHeads;
   const int nh = left < kHeads ? static_cast<int>(left) : kHeads;  // heads of this block
 
-  for (int64_t i = tid; i < kHeads * d; i += kSplitKvThreads) {
-    const int hh = static_cast<int>(i / d);
-    head_s[hh][i % d] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i % d]) : 0.0f;
+  // q of the block's heads: one 16-byte load per thread where q is aligned (one round of
+  // memory latency instead of one per element a thread copies).
+  if (reinterpret_cast<uintptr_t>(q) % 16 == 0) {
+    for (int64_t i = tid * kVec; i < kHeads * d; i += kSplitKvThreads * kVec) {
+      const int hh = static_cast<int>(i / d);
+      const int64_t c = i % d;
+      if (hh < nh) {
+        const uint4 raw =
+            __ldg(reinterpret_cast<const uint4*>(q + (t * dims.heads + h0 + hh) * d + c));
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int x = 0; x < kVec; ++x) head_s[hh][c + x] = to_float(e[x]);
+      } else {
+#pragma unroll
+        for (int x = 0; x < kVec; ++x) head_s[hh][c + x] = 0.0f;
+      }
+    }
+  } else {
+    for (int64_t i = tid; i < kHeads * d; i += kSplitKvThreads) {
+      const int hh = static_cast<int>(i / d);
+      head_s[hh][i % d] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i % d]) : 0.0f;
+    }
   }
   if (tid < kHeads) {
     max_s[tid] = -INFINITY;
