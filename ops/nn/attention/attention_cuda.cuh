@@ -24,9 +24,9 @@
 // in flight) accumulate P·V for every head in registers. The block leaves (max, denominator,
 // unnormalised output) per head in the workspace; the combine kernel, one block per (head, row),
 // rescales the splits to their common max, adds the sink and writes the row (or NaN for a
-// position outside the cache). On the H100 both kernels together cost ~24 µs at 512 keys for ~1 MB
-// of K and V (docs/performance.md, issue 15): a fixed cost not yet found (issuing the loads ahead
-// cut it by a tenth); 4096 keys take 34 µs against the per-query kernel's 161. The workspace is
+// position outside the cache). On the H100 the two kernels cost 19.4 µs at 512 keys for ~1 MB of
+// K and V, 30.0 at 4096 against the per-query kernel's 160 (docs/performance.md, issue 15): a
+// 128-key tile still waits one memory latency per score pass and per P·V round. The workspace is
 // planned from the launch's bounds (split_kv_workspace_bytes) and nothing syncs with the host, so
 // both kernels go into CUDA graphs.
 #pragma once
