@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -28,8 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 // What a decode step reads, from the graph: see bench_serve.h.
 struct StepBytes {
-  double dense = 0;               // every weight but the routed experts and the embedding table
-  double expert = 0;              // one expert of one layer
+  double dense = 0;   // every weight but the routed experts and the embedding table
+  double expert = 0;  // one expert of one layer, at its stored bytes (packed codes and scales)
   std::vector<double> layer_k_e;  // per MoE layer: top_k and num_experts
   std::vector<int64_t> layer_e;
   double kv_per_position = 0;  // K and V of every attention layer, one position of one sequence
@@ -46,45 +45,28 @@ struct StepBytes {
 
 StepBytes step_bytes(const std::filesystem::path& graph, DType dtype) {
   const proto::Model model = load_graph(graph);
-  const double elem = static_cast<double>(dtype_size(dtype));
-  std::map<std::string, double> numel;
-  for (const auto& t : model.tensors()) {
-    double n = 1;
-    for (int64_t d : t.shape()) n *= static_cast<double>(d);
-    numel[t.name()] = n;
-  }
-  // Tensors read only by embedding nodes (a step reads B of their rows): left out.
-  std::set<std::string> embedding_only, used_elsewhere;
   StepBytes s;
-  double expert_elems = 0;
+  double top_k_sum = 0;
   for (const auto& node : model.nodes()) {
-    if (node.op() == "embedding" && node.inputs_size() > 1) {
-      embedding_only.insert(node.inputs(1));
-    } else {
-      for (const auto& in : node.inputs()) used_elsewhere.insert(in);
-    }
     if (node.has_moe()) {
-      const auto& m = node.moe();
-      // Gated experts: gate and up [I, H], down [H, I].
-      const double per_expert =
-          3.0 * static_cast<double>(m.hidden_size()) * static_cast<double>(m.intermediate_size());
-      expert_elems += per_expert * static_cast<double>(m.num_experts());
-      s.expert = per_expert * elem;
-      s.layer_e.push_back(m.num_experts());
-      s.layer_k_e.push_back(static_cast<double>(m.top_k()));
+      s.layer_e.push_back(node.moe().num_experts());
+      s.layer_k_e.push_back(static_cast<double>(node.moe().top_k()));
+      top_k_sum += static_cast<double>(node.moe().top_k());
     }
     if (node.has_attention()) {
       const auto& a = node.attention();
       const int64_t v = a.v_head_dim() > 0 ? a.v_head_dim() : a.head_dim();
-      s.kv_per_position += static_cast<double>(a.num_kv_heads() * (a.head_dim() + v)) * elem;
+      s.kv_per_position += static_cast<double>(a.num_kv_heads() * (a.head_dim() + v)) *
+                           static_cast<double>(dtype_size(dtype));
     }
   }
-  double dense_elems = 0;
-  for (const auto& [name, n] : numel) {
-    if (embedding_only.count(name) && !used_elsewhere.count(name)) continue;
-    dense_elems += n;
-  }
-  s.dense = std::max(0.0, dense_elems - expert_elems) * elem;
+  // The weights as `bench e2e` counts them (tools/bench/decode_floor.h): quantized tensors at
+  // their stored bytes with their scales. Its routed-expert share is top_k of each layer's
+  // experts, so one expert of a layer is that share over the layers' summed top_k (exact when
+  // the MoE layers are alike, as in every family we import).
+  const DecodeWeightBytes w = decode_weight_bytes(model, dtype);
+  s.dense = w.dense;
+  s.expert = top_k_sum > 0 ? w.experts / top_k_sum : 0.0;
   return s;
 }
 

@@ -9,9 +9,10 @@
 //   bytes = dense weights + L * D(B) * expert bytes + B * context * KV bytes per position
 //   D(B)  = E (1 - (1 - k/E)^B), the expected distinct experts a layer touches under uniform
 //           routing (as `bench moe`'s floor), context the mean over the decode steps
-// with weights counted in the activation dtype (the embedding table, of which a step reads B
-// rows, left out) and the bandwidth a large device-to-device copy (GPUs, as `bench moe`) or
-// host memcpy (CPU), bytes read + written over its time.
+// with weights counted as `bench e2e` counts them (tools/bench/decode_floor.h: the activation
+// dtype, or a quantized tensor's stored bytes with its scales; the embedding table, of which a
+// step reads B rows, left out) and the bandwidth a large device-to-device copy (GPUs, as `bench
+// moe`) or host memcpy (CPU), bytes read + written over its time.
 #pragma once
 
 #include <cstdint>
