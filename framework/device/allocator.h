@@ -28,6 +28,9 @@ Tensor empty_tensor(Device device, DType dtype, Shape shape, Stream* stream = nu
 // copies through `stream`; pass nullptr to block until done.
 void copy_tensor(const Tensor& dst, const Tensor& src, Stream* stream = nullptr);
 
+// `t` in host memory: itself when it is there (or undefined), else a blocking copy.
+Tensor to_host_tensor(const Tensor& t);
+
 // Number of CUDA devices visible; 0 in a CPU-only build or on a machine without a GPU.
 int cuda_device_count();
 // True when this binary was built with CUDA support.

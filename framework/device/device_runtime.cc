@@ -120,4 +120,11 @@ void copy_tensor(const Tensor& dst, const Tensor& src, Stream* stream) {
 #endif
 }
 
+Tensor to_host_tensor(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  Tensor out = Tensor::empty_cpu(t.dtype(), t.shape());
+  copy_tensor(out, t);
+  return out;
+}
+
 }  // namespace mg

@@ -48,14 +48,6 @@ Tensor upload_vector(const std::vector<V>& v, DType dtype, Device device) {
   return upload(host, device);
 }
 
-// A host copy of `t` (the WNA16 repacking runs on the host; weights made on a GPU come down once).
-Tensor host_copy(const Tensor& t) {
-  if (!t.defined() || t.device().is_cpu()) return t;
-  Tensor out = Tensor::empty_cpu(t.dtype(), t.shape());
-  copy_tensor(out, t);
-  return out;
-}
-
 // One packed matrix on the device and its kernel view.
 struct PackedMatrix {
   Tensor words, params;
@@ -143,7 +135,8 @@ PackedMatrix pack_and_upload(const Wna16MatrixTensors& m, const char* name, int6
       !m.zeros.defined() || ((m.zeros.dtype() == DType::kF32 || m.zeros.dtype() == DType::kU8) &&
                              m.zeros.shape() == scale_shape),
       "cuda_wna16: {} zero points must be F32 or U8 {}", name, shape_str(scale_shape));
-  const Tensor codes = host_copy(m.codes), scales = host_copy(m.scales), zeros = host_copy(m.zeros);
+  const Tensor codes = to_host_tensor(m.codes), scales = to_host_tensor(m.scales),
+               zeros = to_host_tensor(m.zeros);
   cuda::Wna16HostMatrix h;
   h.codes = codes.data<uint8_t>();
   h.scales = scales.data<float>();
@@ -207,7 +200,7 @@ PackedMatrix pack_and_upload_e2m1(const Tensor& codes_in, const WeightQuantizati
     s.rows = rows;
     return pack_on_device(layout, c, s, device);
   }
-  const Tensor codes = host_copy(codes_in), scales = host_copy(q.scale);
+  const Tensor codes = to_host_tensor(codes_in), scales = to_host_tensor(q.scale);
   const cuda::Wna16PackedHost packed =
       cuda::wna16_pack_e2m1(static_cast<const uint8_t*>(codes.raw()), scales.data<float>(), experts,
                             rows, cols, group, parts);
@@ -410,6 +403,7 @@ Wna16MatrixTensors contract_of(const Tensor& codes, const WeightQuantization& q,
 class CudaWna16Backend final : public ExpertsBackend {
  public:
   std::string_view name() const override { return "cuda_wna16"; }
+  bool takes_device_codes() const override { return true; }
   bool is_monolithic() const override { return true; }
   ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
   std::string check_device(Device device) const override { return cuda_check_device(device); }
@@ -493,6 +487,7 @@ class CudaWna16Backend final : public ExpertsBackend {
 class CudaFp4Backend final : public ExpertsBackend {
  public:
   std::string_view name() const override { return "cuda_fp4"; }
+  bool takes_device_codes() const override { return true; }
   bool is_monolithic() const override { return true; }
   ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
   std::string check_device(Device device) const override { return cuda_check_device(device); }

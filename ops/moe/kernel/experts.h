@@ -135,6 +135,11 @@ class ExpertsBackend {
                : std::string(name()) + " runs one kernel and takes no kernel request";
   }
 
+  // Whether create() takes quantized expert codes that already lie on the GPU (random weights
+  // made there) for a whole layer and repacks them there; the oracle hands every other backend
+  // host copies.
+  virtual bool takes_device_codes() const { return false; }
+
   // Experts built here take `*this` as their backend().
   virtual std::unique_ptr<Experts> create(ExpertsBuild build) const = 0;
 };

@@ -64,29 +64,16 @@ MoEQuantConfig fp4_quant_config(const MoEConfig& config, const RawExpertWeights&
 
 namespace {
 
-// The host copy of a small tensor (a bias) that may lie on a GPU.
-Tensor on_host(const Tensor& t) {
-  if (!t.defined() || t.device().is_cpu()) return t;
-  Tensor out = Tensor::empty_cpu(t.dtype(), t.shape());
-  copy_tensor(out, t);
-  return out;
-}
-
 // Whole layers of FP4 codes on the GPU (random weights): w2 and a gate-then-up w13 are taken as
 // they are, an interleaved w13 (GPT-OSS: gate rows even, up rows odd) is split into its gate and
 // up halves there, rows and their scales (cuda_fp4 repacks them on the GPU).
 QuantizedExpertWeights device_fp4_weights(const MoEConfig& config, const ExpertsShape& shape,
                                           const RawExpertWeights& raw) {
-  MG_CHECK(shape.num_local_experts() == config.num_experts() &&
-               shape.intermediate_size == config.intermediate_size(),
+  MG_CHECK(is_whole_layer(config, shape),
            "FP4 expert weights on {} are taken whole (every expert on this rank, the full "
            "intermediate size); load them in host memory to split them",
            raw.w13.device().str());
-  QuantizedExpertWeights out;
-  out.w13 = raw.w13;
-  out.w13_quant = raw.w13_quant;
-  out.w2 = raw.w2;
-  out.w2_quant = raw.w2_quant;
+  QuantizedExpertWeights out = codes_as_stored(raw);
   const bool gated = is_gated(config.activation().kind);
   if (gated && config.gate_up_interleaved()) {
 #ifdef MG_WITH_CUDA
@@ -123,7 +110,7 @@ QuantizedExpertWeights device_fp4_weights(const MoEConfig& config, const Experts
   const int64_t E = shape.num_local_experts(), I = config.intermediate_size();
   const bool interleaved = gated && config.gate_up_interleaved();
   if (raw.w13_bias.defined()) {
-    const Tensor full = to_f32_cpu(on_host(raw.w13_bias));
+    const Tensor full = to_f32_cpu(to_host_tensor(raw.w13_bias));
     const int64_t N1 = full.dim(1);
     out.w13_bias = Tensor::empty_cpu(DType::kF32, {E, N1});
     for (int64_t e = 0; e < E; ++e) {
@@ -133,7 +120,7 @@ QuantizedExpertWeights device_fp4_weights(const MoEConfig& config, const Experts
       }
     }
   }
-  if (raw.w2_bias.defined()) out.w2_bias = to_f32_cpu(on_host(raw.w2_bias));
+  if (raw.w2_bias.defined()) out.w2_bias = to_f32_cpu(to_host_tensor(raw.w2_bias));
   return out;
 }
 

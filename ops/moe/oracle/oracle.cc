@@ -33,24 +33,16 @@ std::string verdict_list(const std::vector<BackendVerdict>& verdicts) {
   return s;
 }
 
-// `t` in host memory (a copy when it lies on a GPU).
-Tensor on_host(const Tensor& t) {
-  if (!t.defined() || t.device().is_cpu()) return t;
-  Tensor out = Tensor::empty_cpu(t.dtype(), t.shape());
-  copy_tensor(out, t);
-  return out;
-}
-
 // Expert codes made on a GPU (random weights: place-weights makes integer and FP4 codes there)
 // reach only the backends that repack them there, and only whole layers (`whole`: every expert
 // and the full width on this rank); anything else gets them in host memory.
 RawExpertWeights for_backend(const RawExpertWeights& raw, const ExpertsBackend& backend,
                              bool whole) {
-  if (whole && (backend.name() == "cuda_wna16" || backend.name() == "cuda_fp4")) return raw;
+  if (whole && backend.takes_device_codes()) return raw;
   RawExpertWeights out = raw;
   for (Tensor* t : {&out.w13, &out.w13_bias, &out.w2, &out.w2_bias, &out.w13_quant.scale,
                     &out.w13_quant.zero_point, &out.w2_quant.scale, &out.w2_quant.zero_point}) {
-    *t = on_host(*t);
+    *t = to_host_tensor(*t);
   }
   return out;
 }
@@ -184,8 +176,7 @@ MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& p
   MoEKernelBuild out;
   out.choice = select_backend(priority, query);
   ExpertsBuild build{config, shape, device, {}, score_correction_bias, out.choice.kernel, quant};
-  const bool whole = shape.num_local_experts() == config.num_experts() &&
-                     shape.intermediate_size == config.intermediate_size();
+  const bool whole = is_whole_layer(config, shape);
   if (fp4) {
     build.quantized =
         convert_fp4_weights(config, parallel, shape, for_backend(raw, *out.choice.backend, whole));

@@ -89,6 +89,22 @@ struct RawExpertWeights {
   WeightQuantization w2_quant = {};
 };
 
+// Whether this rank holds the whole layer: every expert (then in order) and the full width.
+inline bool is_whole_layer(const MoEConfig& config, const ExpertsShape& shape) {
+  return shape.num_local_experts() == config.num_experts() &&
+         shape.intermediate_size == config.intermediate_size();
+}
+
+// The codes and scales of `raw` taken as they are stored (a backend that repacks them itself).
+inline QuantizedExpertWeights codes_as_stored(const RawExpertWeights& raw) {
+  QuantizedExpertWeights out;
+  out.w13 = raw.w13;
+  out.w13_quant = raw.w13_quant;
+  out.w2 = raw.w2;
+  out.w2_quant = raw.w2_quant;
+  return out;
+}
+
 struct MoEKernelBuild {
   std::unique_ptr<FusedMoEKernel> kernel;
   OracleChoice choice;

@@ -43,12 +43,6 @@ std::vector<std::vector<int64_t>> act_order_permutations(const WeightQuantizatio
   return perms;
 }
 
-// Whether this rank holds the whole layer: every expert (then in order) and the full width.
-bool is_whole_layer(const MoEConfig& config, const ExpertsShape& shape) {
-  return shape.num_local_experts() == config.num_experts() &&
-         shape.intermediate_size == config.intermediate_size();
-}
-
 }  // namespace
 
 std::vector<const ExpertsBackend*> wna16_priority(Device device) {
@@ -114,12 +108,7 @@ QuantizedExpertWeights convert_wna16_weights(const MoEConfig& config,
              "intermediate size, no act-order g_idx, no biases); load them in host memory to "
              "split or permute them",
              raw.w13.device().str());
-    QuantizedExpertWeights out;
-    out.w13 = raw.w13;
-    out.w13_quant = raw.w13_quant;
-    out.w2 = raw.w2;
-    out.w2_quant = raw.w2_quant;
-    return out;
+    return codes_as_stored(raw);
   }
   const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
   const int64_t I = config.intermediate_size(), I_local = shape.intermediate_size;
