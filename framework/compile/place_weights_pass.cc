@@ -208,10 +208,11 @@ class PlaceWeightsPass final : public Pass {
         const proto::TensorInfo& info = graph.model().tensors(graph.value(v.name).tensor_index);
         if (!v.raw_weight.defined()) {
           if (info.has_quantization()) {
-            // Random expert codes of a MoE node on a GPU are made there: the oracle hands them to
-            // cuda_wna16 / cuda_fp4, which repack them in place (any other backend gets a host
-            // copy), so a 15-60 GB model never passes through host memory.
-            const bool on_gpu = state.options.device.is_cuda() && n.op() == "moe" &&
+            // Random codes of inputs that can take them on a GPU are made there (the MoE op's
+            // experts: the oracle hands them to cuda_wna16 / cuda_fp4, which repack them in
+            // place; any other backend gets a host copy), so a 15-60 GB model never passes
+            // through host memory.
+            const bool on_gpu = state.options.device.is_cuda() && specs[k].random_codes_on_device &&
                                 specs[k].takes_quantized &&
                                 shape_numel(Shape(info.shape().begin(), info.shape().end())) >=
                                     kDeviceRandomWeightElements;

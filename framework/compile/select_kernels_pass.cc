@@ -6,6 +6,7 @@
 #include "framework/compile/pass.h"
 #include "framework/core/checked_math.h"
 #include "framework/core/logging.h"
+#include "framework/device/allocator.h"
 
 namespace mg {
 
@@ -89,6 +90,10 @@ class SelectKernelsPass final : public Pass {
       v.dequantized = Tensor();
       v.quant = WeightQuantization();
     }
+    // Builds may leave weight copies queued on the legacy default stream (cudaMemcpy between
+    // device buffers returns before it is done); the forwards run on non-blocking streams, which
+    // do not wait for that stream.
+    synchronize_device(state.options.device);
   }
 };
 

@@ -127,4 +127,14 @@ Tensor to_host_tensor(const Tensor& t) {
   return out;
 }
 
+void synchronize_device(Device device) {
+  if (!device.is_cuda()) return;
+#ifdef MG_WITH_CUDA
+  DeviceScope scope(device);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+#else
+  no_cuda(device);
+#endif
+}
+
 }  // namespace mg

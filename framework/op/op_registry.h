@@ -61,6 +61,10 @@ struct InputSpec {
   // Weights: the op's kernel takes a quantized tensor as it is stored (codes, with the scales in
   // KernelContext::weight_quant). When false, the place-weights pass dequantizes it first.
   bool takes_quantized = false;
+  // Quantized weights given as random codes (--random-weights): the codes may be made on the
+  // compile device instead of the host, as the kernel can take them from there (the MoE op's
+  // expert weights: cuda_wna16 / cuda_fp4 repack them in place).
+  bool random_codes_on_device = false;
 };
 
 // Handed to OpDef::create_kernel.
@@ -91,7 +95,9 @@ class OpDef {
   virtual std::vector<ValueType> infer(const proto::Node& node,
                                        std::span<const std::optional<ValueType>> inputs) const = 0;
 
-  // Builds the kernel for options.device. Throws mg::Error if the op has no kernel there.
+  // Builds the kernel for options.device. Throws mg::Error if the op has no kernel there. Device
+  // work the build queues (weight conversions, copies) may still be running on return: callers
+  // synchronize_device() before running the kernel, as the select-kernels pass does.
   virtual std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const = 0;
 };
 

@@ -18,9 +18,11 @@ constexpr InputSpec kInputs[] = {
     {"score_correction_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
     // Expert weights: taken quantized as stored; the oracle module of the node's quant scheme
     // converts them for its backend.
-    {"w13", InputKind::kWeight, false, WeightPlacement::kRaw, /*takes_quantized=*/true},
+    {"w13", InputKind::kWeight, false, WeightPlacement::kRaw, /*takes_quantized=*/true,
+     /*random_codes_on_device=*/true},
     {"w13_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
-    {"w2", InputKind::kWeight, false, WeightPlacement::kRaw, /*takes_quantized=*/true},
+    {"w2", InputKind::kWeight, false, WeightPlacement::kRaw, /*takes_quantized=*/true,
+     /*random_codes_on_device=*/true},
     {"w2_bias", InputKind::kWeight, true, WeightPlacement::kRaw},
     {"shared_gate", InputKind::kWeight, true},
     {"shared_up", InputKind::kWeight, true},

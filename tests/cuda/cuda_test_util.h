@@ -146,6 +146,7 @@ class DeviceOp {
     }
     KernelContext ctx{node_, options_, types, placed_};
     kernel_ = def_->create_kernel(ctx);
+    synchronize_device(options_.device);  // the build's copies, before run()'s stream reads them
     state_ = kernel_->create_state(StateOptions{options_.device, max_seq_len});
   }
 

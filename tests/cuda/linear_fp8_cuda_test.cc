@@ -44,7 +44,9 @@ std::unique_ptr<OpKernel> make_kernel(const proto::Node& node, const CompileOpti
   const std::vector<Tensor> weights = {Tensor(), w.codes, bias};
   const std::vector<WeightQuantization> quant = {{}, w.quant, {}};
   const KernelContext ctx{node, options, types, weights, quant};
-  return OpRegistry::global().find("linear")->create_kernel(ctx);
+  std::unique_ptr<OpKernel> kernel = OpRegistry::global().find("linear")->create_kernel(ctx);
+  synchronize_device(options.device);  // the build's copies, before a run's stream reads them
+  return kernel;
 }
 
 std::vector<float> run_cpu(OpKernel& kernel, const Tensor& x, const Tensor& bias, int64_t out) {

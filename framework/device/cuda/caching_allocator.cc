@@ -2,9 +2,11 @@
 //
 // Blocks belong to the stream they were first allocated for. Released blocks go back to that
 // stream's free list; since work on one stream runs in order, a later allocation on the same
-// stream can reuse the block at once, without any host synchronisation. Blocks are never split;
-// sizes are rounded to 512 B below 1 MiB and to 2 MiB above, and a cached block is reused for a
-// request only if it is at most twice as large, which bounds the waste.
+// stream can reuse the block at once, without any host synchronisation. A stream's cached blocks
+// are freed when the stream is destroyed (after it finished): a stream created later may get the
+// same handle, and must not inherit blocks that another stream's queued work could still touch.
+// Blocks are never split; sizes are rounded to 512 B below 1 MiB and to 2 MiB above, and a cached
+// block is reused for a request only if it is at most twice as large, which bounds the waste.
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -51,6 +53,19 @@ class CachingAllocator final : public Allocator {
     }
     std::shared_ptr<void> owner(ptr, [this, s](void* p) { release(p, s); });
     return std::make_shared<Buffer>(ptr, bytes, Device::cuda(device_), std::move(owner));
+  }
+
+  // `stream` has finished all its work and is about to be destroyed. Called from a destructor:
+  // errors (a runtime already shut down at exit) are ignored.
+  void drop_stream(cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(stream);
+    if (it == free_.end()) return;
+    for (auto& [size, ptr] : it->second) {
+      cudaFree(ptr);
+      stats_.bytes_reserved -= size;
+    }
+    free_.erase(it);
   }
 
   AllocatorStats stats() {
@@ -123,6 +138,9 @@ Allocator& caching_allocator(int device) {
 }
 AllocatorStats caching_allocator_stats(int device) {
   return allocator_of(device).stats();
+}
+void drop_stream_blocks(int device, cudaStream_t stream) {
+  allocator_of(device).drop_stream(stream);
 }
 
 }  // namespace mg::cuda

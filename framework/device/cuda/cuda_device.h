@@ -53,10 +53,14 @@ inline cudaStream_t native(Stream* stream) {
 }
 
 // The caching allocator of one device: blocks are rounded up to size classes and kept on free
-// lists when released, so steady-state forward passes never call cudaMalloc. A released block is
-// reusable by the stream it was last used on without synchronisation; reuse on another stream
-// first waits on an event recorded at release.
+// lists when released, so steady-state forward passes never call cudaMalloc. A block belongs to
+// the stream it was allocated for and is reused only by that stream, at once, without
+// synchronisation: a buffer used on other streams must be released only after that stream waited
+// for them (an event), as the MoE runner's side stream is joined before its buffers die.
 Allocator& caching_allocator(int device);
+// Frees the cached (released) blocks of `stream`, which has finished its work; CudaStream's
+// destructor calls it.
+void drop_stream_blocks(int device, cudaStream_t stream);
 
 struct AllocatorStats {
   size_t bytes_reserved = 0;    // obtained from cudaMalloc

@@ -24,7 +24,13 @@ CudaStream::CudaStream(int device) : device_(device) {
 }
 
 CudaStream::~CudaStream() {
-  if (stream_) cudaStreamDestroy(stream_);
+  if (!stream_) return;
+  // Work still queued may use blocks the allocator keeps for this stream; a stream created later
+  // can get the same handle, so the blocks go back to the driver once the work is done.
+  DeviceGuard guard(device_);
+  cudaStreamSynchronize(stream_);
+  drop_stream_blocks(device_, stream_);
+  cudaStreamDestroy(stream_);
 }
 
 void CudaStream::synchronize() {

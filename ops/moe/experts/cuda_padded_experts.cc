@@ -76,6 +76,9 @@ CanonicalExpertWeights pad_weights(const CanonicalExpertWeights& c, const Expert
     out.w2_bias = zeros_like(c.w2_bias, {E, Hp});
     copy_block(out.w2_bias, 0, Hp, c.w2_bias, 0, H, E, H);
   }
+  // cudaMemset and device-to-device cudaMemcpy2D return before they are done: finish them before
+  // the caller frees `c` and before a forward's (non-blocking) stream reads `out`.
+  if (out.w13.device().is_cuda()) synchronize_device(out.w13.device());
   return out;
 }
 

@@ -97,6 +97,9 @@ QuantizedExpertWeights device_fp4_weights(const MoEConfig& config, const Experts
                                      cudaMemcpyDeviceToDevice));
         }
       }
+      // Complete on return (device-to-device copies are asynchronous to the host), and before
+      // `src` can be freed.
+      MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
       return dst;
     };
     out.w13 = split(raw.w13);

@@ -31,6 +31,9 @@ Tensor concat_rows(const Tensor& gate, const Tensor& up, bool gated, int64_t fir
   }
   MG_CUDA_CHECK(cudaMemcpy(dst, static_cast<const char*>(up.raw()) + first * row_bytes, part,
                            cudaMemcpyDeviceToDevice));
+  // A device-to-device cudaMemcpy returns before it is done; the forwards' streams do not wait
+  // for the legacy stream it ran on.
+  MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return w13;
 }
 
@@ -42,6 +45,7 @@ Tensor slice_columns(const Tensor& down, int64_t first, int64_t cols) {
   MG_CUDA_CHECK(cudaMemcpy2D(out.raw(), cols * es,
                              static_cast<const char*>(down.raw()) + first * es, down.dim(1) * es,
                              cols * es, down.dim(0), cudaMemcpyDeviceToDevice));
+  MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // as in concat_rows
   return out;
 }
 
