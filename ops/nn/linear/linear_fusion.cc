@@ -2,9 +2,10 @@
 // framework/compile/fuse_ops.h, by register_linear):
 //   linear (x, W_q, b_q -> q), linear (x, W_k, b_k -> k), linear (x, W_v, b_v -> v)
 //   =>  linear (x, [W_q; W_k; W_v], [b_q; b_k; b_v] -> q, k, v), output_features [n_q, n_k, n_v]
-// A decoder layer's q/k/v projections (and MLA's q_a / kv_a projections) read the same normed
-// hidden state; at one token each is a memory-bound GEMV whose launch and ramp cost more than its
-// bytes, so one GEMV over the concatenated weight saves two launches a layer.
+// A decoder layer's q/k/v projections read the same normed hidden state (MLA: q_a with kv_a's
+// latent and rope-key row ranges; kv_b's k_nope and v read the normed latent); at one token each
+// is a memory-bound GEMV whose launch and ramp cost more than its bytes, so one GEMV over the
+// concatenated weight saves two launches a layer.
 //
 // Why outputs of their own rather than one [T, n_q + n_k + n_v] value with strided column views
 // or a `split` op after it: the consumers (qk_norm_rope, rope, rms_norm, attention) read dense
