@@ -8,8 +8,8 @@
 // written, which is how the tests show the rewrite changes no output.
 //
 // The framework knows no op by name: the rewrites are registered by the ops that own the fused
-// op (register_graph_rewrite), e.g. ops/nn/add_rms_norm/add_rms_norm_fusion.cc and
-// ops/nn/qk_norm_rope/qk_norm_rope_fusion.cc.
+// op (register_graph_rewrite), e.g. ops/nn/linear/linear_fusion.cc (q/k/v as one linear),
+// ops/nn/add_rms_norm/add_rms_norm_fusion.cc and ops/nn/qk_norm_rope/qk_norm_rope_fusion.cc.
 #include <mutex>
 #include <string>
 #include <vector>

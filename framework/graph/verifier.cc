@@ -141,8 +141,9 @@ void check_node(Graph& graph, int i, std::unordered_map<std::string, GraphValue>
     MG_CHECK(present || specs[k].optional, "{}: required input {} ({}) is missing", label, k,
              specs[k].name);
   }
-  MG_CHECK(n.outputs_size() == def->num_outputs(), "{}: has {} outputs, the op produces {}", label,
-           n.outputs_size(), def->num_outputs());
+  const int num_outputs = def->num_outputs_of(n);
+  MG_CHECK(n.outputs_size() == num_outputs, "{}: has {} outputs, the op produces {}", label,
+           n.outputs_size(), num_outputs);
   for (const std::string& out : n.outputs()) {
     MG_CHECK(!out.empty(), "{}: an output has no name", label);
     auto it = values.find(out);

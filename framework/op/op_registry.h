@@ -89,6 +89,9 @@ class OpDef {
   virtual proto::Node::ParamsCase params_case() const = 0;
   virtual std::span<const InputSpec> inputs() const = 0;
   virtual int num_outputs() const = 0;
+  // The outputs `node` must have; num_outputs() unless the op's params set the count (linear's
+  // output_features). Called after the node's params case is checked.
+  virtual int num_outputs_of(const proto::Node& node) const { return num_outputs(); }
 
   // Checks the parameters and the input types and returns the output types. Throws mg::Error
   // saying what is wrong; the caller prefixes the file and node name.

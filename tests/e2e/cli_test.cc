@@ -98,6 +98,9 @@ TEST(Cli, InspectPrintsGraphAndPlan) {
   EXPECT_THAT(r.out, HasSubstr("nodes ("));
   EXPECT_THAT(r.out, HasSubstr("plan for"));
   EXPECT_THAT(r.out, HasSubstr("kernel: "));
+  // The fuse-ops pass's q/k/v: one linear node, one output per projection.
+  EXPECT_THAT(r.out, HasSubstr("layers.0.attn.q_proj+layers.0.attn.k_proj+layers.0.attn.v_proj"));
+  EXPECT_THAT(r.out, HasSubstr("3 outputs ["));
 }
 
 // The graph is typed as it runs on the device asked for (no GPU needed without --plan).

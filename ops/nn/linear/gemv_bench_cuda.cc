@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/nn/linear/linear_gemm_cuda.h"
 #include "ops/nn/linear/linear_gemv_cuda.h"
 
@@ -62,6 +63,63 @@ double time_calls(cudaStream_t stream, const Call& call) {
   cudaGraphDestroy(graph);
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
+}
+
+// A layer's q/k/v (in 2048 -> 4096 + 512 + 512 rows) as the unfused graph runs them, three GEMVs
+// one after another, against the split GEMV the fused linear launches once over their
+// concatenated weight (linear_gemv_cuda.h, the fuse-ops pass's output_features).
+void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* workspace) {
+  constexpr int64_t kIn = 2048;
+  const int64_t outs[3] = {4096, 512, 512};
+  const int64_t total = outs[0] + outs[1] + outs[2];
+  const size_t elem = dtype_size(o.dtype);
+  const size_t weight_bytes = static_cast<size_t>(kIn * total) * elem;
+  const int copies =
+      static_cast<int>(std::clamp<size_t>(kRotateBytes / weight_bytes + 1, 1, kCallsPerGraph));
+  DeviceBuffer weights(weight_bytes * copies);
+  DeviceBuffer x(static_cast<size_t>(cuda::kGemvMaxRows * kIn) * elem);
+  DeviceBuffer y(static_cast<size_t>(cuda::kGemvMaxRows * total) * elem);
+  MG_CUDA_CHECK(cudaMemset(weights.ptr, 0x11, weight_bytes * copies));
+  MG_CUDA_CHECK(cudaMemset(x.ptr, 0x22, static_cast<size_t>(cuda::kGemvMaxRows * kIn) * elem));
+  std::vector<std::unique_ptr<cuda::GemmXwt>> gemvs;
+  for (const int64_t out : outs) {
+    gemvs.push_back(std::make_unique<cuda::GemmXwt>(o.dtype, kIn, out, nullptr, o.device));
+    gemvs.back()->set_gemv_max_rows(cuda::kGemvMaxRows);
+  }
+  std::cout << fmt::format("\nq/k/v {} -> {} + {} + {}: three GEMVs vs one split GEMV\n", kIn,
+                           outs[0], outs[1], outs[2]);
+  std::cout << fmt::format("{:>4} | {:>12} | {:>12} {:>8}\n", "rows", "3 gemvs us", "split us",
+                           "GB/s");
+  for (const int64_t rows : o.rows) {
+    if (rows > cuda::kGemvMaxRows) continue;
+    const double three_us = time_calls(stream, [&](int i) {
+      const char* w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
+      char* out = static_cast<char*>(y.ptr);
+      for (int b = 0; b < 3; ++b) {
+        gemvs[b]->run(x.ptr, rows, w, out, 1.0f, workspace, cuda::GemmXwt::kWorkspaceBytes, stream);
+        w += static_cast<size_t>(outs[b] * kIn) * elem;
+        out += static_cast<size_t>(outs[b] * rows) * elem;
+      }
+    });
+    const double split_us = time_calls(stream, [&](int i) {
+      cuda::GemvSplitArgs args;
+      args.x = x.ptr;
+      args.w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
+      args.rows = rows;
+      args.in = kIn;
+      args.num_blocks = 3;
+      char* out = static_cast<char*>(y.ptr);
+      for (int b = 0; b < 3; ++b) {
+        args.blocks[b].y = out;
+        args.blocks[b].out = outs[b];
+        out += static_cast<size_t>(outs[b] * rows) * elem;
+      }
+      cuda::dispatch_float_dtype(
+          o.dtype, [&](auto tag) { cuda::launch_gemv_split<decltype(tag)>(args, stream); });
+    });
+    std::cout << fmt::format("{:>4} | {:>12.2f} | {:>12.2f} {:>8.0f}\n", rows, three_us, split_us,
+                             static_cast<double>(weight_bytes) / split_us / 1e3);
+  }
 }
 
 }  // namespace
@@ -122,6 +180,7 @@ int run_gemv_bench(const GemvBenchOptions& o) {
                                  : "cublas");
     }
   }
+  if (o.shapes.empty()) bench_qkv_split(o, stream, workspace);
   cudaFree(workspace);
   cudaStreamDestroy(stream);
   return 0;

@@ -27,7 +27,9 @@ struct GemvBenchOptions {
 std::vector<GemvBenchShape> gemv_bench_default_shapes();
 
 // Prints one row per (shape, rows): µs per call of each path (CUDA-graph replay of calls that
-// rotate over weight copies larger than L2), GB/s of weight read and the faster path. Returns 0.
+// rotate over weight copies larger than L2), GB/s of weight read and the faster path; with the
+// default shapes, then a layer's q/k/v as three GEMVs against one split GEMV (the fused linear)
+// at each row count up to kGemvMaxRows. Returns 0.
 int run_gemv_bench(const GemvBenchOptions& options);
 
 }  // namespace mg

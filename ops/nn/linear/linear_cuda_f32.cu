@@ -5,4 +5,5 @@
 namespace mg::cuda {
 template void launch_add_bias<float>(void*, const void*, int64_t, int64_t, cudaStream_t);
 template void launch_gemv<float, float>(const GemvArgs&, cudaStream_t);
+template void launch_gemv_split<float>(const GemvSplitArgs&, cudaStream_t);
 }  // namespace mg::cuda

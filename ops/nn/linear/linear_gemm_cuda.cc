@@ -191,6 +191,10 @@ void GemmXwt::run_gemm_ex(const void* x, int64_t tokens, const void* w, void* y,
   }
 }
 
+int64_t GemmXwt::gemv_rows() const {
+  return gemv_supported() ? std::clamp<int64_t>(gemv_max_rows_, 0, kGemvMaxRows) : 0;
+}
+
 bool GemmXwt::gemv_supported() const {
   // Same dtype in and out, or 16-bit in and F32 out (the router's logits).
   return out_dtype_ == dtype_ || (out_dtype_ == DType::kF32 && dtype_ != DType::kF32);

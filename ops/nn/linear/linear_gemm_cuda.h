@@ -49,6 +49,9 @@ class GemmXwt {
   // 0; at most kGemvMaxRows). For the bench and the tests that force the GEMV at every row count;
   // not thread-safe with run().
   void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
+  // Rows up to which run() takes the GEMV kernel (0: never): a linear with several outputs
+  // launches one split GEMV (linear_gemv_cuda.h) where each block's GemmXwt would take it.
+  int64_t gemv_rows() const;
 
  private:
   // Per token count: the layouts of x and y and the algorithm cuBLASLt's heuristic chose

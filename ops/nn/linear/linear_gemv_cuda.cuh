@@ -11,18 +11,20 @@ namespace mg::cuda {
 constexpr int kGemvThreads = 256;
 constexpr int kGemvWarps = kGemvThreads / 32;
 
+// The work of CUDA block `block` of a GEMV launch (gemv_kernel, or one weight block of
+// gemv_split_kernel): output features [block · features_per_block, + features_per_block).
 // kMaxRows: the template's accumulator count (1, 2, 4 or 8); `rows` <= kMaxRows are computed.
 // kVector: 16-byte loads of w and x (rows are 16-byte multiples and both pointers aligned).
+// Every thread of the block must call it (it synchronises the block).
 template <typename T, typename TOut, int kMaxRows, bool kVector>
-__global__ void __launch_bounds__(kGemvThreads)
-    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const TOut* __restrict__ bias,
-                TOut* __restrict__ y, int rows, int64_t in, int64_t out, float alpha,
-                int warps_per_feature) {
+__device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __restrict__ w,
+                                           const TOut* __restrict__ bias, TOut* __restrict__ y,
+                                           int rows, int64_t in, int64_t out, float alpha,
+                                           int warps_per_feature, int64_t block) {
   __shared__ float partial[kGemvWarps][kMaxRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int features_per_block = kGemvWarps / warps_per_feature;
-  const int64_t n =
-      static_cast<int64_t>(blockIdx.x) * features_per_block + warp / warps_per_feature;
+  const int64_t n = block * features_per_block + warp / warps_per_feature;
   const int part = warp % warps_per_feature;
   const int64_t stride = static_cast<int64_t>(warps_per_feature) * 32;
   float acc[kMaxRows];
@@ -97,6 +99,40 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
+template <typename T, typename TOut, int kMaxRows, bool kVector>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const TOut* __restrict__ bias,
+                TOut* __restrict__ y, int rows, int64_t in, int64_t out, float alpha,
+                int warps_per_feature) {
+  gemv_block<T, TOut, kMaxRows, kVector>(x, w, bias, y, rows, in, out, alpha, warps_per_feature,
+                                         blockIdx.x);
+}
+
+// GemvSplitArgs as the kernel reads it: per weight block its output, bias, rows, first weight
+// row, warps per feature and first CUDA block (first_cuda_block[num_blocks]: the grid size).
+template <typename T>
+struct GemvSplitBlocks {
+  T* y[kGemvMaxBlocks];
+  const T* bias[kGemvMaxBlocks];
+  int64_t out[kGemvMaxBlocks];
+  int64_t first_row[kGemvMaxBlocks];
+  int warps_per_feature[kGemvMaxBlocks];
+  int64_t first_cuda_block[kGemvMaxBlocks + 1];
+  int num_blocks;
+};
+
+template <typename T, int kMaxRows, bool kVector>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_split_kernel(const T* __restrict__ x, const T* __restrict__ w, int rows, int64_t in,
+                      float alpha, const GemvSplitBlocks<T> blocks) {
+  const int64_t cuda_block = blockIdx.x;
+  int b = 0;  // uniform over the CUDA block: every thread takes the same weight block
+  while (b + 1 < blocks.num_blocks && cuda_block >= blocks.first_cuda_block[b + 1]) ++b;
+  gemv_block<T, T, kMaxRows, kVector>(x, w + blocks.first_row[b] * in, blocks.bias[b], blocks.y[b],
+                                      rows, in, blocks.out[b], alpha, blocks.warps_per_feature[b],
+                                      cuda_block - blocks.first_cuda_block[b]);
+}
+
 template <typename T, typename TOut, int kMaxRows>
 void launch_gemv_rows(const GemvArgs& a, cudaStream_t stream) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -121,6 +157,58 @@ void launch_gemv_rows(const GemvArgs& a, cudaStream_t stream) {
                                                                      a.out, a.alpha, wpf);
   }
   MG_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int kMaxRows>
+void launch_gemv_split_rows(const GemvSplitArgs& a, cudaStream_t stream) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // With 16-byte rows every block's first row is as aligned as w itself: one choice for all, the
+  // one launch_gemv makes for each block alone.
+  const bool vector =
+      (a.in * static_cast<int64_t>(sizeof(T))) % 16 == 0 && aligned(a.x) && aligned(a.w);
+  GemvSplitBlocks<T> blocks{};
+  blocks.num_blocks = a.num_blocks;
+  int64_t row = 0, cuda_blocks = 0;
+  for (int b = 0; b < a.num_blocks; ++b) {
+    const GemvSplitArgs::Block& block = a.blocks[b];
+    MG_ASSERT(block.out > 0 && block.y != nullptr, "gemv split: block {} of {} rows", b, block.out);
+    const int wpf = gemv_warps_per_feature(a.in, block.out, static_cast<int>(sizeof(T)));
+    const int64_t features_per_block = kGemvWarps / wpf;
+    blocks.y[b] = static_cast<T*>(block.y);
+    blocks.bias[b] = static_cast<const T*>(block.bias);
+    blocks.out[b] = block.out;
+    blocks.first_row[b] = row;
+    blocks.warps_per_feature[b] = wpf;
+    blocks.first_cuda_block[b] = cuda_blocks;
+    row += block.out;
+    cuda_blocks += (block.out + features_per_block - 1) / features_per_block;
+  }
+  blocks.first_cuda_block[a.num_blocks] = cuda_blocks;
+  MG_ASSERT(cuda_blocks <= 0x7fffffff, "gemv split: {} output features", row);
+  const T* x = static_cast<const T*>(a.x);
+  const T* w = static_cast<const T*>(a.w);
+  const int rows = static_cast<int>(a.rows);
+  if (vector) {
+    gemv_split_kernel<T, kMaxRows, true>
+        <<<static_cast<unsigned>(cuda_blocks), kGemvThreads, 0, stream>>>(x, w, rows, a.in, a.alpha,
+                                                                          blocks);
+  } else {
+    gemv_split_kernel<T, kMaxRows, false>
+        <<<static_cast<unsigned>(cuda_blocks), kGemvThreads, 0, stream>>>(x, w, rows, a.in, a.alpha,
+                                                                          blocks);
+  }
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_gemv_split(const GemvSplitArgs& a, cudaStream_t stream) {
+  MG_ASSERT(a.rows >= 1 && a.rows <= kGemvMaxRows && a.in > 0 && a.num_blocks >= 1 &&
+                a.num_blocks <= kGemvMaxBlocks,
+            "gemv split: {} rows x {} in, {} blocks", a.rows, a.in, a.num_blocks);
+  if (a.rows == 1) return launch_gemv_split_rows<T, 1>(a, stream);
+  if (a.rows == 2) return launch_gemv_split_rows<T, 2>(a, stream);
+  if (a.rows <= 4) return launch_gemv_split_rows<T, 4>(a, stream);
+  return launch_gemv_split_rows<T, 8>(a, stream);
 }
 
 template <typename T, typename TOut>

@@ -48,6 +48,32 @@ struct GemvArgs {
 template <typename T, typename TOut>
 void launch_gemv(const GemvArgs& args, cudaStream_t stream);
 
+// Most output blocks of one split GEMV (linear's kLinearMaxOutputs).
+constexpr int kGemvMaxBlocks = 8;
+
+// One GEMV whose weight is several row blocks, each with its own output and bias (a linear with
+// output_features: a layer's q/k/v projections as one launch):
+//   y_b [rows, out_b] = alpha · x [rows, in] · w[rows_before_b .. + out_b, :]ᵀ (+ bias_b [out_b])
+// Every block gets the CUDA blocks, warps per feature and vector loads launch_gemv would give it
+// alone (its own out), so each y_b holds the floats the unfused GEMV wrote.
+struct GemvSplitArgs {
+  const void* x = nullptr;  // [rows, in], T
+  const void* w = nullptr;  // [Σ out_b, in], T: the blocks' weights, one after the other
+  int64_t rows = 0;         // 1..kGemvMaxRows
+  int64_t in = 0;
+  float alpha = 1.0f;
+  int num_blocks = 0;  // 1..kGemvMaxBlocks
+  struct Block {
+    void* y = nullptr;           // [rows, out], T
+    const void* bias = nullptr;  // [out], T, or null
+    int64_t out = 0;
+  } blocks[kGemvMaxBlocks];
+};
+
+// T: float, __half or __nv_bfloat16 (out dtype T). Instantiated in linear_cuda_<dtype>.cu.
+template <typename T>
+void launch_gemv_split(const GemvSplitArgs& args, cudaStream_t stream);
+
 // Warps that split one output feature's `in` for a GEMV of this shape (1, 2, 4 or 8): the
 // smallest count that puts ~4096 warps on the GPU, no more than gives every lane a 16-byte chunk.
 int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes);

@@ -8,14 +8,19 @@
 // Weight-only integer codes (INT4 / INT8) run through cpu_int_gemm_xwt on the CPU and are
 // dequantized once at build on CUDA, like FP8's W8A16. FP4 E2M1 codes (NVFP4 / MXFP4 dense
 // layers) likewise: cpu_fp4_gemm_xwt on the CPU, dequantized once at build on CUDA.
+// With LinearParams.output_features (unquantized weights only: what the fuse-ops pass writes for
+// a layer's q/k/v projections, linear_fusion.cc) the node has one output per row block of the
+// weight; each device computes every block exactly as a linear of that block alone would.
 #include <algorithm>
 
+#include "framework/compile/fuse_ops.h"
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/op/op_registry.h"
 #include "ops/nn/linear/fp4_gemm_cpu.h"
 #include "ops/nn/linear/fp8_gemm_cpu.h"
 #include "ops/nn/linear/int_gemm_cpu.h"
+#include "ops/nn/linear/linear.h"
 #include "ops/nn/linear/linear_gemm.h"
 #include "ops/nn/nn_op_util.h"
 #include "ops/nn/op_helpers.h"
@@ -168,28 +173,48 @@ class LinearFp4CpuKernel final : public OpKernel {
 
 class LinearCpuKernel final : public OpKernel {
  public:
-  LinearCpuKernel(bool has_bias, float scale) : has_bias_(has_bias), scale_(scale) {}
+  // `features`: the width of each output (linear_output_features).
+  LinearCpuKernel(bool has_bias, float scale, std::vector<int64_t> features)
+      : has_bias_(has_bias), scale_(scale), features_(std::move(features)) {}
 
-  // inputs: x [T, in], weight [out, in], bias [out] (optional). outputs: y [T, out].
+  // inputs: x [T, in], weight [out, in], bias [out] (optional). outputs: y_i [T, features_[i]],
+  // the consecutive row blocks of weight (one output, y [T, out], without output_features).
   void run(const ExecContext& ctx, std::span<const Tensor> inputs,
            std::span<const Tensor> outputs) override {
     const Tensor& x = inputs[0];
     const Tensor& weight = inputs[1];
     const int64_t tokens = x.dim(0);
     const int64_t in = x.dim(1);
-    const int64_t out = weight.dim(0);
-    MG_ASSERT(weight.dim(1) == in && outputs[0].dim(0) == tokens && outputs[0].dim(1) == out,
-              "linear: x {} weight {} y {}", x.str(), weight.str(), outputs[0].str());
-    float* y = outputs[0].data<float>();
-    cpu_gemm_xwt(x.data<float>(), tokens, in, weight.data<float>(), out, y, ctx.pool);
-    bias_and_scale(y, tokens, out, has_bias_ ? inputs[2].data<float>() : nullptr, scale_, ctx.pool);
+    MG_ASSERT(weight.dim(1) == in && outputs.size() == features_.size(),
+              "linear: x {} weight {}, {} outputs for {} blocks", x.str(), weight.str(),
+              outputs.size(), features_.size());
+    // Each block is the GEMM and epilogue of a linear of that block alone (its own column
+    // blocking and threads): a fused q/k/v gives the unfused projections' floats, bit for bit.
+    int64_t row = 0;
+    for (size_t i = 0; i < features_.size(); ++i) {
+      const int64_t out = features_[i];
+      MG_ASSERT(outputs[i].dim(0) == tokens && outputs[i].dim(1) == out,
+                "linear: output {} is {}, expected [{}, {}]", i, outputs[i].str(), tokens, out);
+      float* y = outputs[i].data<float>();
+      cpu_gemm_xwt(x.data<float>(), tokens, in, weight.data<float>() + row * in, out, y, ctx.pool);
+      bias_and_scale(y, tokens, out, has_bias_ ? inputs[2].data<float>() + row : nullptr, scale_,
+                     ctx.pool);
+      row += out;
+    }
+    MG_ASSERT(row == weight.dim(0), "linear: output blocks of {} rows, weight {}", row,
+              weight.str());
   }
 
-  std::string describe() const override { return "cpu"; }
+  std::string describe() const override {
+    if (features_.size() == 1) return "cpu";
+    return fmt::format("cpu, {} outputs [{}] of one weight", features_.size(),
+                       fmt::join(features_, ", "));
+  }
 
  private:
   bool has_bias_;
   float scale_;
+  std::vector<int64_t> features_;
 };
 
 class LinearOp final : public OpDef {
@@ -198,6 +223,9 @@ class LinearOp final : public OpDef {
   proto::Node::ParamsCase params_case() const override { return proto::Node::kLinear; }
   std::span<const InputSpec> inputs() const override { return kInputs; }
   int num_outputs() const override { return 1; }
+  int num_outputs_of(const proto::Node& node) const override {
+    return std::max(1, node.linear().output_features_size());
+  }
 
   std::vector<ValueType> infer(const proto::Node& node,
                                std::span<const std::optional<ValueType>> inputs) const override {
@@ -220,7 +248,25 @@ class LinearOp final : public OpDef {
       expect_float(*inputs[2], "linear: bias");
       expect_shape(*inputs[2], {out}, "linear: bias");
     }
-    return {ValueType{DType::kF32, {kTokens, out}}};
+    if (p.output_features_size() == 0) return {ValueType{DType::kF32, {kTokens, out}}};
+    MG_CHECK(p.output_features_size() >= 2 && p.output_features_size() <= kLinearMaxOutputs,
+             "linear: output_features must have 2 to {} entries (or none), got {}",
+             kLinearMaxOutputs, p.output_features_size());
+    MG_CHECK(!weight.quant_group,
+             "linear: output_features needs an unquantized weight, got {} (quantized linears are "
+             "not fused)",
+             value_type_str(weight));
+    std::vector<ValueType> outputs;
+    int64_t total = 0;
+    for (const int64_t n : p.output_features()) {
+      MG_CHECK(n >= 1 && n <= out, "linear: output_features [{}] must each be in [1, {}]",
+               fmt::join(p.output_features(), ", "), out);
+      total += n;
+      outputs.push_back(ValueType{DType::kF32, {kTokens, n}});
+    }
+    MG_CHECK(total == out, "linear: output_features [{}] add up to {}, the weight has {} rows",
+             fmt::join(p.output_features(), ", "), total, out);
+    return outputs;
   }
 
   std::unique_ptr<OpKernel> create_kernel(const KernelContext& ctx) const override {
@@ -259,7 +305,8 @@ class LinearOp final : public OpDef {
       return std::make_unique<LinearFp8CpuKernel>(ctx.weights[1], quant, quantize_x, p.has_bias(),
                                                   scale);
     }
-    return std::make_unique<LinearCpuKernel>(p.has_bias(), scale);
+    return std::make_unique<LinearCpuKernel>(p.has_bias(), scale,
+                                             linear_output_features(p, ctx.weights[1].dim(0)));
   }
 
  private:
@@ -272,8 +319,15 @@ class LinearOp final : public OpDef {
 
 }  // namespace
 
+std::vector<int64_t> linear_output_features(const proto::LinearParams& params, int64_t out) {
+  if (params.output_features_size() == 0) return {out};
+  return {params.output_features().begin(), params.output_features().end()};
+}
+
 void register_linear(OpRegistry& registry) {
   registry.add(std::make_unique<LinearOp>());
+  register_graph_rewrite("sibling linears -> one linear with output_features",
+                         fuse_sibling_linears);
 }
 
 }  // namespace mg

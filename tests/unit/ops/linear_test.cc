@@ -79,5 +79,78 @@ TEST(LinearOp, RejectsBadShapes) {
   EXPECT_EQ(types[0], (ValueType{DType::kF32, {kTokens, 32}}));
 }
 
+proto::Node split_linear_node(bool has_bias, std::optional<float> scale,
+                              const std::vector<int64_t>& features) {
+  proto::Node node = linear_node(has_bias, scale);
+  for (const int64_t n : features) node.mutable_linear()->add_output_features(n);
+  return node;
+}
+
+// output_features (the fuse-ops pass's q/k/v): one output per row block of the weight, each the
+// floats a linear of that block alone computes (the same GEMM call), bias and scale included.
+TEST(LinearOp, OutputFeaturesGiveEachBlockAsItsOwnLinear) {
+  const int64_t in = 40;
+  const std::vector<int64_t> features = {48, 16, 16, 3};
+  const int64_t out = 83;
+  for (const int64_t tokens : {1, 2, 9}) {
+    for (const bool bias : {false, true}) {
+      for (const std::optional<float> scale : {std::optional<float>(), std::optional(0.25f)}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "T=" << tokens << " bias " << bias << " scale " << scale.value_or(1.0f));
+        const Tensor x = testing::random_tensor({tokens, in}, 11);
+        const Tensor w = testing::random_tensor({out, in}, 12);
+        const Tensor b = testing::random_tensor({out}, 13);
+        std::vector<Tensor> inputs = {x, w};
+        if (bias) inputs.push_back(b);
+        const std::vector<Tensor> got =
+            testing::run_cpu_op(split_linear_node(bias, scale, features), inputs, 3);
+        ASSERT_EQ(got.size(), features.size());
+        int64_t first = 0;
+        for (size_t i = 0; i < features.size(); ++i) {
+          const int64_t n = features[i];
+          std::vector<Tensor> alone = {x, w.slice_rows(first, first + n)};
+          if (bias) alone.push_back(b.slice_rows(first, first + n));
+          const Tensor want = testing::run_cpu_op(linear_node(bias, scale), alone, 3)[0];
+          ASSERT_EQ(got[i].shape(), (Shape{tokens, n}));
+          EXPECT_EQ(std::vector<float>(got[i].data<float>(), got[i].data<float>() + tokens * n),
+                    std::vector<float>(want.data<float>(), want.data<float>() + tokens * n))
+              << "output " << i;
+          first += n;
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearOp, RejectsBadOutputFeatures) {
+  const ValueType x{DType::kF32, {kTokens, 64}};
+  const ValueType w{DType::kF32, {32, 64}};
+  testing::expect_error(
+      [&] {
+        testing::infer_op(split_linear_node(false, {}, {32}), {x, w});
+      },
+      {"output_features must have 2 to 8 entries"});
+  testing::expect_error(
+      [&] {
+        testing::infer_op(split_linear_node(false, {}, {16, 8}), {x, w});
+      },
+      {"output_features [16, 8] add up to 24, the weight has 32 rows"});
+  testing::expect_error(
+      [&] {
+        testing::infer_op(split_linear_node(false, {}, {40, -8}), {x, w});
+      },
+      {"must each be in [1, 32]"});
+  ValueType fp8{DType::kF8E4M3, {32, 64}};
+  fp8.quant_group = GroupShape{128, 128};
+  testing::expect_error(
+      [&] {
+        testing::infer_op(split_linear_node(false, {}, {16, 16}), {x, fp8});
+      },
+      {"output_features needs an unquantized weight"});
+  const auto types = testing::infer_op(split_linear_node(false, {}, {16, 8, 8}), {x, w});
+  ASSERT_EQ(types.size(), 3u);
+  EXPECT_EQ(types[1], (ValueType{DType::kF32, {kTokens, 8}}));
+}
+
 }  // namespace
 }  // namespace mg
