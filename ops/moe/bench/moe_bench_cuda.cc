@@ -504,10 +504,13 @@ std::vector<MoEBenchPoint> run_moe_bench(
       qw = random_fp4_weights(o.quant, E, H, I, s);
       const RawExpertWeights raw{qw.w13, {}, qw.w2, {}, qw.w13_quant, qw.w2_quant};
       quant = fp4_quant_config(config, raw, o.dtype);
-      // The checkpoint's bytes: packed codes and one 1-byte scale per group (E8M0 or E4M3; the
-      // global scale is one float per matrix), not the F32 scales the kernels stream.
-      expert_bytes = 1.5 * H * I + (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) /
-                                       static_cast<double>(E);
+      // The checkpoint's bytes: packed codes, one 1-byte scale per group (E8M0 or E4M3) and
+      // NVFP4's global scale, one float per matrix (gate, up, down), as cuda_fp4 keeps them (it
+      // also streams the padding of K to a multiple of 128: cuda_fp4_expert_bytes).
+      expert_bytes =
+          1.5 * H * I +
+          (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) / static_cast<double>(E) +
+          (o.quant == QuantScheme::kNvfp4 ? 3.0 * 4.0 : 0.0);
     } else if (wna16) {
       facts = int_facts;
       quant = MoEQuantConfig(o.quant,
