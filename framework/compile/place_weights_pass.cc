@@ -76,8 +76,10 @@ Tensor random_weight(const proto::TensorInfo& info, const Graph& graph, Device d
 }
 
 // (fp4) The effective F32 group scales of FP4 weight `info` (E8M0 decoded, NVFP4's global scale
-// applied); a NaN scale (E8M0 0xFF) is an error naming the tensor.
-Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, CompileState& state) {
+// applied); a NaN scale (E8M0 0xFF) is an error naming the tensor. `global_out`: the global scale
+// as a multiplier (WeightQuantization::global_scale), or undefined.
+Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, CompileState& state,
+                       Tensor& global_out) {
   const proto::TensorQuantization& q = info.quantization();
   const Tensor raw =
       state.weights->load(graph.model().tensors(graph.value(q.scale()).tensor_index));
@@ -87,6 +89,14 @@ Tensor load_fp4_scales(const proto::TensorInfo& info, const Graph& graph, Compil
   }
   // ModelOpt's global scale multiplies, compressed-tensors' divides (global_scale_divides).
   Tensor scale = fp4_group_scales_f32(raw, global, q.global_scale_divides());
+  if (global.defined()) {
+    const Tensor g = to_f32_cpu(global);
+    global_out = Tensor::empty_cpu(DType::kF32, g.shape());
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      const float f = g.data<float>()[i];
+      global_out.data<float>()[i] = q.global_scale_divides() ? 1.0f / f : f;
+    }
+  }
   const float* s = scale.data<float>();
   for (int64_t i = 0; i < scale.numel(); ++i) {
     MG_CHECK(std::isfinite(s[i]) && s[i] >= 0.0f,
@@ -141,11 +151,20 @@ void load_quantized(PlanValue& v, const proto::TensorInfo& info, const Graph& gr
   const GroupShape group = *graph.value(v.name).type->quant_group;
   if (is_fp4_quantization(info.quantization())) {
     if (state.options.random_weights) {
+      // Scales with the checkpoint's bytes (E8M0: MXFP4; F8_E4M3 x global: NVFP4), as a real one.
+      const proto::TensorInfo& scale_info =
+          graph.model().tensors(graph.value(info.quantization().scale()).tensor_index);
+      const DType scale_dtype =
+          from_proto(scale_info.dtype(),
+                     fmt::format("{}: tensor '{}'", graph.file_label(), scale_info.name()));
+      const Fp4ScaleGrid grid = scale_dtype == DType::kU8       ? Fp4ScaleGrid::kE8M0
+                                : scale_dtype == DType::kF8E4M3 ? Fp4ScaleGrid::kE4M3
+                                                                : Fp4ScaleGrid::kF32;
       std::tie(v.raw_weight, v.quant) =
-          random_fp4_weight(info, group, *state.options.random_weights, random_where);
+          random_fp4_weight(info, group, *state.options.random_weights, random_where, grid);
     } else {
       v.raw_weight = state.weights->load(info);
-      v.quant.scale = load_fp4_scales(info, graph, state);
+      v.quant.scale = load_fp4_scales(info, graph, state, v.quant.global_scale);
       v.quant.group = group;
     }
     v.quant.element = QuantElement::kFp4E2M1;

@@ -77,17 +77,29 @@ std::pair<Tensor, WeightQuantization> random_fp8_weight(const proto::TensorInfo&
 
 std::pair<Tensor, WeightQuantization> random_fp4_weight(const proto::TensorInfo& info,
                                                         const GroupShape& group, uint64_t seed,
-                                                        Device where) {
+                                                        Device where, Fp4ScaleGrid grid) {
   const Shape stored(info.shape().begin(), info.shape().end());
   const Shape shape = fp4_logical_shape(stored);
   const float base = 1.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(shape.back())));
+  // NVFP4: a power-of-two global near the scales, so that scale / global spans E4M3's normals.
+  float global = 1.0f;
+  Tensor global_scale;
+  if (grid == Fp4ScaleGrid::kE4M3) {
+    global = e8m0_scale_value(e8m0_floor_code(base));
+    Shape lead(shape.begin(), shape.end() - 2);
+    lead.push_back(1);
+    global_scale = Tensor::empty_cpu(DType::kF32, lead);
+    std::fill_n(global_scale.data<float>(), global_scale.numel(), global);
+  }
   if (where.is_cuda()) {
     Tensor codes = empty_tensor(where, DType::kU8, stored);
     fill_random_bytes(codes, mix64(seed ^ fnv1a(info.name())), nullptr);
     WeightQuantization q;
     q.group = group;
     q.scale = empty_tensor(where, DType::kF32, scale_shape_for(shape, group));
-    fill_random_scales(q.scale, mix64(seed ^ fnv1a(info.quantization().scale())), base, nullptr);
+    q.global_scale = global_scale;
+    fill_random_scales(q.scale, mix64(seed ^ fnv1a(info.quantization().scale())), base, nullptr,
+                       grid, global);
     return {std::move(codes), std::move(q)};
   }
   Tensor codes = Tensor::empty_cpu(DType::kU8, stored);
@@ -103,6 +115,11 @@ std::pair<Tensor, WeightQuantization> random_fp4_weight(const proto::TensorInfo&
   q.group = group;
   q.scale = random_group_scales(scale_shape_for(shape, group),
                                 mix64(seed ^ fnv1a(info.quantization().scale())), base);
+  if (grid != Fp4ScaleGrid::kF32) {
+    float* sc = q.scale.data<float>();
+    for (int64_t i = 0; i < q.scale.numel(); ++i) sc[i] = round_fp4_scale(sc[i], grid, global);
+  }
+  q.global_scale = global_scale;
   return {std::move(codes), std::move(q)};
 }
 

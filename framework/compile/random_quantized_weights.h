@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "framework/core/fp4_scale_bytes.h"
 #include "framework/core/quant.h"
 #include "framework/device/device.h"
 #include "proto/model.pb.h"
@@ -24,10 +25,14 @@ std::pair<Tensor, WeightQuantization> random_fp8_weight(const proto::TensorInfo&
 
 // FP4 E2M1 packed codes U8 [stored shape of `info`], every byte floor(uniform_at(.., i, 128, 128))
 // (so every code is uniform over +-{0 .. 6}), F32 scales per `group` of the logical shape:
-// 1 / (6 sqrt(C)) times a factor in [0.5, 1.5) as random_fp8_weight's.
+// 1 / (6 sqrt(C)) times a factor in [0.5, 1.5) as random_fp8_weight's, rounded to `grid` so that
+// they have the checkpoint's scale bytes: kE8M0 (MXFP4) down to a power of two; kE4M3 (NVFP4) to
+// an E4M3 value times a global scale g = 2^floor(log2(1 / (6 sqrt(C)))), which comes back in
+// global_scale ([leading..., 1], host).
 std::pair<Tensor, WeightQuantization> random_fp4_weight(const proto::TensorInfo& info,
                                                         const GroupShape& group, uint64_t seed,
-                                                        Device where = Device::cpu());
+                                                        Device where = Device::cpu(),
+                                                        Fp4ScaleGrid grid = Fp4ScaleGrid::kF32);
 
 // Integer codes of `element` in the canonical layout (framework/core/int_quant.h) of the values
 // uniform_at(mix64(seed ^ fnv1a(name)), i, 0, 1/sqrt(C)) of the `logical` [.., R, C] weight,

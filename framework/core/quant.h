@@ -87,6 +87,13 @@ struct WeightQuantization {
   // input column; undefined: column c is in group c / group.cols.
   Tensor g_idx;
 
+  // ---- FP4 (element kFp4E2M1) ----
+  // NVFP4: F32 on the host, [leading..., S]: the global scale already folded into `scale`
+  // (scale = e4m3 x global; row r of a matrix of R rows has global[.., r / (R / S)]), kept so that
+  // a backend can store the E4M3 bytes (scale / global) and apply it once (cuda_fp4);
+  // compressed-tensors' dividing global is kept as its reciprocal. Undefined: none (MXFP4).
+  Tensor global_scale;
+
   bool defined() const { return scale.defined(); }
   bool is_integer() const {
     return element != QuantElement::kFromDtype && element != QuantElement::kFp4E2M1;

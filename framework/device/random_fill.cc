@@ -52,17 +52,21 @@ void fill_random_bytes(const Tensor& bytes, uint64_t seed, Stream* stream) {
 #endif
 }
 
-void fill_random_scales(const Tensor& scale, uint64_t seed, float base, Stream* stream) {
+void fill_random_scales(const Tensor& scale, uint64_t seed, float base, Stream* stream,
+                        Fp4ScaleGrid grid, float global) {
   check_on_gpu(scale, "fill_random_scales");
   MG_CHECK(scale.dtype() == DType::kF32, "fill_random_scales: F32, not {}",
            dtype_name(scale.dtype()));
 #ifdef MG_WITH_CUDA
-  cuda::fill_random_scales(scale.data<float>(), scale.numel(), seed, base, cuda::native(stream));
+  cuda::fill_random_scales(scale.data<float>(), scale.numel(), seed, base, grid, global,
+                           cuda::native(stream));
   if (stream == nullptr) MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 #else
   (void)seed;
   (void)base;
   (void)stream;
+  (void)grid;
+  (void)global;
 #endif
 }
 

@@ -2,15 +2,18 @@
 // dequantization policy, for MXFP4 and NVFP4 expert weights.
 // - the packing (host only, runs without a GPU): wna16_pack_e2m1 read back through the layout
 //   (wna16_unpack_host) gives every value an independent E2M1 decoder gives, with the scale of its
-//   own 16 columns, for 32- and 16-column groups with partial last groups; bad inputs are refused
-//   with the reason;
+//   own 16 columns, for MXFP4 (E8M0 bytes) and NVFP4 (E4M3 bytes over per-part globals) with
+//   partial last groups; scales with no byte and bad shapes are refused with the reason; the bytes
+//   per expert are the codes, one scale byte per 32 (16) values and NVFP4's globals;
 // - the oracle: FP4 nodes on CUDA pick cuda_fp4 first, cuda_dequant after it;
 // - the backend against the fp64 reference on the independently dequantized weights, routed from
 //   random logits: MXFP4 and NVFP4, GPT-OSS's interleaved gate/up with biases and SwiGLU-OAI (at
 //   limit 7 and at a limit the values reach), a plain activation, odd expert counts, partial last
 //   groups, 1 / 8 / 300 tokens (1 token: most experts get none), BF16 and F16, the kernel chosen
-//   and both forced. A wrong nibble, the other half's scale or a swapped gate/up moves the results
-//   by tens of percent; BF16 rounding of the weights and the intermediate stays within 2e-2.
+//   and both forced; NVFP4 with globals != 1 per expert and part and E4M3 scales all subnormal or
+//   all near 448. A wrong nibble, the other half's scale, a global missed or on the wrong part, or
+//   a swapped gate/up moves the results by tens of percent; BF16 rounding of the weights and the
+//   intermediate stays within 2e-2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +34,7 @@
 #include <cuda_runtime_api.h>
 
 #include "framework/core/fp4.h"
+#include "framework/core/fp4_scale_bytes.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 #include "ops/moe/experts/cuda_fp8_experts.h"
 #include "ops/moe/experts/cuda_wna16_experts.h"
@@ -48,46 +52,102 @@ using testing::DeviceBuffer;
 using testing::independent_dequantize;
 using testing::independent_e2m1;
 
-// Random packed codes [E, R, C / 2] (every byte value) and positive F32 scales per group of
-// `group` columns around 1 / (6 sqrt(C)), so real values are O(1 / sqrt(C)).
-std::pair<Tensor, WeightQuantization> random_fp4(int64_t E, int64_t R, int64_t C, int64_t group,
-                                                 uint32_t seed) {
+int64_t group_of(QuantScheme s) {
+  return s == QuantScheme::kMxfp4 ? 32 : 16;
+}
+
+// The E4M3 codes random NVFP4 scales are drawn from.
+struct E4m3Range {
+  uint8_t lo = 0x28, hi = 0x48;  // 0.25 .. 4
+};
+
+// Random packed codes [E, R, C / 2] (every byte value) and positive scales per group (MXFP4: 32
+// columns, NVFP4: 16) as a checkpoint holds them, with real values O(1 / sqrt(C)): MXFP4 powers
+// of two (E8M0) around 1 / (6 sqrt(C)); NVFP4 E4M3 codes of `range` times an F32 global per expert
+// (per gate / up half of the rows when `global_parts` is 2) that is not a power of two, in
+// q.global_scale [E, global_parts], the effective F32 scale e4m3 x global rounded once as the
+// loader makes it (fp4_group_scales_f32).
+std::pair<Tensor, WeightQuantization> random_fp4(QuantScheme scheme, int64_t E, int64_t R,
+                                                 int64_t C, uint32_t seed, int64_t global_parts = 1,
+                                                 E4m3Range range = {}) {
   std::mt19937 rng(seed);
   Tensor codes = Tensor::empty_cpu(DType::kU8, {E, R, C / 2});
   std::uniform_int_distribution<int> byte(0, 255);
   for (int64_t i = 0; i < codes.numel(); ++i) {
     static_cast<uint8_t*>(codes.raw())[i] = static_cast<uint8_t>(byte(rng));
   }
+  const int64_t group = group_of(scheme), G = (C + group - 1) / group;
   WeightQuantization q;
   q.element = QuantElement::kFp4E2M1;
   q.group = {1, group};
+  q.scale = Tensor::empty_cpu(DType::kF32, {E, R, G});
+  float* scale = q.scale.data<float>();
   const float base = 2.0f / (kFp4E2M1Max * std::sqrt(static_cast<float>(C)));
-  q.scale = testing::random_tensor({E, R, (C + group - 1) / group}, seed + 1, 0.5f * base, base);
+  if (scheme == QuantScheme::kMxfp4) {
+    const int e0 = static_cast<int>(std::floor(std::log2(base)));
+    std::uniform_int_distribution<int> exp(e0 - 1, e0 + 1);
+    for (int64_t i = 0; i < q.scale.numel(); ++i) scale[i] = std::ldexp(1.0f, exp(rng));
+    return {codes, q};
+  }
+  // The globals: base over the mean E4M3 value of the range, times a factor in [0.7, 1.3).
+  std::uniform_int_distribution<int> code(range.lo, range.hi);
+  std::uniform_real_distribution<float> factor(0.7f, 1.3f);
+  const float mean_e4m3 = 0.5f * (e4m3_scale_value(range.lo) + e4m3_scale_value(range.hi));
+  q.global_scale = Tensor::empty_cpu(DType::kF32, {E, global_parts});
+  float* global = q.global_scale.data<float>();
+  for (int64_t i = 0; i < E * global_parts; ++i) global[i] = base / mean_e4m3 * factor(rng);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < R; ++r) {
+      const float g = global[e * global_parts + r / (R / global_parts)];
+      for (int64_t j = 0; j < G; ++j) {
+        scale[(e * R + r) * G + j] = e4m3_scale_value(static_cast<uint8_t>(code(rng))) * g;
+      }
+    }
+  }
   return {codes, q};
 }
 
 // ---- 1. The packing ----------------------------------------------------------------------------
 
-TEST(CudaFp4Experts, PackKeepsEveryCodeWithItsHalfsScale) {
+cuda::Wna16Codes codes_of(QuantScheme s) {
+  return s == QuantScheme::kMxfp4 ? cuda::Wna16Codes::kMxfp4 : cuda::Wna16Codes::kNvfp4;
+}
+
+// The globals [E, parts] wna16_pack_e2m1 takes from q.global_scale [E, S] (S = 1 or parts).
+std::vector<float> globals_of(const WeightQuantization& q, int64_t E, int64_t parts) {
+  std::vector<float> out(static_cast<size_t>(E * parts), 1.0f);
+  if (!q.global_scale.defined()) return out;
+  const int64_t S = q.global_scale.dim(1);
+  for (int64_t i = 0; i < E * parts; ++i) {
+    out[i] = q.global_scale.data<float>()[i / parts * S + (S == 1 ? 0 : i % parts)];
+  }
+  return out;
+}
+
+TEST(CudaFp4Experts, PackKeepsEveryCodeWithItsHalfsScaleByte) {
   struct Case {
-    int64_t E, rows, cols, group, parts;
+    QuantScheme scheme;
+    int64_t E, rows, cols, parts;
   };
   // 72 = 2 x 32 + 8 and 40 = 2 x 16 + 8: partial last groups; 136: a second, partial K step;
-  // gated with odd halves (row padding per part); 4 x 512 x 4096: large enough to be packed on
-  // several host threads.
+  // gated with odd halves (row padding per part, NVFP4 globals per part); 4 x 512 x 4096: large
+  // enough to be packed on several host threads.
   for (const Case c :
-       {Case{2, 16, 64, 32, 1}, Case{3, 10, 72, 32, 2}, Case{2, 8, 40, 16, 1},
-        Case{2, 14, 136, 16, 2}, Case{1, 9, 256, 32, 1}, Case{4, 512, 4096, 16, 2}}) {
-    SCOPED_TRACE(
-        fmt::format("rows {} cols {} group {} parts {}", c.rows, c.cols, c.group, c.parts));
-    const auto [codes, q] = random_fp4(c.E, c.rows, c.cols, c.group, 17);
-    const cuda::Wna16PackedHost p =
-        cuda::wna16_pack_e2m1(static_cast<const uint8_t*>(codes.raw()), q.scale.data<float>(), c.E,
-                              c.rows, c.cols, c.group, c.parts);
-    EXPECT_EQ(p.codes, cuda::Wna16Codes::kE2M1);
+       {Case{QuantScheme::kMxfp4, 2, 16, 64, 1}, Case{QuantScheme::kMxfp4, 3, 10, 72, 2},
+        Case{QuantScheme::kNvfp4, 2, 8, 40, 1}, Case{QuantScheme::kNvfp4, 2, 14, 136, 2},
+        Case{QuantScheme::kMxfp4, 1, 9, 256, 1}, Case{QuantScheme::kNvfp4, 4, 512, 4096, 2}}) {
+    SCOPED_TRACE(fmt::format("{} rows {} cols {} parts {}", quant_scheme_name(c.scheme), c.rows,
+                             c.cols, c.parts));
+    const auto [codes, q] = random_fp4(c.scheme, c.E, c.rows, c.cols, 17, c.parts);
+    const std::vector<float> globals = globals_of(q, c.E, c.parts);
+    const cuda::Wna16PackedHost p = cuda::wna16_pack_e2m1(
+        codes_of(c.scheme), static_cast<const uint8_t*>(codes.raw()), q.scale.data<float>(),
+        globals.data(), c.E, c.rows, c.cols, group_of(c.scheme), c.parts);
+    EXPECT_EQ(p.codes, codes_of(c.scheme));
     EXPECT_EQ(p.bits, 4);
-    EXPECT_EQ(p.group_size, 32);
-    EXPECT_EQ(p.groups, (c.cols + 31) / 32);
+    EXPECT_TRUE(p.params.empty());
+    EXPECT_EQ(static_cast<int64_t>(p.scale_bytes.size()), p.scale_byte_count());
+    EXPECT_EQ(p.globals.size(), c.scheme == QuantScheme::kNvfp4 ? globals.size() : 0u);
     const std::vector<float> got = cuda::wna16_unpack_host(p, c.rows);
     const Tensor want = independent_dequantize(codes, q);
     ASSERT_EQ(got.size(), static_cast<size_t>(want.numel()));
@@ -98,15 +158,65 @@ TEST(CudaFp4Experts, PackKeepsEveryCodeWithItsHalfsScale) {
 }
 
 TEST(CudaFp4Experts, PackRefusesWithTheReason) {
-  EXPECT_EQ(cuda::wna16_pack_e2m1_check(8, 64, 32, 1), "");
-  EXPECT_EQ(cuda::wna16_pack_e2m1_check(8, 40, 16, 2), "");
-  EXPECT_NE(cuda::wna16_pack_e2m1_check(8, 64, 8, 1).find("multiples of 16"), std::string::npos);
-  EXPECT_NE(cuda::wna16_pack_e2m1_check(8, 63, 32, 1).find("even"), std::string::npos);
-  EXPECT_NE(cuda::wna16_pack_e2m1_check(7, 64, 32, 2).find("two equal halves"), std::string::npos);
+  using cuda::Wna16Codes;
+  EXPECT_EQ(cuda::wna16_pack_e2m1_check(Wna16Codes::kMxfp4, 8, 64, 32, 1), "");
+  EXPECT_EQ(cuda::wna16_pack_e2m1_check(Wna16Codes::kNvfp4, 8, 40, 16, 2), "");
+  EXPECT_NE(cuda::wna16_pack_e2m1_check(Wna16Codes::kNvfp4, 8, 64, 8, 1).find("multiples of 16"),
+            std::string::npos);
+  EXPECT_NE(cuda::wna16_pack_e2m1_check(Wna16Codes::kMxfp4, 8, 64, 16, 1).find("multiples of 32"),
+            std::string::npos);
+  EXPECT_NE(cuda::wna16_pack_e2m1_check(Wna16Codes::kMxfp4, 8, 63, 32, 1).find("even"),
+            std::string::npos);
+  EXPECT_NE(cuda::wna16_pack_e2m1_check(Wna16Codes::kMxfp4, 7, 64, 32, 2).find("two equal halves"),
+            std::string::npos);
+  EXPECT_NE(cuda::wna16_pack_e2m1_check(Wna16Codes::kInteger, 8, 64, 32, 1).find("MXFP4 or NVFP4"),
+            std::string::npos);
   const std::vector<uint8_t> codes(8 * 32, 0);
-  const std::vector<float> scales(8 * 8, 1.0f);
-  EXPECT_MG_ERROR(cuda::wna16_pack_e2m1(codes.data(), scales.data(), 1, 8, 64, 8, 1),
+  std::vector<float> scales(8 * 8, 1.0f);
+  EXPECT_MG_ERROR(cuda::wna16_pack_e2m1(Wna16Codes::kNvfp4, codes.data(), scales.data(), nullptr, 1,
+                                        8, 64, 8, 1),
                   "multiples of 16");
+  // A scale with no byte, named by its place: MXFP4 not a power of two; NVFP4 not E4M3 x global
+  // (0.3 / 0.5 = 0.6 is between E4M3's 0.5625 and 0.625).
+  scales[3 * 2 + 1] = 0.75f;
+  EXPECT_MG_ERROR(cuda::wna16_pack_e2m1(Wna16Codes::kMxfp4, codes.data(), scales.data(), nullptr, 1,
+                                        8, 64, 32, 1),
+                  "MXFP4 scale 0.75 of expert 0 row 3 group 1 is not a power of two");
+  std::vector<float> nv(8 * 4, 0.5f);
+  nv[5 * 4 + 2] = 0.3f;
+  const float global = 0.5f;
+  EXPECT_MG_ERROR(
+      cuda::wna16_pack_e2m1(Wna16Codes::kNvfp4, codes.data(), nv.data(), &global, 1, 8, 64, 16, 1),
+      "NVFP4 scale 0.3 of expert 0 row 5 group 2 is not an E4M3 value times its "
+      "global scale 0.5");
+}
+
+// The bytes per expert cuda_fp4 keeps and the bench's floor reads: the codes (half a byte a
+// value), one scale byte per 32 (MXFP4) or 16 (NVFP4) values of a row, NVFP4's F32 global per
+// matrix part; no F32 pairs. GPT-OSS-120B's expert (H = I = 2880, gated): w13 5760 x 2880 and w2
+// 2880 x 2880 values, K = 2880 padded to 23 steps of 128 (2944).
+TEST(CudaFp4Experts, BytesPerExpertAreCodesAndOneScaleBytePerGroup) {
+  ExpertsShape shape;
+  shape.hidden_size = 2880;
+  shape.intermediate_size = 2880;
+  shape.activation.kind = MoEActivation::kSwigluOai;
+  const double values = 3.0 * 2880 * 2880;
+  const double padded = 3.0 * 2880 * (23 * 128);  // K padded to whole steps (codes 0, scales 0)
+  const double mx = cuda_fp4_expert_bytes(shape, QuantScheme::kMxfp4);
+  const double nv = cuda_fp4_expert_bytes(shape, QuantScheme::kNvfp4);
+  EXPECT_DOUBLE_EQ(mx, padded / 2 + padded / 32);
+  EXPECT_DOUBLE_EQ(nv, padded / 2 + padded / 16 + 4.0 * 3);  // globals: gate, up, w2
+  // 4.25 and 4.5 bits a value (plus the padding of K to 2944): 36 layers x 128 experts of the
+  // 120B shape are 62.3 GB (58.0 GiB), not the 88 GB of F32 pairs per 32 values.
+  EXPECT_NEAR(mx / values, 4.25 / 8 * 2944 / 2880, 1e-12);
+  EXPECT_LT(36 * 128 * mx, 62.4e9);
+  EXPECT_GT(36 * 128 * mx, 62.2e9);
+  const cuda::Wna16PackedHost one =
+      cuda::wna16_layout_e2m1(cuda::Wna16Codes::kMxfp4, 1, 5760, 2880, 2);
+  EXPECT_EQ(one.param_count(), 0);
+  EXPECT_EQ(one.scale_byte_count(), 5760 * 23 * 4);
+  EXPECT_EQ(one.global_count(), 0);
+  EXPECT_EQ(cuda::wna16_layout_e2m1(cuda::Wna16Codes::kNvfp4, 3, 5760, 2880, 2).global_count(), 6);
 }
 
 // ---- 2. The backend through the oracle ---------------------------------------------------------
@@ -121,10 +231,6 @@ struct Fp4Case {
   float swiglu_limit = 7.0f;
 };
 
-int64_t group_of(QuantScheme s) {
-  return s == QuantScheme::kMxfp4 ? 32 : 16;
-}
-
 MoEConfig fp4_config(const Fp4Case& c) {
   MoEConfig::Fields f = moe_test::experts_config(c.E, c.k, c.H, c.I, c.act, c.biases).fields();
   f.quant_scheme = c.scheme;
@@ -133,11 +239,14 @@ MoEConfig fp4_config(const Fp4Case& c) {
   return MoEConfig(f);
 }
 
-RawExpertWeights random_raw(const MoEConfig& config, const Fp4Case& c, uint32_t seed) {
+RawExpertWeights random_raw(const MoEConfig& config, const Fp4Case& c, uint32_t seed,
+                            E4m3Range range = {}) {
   RawExpertWeights raw;
-  const int64_t g = group_of(c.scheme);
-  std::tie(raw.w13, raw.w13_quant) = random_fp4(c.E, config.w13_rows(), c.H, g, seed);
-  std::tie(raw.w2, raw.w2_quant) = random_fp4(c.E, c.H, c.I, g, seed + 2);
+  // NVFP4 gate and up rows with globals of their own where they are not interleaved.
+  const int64_t parts = is_gated(c.act) && !c.interleaved ? 2 : 1;
+  std::tie(raw.w13, raw.w13_quant) =
+      random_fp4(c.scheme, c.E, config.w13_rows(), c.H, seed, parts, range);
+  std::tie(raw.w2, raw.w2_quant) = random_fp4(c.scheme, c.E, c.H, c.I, seed + 2, 1, range);
   if (c.biases) {
     raw.w13_bias = testing::random_tensor({c.E, config.w13_rows()}, seed + 4, -0.5f, 0.5f);
     raw.w2_bias = testing::random_tensor({c.E, c.H}, seed + 5, -0.5f, 0.5f);
@@ -226,10 +335,10 @@ std::vector<float> run_experts(Experts& experts, const std::vector<float>& x,
 }
 
 template <typename T>
-void expect_backend_matches_reference(const Fp4Case& c, uint32_t& seed) {
+void expect_backend_matches_reference(const Fp4Case& c, uint32_t& seed, E4m3Range range = {}) {
   constexpr DType kDtype = std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
   const MoEConfig config = fp4_config(c);
-  const RawExpertWeights raw = random_raw(config, c, seed += 10);
+  const RawExpertWeights raw = random_raw(config, c, seed += 10, range);
   const Tensor w13 = independent_dequantize(raw.w13, raw.w13_quant);
   const Tensor w2 = independent_dequantize(raw.w2, raw.w2_quant);
   // The oracle's choice on CUDA, with cuda_dequant listed after it.
@@ -298,6 +407,28 @@ TEST(CudaFp4Experts, BackendMatchesReferenceF16) {
   for (const Fp4Case& c : backend_cases()) {
     SCOPED_TRACE(fmt::format("{} {}", c.name, quant_scheme_name(c.scheme)));
     expect_backend_matches_reference<__half>(c, seed);
+  }
+}
+
+// NVFP4 with globals != 1 (per expert, and per gate / up part) and E4M3 scales at the ends of
+// the format: all subnormal (codes 0x01 .. 0x07: m / 8 * 2^-6) and all near the maximum (0x70 ..
+// 0x7E: 256 .. 448), the globals making the real values O(1 / sqrt(C)) again. cuda_fp4 keeps the
+// bytes and applies the global per output; the CPU reference reads the effective F32 scales.
+TEST(CudaFp4Experts, Nvfp4GlobalScaleWithSubnormalAndNearMaxE4m3MatchesTheCpu) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 1300;
+  const std::vector<Fp4Case> cases = {
+      {"nvfp4_gated", QuantScheme::kNvfp4, 6, 2, 128, 96, MoEActivation::kSiluGated, false, true},
+      {"nvfp4_plain", QuantScheme::kNvfp4, 4, 2, 64, 48, MoEActivation::kGelu, false, true},
+      {"nvfp4_gpt_oss", QuantScheme::kNvfp4, 5, 2, 96, 64, MoEActivation::kSwigluOai, true, true,
+       0.6f},
+  };
+  for (const E4m3Range range : {E4m3Range{0x01, 0x07}, E4m3Range{0x70, 0x7E}}) {
+    for (const Fp4Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} e4m3 codes {:#x} .. {:#x}", c.name, range.lo, range.hi));
+      expect_backend_matches_reference<__nv_bfloat16>(c, seed, range);
+      expect_backend_matches_reference<__half>(c, seed, range);
+    }
   }
 }
 

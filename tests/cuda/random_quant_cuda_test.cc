@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "framework/compile/random_quantized_weights.h"
 #include "framework/core/int_quant.h"
 #include "framework/device/allocator.h"
+#include "framework/device/cuda/cuda_check.h"
 #include "framework/graph/tensor_quantization.h"
 #include "framework/runtime/session.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
@@ -62,10 +64,20 @@ TEST(RandomQuantCuda, IntegerAndFp4CodesMadeOnTheGpuAreTheHostsBitForBit) {
     expect_same(dq.zero_point, hq.zero_point, "zero points");
   }
   const proto::TensorInfo info = info_of("layers.0.mlp.experts.w2", {4, 192, 256});
-  const auto [hc, hq] = random_fp4_weight(info, GroupShape{1, 32}, 9);
-  const auto [dc, dq] = random_fp4_weight(info, GroupShape{1, 32}, 9, gpu);
-  expect_same(dc, hc, "fp4 codes");
-  expect_same(dq.scale, hq.scale, "fp4 scales");
+  for (const auto& [grid, group] :
+       {std::pair{Fp4ScaleGrid::kF32, int64_t{32}}, std::pair{Fp4ScaleGrid::kE8M0, int64_t{32}},
+        std::pair{Fp4ScaleGrid::kE4M3, int64_t{16}}}) {
+    SCOPED_TRACE(static_cast<int>(grid));
+    const auto [hc, hq] = random_fp4_weight(info, GroupShape{1, group}, 9, Device::cpu(), grid);
+    const auto [dc, dq] = random_fp4_weight(info, GroupShape{1, group}, 9, gpu, grid);
+    expect_same(dc, hc, "fp4 codes");
+    expect_same(dq.scale, hq.scale, "fp4 scales");
+    ASSERT_EQ(dq.global_scale.defined(), grid == Fp4ScaleGrid::kE4M3);
+    if (dq.global_scale.defined()) {
+      EXPECT_EQ(std::memcmp(dq.global_scale.raw(), hq.global_scale.raw(), hq.global_scale.nbytes()),
+                0);
+    }
+  }
 }
 
 // wna16_pack_on_device against wna16_pack / wna16_pack_e2m1 on the same codes.
@@ -141,6 +153,85 @@ TEST(RandomQuantCuda, DevicePackingWritesTheHostPackingsWords) {
   }
 }
 
+// wna16_pack_scale_bytes_on_device (and the words of FP4 codes) against wna16_pack_e2m1 on the
+// same random FP4 weights, MXFP4 and NVFP4 (globals per expert); a scale with no byte is found.
+TEST(RandomQuantCuda, DevicePackingWritesTheHostPackingsFp4ScaleBytes) {
+  MG_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const int64_t E = 3, N = 2 * 40, K = 384, parts = 2;
+  const proto::TensorInfo info = info_of("w", {E, N, K / 2});
+  for (const auto& [codes_kind, grid, group] :
+       {std::tuple{cuda::Wna16Codes::kMxfp4, Fp4ScaleGrid::kE8M0, int64_t{32}},
+        std::tuple{cuda::Wna16Codes::kNvfp4, Fp4ScaleGrid::kE4M3, int64_t{16}}}) {
+    SCOPED_TRACE(static_cast<int>(codes_kind));
+    const auto [codes, q] = random_fp4_weight(info, GroupShape{1, group}, 4, Device::cpu(), grid);
+    std::vector<float> globals(E * parts, 1.0f);
+    if (q.global_scale.defined()) {
+      for (int64_t i = 0; i < E * parts; ++i) globals[i] = q.global_scale.data<float>()[i / parts];
+    }
+    const cuda::Wna16PackedHost want =
+        cuda::wna16_pack_e2m1(codes_kind, static_cast<const uint8_t*>(codes.raw()),
+                              q.scale.data<float>(), globals.data(), E, N, K, group, parts);
+    Tensor d_codes = empty_tensor(gpu, codes.dtype(), codes.shape());
+    copy_tensor(d_codes, codes);
+    Tensor d_scale = empty_tensor(gpu, DType::kF32, q.scale.shape());
+    copy_tensor(d_scale, q.scale);
+    Tensor d_globals = empty_tensor(gpu, DType::kF32, {E * parts});
+    MG_CUDA_CHECK(
+        cudaMemcpy(d_globals.raw(), globals.data(), globals.size() * 4, cudaMemcpyHostToDevice));
+    cuda::Wna16PackSource c;
+    c.codes = static_cast<const uint8_t*>(d_codes.raw());
+    c.row_bytes = K / 2;
+    c.experts = E;
+    c.rows = N;
+    c.cols = K;
+    c.parts = parts;
+    c.part_rows = want.part_rows;
+    c.k_steps = want.k_steps;
+    cuda::Wna16ScaleByteSource s;
+    s.scales = d_scale.data<float>();
+    s.globals = codes_kind == cuda::Wna16Codes::kNvfp4 ? d_globals.data<float>() : nullptr;
+    s.codes = codes_kind;
+    s.scale_groups = q.scale.dim(2);
+    s.group_size = group;
+    s.experts = E;
+    s.rows = N;
+    s.cols = K;
+    s.parts = parts;
+    s.part_rows = want.part_rows;
+    s.k_steps = want.k_steps;
+    Tensor words = empty_tensor(gpu, DType::kI32, {want.word_count()});
+    Tensor bytes = empty_tensor(gpu, DType::kU8, {want.scale_byte_count()});
+    Tensor first_bad = empty_tensor(gpu, DType::kI64, {1});
+    const auto none = static_cast<unsigned long long>(want.scale_byte_count());
+    MG_CUDA_CHECK(cudaMemcpy(first_bad.raw(), &none, 8, cudaMemcpyHostToDevice));
+    cuda::wna16_pack_on_device(c, cuda::Wna16ParamSource{},
+                               reinterpret_cast<uint32_t*>(words.raw()), want.word_count(), nullptr,
+                               0, nullptr);
+    cuda::wna16_pack_scale_bytes_on_device(
+        s, static_cast<uint8_t*>(bytes.raw()), want.scale_byte_count(),
+        static_cast<unsigned long long*>(first_bad.raw()), nullptr);
+    MG_CUDA_CHECK(cudaDeviceSynchronize());
+    unsigned long long bad = 0;
+    MG_CUDA_CHECK(cudaMemcpy(&bad, first_bad.raw(), 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(bad, none);
+    const Tensor got_words = host_of(words), got_bytes = host_of(bytes);
+    EXPECT_EQ(std::memcmp(got_words.raw(), want.words.data(), want.words.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(got_bytes.raw(), want.scale_bytes.data(), want.scale_bytes.size()), 0);
+    // One scale off its grid (x 1.3: no power of two or E4M3 value times 1.3 is one), found.
+    std::vector<float> off(q.scale.data<float>(), q.scale.data<float>() + q.scale.numel());
+    off[0] *= 1.3f;
+    MG_CUDA_CHECK(cudaMemcpy(d_scale.raw(), off.data(), off.size() * 4, cudaMemcpyHostToDevice));
+    MG_CUDA_CHECK(cudaMemcpy(first_bad.raw(), &none, 8, cudaMemcpyHostToDevice));
+    cuda::wna16_pack_scale_bytes_on_device(
+        s, static_cast<uint8_t*>(bytes.raw()), want.scale_byte_count(),
+        static_cast<unsigned long long*>(first_bad.raw()), nullptr);
+    MG_CUDA_CHECK(cudaDeviceSynchronize());
+    MG_CUDA_CHECK(cudaMemcpy(&bad, first_bad.raw(), 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(bad, 0u);  // scale 0 of row 0 is byte 0 (unit 0 / half 0 of step 0)
+  }
+}
+
 // A graph-only model whose experts are above the size made on the GPU: the GPU run (BF16, codes
 // made and repacked there by `backend`) against the CPU run (F32, codes made on the host).
 void expect_gpu_matches_cpu(const std::vector<std::string>& flags, const std::string& backend) {
@@ -189,6 +280,13 @@ TEST(RandomQuantCuda, Int4ModelWithCodesMadeOnTheGpuMatchesTheCpu) {
   expect_gpu_matches_cpu({"--family", "qwen3_moe", "--hidden", "512", "--moe-inter", "256",
                           "--experts", "32", "--topk", "4", "--quant", "int4-g128"},
                          "cuda_wna16");
+}
+
+TEST(RandomQuantCuda, Nvfp4ModelWithCodesMadeOnTheGpuMatchesTheCpu) {
+  MG_REQUIRE_GPU();
+  expect_gpu_matches_cpu({"--family", "qwen3_moe", "--hidden", "512", "--moe-inter", "256",
+                          "--experts", "32", "--topk", "4", "--quant", "nvfp4"},
+                         "cuda_fp4");
 }
 
 TEST(RandomQuantCuda, GptOssMxfp4ModelWithCodesMadeOnTheGpuMatchesTheCpu) {

@@ -24,11 +24,13 @@ __global__ void random_bytes_kernel(uint8_t* bytes, int64_t n, uint64_t seed) {
   }
 }
 
-__global__ void random_scales_kernel(float* scale, int64_t n, uint64_t seed, float base) {
+__global__ void random_scales_kernel(float* scale, int64_t n, uint64_t seed, float base,
+                                     Fp4ScaleGrid grid, float global) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = uniform_at(seed, static_cast<uint64_t>(i), 1.0f, 0.5f);
-    scale[i] = __fmul_rn(v, base);  // no contraction: the host's product
+    // No contraction: the host's product; the rounding is exact operations only.
+    scale[i] = round_fp4_scale(__fmul_rn(v, base), grid, global);
   }
 }
 
@@ -89,11 +91,12 @@ void fill_random_bytes(uint8_t* bytes, int64_t n, uint64_t seed, cudaStream_t st
   MG_CUDA_CHECK_LAUNCH();
 }
 
-void fill_random_scales(float* scale, int64_t n, uint64_t seed, float base, cudaStream_t stream) {
+void fill_random_scales(float* scale, int64_t n, uint64_t seed, float base, Fp4ScaleGrid grid,
+                        float global, cudaStream_t stream) {
   if (n <= 0) return;
   constexpr int kThreads = 256;
-  random_scales_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(scale, n, seed,
-                                                                                 base);
+  random_scales_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(
+      scale, n, seed, base, grid, global);
   MG_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "framework/core/dtype.h"
+#include "framework/core/fp4_scale_bytes.h"
 
 namespace mg::cuda {
 
@@ -20,8 +21,9 @@ void fill_uniform(void* data, int64_t n, DType dtype, uint64_t seed, float cente
 // (framework/compile/random_quantized_weights.h), element for element the same values.
 // bytes [n]: floor(uniform_at(seed, i, 128, 128)) clamped to [0, 255] (random FP4 code pairs).
 void fill_random_bytes(uint8_t* bytes, int64_t n, uint64_t seed, cudaStream_t stream);
-// scale [n]: uniform_at(seed, i, 1, 0.5) * base.
-void fill_random_scales(float* scale, int64_t n, uint64_t seed, float base, cudaStream_t stream);
+// scale [n]: uniform_at(seed, i, 1, 0.5) * base, rounded to `grid` (round_fp4_scale).
+void fill_random_scales(float* scale, int64_t n, uint64_t seed, float base, Fp4ScaleGrid grid,
+                        float global, cudaStream_t stream);
 // The values uniform_at(seed, r * C + c, 0, range) of `rows` rows of C columns quantized per row
 // and group of `group_cols` columns (-1: the row) as quantize_int_rows does: canonical codes of
 // `bits` (4: two per byte, the even column low) signed (symmetric) or not (zero points in `zero`).

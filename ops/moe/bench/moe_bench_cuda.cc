@@ -16,6 +16,7 @@
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
 #include "framework/device/cuda/random_fill_cuda.h"
+#include "framework/device/random_fill.h"
 #include "framework/device/stream.h"
 #include "ops/moe/cuda/fp8/fp8_experts_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
@@ -210,19 +211,30 @@ QuantizedExpertWeights random_fp8_weights(QuantScheme quant, int64_t E, int64_t 
 
 // Device FP4 weights of scheme `quant` (MXFP4: groups of 32 columns, NVFP4: 16) for the bench
 // layer: packed codes of uniform random bytes (every E2M1 value), F32 scales (decoded, as the
-// loader makes them) uniform in +-1 / sqrt(K) (an E2M1 code's rms is ~2.9, so the real weights have
-// about the variance of the BF16 bench's).
+// loader makes them) in [0.25, 0.75) / sqrt(K) rounded to what the checkpoints' scale bytes hold
+// (MXFP4: down to a power of two; NVFP4: an E4M3 value times a power-of-two global scale per
+// expert), so that cuda_fp4 keeps them as bytes (an E2M1 code's rms is ~2.9, so the real weights
+// have about the variance of the BF16 bench's).
 QuantizedExpertWeights random_fp4_weights(QuantScheme quant, int64_t E, int64_t H, int64_t I,
                                           cudaStream_t s) {
-  const GroupShape g{1, quant == QuantScheme::kMxfp4 ? 32 : 16};
+  const bool mx = quant == QuantScheme::kMxfp4;
+  const GroupShape g{1, mx ? 32 : 16};
   auto make = [&](int64_t N, int64_t K, uint64_t seed, Tensor& codes, WeightQuantization& q) {
     codes = empty_tensor(kGpu, DType::kU8, {E, N, K / 2});
     MG_CHECK(codes.numel() % 4 == 0, "bench moe: FP4 rows of {} columns", K);
     cuda::launch_wna16_random_fill(static_cast<uint32_t*>(codes.raw()), codes.numel() / 4, nullptr,
                                    0, 4, 1.0f, seed, s);
+    MG_CUDA_CHECK(cudaStreamSynchronize(s));
     q.group = g;
-    q.scale = random_device(DType::kF32, scale_shape_for({E, N, K}, g), seed + 7,
-                            1.0f / std::sqrt(static_cast<float>(K)), s);
+    const float base = 0.5f / std::sqrt(static_cast<float>(K));
+    const float global = mx ? 1.0f : e8m0_scale_value(e8m0_floor_code(base));
+    q.scale = empty_tensor(kGpu, DType::kF32, scale_shape_for({E, N, K}, g));
+    fill_random_scales(q.scale, seed + 7, base, nullptr,
+                       mx ? Fp4ScaleGrid::kE8M0 : Fp4ScaleGrid::kE4M3, global);
+    if (!mx) {
+      q.global_scale = Tensor::empty_cpu(DType::kF32, {E, 1});
+      std::fill_n(q.global_scale.data<float>(), E, global);
+    }
   };
   QuantizedExpertWeights w;
   make(2 * I, H, 31, w.w13, w.w13_quant);
@@ -492,10 +504,13 @@ std::vector<MoEBenchPoint> run_moe_bench(
       qw = random_fp4_weights(o.quant, E, H, I, s);
       const RawExpertWeights raw{qw.w13, {}, qw.w2, {}, qw.w13_quant, qw.w2_quant};
       quant = fp4_quant_config(config, raw, o.dtype);
-      // The checkpoint's bytes: packed codes and one 1-byte scale per group (E8M0 or E4M3; the
-      // global scale is one float per matrix), not the F32 scales the kernels stream.
-      expert_bytes = 1.5 * H * I + (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) /
-                                       static_cast<double>(E);
+      // The checkpoint's bytes: packed codes, one 1-byte scale per group (E8M0 or E4M3) and
+      // NVFP4's global scale, one float per matrix (gate, up, down), as cuda_fp4 keeps them (it
+      // also streams the padding of K to a multiple of 128: cuda_fp4_expert_bytes).
+      expert_bytes =
+          1.5 * H * I +
+          (qw.w13_quant.scale.numel() + qw.w2_quant.scale.numel()) / static_cast<double>(E) +
+          (o.quant == QuantScheme::kNvfp4 ? 3.0 * 4.0 : 0.0);
     } else if (wna16) {
       facts = int_facts;
       quant = MoEQuantConfig(o.quant,

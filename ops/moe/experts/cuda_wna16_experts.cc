@@ -50,7 +50,8 @@ Tensor upload_vector(const std::vector<V>& v, DType dtype, Device device) {
 
 // One packed matrix on the device and its kernel view.
 struct PackedMatrix {
-  Tensor words, params;
+  Tensor words, params;         // integer codes: I32 words, F32 pairs
+  Tensor scale_bytes, globals;  // FP4: U8 scale bytes, F32 globals [E, parts] (NVFP4)
   cuda::Wna16Weights view;
 };
 
@@ -161,13 +162,38 @@ PackedMatrix pack_and_upload(const Wna16MatrixTensors& m, const char* name, int6
   return p;
 }
 
+// The kernels' FP4 code kind of an FP4 scheme.
+cuda::Wna16Codes fp4_codes_of(QuantScheme scheme) {
+  return scheme == QuantScheme::kMxfp4 ? cuda::Wna16Codes::kMxfp4 : cuda::Wna16Codes::kNvfp4;
+}
+
+// The NVFP4 global scale of every (expert, part) of a matrix, F32 [experts * parts] on the host,
+// from q.global_scale [experts, S] (S = parts, or 1: one for both parts; undefined: 1).
+std::vector<float> fp4_globals(const WeightQuantization& q, const char* name, int64_t experts,
+                               int64_t parts) {
+  std::vector<float> out(static_cast<size_t>(experts * parts), 1.0f);
+  if (!q.global_scale.defined()) return out;
+  const Tensor g = to_f32_cpu(to_host_tensor(q.global_scale));
+  const int64_t S = g.numel() / std::max<int64_t>(1, experts);
+  MG_CHECK(g.numel() == experts * S && (S == 1 || S == parts),
+           "cuda_fp4: {} global scales {} for {} experts of {} part(s): one per expert or per part "
+           "expected",
+           name, shape_str(g.shape()), experts, parts);
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t part = 0; part < parts; ++part) {
+      out[static_cast<size_t>(e * parts + part)] = g.data<float>()[e * S + (S == 1 ? 0 : part)];
+    }
+  }
+  return out;
+}
+
 // Repacks FP4 codes `codes` U8 [E, rows, cols / 2] with F32 scales per `q.group` (parts 2: gated
-// w13) and uploads them.
-PackedMatrix pack_and_upload_e2m1(const Tensor& codes_in, const WeightQuantization& q,
-                                  const char* name, int64_t experts, int64_t rows, int64_t cols,
-                                  int64_t parts, Device device) {
+// w13) into the kernels' layout of `codes` (scale bytes; NVFP4's globals) and uploads them.
+PackedMatrix pack_and_upload_e2m1(cuda::Wna16Codes kind, const Tensor& codes_in,
+                                  const WeightQuantization& q, const char* name, int64_t experts,
+                                  int64_t rows, int64_t cols, int64_t parts, Device device) {
   const int64_t group = q.group.cols_in(cols);
-  const std::string why = cuda::wna16_pack_e2m1_check(rows, cols, group, parts);
+  const std::string why = cuda::wna16_pack_e2m1_check(kind, rows, cols, group, parts);
   MG_CHECK(why.empty(), "cuda_fp4: {}: {}", name, why);
   const Shape want = {experts, rows, cols / 2};
   MG_CHECK(codes_in.defined() && codes_in.dtype() == DType::kU8 && codes_in.shape() == want,
@@ -179,36 +205,80 @@ PackedMatrix pack_and_upload_e2m1(const Tensor& codes_in, const WeightQuantizati
            "cuda_fp4: {} scales must be F32 {} (decoded when loaded), not {} {}", name,
            shape_str(scale_shape), q.scale.defined() ? dtype_name(q.scale.dtype()) : "missing",
            q.scale.defined() ? shape_str(q.scale.shape()) : "");
+  const std::vector<float> globals = fp4_globals(q, name, experts, parts);
   if (codes_in.device().is_cuda()) {
-    // Codes made or loaded on the GPU are repacked there.
+    // Codes made or loaded on the GPU are repacked there; the scales become bytes there.
     MG_CHECK(codes_in.device() == device, "cuda_fp4: {} codes on {}, the layer on {}", name,
              codes_in.device().str(), device.str());
-    const Tensor scales = upload(q.scale, device);
-    const cuda::Wna16PackedHost layout = cuda::wna16_layout_e2m1(experts, rows, cols, parts);
+    const cuda::Wna16PackedHost layout = cuda::wna16_layout_e2m1(kind, experts, rows, cols, parts);
+    PackedMatrix p;
+    if (kind == cuda::Wna16Codes::kNvfp4) {
+      p.globals = upload_vector(globals, DType::kF32, device);
+    }
     cuda::Wna16PackSource c;
     c.codes = static_cast<const uint8_t*>(codes_in.raw());
     c.row_bytes = cols / 2;
+    c.bits = 4;
     c.experts = experts;
     c.rows = rows;
     c.cols = cols;
-    cuda::Wna16ParamSource s;
-    s.scales = scales.data<float>();
-    s.e2m1 = true;
-    s.scale_groups = scale_shape.back();
-    s.group_size = group;
-    s.experts = experts;
-    s.rows = rows;
-    return pack_on_device(layout, c, s, device);
+    c.parts = parts;
+    c.part_rows = layout.part_rows;
+    c.k_steps = layout.k_steps;
+    p.words = empty_tensor(device, DType::kI32, {layout.word_count()});
+    cuda::wna16_pack_on_device(c, cuda::Wna16ParamSource{},
+                               reinterpret_cast<uint32_t*>(p.words.raw()), layout.word_count(),
+                               nullptr, 0, nullptr);
+    {
+      // The F32 scales live only while their bytes are written.
+      const Tensor scales = upload(q.scale, device);
+      cuda::Wna16ScaleByteSource s;
+      s.scales = scales.data<float>();
+      s.globals = p.globals.defined() ? p.globals.data<float>() : nullptr;
+      s.codes = kind;
+      s.scale_groups = scale_shape.back();
+      s.group_size = group;
+      s.experts = experts;
+      s.rows = rows;
+      s.cols = cols;
+      s.parts = parts;
+      s.part_rows = layout.part_rows;
+      s.k_steps = layout.k_steps;
+      const int64_t count = layout.scale_byte_count();
+      p.scale_bytes = empty_tensor(device, DType::kU8, {count});
+      Tensor first_bad = empty_tensor(device, DType::kI64, {1});
+      const auto none = static_cast<unsigned long long>(count);
+      MG_CUDA_CHECK(cudaMemcpy(first_bad.raw(), &none, sizeof(none), cudaMemcpyHostToDevice));
+      cuda::wna16_pack_scale_bytes_on_device(s, static_cast<uint8_t*>(p.scale_bytes.raw()), count,
+                                             static_cast<unsigned long long*>(first_bad.raw()),
+                                             nullptr);
+      // The kernels run on the session's streams: the weights must be written before any of them.
+      MG_CUDA_CHECK(cudaDeviceSynchronize());
+      unsigned long long bad = 0;
+      MG_CUDA_CHECK(cudaMemcpy(&bad, first_bad.raw(), sizeof(bad), cudaMemcpyDeviceToHost));
+      MG_CHECK(bad == none,
+               "cuda_fp4: {} has a scale with no {} code (scale byte {} of the layout): {}", name,
+               kind == cuda::Wna16Codes::kMxfp4 ? "E8M0 (power of two)" : "E4M3 x global", bad,
+               kind == cuda::Wna16Codes::kMxfp4
+                   ? "MXFP4 scales must be powers of two"
+                   : "NVFP4 scales must be E4M3 values times their global scale");
+    }
+    p.view = cuda::wna16_weights_view(layout, reinterpret_cast<const uint32_t*>(p.words.raw()),
+                                      nullptr, static_cast<const uint8_t*>(p.scale_bytes.raw()),
+                                      p.globals.defined() ? p.globals.data<float>() : nullptr);
+    return p;
   }
   const Tensor codes = to_host_tensor(codes_in), scales = to_host_tensor(q.scale);
   const cuda::Wna16PackedHost packed =
-      cuda::wna16_pack_e2m1(static_cast<const uint8_t*>(codes.raw()), scales.data<float>(), experts,
-                            rows, cols, group, parts);
+      cuda::wna16_pack_e2m1(kind, static_cast<const uint8_t*>(codes.raw()), scales.data<float>(),
+                            globals.data(), experts, rows, cols, group, parts);
   PackedMatrix p;
   p.words = upload_vector(packed.words, DType::kI32, device);
-  p.params = upload_vector(packed.params, DType::kF32, device);
+  p.scale_bytes = upload_vector(packed.scale_bytes, DType::kU8, device);
+  if (!packed.globals.empty()) p.globals = upload_vector(packed.globals, DType::kF32, device);
   p.view = cuda::wna16_weights_view(packed, reinterpret_cast<const uint32_t*>(p.words.raw()),
-                                    p.params.data<float>());
+                                    nullptr, static_cast<const uint8_t*>(p.scale_bytes.raw()),
+                                    p.globals.defined() ? p.globals.data<float>() : nullptr);
   return p;
 }
 
@@ -501,11 +571,14 @@ class CudaFp4Backend final : public ExpertsBackend {
              quant.activation_key().str();
     }
     const GroupShape g = quant.weight_key().group();
-    if (g.rows != 1 || g.cols <= 0 || g.cols % 16 != 0) {
+    const bool mx = quant.scheme() == QuantScheme::kMxfp4;
+    const int64_t unit = mx ? 32 : 16;
+    if (g.rows != 1 || g.cols <= 0 || g.cols % unit != 0) {
       return fmt::format(
-          "FP4 scales per row and group of a multiple of 16 columns (the kernels take a scale per "
-          "16 columns), not {}",
-          g.str());
+          "FP4 scales per row and group of a multiple of {} columns (the kernels keep {} scale "
+          "byte "
+          "per {} columns), not {}",
+          unit, mx ? "an E8M0" : "an E4M3", unit, g.str());
     }
     return {};
   }
@@ -545,19 +618,23 @@ std::unique_ptr<Experts> make_cuda_fp4_experts(const ExpertsBuild& build) {
   const int64_t E = shape.num_local_experts(), H = shape.hidden_size;
   const int64_t parts = is_gated(shape.activation.kind) ? 2 : 1;
   const QuantizedExpertWeights& q = build.quantized;
-  PackedMatrix p13 =
-      pack_and_upload_e2m1(q.w13, q.w13_quant, "w13", E, shape.w13_rows(), H, parts, build.device);
-  PackedMatrix p2 =
-      pack_and_upload_e2m1(q.w2, q.w2_quant, "w2", E, H, shape.intermediate_size, 1, build.device);
+  const cuda::Wna16Codes kind = fp4_codes_of(build.quant.scheme());
+  PackedMatrix p13 = pack_and_upload_e2m1(kind, q.w13, q.w13_quant, "w13", E, shape.w13_rows(), H,
+                                          parts, build.device);
+  PackedMatrix p2 = pack_and_upload_e2m1(kind, q.w2, q.w2_quant, "w2", E, H,
+                                         shape.intermediate_size, 1, build.device);
   return std::make_unique<CudaWna16Experts>(cuda_fp4_backend(), build, std::move(p13),
                                             std::move(p2));
 }
 
-double cuda_fp4_expert_bytes(const ExpertsShape& shape) {
+double cuda_fp4_expert_bytes(const ExpertsShape& shape, QuantScheme scheme) {
+  MG_CHECK(is_fp4_scheme(scheme), "cuda_fp4: bytes of {} experts", quant_scheme_name(scheme));
   const int64_t H = shape.hidden_size, I = shape.intermediate_size;
-  return cuda::wna16_layout_e2m1(1, shape.w13_rows(), H, is_gated(shape.activation.kind) ? 2 : 1)
+  const cuda::Wna16Codes kind = fp4_codes_of(scheme);
+  return cuda::wna16_layout_e2m1(kind, 1, shape.w13_rows(), H,
+                                 is_gated(shape.activation.kind) ? 2 : 1)
              .bytes_per_expert() +
-         cuda::wna16_layout_e2m1(1, H, I, 1).bytes_per_expert();
+         cuda::wna16_layout_e2m1(kind, 1, H, I, 1).bytes_per_expert();
 }
 
 const ExpertsBackend& cuda_wna16_backend() {

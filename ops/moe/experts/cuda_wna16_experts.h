@@ -12,9 +12,10 @@
 //   cuda_fp4      the same backend and kernels for FP4 E2M1 weights (MXFP4: GPT-OSS; NVFP4; the
 //                 FP4 oracle module, ops/moe/oracle/fp4.h, lists it first on CUDA): the codes stay
 //                 packed 4-bit (repacked once at build into the kernels' layout by
-//                 wna16_pack_e2m1) and are decoded in registers by the kernels' E2M1 policy, one
-//                 F32 scale per 16 columns (MXFP4's per-32 E8M0 scale decoded and given to both
-//                 halves; NVFP4's E4M3 scale times its global scale, folded when loaded).
+//                 wna16_pack_e2m1, or on the GPU for codes made there) and are decoded in
+//                 registers by the kernels' E2M1 policies; the scales stay bytes: MXFP4's E8M0 per
+//                 32 columns (shifted into an F32 exponent), NVFP4's E4M3 per 16 with the
+//                 expert's F32 global scale applied once per output (4.25 / 4.5 bits a value).
 //                 Biases on both GEMMs and every activation (SwiGLU-OAI's clamp and alpha
 //                 included) as cuda_wna16.
 // One rank; BF16/F16 activations; Llama-4's weight-on-input routing is not taken.
@@ -88,13 +89,16 @@ std::unique_ptr<Experts> make_cuda_wna16_experts_from_packed(const ExpertsBuild&
 const ExpertsBackend& cuda_fp4_backend();
 
 // cuda_fp4 experts from the FP4 oracle's converted weights: build.quantized's w13 / w2 are U8
-// packed E2M1 codes [E, N, K / 2] with F32 scales [E, N, ceil(K / G)] (G a multiple of 16) and
-// optional F32 biases. Repacks once (wna16_pack_e2m1) and uploads.
+// packed E2M1 codes [E, N, K / 2] with effective F32 scales [E, N, ceil(K / G)] (G a multiple of
+// 32 for MXFP4, 16 for NVFP4; NVFP4's global scale folded in, and kept in
+// WeightQuantization::global_scale) and optional F32 biases. Repacks once (wna16_pack_e2m1, or on
+// the GPU for codes there) with the scales encoded back into their bytes, and uploads. Throws
+// mg::Error for a scale with no byte (MXFP4: not a power of two; NVFP4: not E4M3 x global).
 std::unique_ptr<Experts> make_cuda_fp4_experts(const ExpertsBuild& build);
 
-// Bytes the cuda_fp4 kernels stream per expert of `shape` (packed codes and one F32 pair per 32
-// columns of a row).
-double cuda_fp4_expert_bytes(const ExpertsShape& shape);
+// Bytes the cuda_fp4 kernels stream per expert of `shape` under FP4 `scheme`: packed codes, one
+// scale byte per 32 (MXFP4) or 16 (NVFP4) columns of a row, and NVFP4's F32 global per part.
+double cuda_fp4_expert_bytes(const ExpertsShape& shape, QuantScheme scheme);
 
 // Bytes the kernels stream per expert of `shape` (packed codes of w13 and w2 and their F32 group
 // pairs): the bench's floor.

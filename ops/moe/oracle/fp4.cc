@@ -161,6 +161,24 @@ QuantizedExpertWeights convert_fp4_weights(const MoEConfig& config, const Parall
   QuantizedExpertWeights out;
   out.w13_quant = raw.w13_quant;
   out.w2_quant = raw.w2_quant;
+  // NVFP4's global scales [E, S] of this rank's experts (S: per matrix, or per gate / up part,
+  // which the row order above keeps; interleaved rows would mix the parts).
+  const auto local_globals = [&](const Tensor& stored, const char* what) {
+    if (!stored.defined()) return Tensor();
+    const Tensor g = to_f32_cpu(to_host_tensor(stored));
+    const int64_t S = g.numel() / config.num_experts();
+    MG_CHECK(g.numel() == config.num_experts() * S && (S == 1 || !interleaved),
+             "FP4 {} global scales {}: one per expert (or per gate / up half of rows not "
+             "interleaved) expected",
+             what, shape_str(g.shape()));
+    Tensor t = Tensor::empty_cpu(DType::kF32, {E, S});
+    for (int64_t l = 0; l < E; ++l) {
+      std::copy_n(g.data<float>() + global[l] * S, S, t.data<float>() + l * S);
+    }
+    return t;
+  };
+  out.w13_quant.global_scale = local_globals(raw.w13_quant.global_scale, "w13");
+  out.w2_quant.global_scale = local_globals(raw.w2_quant.global_scale, "w2");
   // w13: whole packed rows by src_row, each with its row of scales.
   const int64_t Hb = H / 2, s13 = raw.w13_quant.scale.dim(2);
   out.w13 = Tensor::empty_cpu(DType::kU8, {E, N1_local, Hb});

@@ -11,13 +11,15 @@
 //   CPU   cpu_fp4 (modular, standard; ops/moe/experts/cpu_fp4_experts.h): dequantizes 128 weight
 //         rows at a time inside its GEMMs
 //   CUDA  cuda_fp4 (ops/moe/experts/cuda_wna16_experts.h: the WNA16 grouped GEMMs with their
-//         E2M1 dequantization policy, codes read packed), cuda_dequant (the weights dequantized
+//         E2M1 dequantization policies, codes read packed, scales kept as their E8M0 / E4M3
+//         bytes: 4.25 / 4.5 bits a value), cuda_dequant (the weights dequantized
 //         once at build to the activation dtype and run by cuda_moe: 4x the weight bytes of FP4
 //         in BF16; takes what cuda_fp4 refuses)
 // then the device's unquantized backends, which refuse FP4 at their quant check.
 // Conversion: the canonical shard of this rank, codes kept packed: the rank's experts (EP), gate
 // rows before up rows (GPT-OSS's interleaved rows are undone row by row, scales with them), and
-// the slice of the intermediate size (TP: w2's columns must be cut on scale-group boundaries).
+// the slice of the intermediate size (TP: w2's columns must be cut on scale-group boundaries);
+// NVFP4's global scales (WeightQuantization::global_scale, [E, 1 or 2]) follow their experts.
 #pragma once
 
 #include <vector>

@@ -83,6 +83,33 @@ TEST(RandomQuantizedWeights, Fp4BytesAndScalesFollowTheElementwiseDefinition) {
                     "scales");
 }
 
+// The scales rounded to the checkpoint's bytes (so that cuda_fp4 keeps them as bytes): MXFP4's
+// down to a power of two, NVFP4's to an E4M3 value times a power-of-two global (global_scale
+// [2, 1]), each from the same F32 value as the plain scales.
+TEST(RandomQuantizedWeights, Fp4ScalesOnTheE8m0AndE4m3Grids) {
+  const Shape stored = {2, 16, 64};  // logical [2, 16, 128]
+  const proto::TensorInfo info = info_of("layers.1.mlp.experts.w2", stored);
+  const auto [codes_f32, plain] = random_fp4_weight(info, GroupShape{1, 16}, 3);
+  EXPECT_FALSE(plain.global_scale.defined());
+  const auto [codes_mx, mx] =
+      random_fp4_weight(info, GroupShape{1, 16}, 3, Device::cpu(), Fp4ScaleGrid::kE8M0);
+  const auto [codes_nv, nv] =
+      random_fp4_weight(info, GroupShape{1, 16}, 3, Device::cpu(), Fp4ScaleGrid::kE4M3);
+  expect_same_bytes(codes_mx, codes_f32, "codes");
+  EXPECT_FALSE(mx.global_scale.defined());
+  ASSERT_TRUE(nv.global_scale.defined());
+  ASSERT_EQ(nv.global_scale.shape(), Shape({2, 1}));
+  const float g = nv.global_scale.data<float>()[0];
+  EXPECT_EQ(g, std::ldexp(1.0f, std::ilogb(1.0f / (kFp4E2M1Max * std::sqrt(128.0f)))));
+  EXPECT_EQ(nv.global_scale.data<float>()[1], g);
+  for (int64_t i = 0; i < plain.scale.numel(); ++i) {
+    const float x = plain.scale.data<float>()[i];
+    const float m = mx.scale.data<float>()[i], n = nv.scale.data<float>()[i];
+    EXPECT_EQ(m, std::ldexp(1.0f, std::ilogb(x))) << i;  // the power of two <= x
+    EXPECT_EQ(n, fp8_e4m3_to_float(float_to_fp8_e4m3(x / g)) * g) << i;
+  }
+}
+
 TEST(RandomQuantizedWeights, Fp8CodesAndScalesFollowTheElementwiseDefinition) {
   const Shape shape = {8, 512, 512};
   const proto::TensorInfo info = info_of("layers.0.mlp.experts.w13", shape);

@@ -1,12 +1,14 @@
 // FP4 codecs (framework/core/fp4.h): E2M1 against its bit fields, rounding and saturation, the
 // nibble order, E8M0, NVFP4's global scales (multiplying and dividing), and dequantize_cpu for
-// packed FP4 (framework/core/quant.h) against an independent decoder with partial last groups.
+// packed FP4 (framework/core/quant.h) against an independent decoder with partial last groups;
+// the one-byte scale codes of fp4_scale_bytes.h.
 #include <array>
 #include <cmath>
 
 #include <gtest/gtest.h>
 
 #include "framework/core/fp4.h"
+#include "framework/core/fp4_scale_bytes.h"
 #include "framework/core/fp8.h"
 #include "framework/core/quant.h"
 #include "tests/testing/fp4_weights.h"
@@ -52,6 +54,38 @@ TEST(Fp4Codec, E8M0AndGlobalScales) {
     EXPECT_EQ(mul.data<float>()[i], 1.5f * (i + 1) * 0.25f * (i + 1));
     EXPECT_EQ(div.data<float>()[i], 1.5f * (i + 1) / (0.25f * (i + 1)));
   }
+}
+
+// The scale bytes of framework/core/fp4_scale_bytes.h (what cuda_fp4 and random FP4 weights
+// use) against framework/core/fp8.h's E4M3 and fp4.h's E8M0: every code decodes to the same
+// value and encodes back to itself; in-between values round to the nearest; random scales land on
+// the grids.
+TEST(Fp4Codec, ScaleBytesMatchTheFormats) {
+  for (uint32_t c = 0; c <= 254; ++c) {
+    EXPECT_EQ(e8m0_scale_value(c), e8m0_to_float(static_cast<uint8_t>(c))) << c;
+    EXPECT_EQ(e8m0_floor_code(e8m0_scale_value(c)), c) << c;
+    if (c >= 1) {
+      EXPECT_EQ(e8m0_floor_code(1.999f * e8m0_scale_value(c - 1)), c - 1) << c;
+    }
+  }
+  for (uint32_t c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;  // NaN
+    const float v = e4m3_scale_value(c);
+    EXPECT_EQ(v, fp8_e4m3_to_float(static_cast<uint8_t>(c))) << c;
+    if ((c & 0x7F) != 0) {
+      EXPECT_EQ(e4m3_nearest_code(v), c) << c;
+    }
+  }
+  // Nearest (as fp8.h rounds) between codes, subnormals and saturation included.
+  for (const float x : {0.0013f, 0.003f, 0.0155f, 0.6f, 1.06f, 1.07f, 17.0f, 300.0f, 447.0f, 460.0f,
+                        1000.0f, -0.6f}) {
+    EXPECT_EQ(e4m3_scale_value(e4m3_nearest_code(x)),
+              fp8_e4m3_to_float(float_to_fp8_e4m3(std::fmin(std::fmax(x, -448.0f), 448.0f))))
+        << x;
+  }
+  EXPECT_EQ(round_fp4_scale(0.3f, Fp4ScaleGrid::kF32, 1.0f), 0.3f);
+  EXPECT_EQ(round_fp4_scale(0.3f, Fp4ScaleGrid::kE8M0, 1.0f), 0.25f);
+  EXPECT_EQ(round_fp4_scale(0.3f, Fp4ScaleGrid::kE4M3, 0.125f), 2.5f * 0.125f);  // 2.4 -> 2.5
 }
 
 TEST(Fp4Codec, DequantizeCpuMatchesTheIndependentDecoder) {

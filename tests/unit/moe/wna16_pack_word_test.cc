@@ -1,11 +1,13 @@
-// The WNA16 device repacking's word and pair functions (ops/moe/cuda/wna16/wna16_pack_word.h),
-// run on the host here, against the layout's inverse as wna16_unpack_host reads it: every code
-// lands where the kernels look for it, padded rows and columns hold 0.
+// The WNA16 device repacking's word, pair and FP4 scale-byte functions
+// (ops/moe/cuda/wna16/wna16_pack_word.h), run on the host here, against the layout's inverse as
+// wna16_unpack_host reads it: every code lands where the kernels look for it, padded rows and
+// columns hold 0.
 #include "ops/moe/cuda/wna16/wna16_pack_word.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -124,27 +126,70 @@ TEST(Wna16PackWord, IntegerPairsAreScaleAndMinusZeroTimesScale) {
   }
 }
 
-TEST(Wna16PackWord, E2m1PairsAreTheHalvedScalesOfEachK16Half) {
-  // K 80: three 32-wide units, the last one half past K; NVFP4's scale per 16 columns.
-  const int64_t E = 1, N = 8, K = 80, group = 16, G = K / group, units = 3;
-  std::vector<float> scales(E * N * G);
-  for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<float>(i + 1);
-  Wna16ParamSource p;
-  p.scales = scales.data();
-  p.e2m1 = true;
-  p.scale_groups = G;
-  p.group_size = group;
-  p.groups = units;
-  p.experts = E;
-  p.rows = N;
-  p.part_rows = 8;
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t u = 0; u < units; ++u) {
-      float got[2];
-      wna16_param_pair(p, n * units + u, got);
-      EXPECT_EQ(got[0], 0.5f * scales[n * G + std::min<int64_t>(2 * u, G - 1)]);
-      EXPECT_EQ(got[1], 0.5f * scales[n * G + std::min<int64_t>(2 * u + 1, G - 1)]);
+// The FP4 scale bytes [E, row_blocks, k_steps, 8, U]: byte (row, step, j) is the code of the
+// scale of unit j (MXFP4: E8M0) or of half j of unit j / 2 (NVFP4: E4M3 over the part's global);
+// padded rows and columns past K hold 0; a scale with no code clears `exact`.
+TEST(Wna16PackWord, Fp4ScaleBytesAreEachUnitsOrHalfsCode) {
+  // K 200: two steps, the second past K after 72 columns; gated, 6 rows a part (padded to 8).
+  const int64_t E = 2, N = 12, K = 200, parts = 2, part_rows = 8, k_steps = 2;
+  for (const Wna16Codes codes : {Wna16Codes::kMxfp4, Wna16Codes::kNvfp4}) {
+    const bool mx = codes == Wna16Codes::kMxfp4;
+    SCOPED_TRACE(mx ? "mxfp4" : "nvfp4");
+    const int64_t group = mx ? 32 : 16, G = (K + group - 1) / group, U = mx ? 4 : 8;
+    const std::vector<float> globals = {0.75f, 3.0f, 0.1f, 1.0f};  // [E, parts]
+    std::vector<float> scales(E * N * G);
+    std::vector<uint32_t> want_code(scales.size());
+    for (size_t i = 0; i < scales.size(); ++i) {
+      const int64_t e = static_cast<int64_t>(i) / (N * G), n = static_cast<int64_t>(i) / G % N;
+      if (mx) {
+        want_code[i] = 100 + i % 50;  // 2^-27 .. 2^22
+        scales[i] = std::ldexp(1.0f, static_cast<int>(want_code[i]) - 127);
+      } else {
+        want_code[i] = 1 + i % 0x7E;  // every code but 0, subnormals included
+        scales[i] = e4m3_scale_value(want_code[i]) * globals[e * parts + n / (N / parts)];
+      }
     }
+    Wna16ScaleByteSource s;
+    s.scales = scales.data();
+    s.globals = mx ? nullptr : globals.data();
+    s.codes = codes;
+    s.scale_groups = G;
+    s.group_size = group;
+    s.experts = E;
+    s.rows = N;
+    s.cols = K;
+    s.parts = parts;
+    s.part_rows = part_rows;
+    s.k_steps = k_steps;
+    const int64_t count = E * parts * part_rows * k_steps * U;
+    EXPECT_EQ(count, E * parts * part_rows * k_steps * wna16_scale_bytes_per_step(codes));
+    int64_t checked = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      bool exact = false;
+      const uint32_t got = wna16_scale_byte(s, i, &exact);
+      EXPECT_TRUE(exact) << i;
+      const int64_t j = i % U, g = i / U % 8, step = i / U / 8 % k_steps;
+      const int64_t pr = i / U / 8 / k_steps % (parts * part_rows / 8) * 8 + g;
+      const int64_t e = i / U / 8 / k_steps / (parts * part_rows / 8);
+      const int64_t col = step * 128 + (mx ? 32 * j : 32 * (j / 2) + 16 * (j % 2));
+      const int64_t in_part = pr % part_rows;
+      if (in_part >= N / parts || col >= K) {
+        EXPECT_EQ(got, 0u) << i;
+        continue;
+      }
+      const int64_t n = pr / part_rows * (N / parts) + in_part;
+      EXPECT_EQ(got, want_code[(e * N + n) * G + col / group]) << i;
+      ++checked;
+    }
+    EXPECT_EQ(checked, E * N * (mx ? 7 : 13));  // 200 columns: 7 units, 13 halves
+    // A scale with no code: MXFP4 not a power of two; NVFP4 0.6 x its global (E4M3 has 0.5625
+    // and 0.625), the byte at (expert 0, row 0, step 0, j 1).
+    std::vector<float> bad = scales;
+    bad[1] = mx ? 0.75f : 0.6f * globals[0];
+    s.scales = bad.data();
+    bool exact = true;
+    wna16_scale_byte(s, 1, &exact);
+    EXPECT_FALSE(exact);
   }
 }
 

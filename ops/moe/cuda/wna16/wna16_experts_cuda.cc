@@ -12,10 +12,13 @@
 namespace mg::cuda {
 
 Wna16Weights wna16_weights_view(const Wna16PackedHost& p, const uint32_t* words,
-                                const float* params) {
+                                const float* params, const uint8_t* scale_bytes,
+                                const float* globals) {
   Wna16Weights w;
   w.words = words;
   w.params = params;
+  w.scale_bytes = scale_bytes;
+  w.globals = globals;
   w.bits = p.bits;
   w.codes = p.codes;
   w.parts = p.parts;
@@ -42,11 +45,12 @@ void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel
            "WNA16 grouped GEMM: packed weights (part rows {}, K steps {}) do not fit N {} K {}",
            b.part_rows, b.k_steps, args.n, args.k);
   if (args.num_experts <= 0 || args.max_rows <= 0) return;
-  MG_CHECK(args.a != nullptr && b.words != nullptr && b.params != nullptr && args.c != nullptr &&
+  MG_CHECK(args.a != nullptr && b.words != nullptr && args.c != nullptr &&
                args.expert_offsets != nullptr,
            "WNA16 grouped GEMM: a, b, c and expert_offsets must be set");
   switch (b.codes) {
     case Wna16Codes::kInteger:
+      MG_CHECK(b.params != nullptr, "WNA16 grouped GEMM: integer codes need their F32 pairs");
       switch (b.bits) {
         case 4:
           return wna16::launch_gemm<T, 4, Wna16Codes::kInteger>(args, kernel, gated, stream);
@@ -55,12 +59,17 @@ void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel
         default:
           MG_FAIL("WNA16 grouped GEMM: {} bits (4 or 8 expected)", b.bits);
       }
-    case Wna16Codes::kE2M1:
-      MG_CHECK(b.bits == 4 && b.group_size == 32,
-               "WNA16 grouped GEMM: E2M1 codes are 4 bits with a scale pair per 32 columns, not {} "
-               "bits per {}",
-               b.bits, b.group_size);
-      return wna16::launch_gemm<T, 4, Wna16Codes::kE2M1>(args, kernel, gated, stream);
+    case Wna16Codes::kMxfp4:
+      MG_CHECK(b.bits == 4 && b.scale_bytes != nullptr,
+               "WNA16 grouped GEMM: MXFP4 codes are 4 bits with E8M0 scale bytes, not {} bits{}",
+               b.bits, b.scale_bytes == nullptr ? " without scale bytes" : "");
+      return wna16::launch_gemm<T, 4, Wna16Codes::kMxfp4>(args, kernel, gated, stream);
+    case Wna16Codes::kNvfp4:
+      MG_CHECK(b.bits == 4 && b.scale_bytes != nullptr && b.globals != nullptr,
+               "WNA16 grouped GEMM: NVFP4 codes are 4 bits with E4M3 scale bytes and globals, not "
+               "{} bits{}",
+               b.bits, b.scale_bytes == nullptr || b.globals == nullptr ? " without them" : "");
+      return wna16::launch_gemm<T, 4, Wna16Codes::kNvfp4>(args, kernel, gated, stream);
   }
   MG_FAIL("WNA16 grouped GEMM: unknown codes {}", static_cast<int>(b.codes));
 }

@@ -1,6 +1,7 @@
 // CUDA kernels of the weight-only INT4 / INT8 (WNA16: W4A16, W8A16) MoE experts, host side.
 // Host-only header: the kernels live in wna16_gemm.cuh and are instantiated per activation dtype
-// and bit width in wna16_gemm_<dtype>_<int4|int8>.cu; the packing is plain C++ (wna16_pack.cc).
+// and code kind in wna16_gemm_<dtype>_<int4|int8|mxfp4|nvfp4>.cu; the packing is plain C++
+// (wna16_pack_cuda.cc).
 //
 // The math, which the tests' CPU reference follows:
 //   input        per matrix W [E, N, K] (rows = output channels, y = x Wᵀ): integer codes q
@@ -42,6 +43,7 @@
 
 #include "ops/moe/cuda/grouped_gemm_cuda.h"
 #include "ops/moe/cuda/moe_cuda_types.h"
+#include "ops/moe/cuda/wna16/wna16_codes.h"
 
 namespace mg::cuda {
 
@@ -61,18 +63,25 @@ namespace mg::cuda {
 // The per-group parameters are F32 pairs {s, -z·s}, [E, rows_padded, groups, 2].
 //
 // FP4 E2M1 codes (MXFP4, NVFP4: wna16_pack_e2m1) use the same 4-bit word layout with another
-// dequantization policy (Wna16Codes::kE2M1): a code's value is e2m1(q) times its group's scale,
-// with one pair per 32-wide K unit, {s_lo / 2, s_hi / 2}: the scales of the unit's first and
-// second 16 columns (NVFP4's 16-groups; MXFP4's 32-group gives s_lo = s_hi), halved because the
-// kernels decode 2·|e2m1(q)| (the integers 0..12) exactly. So groups = ceil(K / 32), group_size 32.
+// dequantization policy: a code's value is e2m1(q) times its scale, and the scales stay one byte
+// each (no F32 pairs: params is empty), laid out like the words, per expert, 8-row block and K
+// step:
+//   scale_bytes [E, row_blocks, k_steps, 8 rows, U]: U = 4 (kMxfp4: the E8M0 code of each 32-wide
+//               unit) or 8 (kNvfp4: the E4M3 codes of each unit's two k16 halves, unit-major), so a
+//               CTA's scales of one step are 32 (64) contiguous bytes per block, and a lane reads
+//               its row's with one 4- (8-) byte load;
+//   globals     kNvfp4 only: F32 [E, parts], the global scale of each expert's gate / up part (or
+//               its only part), applied once per output in the epilogue (acc * global / 2).
+// In registers: kMxfp4 w = 2·e2m1(q) · 2^(code - 128) (the E8M0 code shifted into an F32 exponent,
+// halved because the kernels decode 2·|e2m1(q)|, the integers 0..12, exactly): the product is
+// exact, e2m1(q) · 2^(code - 127) in F32, before its rounding to the activation dtype. kNvfp4
+// w = 2·e2m1(q) · e4m3(code) (at most 6 significant bits, so exact in BF16 and F16), and the
+// accumulator is multiplied by global / 2: the real weight e2m1 · e4m3 · global is never rounded.
+// Bytes per value: 0.5 + 1/32 (MXFP4, 4.25 bits) or 0.5 + 1/16 (NVFP4, 4.5 bits), + 8 a matrix.
 
 inline constexpr int64_t kWna16KStep = 128;
 
-// What a packed code means: the kernels' per-value dequantization policy.
-enum class Wna16Codes : int32_t {
-  kInteger,  // unsigned integer q of 4 or 8 bits: w = fma(q, s, -z·s), pairs {s, -z·s} per group
-  kE2M1,     // FP4 E2M1 (4 bits): w = 2·e2m1(q) · (k16 half 0 ? p.x : p.y), pairs per 32 columns
-};
+// Wna16Codes (what a packed code means) and wna16_scale_bytes_per_step: wna16_codes.h.
 
 // The input contract of one matrix on the host (see the math above).
 struct Wna16HostMatrix {
@@ -88,8 +97,10 @@ struct Wna16HostMatrix {
 
 // The packed matrix on the host, ready to upload.
 struct Wna16PackedHost {
-  std::vector<uint32_t> words;  // [E, row_blocks, k_steps, W / 4, 32, 4]
-  std::vector<float> params;    // [E, rows_padded, groups, 2] {s, -z·s} (kE2M1: see above)
+  std::vector<uint32_t> words;       // [E, row_blocks, k_steps, W / 4, 32, 4]
+  std::vector<float> params;         // kInteger: [E, rows_padded, groups, 2] {s, -z·s}; FP4: empty
+  std::vector<uint8_t> scale_bytes;  // FP4: [E, row_blocks, k_steps, 8, U] (see above)
+  std::vector<float> globals;        // kNvfp4: [E, parts]
   int bits = 4;
   Wna16Codes codes = Wna16Codes::kInteger;
   int64_t experts = 0;
@@ -100,14 +111,22 @@ struct Wna16PackedHost {
   int64_t groups = 1;
   int64_t group_size = 0;  // columns per group (K when channel-wise)
 
-  // Sizes of words and params (the vectors may be empty: wna16_layout).
+  // Sizes of words, params, scale_bytes and globals (the vectors may be empty: wna16_layout).
   int64_t word_count() const {
     return experts * parts * part_rows / 8 * k_steps * 32 * (bits == 4 ? 4 : 8);
   }
-  int64_t param_count() const { return experts * parts * part_rows * groups * 2; }
-  // Bytes the kernels stream per expert: codes and group pairs.
+  int64_t param_count() const {
+    return codes == Wna16Codes::kInteger ? experts * parts * part_rows * groups * 2 : 0;
+  }
+  int64_t scale_byte_count() const {
+    return experts * parts * part_rows * k_steps * wna16_scale_bytes_per_step(codes);
+  }
+  int64_t global_count() const { return codes == Wna16Codes::kNvfp4 ? experts * parts : 0; }
+  // Bytes the kernels stream per expert: codes and group pairs, or codes, scale bytes and globals.
   double bytes_per_expert() const {
-    return 4.0 * static_cast<double>(word_count() + param_count()) / static_cast<double>(experts);
+    return (4.0 * static_cast<double>(word_count() + param_count() + global_count()) +
+            static_cast<double>(scale_byte_count())) /
+           static_cast<double>(experts);
   }
 };
 
@@ -131,20 +150,27 @@ Wna16PackedHost wna16_layout(int64_t experts, int64_t rows, int64_t cols, int bi
 // zero point is out of range for `bits`.
 Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts);
 
-// "" when a [.., rows, cols] FP4 E2M1 matrix with scale groups of `group_size` columns (a
-// multiple of 16: each k16 half of a 32-wide unit lies in one group; a partial last group is fine)
-// split in `parts` row parts can be packed for these kernels, else the reason.
-std::string wna16_pack_e2m1_check(int64_t rows, int64_t cols, int64_t group_size, int64_t parts);
+// "" when a [.., rows, cols] FP4 E2M1 matrix with scale groups of `group_size` columns split in
+// `parts` row parts can be packed with the scale bytes of `codes` (kMxfp4: groups a multiple of 32,
+// one E8M0 byte per 32-wide unit; kNvfp4: a multiple of 16, an E4M3 byte per k16 half; a partial
+// last group is fine), else the reason.
+std::string wna16_pack_e2m1_check(Wna16Codes codes, int64_t rows, int64_t cols, int64_t group_size,
+                                  int64_t parts);
 
 // The fields of wna16_pack_e2m1's result, without its data. Throws as wna16_pack_e2m1_check.
-Wna16PackedHost wna16_layout_e2m1(int64_t experts, int64_t rows, int64_t cols, int64_t parts);
+Wna16PackedHost wna16_layout_e2m1(Wna16Codes codes, int64_t experts, int64_t rows, int64_t cols,
+                                  int64_t parts);
 
 // Repacks FP4 E2M1 codes `packed` [E, rows, cols / 2] (two per byte, the even column in the low
-// nibble: framework/core/fp4.h) with F32 scales `scales` [E, rows, ceil(cols / group_size)]
-// (NVFP4's global scale already folded in) into the kernels' layout, codes kept 4-bit (kE2M1).
-// Throws mg::Error when wna16_pack_e2m1_check refuses.
-Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int64_t experts,
-                                int64_t rows, int64_t cols, int64_t group_size, int64_t parts);
+// nibble: framework/core/fp4.h) with their effective F32 scales `scales` [E, rows, ceil(cols /
+// group_size)] (E8M0 decoded; NVFP4: E4M3 times the global scale) into the kernels' layout, codes
+// kept 4-bit and scales encoded back into bytes: kMxfp4 scales must be powers of two 2^-127 ..
+// 2^127; kNvfp4 scales e4m3 * globals[e, part] (`globals` F32 [E, parts], null: all 1), to within
+// F32 rounding of that product (ModelOpt multiplies by its global, compressed-tensors divides).
+// Throws mg::Error when wna16_pack_e2m1_check refuses or a scale has no such byte, naming it.
+Wna16PackedHost wna16_pack_e2m1(Wna16Codes codes, const uint8_t* packed, const float* scales,
+                                const float* globals, int64_t experts, int64_t rows, int64_t cols,
+                                int64_t group_size, int64_t parts);
 
 // Random packed weights made on the GPU (benchmarks: the host never holds them): every word
 // uniform (so every code is uniform), each group's pair {s, -z·s} with s uniform in
@@ -178,15 +204,17 @@ Wna16HostCodes wna16_quantize_host(const float* w, int64_t experts, int64_t rows
 std::vector<float> wna16_dequantize_host(const Wna16HostMatrix& m);
 
 // The weights a packed matrix holds, read back through the layout: fma(q, s, -z·s) as F32
-// [E, rows, K] for the `rows` unpadded rows (parts as packed; kE2M1: 2·e2m1(q) times the
-// half's scale). The inverse of wna16_pack (up to
-// the fma), for tests of weights made on the GPU.
+// [E, rows, K] for the `rows` unpadded rows (parts as packed; FP4: e2m1(q) times its scale byte's
+// value, times the part's global for kNvfp4). The inverse of wna16_pack (up to the fma) and of
+// wna16_pack_e2m1, for tests of weights made on the GPU.
 std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows);
 
 // The device view of a packed matrix (Wna16PackedHost uploaded).
 struct Wna16Weights {
   const uint32_t* words = nullptr;
-  const float* params = nullptr;
+  const float* params = nullptr;         // kInteger
+  const uint8_t* scale_bytes = nullptr;  // kMxfp4, kNvfp4
+  const float* globals = nullptr;        // kNvfp4: [E, parts]
   int bits = 4;
   Wna16Codes codes = Wna16Codes::kInteger;
   int64_t parts = 1;
@@ -196,9 +224,11 @@ struct Wna16Weights {
   int64_t group_size = 0;
 };
 
-// The device view of `p` whose words and params were uploaded to `words` and `params`.
+// The device view of `p` whose words, params, scale bytes and globals were uploaded to `words`,
+// `params`, `scale_bytes` and `globals` (those the layout does not use may be null).
 Wna16Weights wna16_weights_view(const Wna16PackedHost& p, const uint32_t* words,
-                                const float* params);
+                                const float* params, const uint8_t* scale_bytes = nullptr,
+                                const float* globals = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // 2. The grouped GEMM (mma.sync m16n8k16, weights dequantized in registers).

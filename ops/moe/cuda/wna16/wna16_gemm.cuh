@@ -1,6 +1,6 @@
 // The WNA16 grouped GEMM: mma.sync m16n8k16 BF16/F16 with the B operand dequantized in registers
 // from packed 4- or 8-bit codes (layout: wna16_experts_cuda.h, section 1). nvcc only; included by
-// wna16_gemm_<dtype>_<int4|int8>.cu.
+// wna16_gemm_<dtype>_<int4|int8|mxfp4|nvfp4>.cu.
 //
 // One CTA computes BM rows of one expert × 64 output columns (a gated CTA streams 128 weight rows:
 // gate rows n0.. and up rows part_rows + n0..), 4 warps side by side, each 16 columns (two n8
@@ -9,8 +9,11 @@
 //   A   BM rows × 128 elements, as two [BM][64] halves of 128-byte rows XOR-swizzled by 16-byte
 //       chunk (the BF16 mma kernel's layout and ldmatrix addressing)
 //   B   the packed words of the CTA's 8-row blocks for this step, copied as they lie in memory
-//   P   per weight row, the {s, -z·s} pair of each 32-wide K unit's group (only the units that
-//       start a group are copied; the others read the entry of their group's first unit)
+//   P   integer codes: per weight row, the {s, -z·s} pair of each 32-wide K unit's group (only
+//       the units that start a group are copied; the others read the entry of their group's
+//       first unit); FP4: the step's scale bytes of the CTA's 8-row blocks, as they lie in memory
+//       (4 or 8 per row), decoded per unit in registers (E8M0: a shift into an F32 exponent;
+//       E4M3: one cvt of both halves' bytes to half2)
 // and each lane turns its own 16 (or 32) bytes of B into its mma fragments: per value one
 // shift-and-or into a float whose low mantissa bits are the code (2^23 + q), one subtraction
 // (exact), one fma with the group's pair, and half a conversion to a packed BF16/F16 pair. Rows,
@@ -19,6 +22,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -41,13 +45,15 @@ struct Wna16Tile {
   static constexpr int MI = BM / 16;  // m16 blocks per warp (every warp covers all BM rows)
   static constexpr int NI = 2;        // n8 blocks per warp (16 columns)
   static constexpr int kABytes = BM * BK * 2;
-  template <int Bits, bool Gated>
+  template <int Bits, Wna16Codes Codes, bool Gated>
   struct Stage {
     static constexpr int kBRows = Gated ? 2 * BN : BN;
     static constexpr int kBlocks = kBRows / 8;
     static constexpr int kWordsPerLane = Bits == 4 ? 4 : 8;
     static constexpr int kBBytes = kBlocks * 32 * kWordsPerLane * 4;
-    static constexpr int kPBytes = kBRows * 4 * 8;
+    // Scale bytes per row of a step (FP4), or 0: F32 pairs, 4 units x 8 bytes per row.
+    static constexpr int kScaleBytes = static_cast<int>(wna16_scale_bytes_per_step(Codes));
+    static constexpr int kPBytes = kScaleBytes == 0 ? kBRows * 4 * 8 : kBRows * kScaleBytes;
     static constexpr int kBytes = kABytes + kBBytes + kPBytes;
     static constexpr int kSmem = Stages * kBytes;
   };
@@ -120,10 +126,36 @@ struct Dequant<Bits, Wna16Codes::kInteger> {
   }
 };
 
+// 2^(code - 128) for an E8M0 code (0..254): the MXFP4 scale halved (the kernels decode 2·e2m1),
+// the code shifted into the exponent field (codes 0 and 1 are the subnormals 2^-128, 2^-127).
+__device__ __forceinline__ float e8m0_half_scale(uint32_t code) {
+  return __uint_as_float(code >= 2u ? (code - 1u) << 23 : 0x00200000u << code);
+}
+
+// The two E4M3 codes in bytes 0 (.x) and 1 (.y) of `bytes` as floats (exact: one cvt to half2).
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t bytes) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes & 0xFFFFu), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+// The scales {half 0, half 1} of 32-wide unit `unit` from a row's scale bytes of the step (kMxfp4:
+// byte `unit` of sb.x; kNvfp4: bytes 2 unit, 2 unit + 1 of the 8 in sb).
+template <Wna16Codes Codes>
+__device__ __forceinline__ float2 fp4_unit_scales(uint2 sb, int unit) {
+  if constexpr (Codes == Wna16Codes::kMxfp4) {
+    const float s = e8m0_half_scale((sb.x >> (8 * unit)) & 0xFFu);
+    return make_float2(s, s);
+  } else {
+    const uint32_t word = unit < 2 ? sb.x : sb.y;
+    return e4m3x2_to_float2(word >> (16 * (unit & 1)));
+  }
+}
+
 // FP4 E2M1 codes: nibbles 4h .. 4h + 3 of `word`; w = 2·e2m1(q) · (h == 0 ? sb.x : sb.y) (the
-// halved scales of the unit's two 16-column halves).
+// scales of the unit's two 16-column halves: fp4_unit_scales).
 template <>
-struct Dequant<4, Wna16Codes::kE2M1> {
+struct Dequant<4, Wna16Codes::kMxfp4> {
   template <typename T>
   static __device__ __forceinline__ void fragment(uint32_t word, int half, float2 sb,
                                                   uint32_t (&b)[2]) {
@@ -137,6 +169,9 @@ struct Dequant<4, Wna16Codes::kE2M1> {
     b[1] = pack_pair<T>(v2, v3);
   }
 };
+
+template <>
+struct Dequant<4, Wna16Codes::kNvfp4> : Dequant<4, Wna16Codes::kMxfp4> {};
 
 // The GEMM epilogue of one output (up only read when Gated); bias F32 [N_b] of the expert.
 template <bool Gated>
@@ -158,7 +193,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   using grouped_gemm::cp_async_16;
   using grouped_gemm::ldmatrix_x4;
   using grouped_gemm::swizzled;
-  using S = typename Tile::template Stage<Bits, Gated>;
+  using S = typename Tile::template Stage<Bits, Codes, Gated>;
+  constexpr bool kFp4 = Codes != Wna16Codes::kInteger;
+  constexpr int kScaleBytes = S::kScaleBytes;
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, kStages = Tile::Stages;
   constexpr int MI = Tile::MI, NI = Tile::NI, kThreads = Tile::kThreads;
   constexpr int kABytes = Tile::kABytes, kBBytes = S::kBBytes, kStageBytes = S::kBytes;
@@ -188,11 +225,17 @@ __global__ void __launch_bounds__(Tile::kThreads)
   // divides G (steps start at multiples of 128, and G is a multiple of 32 when there is more than
   // one group), so runs of that many units never straddle a group; only their first unit's pair
   // is copied.
-  const int unit_group = groups == 1 || group_size % 128 == 0 ? 4 : group_size % 64 == 0 ? 2 : 1;
+  [[maybe_unused]] const int unit_group = groups == 1 || group_size % 128 == 0 ? 4
+                                          : group_size % 64 == 0               ? 2
+                                                                               : 1;
   constexpr int kStepWords = 32 * kW;
   const uint32_t* words =
       args.b.words + work.expert * (rows_padded / 8) * static_cast<int64_t>(k_steps) * kStepWords;
-  const float* params = args.b.params + work.expert * rows_padded * groups * 2;
+  [[maybe_unused]] const float* params =
+      kFp4 ? nullptr : args.b.params + work.expert * rows_padded * groups * 2;
+  // FP4: the expert's scale bytes [row_blocks, k_steps, 8, kScaleBytes].
+  [[maybe_unused]] const uint8_t* scale_bytes =
+      kFp4 ? args.b.scale_bytes + work.expert * rows_padded * k_steps * kScaleBytes : nullptr;
   const uint32_t smem_base = grouped_gemm::smem_u32(smem);
 
   // A rows: thread tid copies chunk (tid & 15) of rows (tid >> 4) + 8 it; their source rows are
@@ -239,18 +282,36 @@ __global__ void __launch_bounds__(Tile::kThreads)
       const uint32_t* src = words + (row_block * k_steps + step) * kStepWords + chunk * 4;
       cp_async_16(s_b + i * 16, valid ? src : words, valid);
     }
-    // P: entry (row, unit) of the stage at (row * 4 + unit) * 8 bytes.
+    if constexpr (kFp4) {
+      // P: the blocks' scale bytes of this step, 8 rows x kScaleBytes contiguous per block, in
+      // block order (chunk i: 16-byte chunk i % kChunks of block i / kChunks).
+      constexpr int kChunks = 8 * kScaleBytes / 16;
+      static_assert(S::kBlocks * kChunks <= kThreads, "one P chunk per thread at most");
+      const int i = tid;
+      if (i < S::kBlocks * kChunks) {
+        const int block = i / kChunks, chunk = i % kChunks;
+        const bool up = Gated && block >= BN / 8;
+        const int col0 = n0 + (up ? block - BN / 8 : block) * 8;
+        const bool valid = col0 < n;
+        const int64_t row_block = ((up ? part_rows : 0) + col0) / 8;
+        const uint8_t* src =
+            scale_bytes + (row_block * k_steps + step) * (8 * kScaleBytes) + chunk * 16;
+        cp_async_16(s_p + i * 16, valid ? src : scale_bytes, valid);
+      }
+    } else {
+      // P: entry (row, unit) of the stage at (row * 4 + unit) * 8 bytes.
 #pragma unroll
-    for (int it = 0; it < kBRows * 4 / kThreads; ++it) {
-      const int i = tid + it * kThreads;
-      const int row = i >> 2, unit = i & 3;
-      if (unit % unit_group != 0) continue;
-      const bool up = Gated && row >= BN;
-      const int col = n0 + (up ? row - BN : row);
-      const bool valid = col < n;
-      const int g = min((k0 + 32 * unit) / group_size, groups - 1);
-      const float* src = params + (((up ? part_rows : 0) + col) * groups + g) * 2;
-      cp_async_8(s_p + i * 8, valid ? src : params, valid);
+      for (int it = 0; it < kBRows * 4 / kThreads; ++it) {
+        const int i = tid + it * kThreads;
+        const int row = i >> 2, unit = i & 3;
+        if (unit % unit_group != 0) continue;
+        const bool up = Gated && row >= BN;
+        const int col = n0 + (up ? row - BN : row);
+        const bool valid = col < n;
+        const int g = min((k0 + 32 * unit) / group_size, groups - 1);
+        const float* src = params + (((up ? part_rows : 0) + col) * groups + g) * 2;
+        cp_async_8(s_p + i * 8, valid ? src : params, valid);
+      }
     }
   };
 
@@ -289,7 +350,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
     const uint32_t s_a = smem_base + (step % kStages) * kStageBytes;
     const uint8_t* stage_ptr = smem + (step % kStages) * kStageBytes;
     const uint32_t* s_b = reinterpret_cast<const uint32_t*>(stage_ptr + kABytes);
-    const float2* s_p = reinterpret_cast<const float2*>(stage_ptr + kABytes + kBBytes);
+    [[maybe_unused]] const float2* s_p =
+        reinterpret_cast<const float2*>(stage_ptr + kABytes + kBBytes);
+    [[maybe_unused]] const uint8_t* s_pb = stage_ptr + kABytes + kBBytes;
 
     // This lane's words of its blocks (gate, and up when gated) for the whole step.
     uint32_t wg[NI][kW];
@@ -316,16 +379,40 @@ __global__ void __launch_bounds__(Tile::kThreads)
       }
     }
 
+    // FP4: this lane's rows' scale bytes of the step (row r of the stage at r * kScaleBytes).
+    [[maybe_unused]] uint2 bg[kFp4 ? NI : 1];
+    [[maybe_unused]] uint2 bu[kFp4 && Gated ? NI : 1];
+    if constexpr (kFp4) {
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        const int row = (warp * NI + ni) * 8 + g_row;
+        const auto load_row = [&](int r) {
+          if constexpr (kScaleBytes == 4) {
+            return make_uint2(*reinterpret_cast<const uint32_t*>(s_pb + r * 4), 0u);
+          } else {
+            return *reinterpret_cast<const uint2*>(s_pb + r * 8);
+          }
+        };
+        bg[ni] = load_row(row);
+        if constexpr (Gated) bu[ni] = load_row(BN + row);
+      }
+    }
+
 #pragma unroll
     for (int unit = 0; unit < 4; ++unit) {
-      const int p_unit = unit / unit_group * unit_group;
       float2 sg[NI];
       float2 su[Gated ? NI : 1];
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
-        const int row = (warp * NI + ni) * 8 + g_row;
-        sg[ni] = s_p[row * 4 + p_unit];
-        if constexpr (Gated) su[ni] = s_p[(BN + row) * 4 + p_unit];
+        if constexpr (kFp4) {
+          sg[ni] = fp4_unit_scales<Codes>(bg[ni], unit);
+          if constexpr (Gated) su[ni] = fp4_unit_scales<Codes>(bu[kUp * ni], unit);
+        } else {
+          const int row = (warp * NI + ni) * 8 + g_row;
+          const int p_unit = unit / unit_group * unit_group;
+          sg[ni] = s_p[row * 4 + p_unit];
+          if constexpr (Gated) su[ni] = s_p[(BN + row) * 4 + p_unit];
+        }
       }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -344,12 +431,12 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) grouped_gemm::mma_16816<T>(acc[mi][ni], af[mi], bf);
           if constexpr (Gated) {
-            uint32_t bu[2];
+            uint32_t bfu[2];
             const uint32_t uword = Bits == 4 ? wu[ni][unit] : wu[ni][2 * unit + half];
-            Dequant<Bits, Codes>::template fragment<T>(uword, half, su[ni], bu);
+            Dequant<Bits, Codes>::template fragment<T>(uword, half, su[ni], bfu);
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
-              grouped_gemm::mma_16816<T>(acc_up[mi][ni], af[mi], bu);
+              grouped_gemm::mma_16816<T>(acc_up[mi][ni], af[mi], bfu);
             }
           }
         }
@@ -360,6 +447,20 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   // Epilogue straight from the accumulators: lane (g, t) holds rows g and g + 8, columns 2t and
   // 2t + 1 of each 16 × 8 block.
+  // NVFP4: the accumulators hold sums of x · 2·e2m1 · e4m3; the part's global / 2 makes them real.
+  float gate_scale = 1.0f, up_scale = 1.0f;
+  if constexpr (Codes == Wna16Codes::kNvfp4) {
+    const float* globals = args.b.globals + work.expert * (Gated ? 2 : 1);
+    gate_scale = 0.5f * globals[0];
+    if constexpr (Gated) up_scale = 0.5f * globals[1];
+  }
+  const auto real = [&](float a, [[maybe_unused]] float s) {
+    if constexpr (Codes == Wna16Codes::kNvfp4) {
+      return a * s;
+    } else {
+      return a;
+    }
+  };
   const int64_t bias_rows = Gated ? 2 * args.n : args.n;
   const float* bias = args.bias == nullptr ? nullptr : args.bias + work.expert * bias_rows;
   T* c = static_cast<T*>(args.c) + static_cast<int64_t>(work.row_begin) * n;
@@ -375,18 +476,18 @@ __global__ void __launch_bounds__(Tile::kThreads)
       for (int ni = 0; ni < NI; ++ni) {
         const int col = n0 + (warp * NI + ni) * 8 + (lane & 3) * 2;
         if (col >= n) continue;
-        const float up0 = Gated ? acc_up[kUp * mi][kUp * ni][half * 2] : 0.0f;
-        const float up1 = Gated ? acc_up[kUp * mi][kUp * ni][half * 2 + 1] : 0.0f;
-        const float v0 = epilogue_value<Gated>(args, bias, col, acc[mi][ni][half * 2], up0);
+        const float up0 = Gated ? real(acc_up[kUp * mi][kUp * ni][half * 2], up_scale) : 0.0f;
+        const float up1 = Gated ? real(acc_up[kUp * mi][kUp * ni][half * 2 + 1], up_scale) : 0.0f;
+        const float g0 = real(acc[mi][ni][half * 2], gate_scale);
+        const float g1 = real(acc[mi][ni][half * 2 + 1], gate_scale);
+        const float v0 = epilogue_value<Gated>(args, bias, col, g0, up0);
         if (pair_stores) {
-          const float v1 =
-              epilogue_value<Gated>(args, bias, col + 1, acc[mi][ni][half * 2 + 1], up1);
+          const float v1 = epilogue_value<Gated>(args, bias, col + 1, g1, up1);
           grouped_gemm::store_pair(c_row + col, v0, v1);
         } else {
           c_row[col] = from_float<T>(v0);
           if (col + 1 < n) {
-            c_row[col + 1] = from_float<T>(
-                epilogue_value<Gated>(args, bias, col + 1, acc[mi][ni][half * 2 + 1], up1));
+            c_row[col + 1] = from_float<T>(epilogue_value<Gated>(args, bias, col + 1, g1, up1));
           }
         }
       }
@@ -406,7 +507,7 @@ void launch_tile(const Wna16GemmArgs& args, cudaStream_t stream) {
   const int64_t n_tiles = (args.n + Tile::BN - 1) / Tile::BN;
   const int64_t blocks = m_bound * n_tiles;
   MG_CHECK(blocks <= INT32_MAX, "WNA16 grouped GEMM: {} tiles exceed the grid", blocks);
-  constexpr int kSmem = Tile::template Stage<Bits, Gated>::kSmem;
+  constexpr int kSmem = Tile::template Stage<Bits, Codes, Gated>::kSmem;
   auto* kernel = wna16_gemm_kernel<T, Bits, Codes, Tile, Gated>;
   // Above 48 KB a kernel must opt in; a host-side attribute, not a stream operation.
   MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));

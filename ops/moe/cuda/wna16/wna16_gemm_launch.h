@@ -1,7 +1,6 @@
 // The WNA16 grouped GEMM launchers per activation dtype, bit width and code kind, each instantiated
-// in its own wna16_gemm_<dtype>_<int4|int8|e2m1>.cu (four kernels per file: two tiles, gated and
-// plain);
-// launch_wna16_grouped_gemm (wna16_experts_cuda.cc) picks one. Host-only.
+// in its own wna16_gemm_<dtype>_<int4|int8|mxfp4|nvfp4>.cu (four kernels per file: two tiles, gated
+// and plain); launch_wna16_grouped_gemm (wna16_experts_cuda.cc) picks one. Host-only.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -9,8 +9,10 @@
 
 #include "framework/core/error.h"
 #include "framework/core/fp4.h"
+#include "framework/core/fp4_scale_bytes.h"
 #include "framework/core/thread_pool.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_pack_word.h"
 
 namespace mg::cuda {
 
@@ -178,7 +180,11 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
   return p;
 }
 
-std::string wna16_pack_e2m1_check(int64_t rows, int64_t cols, int64_t group_size, int64_t parts) {
+std::string wna16_pack_e2m1_check(Wna16Codes codes, int64_t rows, int64_t cols, int64_t group_size,
+                                  int64_t parts) {
+  if (codes != Wna16Codes::kMxfp4 && codes != Wna16Codes::kNvfp4) {
+    return "FP4 weights are packed as MXFP4 or NVFP4 codes";
+  }
   if (rows <= 0 || cols <= 0 || cols % 2 != 0) {
     return "FP4 weight rows " + std::to_string(rows) + " and columns " + std::to_string(cols) +
            " must be positive, the columns even (two codes per byte)";
@@ -187,56 +193,62 @@ std::string wna16_pack_e2m1_check(int64_t rows, int64_t cols, int64_t group_size
   if (rows % parts != 0) {
     return "gated FP4 weight rows " + std::to_string(rows) + " must split in two equal halves";
   }
-  if (group_size <= 0 || group_size % 16 != 0) {
-    return "FP4 scale groups of " + std::to_string(group_size) +
-           " columns: the kernels take a scale per 16 columns, so groups must be multiples of 16";
+  const int64_t unit = codes == Wna16Codes::kMxfp4 ? 32 : 16;
+  if (group_size <= 0 || group_size % unit != 0) {
+    return "FP4 scale groups of " + std::to_string(group_size) + " columns: the kernels take " +
+           (codes == Wna16Codes::kMxfp4 ? "an E8M0 scale byte per 32 columns (MXFP4)"
+                                        : "an E4M3 scale byte per 16 columns (NVFP4)") +
+           ", so groups must be multiples of " + std::to_string(unit);
   }
   return "";
 }
 
-Wna16PackedHost wna16_layout_e2m1(int64_t experts, int64_t rows, int64_t cols, int64_t parts) {
-  const std::string why = wna16_pack_e2m1_check(rows, cols, 32, parts);
+Wna16PackedHost wna16_layout_e2m1(Wna16Codes codes, int64_t experts, int64_t rows, int64_t cols,
+                                  int64_t parts) {
+  const std::string why =
+      wna16_pack_e2m1_check(codes, rows, cols, codes == Wna16Codes::kMxfp4 ? 32 : 16, parts);
   MG_CHECK(why.empty(), "WNA16 E2M1 layout: {}", why);
   Wna16PackedHost p;
   p.bits = 4;
-  p.codes = Wna16Codes::kE2M1;
+  p.codes = codes;
   p.experts = experts;
   p.parts = parts;
   p.part_rows = (rows / parts + 7) / 8 * 8;
   p.cols = cols;
   p.k_steps = (cols + kWna16KStep - 1) / kWna16KStep;
-  p.groups = (cols + 31) / 32;  // one pair per 32-wide unit
+  p.groups = (cols + 31) / 32;  // 32-wide units (the scale bytes are per step: scale_byte_count)
   p.group_size = 32;
   return p;
 }
 
-Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int64_t experts,
-                                int64_t rows, int64_t cols, int64_t group_size, int64_t parts) {
-  const std::string why = wna16_pack_e2m1_check(rows, cols, group_size, parts);
+Wna16PackedHost wna16_pack_e2m1(Wna16Codes codes, const uint8_t* packed, const float* scales,
+                                const float* globals, int64_t experts, int64_t rows, int64_t cols,
+                                int64_t group_size, int64_t parts) {
+  const std::string why = wna16_pack_e2m1_check(codes, rows, cols, group_size, parts);
   MG_CHECK(why.empty(), "WNA16 E2M1 pack: {}", why);
   MG_CHECK(packed != nullptr && scales != nullptr, "WNA16 E2M1 pack: codes and scales must be set");
   const int64_t E = experts, N = rows, K = cols, Kb = K / 2;
   const int64_t rows_per_part = N / parts, groups = (K + group_size - 1) / group_size;
-  Wna16PackedHost p = wna16_layout_e2m1(E, N, K, parts);
-  const int64_t rows_padded = parts * p.part_rows;
+  Wna16PackedHost p = wna16_layout_e2m1(codes, E, N, K, parts);
   p.words.assign(static_cast<size_t>(p.word_count()), 0u);
-  p.params.assign(static_cast<size_t>(p.param_count()), 0.0f);
-  // Rows are independent (each writes its own words and pairs): a GPT-OSS-120B layer has 3.2 G
-  // codes, so the host threads share them.
+  p.scale_bytes.assign(static_cast<size_t>(p.scale_byte_count()), 0u);
+  if (codes == Wna16Codes::kNvfp4) {
+    p.globals.assign(static_cast<size_t>(p.global_count()), 1.0f);
+    if (globals != nullptr) std::copy_n(globals, p.global_count(), p.globals.begin());
+    for (int64_t i = 0; i < p.global_count(); ++i) {
+      MG_CHECK(std::isfinite(p.globals[i]) && p.globals[i] > 0.0f,
+               "WNA16 E2M1 pack: NVFP4 global scale {} of expert {} part {} must be positive and "
+               "finite",
+               p.globals[i], i / parts, i % parts);
+    }
+  }
+  // Rows are independent (each writes its own words): a GPT-OSS-120B layer has 3.2 G codes, so
+  // the host threads share them.
   const auto pack_rows = [&](int64_t begin, int64_t end) {
     for (int64_t en = begin; en < end; ++en) {
       const int64_t e = en / N, n = en % N;
       const int64_t pr = n / rows_per_part * p.part_rows + n % rows_per_part;
       const uint8_t* row = packed + (e * N + n) * Kb;
-      const float* srow = scales + (e * N + n) * groups;
-      for (int64_t u = 0; u < p.groups; ++u) {
-        // The scales of the unit's two k16 halves (a half past K repeats the last group's).
-        const int64_t g_lo = std::min(32 * u / group_size, groups - 1);
-        const int64_t g_hi = std::min((32 * u + 16) / group_size, groups - 1);
-        float* out = p.params.data() + ((e * rows_padded + pr) * p.groups + u) * 2;
-        out[0] = 0.5f * srow[g_lo];
-        out[1] = 0.5f * srow[g_hi];
-      }
       place_row_codes(p, e, pr, [&](int64_t k) {
         const uint8_t byte = row[k >> 1];
         return static_cast<uint32_t>((k & 1) ? byte >> 4 : byte & 0xF);
@@ -244,15 +256,62 @@ Wna16PackedHost wna16_pack_e2m1(const uint8_t* packed, const float* scales, int6
     }
   };
   run_rows_on_host(E * N, E * N * K, pack_rows);
+  // The scale bytes, as the device repacking writes them (wna16_scale_byte); the first scale with
+  // no byte is reported by position.
+  Wna16ScaleByteSource src;
+  src.scales = scales;
+  src.globals = codes == Wna16Codes::kNvfp4 ? p.globals.data() : nullptr;
+  src.codes = codes;
+  src.scale_groups = groups;
+  src.group_size = group_size;
+  src.experts = E;
+  src.rows = N;
+  src.cols = K;
+  src.parts = parts;
+  src.part_rows = p.part_rows;
+  src.k_steps = p.k_steps;
+  const int64_t count = p.scale_byte_count();
+  int64_t first_bad = count;
+  for (int64_t i = 0; i < count && first_bad == count; ++i) {
+    bool exact = true;
+    p.scale_bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(wna16_scale_byte(src, i, &exact));
+    if (!exact) first_bad = i;
+  }
+  if (first_bad < count) {
+    // Back from the byte's place to the scale it encodes.
+    const int64_t U = wna16_scale_bytes_per_step(codes), j = first_bad % U;
+    const int64_t g = first_bad / U % 8, step = first_bad / U / 8 % p.k_steps;
+    const int64_t row_blocks = parts * p.part_rows / 8;
+    const int64_t pr = first_bad / U / 8 / p.k_steps % row_blocks * 8 + g;
+    const int64_t e = first_bad / U / 8 / p.k_steps / row_blocks;
+    const int64_t part = pr / p.part_rows, n = part * rows_per_part + pr % p.part_rows;
+    const int64_t col =
+        step * 128 + (codes == Wna16Codes::kMxfp4 ? 32 * j : 32 * (j / 2) + 16 * (j % 2));
+    const int64_t group = col / group_size;
+    const float v = scales[(e * N + n) * groups + group];
+    if (codes == Wna16Codes::kMxfp4) {
+      MG_FAIL(
+          "WNA16 E2M1 pack: MXFP4 scale {} of expert {} row {} group {} is not a power of two in "
+          "2^-127 .. 2^127 (an E8M0 code)",
+          v, e, n, group);
+    }
+    MG_FAIL(
+        "WNA16 E2M1 pack: NVFP4 scale {} of expert {} row {} group {} is not an E4M3 value times "
+        "its global scale {}",
+        v, e, n, group, p.globals[static_cast<size_t>(e * parts + part)]);
+  }
   return p;
 }
 
 std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows) {
   MG_CHECK(static_cast<int64_t>(p.words.size()) == p.word_count() &&
-               static_cast<int64_t>(p.params.size()) == p.param_count() && rows % p.parts == 0 &&
+               static_cast<int64_t>(p.params.size()) == p.param_count() &&
+               static_cast<int64_t>(p.scale_bytes.size()) == p.scale_byte_count() &&
+               static_cast<int64_t>(p.globals.size()) == p.global_count() && rows % p.parts == 0 &&
                rows / p.parts <= p.part_rows,
-           "WNA16 unpack: {} words, {} params and {} rows do not fit the layout", p.words.size(),
-           p.params.size(), rows);
+           "WNA16 unpack: {} words, {} params, {} scale bytes, {} globals and {} rows do not fit "
+           "the layout",
+           p.words.size(), p.params.size(), p.scale_bytes.size(), p.globals.size(), rows);
   const int64_t E = p.experts, K = p.cols, rows_per_part = rows / p.parts;
   const int64_t rows_padded = p.parts * p.part_rows, W = p.bits == 4 ? 4 : 8;
   std::vector<float> out(static_cast<size_t>(E * rows * K));
@@ -270,15 +329,28 @@ std::vector<float> wna16_unpack_host(const Wna16PackedHost& p, int64_t rows) {
             p.words[((e * (rows_padded / 8) + block) * p.k_steps + step) * 32 * W + (w / 4) * 128 +
                     (4 * g + t) * 4 + w % 4];
         const uint32_t code = (word >> shift) & ((1u << p.bits) - 1u);
-        const float* sb =
-            p.params.data() + ((e * rows_padded + pr) * p.groups + k / p.group_size) * 2;
+        // The scale bytes of this row and step: [E, row_blocks, k_steps, 8, U].
+        const int64_t U = wna16_scale_bytes_per_step(p.codes);
+        const uint8_t* step_bytes =
+            p.scale_bytes.data() +
+            (((e * (rows_padded / 8) + block) * p.k_steps + step) * 8 + g) * U;
+        float& w_out = out[(e * rows + n) * K + k];
         switch (p.codes) {
-          case Wna16Codes::kInteger:
-            out[(e * rows + n) * K + k] = std::fma(static_cast<float>(code), sb[0], sb[1]);
+          case Wna16Codes::kInteger: {
+            const float* sb =
+                p.params.data() + ((e * rows_padded + pr) * p.groups + k / p.group_size) * 2;
+            w_out = std::fma(static_cast<float>(code), sb[0], sb[1]);
             break;
-          case Wna16Codes::kE2M1:
-            out[(e * rows + n) * K + k] =
-                2.0f * fp4_e2m1_to_float(static_cast<uint8_t>(code)) * sb[half];
+          }
+          case Wna16Codes::kMxfp4:
+            w_out =
+                fp4_e2m1_to_float(static_cast<uint8_t>(code)) * e8m0_scale_value(step_bytes[unit]);
+            break;
+          case Wna16Codes::kNvfp4:
+            // As the CPU reads NVFP4: the code times its effective F32 scale e4m3 x global.
+            w_out = fp4_e2m1_to_float(static_cast<uint8_t>(code)) *
+                    (e4m3_scale_value(step_bytes[2 * unit + half]) *
+                     p.globals[static_cast<size_t>(e * p.parts + pr / p.part_rows)]);
             break;
         }
       }

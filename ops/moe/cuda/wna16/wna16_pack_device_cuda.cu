@@ -1,5 +1,6 @@
 // The WNA16 layout written on the GPU (wna16_pack_on_device, wna16_pack_device_cuda.h) from codes
-// and scales already there: one thread per word and per parameter pair (wna16_pack_word.h).
+// and scales already there: one thread per word, per parameter pair and per FP4 scale byte
+// (wna16_pack_word.h).
 #include <cstdint>
 
 #include "framework/device/cuda/cuda_check.h"
@@ -25,7 +26,28 @@ __global__ void pack_pairs_kernel(Wna16ParamSource source, float* pairs, int64_t
   }
 }
 
+__global__ void pack_scale_bytes_kernel(Wna16ScaleByteSource source, uint8_t* bytes, int64_t count,
+                                        unsigned long long* first_inexact) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    bool exact = true;
+    bytes[i] = static_cast<uint8_t>(wna16_scale_byte(source, i, &exact));
+    if (!exact) atomicMin(first_inexact, static_cast<unsigned long long>(i));
+  }
+}
+
 }  // namespace
+
+void wna16_pack_scale_bytes_on_device(const Wna16ScaleByteSource& scales, uint8_t* bytes,
+                                      int64_t count, unsigned long long* first_inexact,
+                                      cudaStream_t stream) {
+  if (count <= 0) return;
+  constexpr int kThreads = 256;
+  pack_scale_bytes_kernel<<<grid_stride_blocks(count, kThreads), kThreads, 0, stream>>>(
+      scales, bytes, count, first_inexact);
+  MG_CUDA_CHECK_LAUNCH();
+}
 
 void wna16_pack_on_device(const Wna16PackSource& codes, const Wna16ParamSource& params,
                           uint32_t* words, int64_t word_count, float* pairs, int64_t pair_count,

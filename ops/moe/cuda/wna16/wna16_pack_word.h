@@ -1,14 +1,18 @@
-// One 32-bit word and one parameter pair of the WNA16 kernels' packed layout
+// One 32-bit word, one parameter pair and one FP4 scale byte of the WNA16 kernels' packed layout
 // (wna16_experts_cuda.h, section 1), computed from the codes and scales where they lie: the
-// device repacking (wna16_pack_on_device) runs these once per word and per pair, so that codes
+// device repacking (wna16_pack_on_device) runs these once per word, pair and byte, so that codes
 // made or loaded on the GPU are repacked there, with no host round trip. The host repacking
-// (wna16_pack, wna16_pack_e2m1) writes the same words; the CPU tests check these against the
-// layout's inverse. Compiles on the host and in .cu files.
+// (wna16_pack, wna16_pack_e2m1) writes the same words and bytes; the CPU tests check these against
+// the layout's inverse. Compiles on the host and in .cu files.
 #pragma once
+
+#include <math.h>
 
 #include <cstdint>
 
+#include "framework/core/fp4_scale_bytes.h"
 #include "framework/device/host_device.h"
+#include "ops/moe/cuda/wna16/wna16_codes.h"
 
 namespace mg::cuda {
 
@@ -73,21 +77,18 @@ MG_HOST_DEVICE inline uint32_t wna16_packed_word(const Wna16PackSource& s, int64
   return word;
 }
 
-// The scales (and zero points) of the same matrix.
+// The scales (and zero points) of the same matrix, integer codes.
 struct Wna16ParamSource {
   const float* scales = nullptr;  // [E, N, scale_groups] F32
-  const float* zeros = nullptr;   // integer codes: F32 like scales in code units, or null
+  const float* zeros = nullptr;   // F32 like scales in code units, or null
   float default_zero = 8.0f;      // the zero without `zeros`: 8 (4 bits) or 128 (8 bits)
-  bool e2m1 = false;              // FP4: pairs per 32-wide unit {s_lo / 2, s_hi / 2}
   int64_t scale_groups = 1;       // columns of `scales`
-  int64_t group_size = 32;        // e2m1: columns per scale (a multiple of 16)
   int64_t experts = 0, rows = 0;  // E, N
   int64_t parts = 1, part_rows = 0;
-  int64_t groups = 1;  // pairs per row of the layout (integer: scale_groups; e2m1: ceil(K / 32))
+  int64_t groups = 1;  // pairs per row of the layout (scale_groups)
 };
 
-// Pair `index` of params [E, parts * part_rows, groups, 2]: integer codes {s, -z s}, E2M1 the
-// halved scales of the 32-wide unit's two k16 halves; {0, 0} on padded rows.
+// Pair `index` of params [E, parts * part_rows, groups, 2]: {s, -z s}; {0, 0} on padded rows.
 MG_HOST_DEVICE inline void wna16_param_pair(const Wna16ParamSource& s, int64_t index, float* out) {
   const int64_t rows_padded = s.parts * s.part_rows;
   const int64_t u = index % s.groups;
@@ -102,19 +103,64 @@ MG_HOST_DEVICE inline void wna16_param_pair(const Wna16ParamSource& s, int64_t i
   }
   const int64_t n = part * rows_per_part + in_part;
   const float* srow = s.scales + (e * s.rows + n) * s.scale_groups;
-  if (s.e2m1) {
-    // The scales of the unit's two k16 halves (a half past K repeats the last group's).
-    const int64_t last = s.scale_groups - 1;
-    const int64_t g_lo = 32 * u / s.group_size < last ? 32 * u / s.group_size : last;
-    const int64_t g_hi = (32 * u + 16) / s.group_size < last ? (32 * u + 16) / s.group_size : last;
-    out[0] = 0.5f * srow[g_lo];
-    out[1] = 0.5f * srow[g_hi];
-    return;
-  }
   const float z =
       s.zeros != nullptr ? s.zeros[(e * s.rows + n) * s.scale_groups + u] : s.default_zero;
   out[0] = srow[u];
   out[1] = -z * srow[u];
+}
+
+// The effective F32 scales of an FP4 matrix (E8M0 decoded; NVFP4: E4M3 times its global) and its
+// layout, for the scale bytes of kMxfp4 / kNvfp4 (wna16_experts_cuda.h, section 1).
+struct Wna16ScaleByteSource {
+  const float* scales = nullptr;   // [E, N, scale_groups] F32
+  const float* globals = nullptr;  // kNvfp4: [E, parts] F32, or null: 1
+  Wna16Codes codes = Wna16Codes::kMxfp4;
+  int64_t scale_groups = 1;
+  int64_t group_size = 32;  // columns per scale (kMxfp4: a multiple of 32; kNvfp4: of 16)
+  int64_t experts = 0, rows = 0, cols = 0;  // E, N (both parts), K
+  int64_t parts = 1, part_rows = 0, k_steps = 0;
+};
+
+// Byte `index` of scale_bytes [E, row_blocks, k_steps, 8, U]: the E8M0 code of the scale of a
+// 32-wide unit (kMxfp4, U = 4) or the E4M3 code of the scale of a k16 half over the part's global
+// (kNvfp4, U = 8); 0 on padded rows and past K. `exact` is cleared when the scale has no such code
+// (kMxfp4: not a power of two 2^-127 .. 2^127; kNvfp4: further than F32 rounding from code x
+// global: 2^-21 relative).
+MG_HOST_DEVICE inline uint32_t wna16_scale_byte(const Wna16ScaleByteSource& s, int64_t index,
+                                                bool* exact) {
+  *exact = true;
+  const bool mx = s.codes == Wna16Codes::kMxfp4;
+  const int64_t U = mx ? 4 : 8;
+  const int64_t j = index % U;
+  int64_t rest = index / U;
+  const int64_t g = rest % 8;
+  rest /= 8;
+  const int64_t step = rest % s.k_steps;
+  rest /= s.k_steps;
+  const int64_t row_blocks = s.parts * s.part_rows / 8;
+  const int64_t block = rest % row_blocks;
+  const int64_t e = rest / row_blocks;
+  const int64_t pr = block * 8 + g;
+  const int64_t rows_per_part = s.rows / s.parts;
+  const int64_t part = pr / s.part_rows, in_part = pr % s.part_rows;
+  const int64_t col = step * 128 + (mx ? 32 * j : 32 * (j / 2) + 16 * (j % 2));
+  if (in_part >= rows_per_part || col >= s.cols) return 0u;
+  const int64_t n = part * rows_per_part + in_part;
+  const float v = s.scales[(e * s.rows + n) * s.scale_groups + col / s.group_size];
+  if (mx) {
+    const uint32_t code = e8m0_floor_code(v);
+    *exact = v == e8m0_scale_value(code);
+    return code;
+  }
+  const float global = s.globals != nullptr ? s.globals[e * s.parts + part] : 1.0f;
+  const float x = v / global;
+  if (!(x == x) || !(fabsf(x) < 1e30f)) {  // NaN or huge: no code
+    *exact = false;
+    return 0u;
+  }
+  const uint32_t code = e4m3_nearest_code(x);
+  *exact = fabsf(e4m3_scale_value(code) * global - v) <= fabsf(v) * 4.76837158e-7f;  // 2^-21
+  return code;
 }
 
 }  // namespace mg::cuda
