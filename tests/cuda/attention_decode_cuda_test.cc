@@ -576,11 +576,11 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
   // One sequence on 132 SMs: 4 KV heads want 33 splits (one block per SM).
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), 33);
   // Short caches are not split below kSplitKvMinKeys keys.
-  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 100, 132), 4);
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 100, 132), 7);
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 1, 132), 1);
   // A sliding window bounds the keys like a short cache.
   AttentionDims windowed = qwen3;
-  windowed.sliding_window = 64;
+  windowed.sliding_window = 32;
   EXPECT_EQ(cuda::split_kv_splits(windowed, 1, 40960, 132), 2);
   // 32 sequences × 4 KV heads already make 128 block rows: 2 splits for ~one block per SM.
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 32, 40960, 132), 2);

@@ -14,21 +14,29 @@
 // row comes from the query's block table (one more load per key, cached in L1). K/V rows are still
 // re-read by every head of a KV group (the L2 catches most of it). This kernel serves prefill.
 //
-// Split-KV decode (flash-decoding; attention_split_kv_kernel + attention_split_kv_combine_kernel):
-// for few query rows (split_kv_chosen in attention_cuda.h) the grid is (split, KV head × head
-// tile, row). A block takes one contiguous slice of its row's visible keys and every query head of
-// its GQA group (up to kSplitKvMaxHeads): in tiles of 128 keys, 8 lanes score one key against all
-// the block's heads (its K row read once in 16-byte chunks, all of a lane's loads in flight
-// together, q from shared memory; shuffles sum the lanes), a warp per head does the tile's
-// online-softmax update, then groups of threads (each thread a 16-byte slice of v, 4 keys' slices
-// in flight) accumulate P·V for every head in registers. The block leaves (max, denominator,
-// unnormalised output) per head in the workspace; the combine kernel, one block per (head, row),
-// rescales the splits to their common max, adds the sink and writes the row (or NaN for a
-// position outside the cache). On the H100 the two kernels cost 19.4 µs at 512 keys for ~1 MB of
-// K and V, 30.0 at 4096 against the per-query kernel's 160 (docs/performance.md, issue 15): a
-// 128-key tile still waits one memory latency per score pass and per P·V round. The workspace is
-// planned from the launch's bounds (split_kv_workspace_bytes) and nothing syncs with the host, so
-// both kernels go into CUDA graphs.
+// Split-KV decode (flash-decoding; attention_split_kv_kernel): for few query rows
+// (split_kv_chosen in attention_cuda.h) the grid is (split, KV head × head tile, row). A block
+// takes one contiguous slice of its row's visible keys and every query head of its GQA group (up
+// to kSplitKvMaxHeads). At decode sizes the bytes are tiny (a 512-key Qwen3 layer reads 1 MB of K
+// and V) and the time is chains of memory latency, so the kernel is built to wait as few times as
+// possible:
+//  - q and the position are loaded together; the K and V rows of a tile (kSplitKvTileKeys keys)
+//    are copied to shared memory with cp.async, every 16-byte piece issued at once, and the next
+//    tile's copies are issued before this tile's math (two stages), so a block waits about one
+//    memory latency in all rather than one per pass of 16 keys;
+//  - scores: threads/tile lanes per key split its K row, dot it with every head's q (shared
+//    memory) and sum by shuffles; a warp per head does the online-softmax update;
+//  - P·V: a thread owns 4 consecutive output elements of one head and sums them over the tile's
+//    keys, so no reduction across threads is needed;
+//  - combine: each block leaves (max, denominator, unnormalised output) per head in the
+//    workspace and counts its arrival on a per-(row, KV head, head tile) counter; the last block
+//    to arrive merges the splits (16 splits' partials in flight per thread), adds the sink and
+//    writes the row (or NaN for a position outside the cache), then resets the counter. One
+//    launch instead of a split kernel and a combine kernel.
+// The split count aims at one block per SM (split_kv_splits). The workspace is planned from the
+// launch's bounds (split_kv_workspace_bytes), the counters live in the op's state, and nothing
+// syncs with the host, so the kernel goes into CUDA graphs. docs/performance.md (issue 15) has
+// the timings.
 #pragma once
 
 #include <cmath>
@@ -220,16 +228,24 @@ __device__ inline int64_t first_visible(const AttentionDims& dims, int64_t p) {
 
 // Keys per split of a row with `keys` visible keys and at most `splits` splits; the row uses
 // ceil(keys / per) splits, none of them empty. Every block of the row derives it the same way.
-__device__ inline int64_t split_kv_keys_per_split(int64_t keys, int64_t splits) {
-  int64_t used = (keys + kSplitKvMinKeys - 1) / kSplitKvMinKeys;
+// 32-bit: positions are int32, and a 64-bit division is a long dependent chain at every block's
+// start.
+__device__ inline int split_kv_keys_per_split(int keys, int splits) {
+  int used = (keys + static_cast<int>(kSplitKvMinKeys) - 1) / static_cast<int>(kSplitKvMinKeys);
   if (used > splits) used = splits;
   return (keys + used - 1) / used;
+}
+
+// cache_row for the split kernel: 32-bit positions and block size (see split_kv_keys_per_split).
+__device__ inline int64_t split_kv_cache_row(const int32_t* table, int block_size, int j) {
+  if (table == nullptr) return j;
+  return static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
 }
 
 constexpr int kSplitKvThreads = 256;
 constexpr int kSplitKvWarps = kSplitKvThreads / 32;
 // Splits' partials the combining block has in flight per thread (one L2 round trip per batch).
-constexpr int kSplitKvCombineBatch = 8;
+constexpr int kSplitKvCombineBatch = 16;
 
 // 16 bytes global → shared without passing through registers (cp.async, sm_80+; .cg: L2 only,
 // K and V are read once per block). Older targets copy through registers, with no overlap.
@@ -282,13 +298,15 @@ __device__ __forceinline__ void store4(T* dst, const float (&in)[4]) {
 // One split of one (row t, KV head g, head tile): keys [begin, end) against the block's nh query
 // heads. Partials: acc [tokens, heads, splits, Dv] then stats [tokens, heads, splits, 2] (max,
 // denominator); the last block of the (t, g, head tile) to finish combines them into `out`.
-// Dynamic shared memory: split_kv_shared_bytes(dims, sizeof(T), tile).
+// Dynamic shared memory: split_kv_shared_bytes(dims, sizeof(T), tile). Two blocks per SM (128
+// registers a thread: ptxas -v shows no spill for 8 heads, a few bytes for fewer): batched decode
+// launches more blocks than SMs.
 template <typename T, int kHeads>
-__global__ void __launch_bounds__(kSplitKvThreads)
+__global__ void __launch_bounds__(kSplitKvThreads, 2)
     attention_split_kv_kernel(AttentionDims dims, const T* q, const int32_t* positions,
                               const T* k_cache, const T* v_cache, const T* sinks, T* out,
-                              int64_t max_seq_len, KvBatch kv, int64_t splits, int64_t head_tiles,
-                              int tile, float* part_acc, float* part_stats, unsigned* counters) {
+                              int64_t max_seq_len, KvBatch kv, int splits, int head_tiles, int tile,
+                              float* part_acc, float* part_stats, unsigned* counters) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements of one 16-byte copy
   // Output elements (4 at a time) per thread: kHeads heads of up to kAttentionMaxHeadDim.
   constexpr int kOutChunks =
@@ -306,9 +324,9 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   float* score_s = q_s + kHeads * d;                                     // [kHeads][tile]
   int64_t* row_s = reinterpret_cast<int64_t*>(score_s + kHeads * tile);  // [2 stages][tile]
 
-  const int64_t split = blockIdx.x;
-  const int64_t g = blockIdx.y / head_tiles;
-  const int64_t head_tile = blockIdx.y % head_tiles;
+  const int split = static_cast<int>(blockIdx.x);
+  const int g = static_cast<int>(blockIdx.y) / head_tiles;
+  const int head_tile = static_cast<int>(blockIdx.y) - g * head_tiles;
   const int64_t t = blockIdx.z;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -318,8 +336,9 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   const int64_t left = group - head_tile * kSplitKvMaxHeads;
   const int nh = left < kHeads ? static_cast<int>(left) : kHeads;  // heads of this block
 
-  // q of the block's heads (zeros past nh), issued before the position is read so that both
-  // loads wait on one memory latency: one 16-byte load per thread where q is aligned.
+  // The position, then q of the block's heads (zeros past nh): p is first used after q's loop,
+  // so both loads wait on one memory latency; one 16-byte load of q per thread where aligned.
+  const int p = __ldg(positions + t);
   if (reinterpret_cast<uintptr_t>(q) % 16 == 0) {
     for (int i = tid * kVec; i < kHeads * d; i += kSplitKvThreads * kVec) {
       const int hh = i / d;
@@ -342,7 +361,6 @@ __global__ void __launch_bounds__(kSplitKvThreads)
       q_s[i] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i - hh * d]) : 0.0f;
     }
   }
-  const int64_t p = positions[t];
   if (p < 0 || p >= max_seq_len) {  // a NaN row, written by split 0
     if (split == 0) {
       const T nan = from_float<T>(__int_as_float(0x7fc00000));
@@ -352,14 +370,14 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     }
     return;
   }
-  const int64_t first = first_visible(dims, p);
-  const int64_t keys = p - first + 1;
-  const int64_t per = split_kv_keys_per_split(keys, splits);
-  const int64_t used = (keys + per - 1) / per;  // splits of this row
-  const int64_t begin = first + split * per;
+  const int first = static_cast<int>(first_visible(dims, p));
+  const int keys = p - first + 1;
+  const int per = split_kv_keys_per_split(keys, splits);
+  const int used = (keys + per - 1) / per;  // splits of this row
+  const int begin = first + split * per;
   if (begin > p) return;  // a split this row does not use
-  const int64_t end = begin + per < p + 1 ? begin + per : p + 1;
-  const int tiles = static_cast<int>((end - begin + tile - 1) / tile);
+  const int end = begin + per < p + 1 ? begin + per : p + 1;
+  const int tiles = (end - begin + tile - 1) / tile;
 
   if (tid < kHeads) {
     max_s[tid] = -INFINITY;
@@ -367,8 +385,9 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   }
   // Cache rows of tiles 0 and 1 (stages 0 and 1); later tiles' rows are looked up a tile ahead.
   const int32_t* table = block_table_of(kv, t);
+  const int block_size = static_cast<int>(kv.block_size);
   for (int x = tid; x < 2 * tile; x += kSplitKvThreads) {
-    row_s[x] = begin + x < end ? cache_row(kv, table, begin + x) : 0;
+    row_s[x] = begin + x < end ? split_kv_cache_row(table, block_size, begin + x) : 0;
   }
   __syncthreads();
 
@@ -379,8 +398,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   const int64_t k_stride = dims.kv_heads * d;
   const int64_t v_stride = dims.kv_heads * dv;
   const auto tile_keys = [&](int i) {
-    const int64_t left_keys = end - begin - static_cast<int64_t>(i) * tile;
-    return left_keys < tile ? static_cast<int>(left_keys) : tile;
+    const int left_keys = end - begin - i * tile;
+    return left_keys < tile ? left_keys : tile;
   };
   // Every 16-byte piece of tile i's K and V rows, issued at once (the kernel is bound by memory
   // latency at decode sizes, not bandwidth: one round trip per tile, overlapped with the math of
@@ -423,8 +442,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     // Tile i + 2's cache rows go to this stage's row_s (read when tile i was copied) after the
     // math below, so that a paged table's load has the whole tile to arrive.
     int64_t ahead_row = 0;
-    const int64_t ahead_key = begin + static_cast<int64_t>(i + 2) * tile + tid;
-    if (tid < tile && ahead_key < end) ahead_row = cache_row(kv, table, ahead_key);
+    const int ahead_key = begin + (i + 2) * tile + tid;
+    if (tid < tile && ahead_key < end) ahead_row = split_kv_cache_row(table, block_size, ahead_key);
     if (i + 1 < tiles) copy_tile(i + 1);
     split_kv_commit_copies();  // possibly empty: the wait below then always means tile i
     split_kv_wait_all_but_newest();
@@ -561,7 +580,7 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     const int64_t slot = head_slot0 + hh * splits;
     float m = -INFINITY, l = 0.0f;
     float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t s0 = 0; s0 < used; s0 += kSplitKvCombineBatch) {
+    for (int s0 = 0; s0 < used; s0 += kSplitKvCombineBatch) {
       float2 stats[kSplitKvCombineBatch];
       float4 part[kSplitKvCombineBatch];
 #pragma unroll
@@ -573,20 +592,26 @@ __global__ void __launch_bounds__(kSplitKvThreads)
           part[b] = __ldcg(reinterpret_cast<const float4*>(part_acc + (slot + s0 + b) * dv + e0));
         }
       }
+      // The batch's max first, so that the splits' weights are independent of each other (not
+      // a chain of exp's). Past `used` a slot holds (-inf, 0) and zeros: it adds nothing.
+      float batch_max = -INFINITY;
+#pragma unroll
+      for (int b = 0; b < kSplitKvCombineBatch; ++b) batch_max = fmaxf(batch_max, stats[b].x);
+      const float m_new = fmaxf(m, batch_max);  // finite: every used split has a key
+      const float r_old = expf(m - m_new);      // 0 on the first batch (m = -inf)
+      l *= r_old;
+#pragma unroll
+      for (int x = 0; x < 4; ++x) a[x] *= r_old;
 #pragma unroll
       for (int b = 0; b < kSplitKvCombineBatch; ++b) {
-        if (s0 + b < used) {  // every used split has a key: its max is finite
-          const float m_new = fmaxf(m, stats[b].x);
-          const float r_old = expf(m - m_new);  // 0 on the first split (m = -inf)
-          const float r_split = expf(stats[b].x - m_new);
-          l = l * r_old + stats[b].y * r_split;
-          a[0] = a[0] * r_old + part[b].x * r_split;
-          a[1] = a[1] * r_old + part[b].y * r_split;
-          a[2] = a[2] * r_old + part[b].z * r_split;
-          a[3] = a[3] * r_old + part[b].w * r_split;
-          m = m_new;
-        }
+        const float r = expf(stats[b].x - m_new);
+        l += stats[b].y * r;
+        a[0] += part[b].x * r;
+        a[1] += part[b].y * r;
+        a[2] += part[b].z * r;
+        a[3] += part[b].w * r;
       }
+      m = m_new;
     }
     if (sinks != nullptr) {  // the sink adds exp(sink - max) to the denominator only
       const float sink = to_float(sinks[h0 + hh]);
@@ -609,6 +634,9 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
   const int64_t head_tiles = split_kv_head_tiles(dims);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(dims.kv_heads * head_tiles),
                   static_cast<unsigned>(a.tokens));
+  MG_ASSERT(a.max_seq_len <= INT32_MAX && (a.kv.block_tables == nullptr ||
+                                           a.kv.max_blocks_per_seq * a.kv.block_size <= INT32_MAX),
+            "attention: split-KV positions beyond int32 ({} per sequence)", a.max_seq_len);
   const size_t shared = split_kv_shared_bytes(dims, sizeof(T), tile);
   const auto kernel = attention_split_kv_kernel<T, kHeads>;
   // Beyond 48 KB of dynamic shared memory a kernel must opt in (a host-side attribute, allowed
@@ -620,8 +648,8 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
   kernel<<<grid, kSplitKvThreads, shared, stream>>>(
       dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
       static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks), static_cast<T*>(a.out),
-      a.max_seq_len, a.kv, splits, head_tiles, static_cast<int>(tile), part_acc, part_stats,
-      a.split_counters);
+      a.max_seq_len, a.kv, static_cast<int>(splits), static_cast<int>(head_tiles),
+      static_cast<int>(tile), part_acc, part_stats, a.split_counters);
   MG_CUDA_CHECK_LAUNCH();
 }
 

@@ -45,7 +45,7 @@ constexpr int64_t kSplitKvMaxTokens = 64;
 constexpr int64_t kSplitKvMaxSplits = 64;
 // No split is made shorter than this many keys: a split costs the combine one more partial row
 // per head to read (the last block reads them all), about what scoring this many keys costs.
-constexpr int64_t kSplitKvMinKeys = 32;
+constexpr int64_t kSplitKvMinKeys = 16;
 // Query heads one block serves (the GQA group, or an 8-head slice of a larger one).
 constexpr int64_t kSplitKvMaxHeads = 8;
 // Keys per shared-memory tile (a power of two in [kSplitKvMinTileKeys, kSplitKvMaxTileKeys]);
@@ -105,7 +105,7 @@ inline int64_t split_kv_head_tiles(const AttentionDims& dims) {
 // (and the workspace): the kernel splits each row's actual range [first, p], known on the device,
 // into min(S, ceil(keys / kSplitKvMinKeys)) parts, so a short context uses fewer splits.
 // Qwen3-30B-A3B (4 KV heads, 8-query groups) decoding one sequence on 132 SMs: S = 33, and a
-// 512-key context is 16 splits of 32 keys (one tile each), 64 blocks.
+// 512-key context is 32 splits of 16 keys, 128 blocks.
 inline int64_t split_kv_splits(const AttentionDims& dims, int64_t tokens, int64_t max_keys,
                                int sm_count) {
   if (dims.sliding_window > 0) max_keys = std::min(max_keys, dims.sliding_window);
