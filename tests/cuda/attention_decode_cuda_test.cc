@@ -537,10 +537,16 @@ TEST(CudaAttentionDecode, TimesBothPathsOnTheQwen3Shape) {
     }
     const double per_query = time_path(copies, DType::kBF16, cuda::AttentionPath::kPerQuery);
     const double split = time_path(copies, DType::kBF16, cuda::AttentionPath::kSplitKv);
-    std::cout << fmt::format(
-                     "[ TIMING ] attention decode {}: per-query {:.1f} us, split-KV {:.1f} us",
-                     shape.name, per_query, split)
-              << std::endl;
+    const DecodeProblem& first = *copies.front();
+    std::cout
+        << fmt::format(
+               "[ TIMING ] attention decode {}: per-query {:.1f} us, split-KV {:.1f} us (rule: "
+               "{} splits, tiles of {} keys)",
+               shape.name, per_query, split,
+               cuda::split_kv_splits(first.dims(), first.tokens(), first.max_positions(),
+                                     device_sm_count()),
+               cuda::split_kv_tile_keys(first.dims(), 2))
+        << std::endl;
     EXPECT_GT(split, 0.0);
     // Where the time goes: the same launch at forced split counts and tile sizes (the rules'
     // constants are chosen from these lines).
