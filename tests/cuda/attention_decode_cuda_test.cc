@@ -146,6 +146,27 @@ AttentionDims dims_of(const DecodeCase& c) {
   return d;
 }
 
+// A launch that throws while its stream captures must still end the capture: otherwise every
+// later CUDA call of the test process fails (cudaErrorStreamCaptureUnsupported). Until
+// release(), the destructor ends the capture, drops the graph and destroys the stream.
+class CaptureGuard {
+ public:
+  explicit CaptureGuard(cudaStream_t stream) : stream_(stream) {}
+  CaptureGuard(const CaptureGuard&) = delete;
+  CaptureGuard& operator=(const CaptureGuard&) = delete;
+  ~CaptureGuard() {
+    if (stream_ == nullptr) return;
+    cudaGraph_t abandoned = nullptr;
+    cudaStreamEndCapture(stream_, &abandoned);
+    if (abandoned != nullptr) cudaGraphDestroy(abandoned);
+    cudaStreamDestroy(stream_);
+  }
+  void release() { stream_ = nullptr; }
+
+ private:
+  cudaStream_t stream_;
+};
+
 int device_sm_count() {
   int sms = 0;
   MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -310,7 +331,9 @@ class DecodeProblem {
       cudaGraph_t captured = nullptr;
       cudaGraphExec_t exec = nullptr;
       MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      CaptureGuard capture_guard(stream);
       launch();
+      capture_guard.release();
       MG_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
       MG_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
       MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
@@ -459,8 +482,12 @@ double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DTyp
                  cuda::AttentionPath path, int64_t splits = 0, int64_t tile_keys = 0) {
   constexpr int kLaunches = 48, kReplays = 15;
   const DecodeProblem& first = *copies.front();
-  const size_t ws_bytes = cuda::split_kv_workspace_bound(first.dims(), dtype_size(dtype),
-                                                         first.tokens(), device_sm_count());
+  // The planned bound covers the rule's split counts; a forced count can take more.
+  const size_t ws_bytes =
+      std::max(cuda::split_kv_workspace_bound(first.dims(), dtype_size(dtype), first.tokens(),
+                                              device_sm_count()),
+               cuda::split_kv_workspace_bytes(first.dims(), first.tokens(),
+                                              std::min(splits, cuda::kSplitKvMaxSplits)));
   DeviceBuffer workspace(ws_bytes);
   const int64_t counter_count = cuda::split_kv_counter_count(first.dims(), first.tokens());
   DeviceBuffer counters(static_cast<size_t>(counter_count) * sizeof(unsigned));
@@ -470,6 +497,7 @@ double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DTyp
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  CaptureGuard capture_guard(stream);
   for (int i = 0; i < kLaunches; ++i) {
     cuda::AttentionArgs a = copies[static_cast<size_t>(i) % copies.size()]->args(path, 0);
     a.workspace = workspace.as<void>();
@@ -481,6 +509,7 @@ double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DTyp
     cuda::dispatch_float_dtype(
         dtype, [&](auto tag) { cuda::launch_attention<decltype(tag)>(first.dims(), a, stream); });
   }
+  capture_guard.release();
   MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -579,8 +608,10 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
   qwen3.heads = 32;
   qwen3.kv_heads = 4;
   qwen3.head_dim = qwen3.v_head_dim = 128;
-  // One sequence on 132 SMs: 4 KV heads want 33 splits (one block per SM).
-  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), 33);
+  // One sequence on 132 SMs: 4 KV heads want 33 splits (one block per SM), rounded down to
+  // whole combine batches.
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), 32);
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 60), 15);
   // Short caches are not split below kSplitKvMinKeys keys.
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 100, 132), 7);
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 1, 132), 1);

@@ -244,8 +244,6 @@ __device__ inline int64_t split_kv_cache_row(const int32_t* table, int block_siz
 
 constexpr int kSplitKvThreads = 256;
 constexpr int kSplitKvWarps = kSplitKvThreads / 32;
-// Splits' partials the combining block has in flight per thread (one L2 round trip per batch).
-constexpr int kSplitKvCombineBatch = 16;
 
 // 16 bytes global → shared without passing through registers (cp.async, sm_80+; .cg: L2 only,
 // K and V are read once per block). Older targets copy through registers, with no overlap.
