@@ -6,9 +6,11 @@
 // position lies outside the cache (NaN row). Every result is checked against the fp64 reference
 // (attention_reference) in every dtype, at the rule's split count and at forced ones (1: many
 // 128-key tiles in one block; 3; the maximum: splits the row does not use), against the
-// per-query kernel on the same inputs, and every output element must be written (poisoned first).
-// Also: the split path replayed from a CUDA graph, head sizes it does not take, the split-count
-// rule and workspace bound (host only), and both paths timed on the Qwen3 decode shape (printed).
+// per-query kernel on the same inputs, at forced tile sizes (8 and 64 keys: many tiles, the
+// pipeline's stage reuse, lanes per key from 32 to 4), every output element must be written
+// (poisoned first) and every split counter left at zero. Also: the split path replayed twice from
+// a CUDA graph, head sizes it does not take, the split-count and tile rules and workspace bound
+// (host only), and both paths timed on the Qwen3 decode shape (printed).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,6 +146,27 @@ AttentionDims dims_of(const DecodeCase& c) {
   return d;
 }
 
+// A launch that throws while its stream captures must still end the capture: otherwise every
+// later CUDA call of the test process fails (cudaErrorStreamCaptureUnsupported). Until
+// release(), the destructor ends the capture, drops the graph and destroys the stream.
+class CaptureGuard {
+ public:
+  explicit CaptureGuard(cudaStream_t stream) : stream_(stream) {}
+  CaptureGuard(const CaptureGuard&) = delete;
+  CaptureGuard& operator=(const CaptureGuard&) = delete;
+  ~CaptureGuard() {
+    if (stream_ == nullptr) return;
+    cudaGraph_t abandoned = nullptr;
+    cudaStreamEndCapture(stream_, &abandoned);
+    if (abandoned != nullptr) cudaGraphDestroy(abandoned);
+    cudaStreamDestroy(stream_);
+  }
+  void release() { stream_ = nullptr; }
+
+ private:
+  cudaStream_t stream_;
+};
+
 int device_sm_count() {
   int sms = 0;
   MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -254,8 +277,9 @@ class DecodeProblem {
     out_ = std::make_unique<DeviceBuffer>(out_bytes_);
   }
 
-  // The launch arguments of `path` (splits 0: the rule), workspace not yet attached.
-  cuda::AttentionArgs args(cuda::AttentionPath path, int64_t splits) const {
+  // The launch arguments of `path` (splits and tile_keys 0: the rules), workspace and split
+  // counters not yet attached.
+  cuda::AttentionArgs args(cuda::AttentionPath path, int64_t splits, int64_t tile_keys = 0) const {
     cuda::AttentionArgs a;
     a.q = q_->as<void>();
     a.positions = positions_->as<int32_t>();
@@ -275,19 +299,27 @@ class DecodeProblem {
     a.sm_count = device_sm_count();
     a.path = path;
     a.splits = splits;
+    a.tile_keys = tile_keys;
     return a;
   }
 
-  // Runs `path` on `stream` (or captured into a CUDA graph and replayed) over a NaN-poisoned
-  // output; returns the output as host floats.
-  std::vector<float> run(cuda::AttentionPath path, int64_t splits, bool graph = false) const {
-    cuda::AttentionArgs a = args(path, splits);
+  // Runs `path` on `stream` (or captured into a CUDA graph and replayed twice: the second replay
+  // starts from the counters the first left) over a NaN-poisoned output; returns the output as
+  // host floats. The split counters must come back zero.
+  std::vector<float> run(cuda::AttentionPath path, int64_t splits, bool graph = false,
+                         int64_t tile_keys = 0) const {
+    cuda::AttentionArgs a = args(path, splits, tile_keys);
     const int64_t split_count =
         splits > 0 ? splits : cuda::split_kv_splits(dims_, tokens_, max_positions_, a.sm_count);
     const size_t ws_bytes = cuda::split_kv_workspace_bytes(dims_, tokens_, split_count);
     DeviceBuffer workspace(ws_bytes);
     a.workspace = workspace.as<void>();
     a.workspace_bytes = ws_bytes;
+    const int64_t counter_count = cuda::split_kv_counter_count(dims_, tokens_);
+    DeviceBuffer counters(static_cast<size_t>(counter_count) * sizeof(unsigned));
+    MG_CUDA_CHECK(cudaMemset(counters.as<void>(), 0, static_cast<size_t>(counter_count) * 4));
+    a.split_counters = counters.as<unsigned>();
+    a.split_counter_count = counter_count;
     cudaStream_t stream = nullptr;
     MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     MG_CUDA_CHECK(cudaMemsetAsync(out_->as<void>(), 0xff, out_bytes_, stream));
@@ -299,9 +331,13 @@ class DecodeProblem {
       cudaGraph_t captured = nullptr;
       cudaGraphExec_t exec = nullptr;
       MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      CaptureGuard capture_guard(stream);
       launch();
+      capture_guard.release();
       MG_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
       MG_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
+      MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      MG_CUDA_CHECK(cudaMemsetAsync(out_->as<void>(), 0xff, out_bytes_, stream));
       MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
       MG_CUDA_CHECK(cudaStreamSynchronize(stream));
       MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
@@ -311,6 +347,10 @@ class DecodeProblem {
     }
     MG_CUDA_CHECK(cudaStreamSynchronize(stream));
     MG_CUDA_CHECK(cudaStreamDestroy(stream));
+    std::vector<unsigned> left(static_cast<size_t>(counter_count));
+    counters.download(left.data(), left.size() * sizeof(unsigned));
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), counter_count)
+        << "split counters not reset by the launch";
     Tensor host = Tensor::empty_cpu(dtype_, {tokens_, case_.heads * dims_.v_head_dim});
     out_->download(host.raw(), out_bytes_);
     const Tensor f32 = to_f32_cpu(host);
@@ -383,6 +423,22 @@ TEST(CudaAttentionDecode, SplitKvMatchesReferenceAndPerQueryKernel) {
                   d.tolerance);
         problem.expect_nan_row(split);
       }
+      // Forced tiles: 8 keys (32 lanes per key, many tiles through both stages) and 64 (4 lanes),
+      // where two stages of them fit in shared memory.
+      for (int64_t tile : {int64_t{8}, int64_t{64}}) {
+        if (cuda::split_kv_shared_bytes(problem.dims(), dtype_size(d.dtype), tile) >
+            cuda::kSplitKvMaxSharedBytes) {
+          continue;
+        }
+        for (int64_t splits : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+          SCOPED_TRACE(fmt::format("tile {} splits {}", tile, splits));
+          const std::vector<float> split =
+              problem.run(cuda::AttentionPath::kSplitKv, splits, /*graph=*/false, tile);
+          EXPECT_LT(testing::normalized_error(problem.sequence_rows(split), problem.reference()),
+                    d.tolerance);
+          problem.expect_nan_row(split);
+        }
+      }
       // The auto path with its workspace is the split path, bit for bit (NaN rows included).
       const std::vector<float> chosen = problem.run(cuda::AttentionPath::kAuto, 0);
       const std::vector<float> forced = problem.run(cuda::AttentionPath::kSplitKv, 0);
@@ -423,25 +479,37 @@ TEST(CudaAttentionDecode, HeadSizesWithoutWholeVectorsKeepThePerQueryKernel) {
 // graph, each launch on the next of `copies` (distinct caches, so that long contexts come from
 // HBM rather than the L2).
 double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DType dtype,
-                 cuda::AttentionPath path, int64_t splits = 0) {
+                 cuda::AttentionPath path, int64_t splits = 0, int64_t tile_keys = 0) {
   constexpr int kLaunches = 48, kReplays = 15;
   const DecodeProblem& first = *copies.front();
-  const size_t ws_bytes = cuda::split_kv_workspace_bound(first.dims(), dtype_size(dtype),
-                                                         first.tokens(), device_sm_count());
+  // The planned bound covers the rule's split counts; a forced count can take more.
+  const size_t ws_bytes =
+      std::max(cuda::split_kv_workspace_bound(first.dims(), dtype_size(dtype), first.tokens(),
+                                              device_sm_count()),
+               cuda::split_kv_workspace_bytes(first.dims(), first.tokens(),
+                                              std::min(splits, cuda::kSplitKvMaxSplits)));
   DeviceBuffer workspace(ws_bytes);
+  const int64_t counter_count = cuda::split_kv_counter_count(first.dims(), first.tokens());
+  DeviceBuffer counters(static_cast<size_t>(counter_count) * sizeof(unsigned));
+  MG_CUDA_CHECK(cudaMemset(counters.as<void>(), 0, static_cast<size_t>(counter_count) * 4));
   cudaStream_t stream = nullptr;
   MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  CaptureGuard capture_guard(stream);
   for (int i = 0; i < kLaunches; ++i) {
     cuda::AttentionArgs a = copies[static_cast<size_t>(i) % copies.size()]->args(path, 0);
     a.workspace = workspace.as<void>();
     a.workspace_bytes = ws_bytes;
+    a.split_counters = counters.as<unsigned>();
+    a.split_counter_count = counter_count;
     a.splits = splits;
+    a.tile_keys = tile_keys;
     cuda::dispatch_float_dtype(
         dtype, [&](auto tag) { cuda::launch_attention<decltype(tag)>(first.dims(), a, stream); });
   }
+  capture_guard.release();
   MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -498,21 +566,31 @@ TEST(CudaAttentionDecode, TimesBothPathsOnTheQwen3Shape) {
     }
     const double per_query = time_path(copies, DType::kBF16, cuda::AttentionPath::kPerQuery);
     const double split = time_path(copies, DType::kBF16, cuda::AttentionPath::kSplitKv);
-    std::cout << fmt::format(
-                     "[ TIMING ] attention decode {}: per-query {:.1f} us, split-KV {:.1f} us",
-                     shape.name, per_query, split)
-              << std::endl;
+    const DecodeProblem& first = *copies.front();
+    std::cout
+        << fmt::format(
+               "[ TIMING ] attention decode {}: per-query {:.1f} us, split-KV {:.1f} us (rule: "
+               "{} splits, tiles of {} keys)",
+               shape.name, per_query, split,
+               cuda::split_kv_splits(first.dims(), first.tokens(), first.max_positions(),
+                                     device_sm_count()),
+               cuda::split_kv_tile_keys(first.dims(), 2))
+        << std::endl;
     EXPECT_GT(split, 0.0);
-    if (shape.contexts.size() == 1) {
-      // Where the time goes: the same launch at forced split counts.
+    // Where the time goes: the same launch at forced split counts and tile sizes (the rules'
+    // constants are chosen from these lines).
+    const std::vector<int64_t> forced_splits = shape.contexts.size() == 1
+                                                   ? std::vector<int64_t>{1, 4, 8, 16, 32, 64}
+                                                   : std::vector<int64_t>{1, 2, 3, 4, 8};
+    for (int64_t tile : {int64_t{16}, int64_t{32}, int64_t{64}}) {
       std::string by_splits;
-      for (int64_t forced : {1, 4, 16, 64}) {
-        by_splits +=
-            fmt::format(" {}: {:.1f} us", forced,
-                        time_path(copies, DType::kBF16, cuda::AttentionPath::kSplitKv, forced));
+      for (int64_t forced : forced_splits) {
+        by_splits += fmt::format(
+            " {}: {:.1f} us", forced,
+            time_path(copies, DType::kBF16, cuda::AttentionPath::kSplitKv, forced, tile));
       }
-      std::cout << "[ TIMING ] split-KV " << shape.name << " by forced splits:" << by_splits
-                << std::endl;
+      std::cout << "[ TIMING ] split-KV " << shape.name << ", tiles of " << tile
+                << " keys, by forced splits:" << by_splits << std::endl;
     }
     if (shape.split_must_win) {
       EXPECT_LT(split, per_query) << shape.name;
@@ -530,8 +608,10 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
   qwen3.heads = 32;
   qwen3.kv_heads = 4;
   qwen3.head_dim = qwen3.v_head_dim = 128;
-  // One sequence on 132 SMs: 4 KV heads want 66 splits, capped at 64.
-  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), cuda::kSplitKvMaxSplits);
+  // One sequence on 132 SMs: 4 KV heads want 33 splits (one block per SM), rounded down to
+  // whole combine batches.
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), 32);
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 60), 15);
   // Short caches are not split below kSplitKvMinKeys keys.
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 100, 132), 7);
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 1, 132), 1);
@@ -539,8 +619,27 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
   AttentionDims windowed = qwen3;
   windowed.sliding_window = 32;
   EXPECT_EQ(cuda::split_kv_splits(windowed, 1, 40960, 132), 2);
-  // 32 sequences × 4 KV heads already make 128 block rows: 3 splits for ~2 blocks per SM.
-  EXPECT_EQ(cuda::split_kv_splits(qwen3, 32, 40960, 132), 3);
+  // 32 sequences × 4 KV heads already make 128 block rows: 2 splits for ~one block per SM.
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 32, 40960, 132), 2);
+  // More SMs than one wave can use: at most kSplitKvMaxSplits.
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 1000), cuda::kSplitKvMaxSplits);
+  // Tiles: kSplitKvTileKeys keys for BF16 rows of 128 (two stages of K and V: 32 KB); halved
+  // until F32 rows of 512 fit the shared-memory budget (8 keys).
+  EXPECT_EQ(cuda::split_kv_tile_keys(qwen3, 2), cuda::kSplitKvTileKeys);
+  EXPECT_EQ(cuda::split_kv_shared_bytes(qwen3, 2, 32),
+            2 * 32 * 256 * 2 + 8 * (128 + 32) * 4 + 2 * 32 * 8);
+  AttentionDims widest = qwen3;
+  widest.head_dim = widest.v_head_dim = cuda::kAttentionMaxHeadDim;
+  EXPECT_EQ(cuda::split_kv_tile_keys(widest, 4), cuda::kSplitKvMinTileKeys);
+  EXPECT_LE(cuda::split_kv_shared_bytes(widest, 4, cuda::kSplitKvMinTileKeys),
+            cuda::kSplitKvMaxSharedBytes);
+  // Counters: one per (row, KV head, head tile); heads per block round up to a power of two.
+  EXPECT_EQ(cuda::split_kv_counter_count(qwen3, 3), 12);
+  AttentionDims gqa6 = qwen3;
+  gqa6.heads = 24;
+  EXPECT_EQ(cuda::split_kv_block_heads(gqa6), 8);
+  gqa6.heads = 12;
+  EXPECT_EQ(cuda::split_kv_block_heads(gqa6), 4);
   // The workspace bound covers every launch the auto rule makes up to the planned rows.
   const size_t bound = cuda::split_kv_workspace_bound(qwen3, 2, 64, 132);
   for (int64_t tokens = 1; tokens <= 64; ++tokens) {

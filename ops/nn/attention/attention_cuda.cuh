@@ -14,21 +14,29 @@
 // row comes from the query's block table (one more load per key, cached in L1). K/V rows are still
 // re-read by every head of a KV group (the L2 catches most of it). This kernel serves prefill.
 //
-// Split-KV decode (flash-decoding; attention_split_kv_kernel + attention_split_kv_combine_kernel):
-// for few query rows (split_kv_chosen in attention_cuda.h) the grid is (split, KV head × head
-// tile, row). A block takes one contiguous slice of its row's visible keys and every query head of
-// its GQA group (up to kSplitKvMaxHeads): in tiles of 128 keys, 8 lanes score one key against all
-// the block's heads (its K row read once in 16-byte chunks, all of a lane's loads in flight
-// together, q from shared memory; shuffles sum the lanes), a warp per head does the tile's
-// online-softmax update, then groups of threads (each thread a 16-byte slice of v, 4 keys' slices
-// in flight) accumulate P·V for every head in registers. The block leaves (max, denominator,
-// unnormalised output) per head in the workspace; the combine kernel, one block per (head, row),
-// rescales the splits to their common max, adds the sink and writes the row (or NaN for a
-// position outside the cache). On the H100 the two kernels cost 19.4 µs at 512 keys for ~1 MB of
-// K and V, 30.0 at 4096 against the per-query kernel's 160 (docs/performance.md, issue 15): a
-// 128-key tile still waits one memory latency per score pass and per P·V round. The workspace is
-// planned from the launch's bounds (split_kv_workspace_bytes) and nothing syncs with the host, so
-// both kernels go into CUDA graphs.
+// Split-KV decode (flash-decoding; attention_split_kv_kernel): for few query rows
+// (split_kv_chosen in attention_cuda.h) the grid is (split, KV head × head tile, row). A block
+// takes one contiguous slice of its row's visible keys and every query head of its GQA group (up
+// to kSplitKvMaxHeads). At decode sizes the bytes are tiny (a 512-key Qwen3 layer reads 1 MB of K
+// and V) and the time is chains of memory latency, so the kernel is built to wait as few times as
+// possible:
+//  - q and the position are loaded together; the K and V rows of a tile (kSplitKvTileKeys keys)
+//    are copied to shared memory with cp.async, every 16-byte piece issued at once, and the next
+//    tile's copies are issued before this tile's math (two stages), so a block waits about one
+//    memory latency in all rather than one per pass of 16 keys;
+//  - scores: threads/tile lanes per key split its K row, dot it with every head's q (shared
+//    memory) and sum by shuffles; a warp per head does the online-softmax update;
+//  - P·V: a thread owns 4 consecutive output elements of one head and sums them over the tile's
+//    keys, so no reduction across threads is needed;
+//  - combine: each block leaves (max, denominator, unnormalised output) per head in the
+//    workspace and counts its arrival on a per-(row, KV head, head tile) counter; the last block
+//    to arrive merges the splits (16 splits' partials in flight per thread), adds the sink and
+//    writes the row (or NaN for a position outside the cache), then resets the counter. One
+//    launch instead of a split kernel and a combine kernel.
+// The split count aims at one block per SM (split_kv_splits). The workspace is planned from the
+// launch's bounds (split_kv_workspace_bytes), the counters live in the op's state, and nothing
+// syncs with the host, so the kernel goes into CUDA graphs. docs/performance.md (issue 15) has
+// the timings.
 #pragma once
 
 #include <cmath>
@@ -219,171 +227,279 @@ __device__ inline int64_t first_visible(const AttentionDims& dims, int64_t p) {
 }
 
 // Keys per split of a row with `keys` visible keys and at most `splits` splits; the row uses
-// ceil(keys / per) splits, none of them empty. Both split-KV kernels derive it the same way.
-__device__ inline int64_t split_kv_keys_per_split(int64_t keys, int64_t splits) {
-  int64_t used = (keys + kSplitKvMinKeys - 1) / kSplitKvMinKeys;
+// ceil(keys / per) splits, none of them empty. Every block of the row derives it the same way.
+// 32-bit: positions are int32, and a 64-bit division is a long dependent chain at every block's
+// start.
+__device__ inline int split_kv_keys_per_split(int keys, int splits) {
+  int used = (keys + static_cast<int>(kSplitKvMinKeys) - 1) / static_cast<int>(kSplitKvMinKeys);
   if (used > splits) used = splits;
   return (keys + used - 1) / used;
 }
 
-constexpr int kSplitKvThreads = 128;  // also the keys of one tile (one key per thread scores)
+// cache_row for the split kernel: 32-bit positions and block size (see split_kv_keys_per_split).
+__device__ inline int64_t split_kv_cache_row(const int32_t* table, int block_size, int j) {
+  if (table == nullptr) return j;
+  return static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+}
+
+constexpr int kSplitKvThreads = 256;
 constexpr int kSplitKvWarps = kSplitKvThreads / 32;
-// At most this many threads share one v slice (key groups of the P·V loop): their accumulators
-// are summed one group at a time at the end.
-constexpr int kSplitKvMaxKeyGroups = 16;
-// Lanes that read one key row together in the score phase (a power of two dividing 32), and the
-// keys a block scores per pass.
-constexpr int kSplitKvLanesPerKey = 8;
-constexpr int kSplitKvKeysPerPass = kSplitKvThreads / kSplitKvLanesPerKey;
-// V rows a thread of the P·V loop has in flight at once.
-constexpr int kSplitKvVLoads = 4;
 
-// Partials: acc [tokens, heads, splits, Dv] then stats [tokens, heads, splits, 2] (max, denom).
+// 16 bytes global → shared without passing through registers (cp.async, sm_80+; .cg: L2 only,
+// K and V are read once per block). Older targets copy through registers, with no overlap.
+__device__ __forceinline__ void split_kv_copy_16(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(src));
+#else
+  *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void split_kv_commit_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits for every committed group of copies but the newest (the tile copied ahead).
+__device__ __forceinline__ void split_kv_wait_all_but_newest() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 1;\n" ::);
+#endif
+}
+
+// Four consecutive elements (8 or 16 bytes, aligned) as floats, and back.
+template <typename T>
+__device__ __forceinline__ void load4(const T* src, float (&out)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2*>(src);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int x = 0; x < 4; ++x) out[x] = to_float(e[x]);
+  }
+}
+template <typename T>
+__device__ __forceinline__ void store4(T* dst, const float (&in)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(dst) = make_float4(in[0], in[1], in[2], in[3]);
+  } else {
+    uint2 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int x = 0; x < 4; ++x) e[x] = from_float<T>(in[x]);
+    *reinterpret_cast<uint2*>(dst) = raw;
+  }
+}
+
+// One split of one (row t, KV head g, head tile): keys [begin, end) against the block's nh query
+// heads. Partials: acc [tokens, heads, splits, Dv] then stats [tokens, heads, splits, 2] (max,
+// denominator); the last block of the (t, g, head tile) to finish combines them into `out`.
+// Dynamic shared memory: split_kv_shared_bytes(dims, sizeof(T), tile). Two blocks per SM (128
+// registers a thread; ptxas -v: no spill with 1 or 2 heads, under 50 bytes of spill loads with
+// 4 or 8): batched decode launches more blocks than SMs.
 template <typename T, int kHeads>
-__global__ void __launch_bounds__(kSplitKvThreads)
+__global__ void __launch_bounds__(kSplitKvThreads, 2)
     attention_split_kv_kernel(AttentionDims dims, const T* q, const int32_t* positions,
-                              const T* k_cache, const T* v_cache, int64_t max_seq_len, KvBatch kv,
-                              int64_t splits, int64_t head_tiles, float* part_acc,
-                              float* part_stats) {
-  constexpr int kVec = static_cast<int>(16 / sizeof(T));
-  // q of the block's heads while scoring; the summed accumulators at the end.
-  __shared__ float head_s[kHeads][kAttentionMaxHeadDim];
-  __shared__ float prob_s[kHeads][kSplitKvThreads];  // the tile's scores, then exp(s - max)
-  __shared__ int64_t row_s[kSplitKvThreads];         // the tile's cache rows
+                              const T* k_cache, const T* v_cache, const T* sinks, T* out,
+                              int64_t max_seq_len, KvBatch kv, int splits, int head_tiles, int tile,
+                              float* part_acc, float* part_stats, unsigned* counters) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements of one 16-byte copy
+  // Output elements (4 at a time) per thread: kHeads heads of up to kAttentionMaxHeadDim.
+  constexpr int kOutChunks =
+      (kHeads * static_cast<int>(kAttentionMaxHeadDim) / 4 + kSplitKvThreads - 1) / kSplitKvThreads;
+  extern __shared__ __align__(16) unsigned char split_kv_shared[];
   __shared__ float max_s[kHeads], denom_s[kHeads], rescale_s[kHeads];
+  __shared__ bool last_s;
 
-  const int64_t split = blockIdx.x;
-  const int64_t g = blockIdx.y / head_tiles;
-  const int64_t tile = blockIdx.y % head_tiles;
+  const int d = static_cast<int>(dims.head_dim);
+  const int dv = static_cast<int>(dims.v_head_dim);
+  // [2 stages][tile keys][d + dv]: a stage holds a tile's K rows, then its V rows.
+  T* stages_s = reinterpret_cast<T*>(split_kv_shared);
+  float* q_s = reinterpret_cast<float*>(split_kv_shared +
+                                        static_cast<size_t>(2 * tile * (d + dv)) * sizeof(T));
+  float* score_s = q_s + kHeads * d;                                     // [kHeads][tile]
+  int64_t* row_s = reinterpret_cast<int64_t*>(score_s + kHeads * tile);  // [2 stages][tile]
+
+  const int split = static_cast<int>(blockIdx.x);
+  const int g = static_cast<int>(blockIdx.y) / head_tiles;
+  const int head_tile = static_cast<int>(blockIdx.y) - g * head_tiles;
   const int64_t t = blockIdx.z;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int64_t p = positions[t];
-  if (p < 0 || p >= max_seq_len) return;  // the combine writes the NaN row
-  const int64_t first = first_visible(dims, p);
-  const int64_t per = split_kv_keys_per_split(p - first + 1, splits);
-  const int64_t begin = first + split * per;
-  if (begin > p) return;  // a split this row does not use
-  const int64_t end = begin + per < p + 1 ? begin + per : p + 1;
-
-  const int64_t d = dims.head_dim;
-  const int64_t dv = dims.v_head_dim;
   const int64_t group = dims.heads / dims.kv_heads;
-  const int64_t h0 = g * group + tile * kSplitKvMaxHeads;
-  const int64_t left = group - tile * kSplitKvMaxHeads;
+  const int64_t h0 = g * group + head_tile * kSplitKvMaxHeads;
+  const int64_t left = group - head_tile * kSplitKvMaxHeads;
   const int nh = left < kHeads ? static_cast<int>(left) : kHeads;  // heads of this block
 
-  // q of the block's heads: one 16-byte load per thread where q is aligned (one round of
-  // memory latency instead of one per element a thread copies).
+  // The position, then q of the block's heads (zeros past nh): p is first used after q's loop,
+  // so both loads wait on one memory latency; one 16-byte load of q per thread where aligned.
+  const int p = __ldg(positions + t);
   if (reinterpret_cast<uintptr_t>(q) % 16 == 0) {
-    for (int64_t i = tid * kVec; i < kHeads * d; i += kSplitKvThreads * kVec) {
-      const int hh = static_cast<int>(i / d);
-      const int64_t c = i % d;
+    for (int i = tid * kVec; i < kHeads * d; i += kSplitKvThreads * kVec) {
+      const int hh = i / d;
+      const int c = i - hh * d;
+      float* dst = q_s + i;
       if (hh < nh) {
         const uint4 raw =
             __ldg(reinterpret_cast<const uint4*>(q + (t * dims.heads + h0 + hh) * d + c));
         const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int x = 0; x < kVec; ++x) head_s[hh][c + x] = to_float(e[x]);
+        for (int x = 0; x < kVec; ++x) dst[x] = to_float(e[x]);
       } else {
 #pragma unroll
-        for (int x = 0; x < kVec; ++x) head_s[hh][c + x] = 0.0f;
+        for (int x = 0; x < kVec; ++x) dst[x] = 0.0f;
       }
     }
   } else {
-    for (int64_t i = tid; i < kHeads * d; i += kSplitKvThreads) {
-      const int hh = static_cast<int>(i / d);
-      head_s[hh][i % d] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i % d]) : 0.0f;
+    for (int i = tid; i < kHeads * d; i += kSplitKvThreads) {
+      const int hh = i / d;
+      q_s[i] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i - hh * d]) : 0.0f;
     }
   }
+  if (p < 0 || p >= max_seq_len) {  // a NaN row, written by split 0
+    if (split == 0) {
+      const T nan = from_float<T>(__int_as_float(0x7fc00000));
+      for (int i = tid; i < nh * dv; i += kSplitKvThreads) {
+        out[(t * dims.heads + h0) * dv + i] = nan;
+      }
+    }
+    return;
+  }
+  const int first = static_cast<int>(first_visible(dims, p));
+  const int keys = p - first + 1;
+  const int per = split_kv_keys_per_split(keys, splits);
+  const int used = (keys + per - 1) / per;  // splits of this row
+  const int begin = first + split * per;
+  if (begin > p) return;  // a split this row does not use
+  const int end = begin + per < p + 1 ? begin + per : p + 1;
+  const int tiles = (end - begin + tile - 1) / tile;
+
   if (tid < kHeads) {
     max_s[tid] = -INFINITY;
     denom_s[tid] = 0.0f;
   }
-
-  // P·V layout: thread = (key group, 16-byte slice of v).
-  const int slices = static_cast<int>(dv / kVec);
-  int key_groups = kSplitKvThreads / slices;
-  if (key_groups > kSplitKvMaxKeyGroups) key_groups = kSplitKvMaxKeyGroups;
-  const int slice = tid % slices;
-  const int key_group = tid / slices;
-  float acc[kHeads][kVec];
-#pragma unroll
-  for (int hh = 0; hh < kHeads; ++hh) {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) acc[hh][e] = 0.0f;
+  // Cache rows of tiles 0 and 1 (stages 0 and 1); later tiles' rows are looked up a tile ahead.
+  const int32_t* table = block_table_of(kv, t);
+  const int block_size = static_cast<int>(kv.block_size);
+  for (int x = tid; x < 2 * tile; x += kSplitKvThreads) {
+    row_s[x] = begin + x < end ? split_kv_cache_row(table, block_size, begin + x) : 0;
   }
+  __syncthreads();
 
+  const int k_vecs = d / kVec;
+  const int v_vecs = dv / kVec;
   const T* k_head = k_cache + g * d;
   const T* v_head = v_cache + g * dv;
   const int64_t k_stride = dims.kv_heads * d;
   const int64_t v_stride = dims.kv_heads * dv;
-  const int32_t* table = block_table_of(kv, t);
-  __syncthreads();
+  const auto tile_keys = [&](int i) {
+    const int left_keys = end - begin - i * tile;
+    return left_keys < tile ? left_keys : tile;
+  };
+  // Every 16-byte piece of tile i's K and V rows, issued at once (the kernel is bound by memory
+  // latency at decode sizes, not bandwidth: one round trip per tile, overlapped with the math of
+  // the tile before).
+  const auto copy_tile = [&](int i) {
+    const int stage = i & 1;
+    const int n = tile_keys(i);
+    T* k_dst = stages_s + stage * tile * (d + dv);
+    T* v_dst = k_dst + tile * d;
+    const int64_t* rows = row_s + stage * tile;
+    for (int x = tid; x < n * k_vecs; x += kSplitKvThreads) {
+      const int j = x / k_vecs;
+      const int c = (x - j * k_vecs) * kVec;
+      split_kv_copy_16(k_dst + j * d + c, k_head + rows[j] * k_stride + c);
+    }
+    for (int x = tid; x < n * v_vecs; x += kSplitKvThreads) {
+      const int j = x / v_vecs;
+      const int c = (x - j * v_vecs) * kVec;
+      split_kv_copy_16(v_dst + j * dv + c, v_head + rows[j] * v_stride + c);
+    }
+  };
 
-  for (int64_t tile_begin = begin; tile_begin < end; tile_begin += kSplitKvThreads) {
-    const int tile_keys =
-        end - tile_begin < kSplitKvThreads ? static_cast<int>(end - tile_begin) : kSplitKvThreads;
-    // Scores: kSplitKvLanesPerKey lanes read one key row together (16-byte chunks, every load of
-    // a lane issued before any is used: the kernel is bound by memory latency, not bandwidth, at
-    // decode sizes) and reduce its dot products with every head of the block by shuffles.
-    for (int j = tid / kSplitKvLanesPerKey; j < kSplitKvThreads; j += kSplitKvKeysPerPass) {
-      const int sub = tid % kSplitKvLanesPerKey;
+  // P·V layout: thread = 4 consecutive output elements (head, dims) of up to kOutChunks chunks;
+  // each chunk sums over every key of the tile, so no reduction across threads is needed.
+  const int dv4 = dv / 4;
+  float acc[kOutChunks][4];
+#pragma unroll
+  for (int u = 0; u < kOutChunks; ++u) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x) acc[u][x] = 0.0f;
+  }
+  // Score layout: `lanes` consecutive threads (a power of two <= 32) read one key's K row.
+  const int lanes = kSplitKvThreads / tile;
+
+  copy_tile(0);
+  split_kv_commit_copies();
+  for (int i = 0; i < tiles; ++i) {
+    const int stage = i & 1;
+    const int n = tile_keys(i);
+    // Tile i + 2's cache rows go to this stage's row_s (read when tile i was copied) after the
+    // math below, so that a paged table's load has the whole tile to arrive.
+    int64_t ahead_row = 0;
+    const int ahead_key = begin + (i + 2) * tile + tid;
+    if (tid < tile && ahead_key < end) ahead_row = split_kv_cache_row(table, block_size, ahead_key);
+    if (i + 1 < tiles) copy_tile(i + 1);
+    split_kv_commit_copies();  // possibly empty: the wait below then always means tile i
+    split_kv_wait_all_but_newest();
+    __syncthreads();
+
+    const T* k_tile = stages_s + stage * tile * (d + dv);
+    const T* v_tile = k_tile + tile * d;
+    {
+      // Scores: the key's lanes split its row in 16-byte pieces, dot each with every head's q
+      // (shared memory) and sum by shuffles (xor offsets below `lanes` stay in the key's group).
+      const int j = tid / lanes;
+      const int sub = tid % lanes;
       float dot[kHeads];
 #pragma unroll
       for (int hh = 0; hh < kHeads; ++hh) dot[hh] = 0.0f;
-      if (j < tile_keys) {
-        const int64_t row = cache_row(kv, table, tile_begin + j);
-        if (sub == 0) row_s[j] = row;
-        const T* k_j = k_head + row * k_stride;
-        constexpr int kChunks = kAttentionMaxHeadDim / kVec / kSplitKvLanesPerKey;
-        uint4 raw[kChunks];
+      if (j < n) {
+        for (int c = sub * kVec; c < d; c += lanes * kVec) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(k_tile + j * d + c);
+          const T* e = reinterpret_cast<const T*>(&raw);
+          float k_f[kVec];
 #pragma unroll
-        for (int i = 0; i < kChunks; ++i) {
-          const int64_t c = (static_cast<int64_t>(i) * kSplitKvLanesPerKey + sub) * kVec;
-          if (c < d) raw[i] = __ldg(reinterpret_cast<const uint4*>(k_j + c));
-        }
+          for (int x = 0; x < kVec; ++x) k_f[x] = to_float(e[x]);
 #pragma unroll
-        for (int i = 0; i < kChunks; ++i) {
-          const int64_t c = (static_cast<int64_t>(i) * kSplitKvLanesPerKey + sub) * kVec;
-          if (c < d) {
-            const T* e = reinterpret_cast<const T*>(&raw[i]);
+          for (int hh = 0; hh < kHeads; ++hh) {
+            const float* q_h = q_s + hh * d + c;
 #pragma unroll
-            for (int hh = 0; hh < kHeads; ++hh) {
-#pragma unroll
-              for (int x = 0; x < kVec; ++x) dot[hh] += head_s[hh][c + x] * to_float(e[x]);
+            for (int x = 0; x < kVec; x += 4) {
+              const float4 qv = *reinterpret_cast<const float4*>(q_h + x);
+              dot[hh] += qv.x * k_f[x] + qv.y * k_f[x + 1] + qv.z * k_f[x + 2] + qv.w * k_f[x + 3];
             }
           }
         }
       }
 #pragma unroll
       for (int hh = 0; hh < kHeads; ++hh) {
-#pragma unroll
-        for (int off = kSplitKvLanesPerKey / 2; off > 0; off /= 2) {
+        for (int off = lanes / 2; off > 0; off /= 2) {
           dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], off);
         }
       }
-      if (sub == 0) {
+      if (sub == 0 && j < n) {
 #pragma unroll
-        for (int hh = 0; hh < kHeads; ++hh) {
-          prob_s[hh][j] = j < tile_keys ? dot[hh] * dims.scale : -INFINITY;
-        }
+        for (int hh = 0; hh < kHeads; ++hh) score_s[hh * tile + j] = dot[hh] * dims.scale;
       }
     }
     __syncthreads();
 
-    // Online softmax over the tile: one warp per head.
-    for (int hh = warp; hh < kHeads; hh += kSplitKvWarps) {
+    // Online softmax over the tile's n keys: one warp per head.
+    for (int hh = warp; hh < nh; hh += kSplitKvWarps) {
+      float* s = score_s + hh * tile;
       float tile_max = -INFINITY;
-      for (int j = lane; j < kSplitKvThreads; j += 32) tile_max = fmaxf(tile_max, prob_s[hh][j]);
+      for (int j = lane; j < n; j += 32) tile_max = fmaxf(tile_max, s[j]);
       tile_max = warp_max(tile_max);
       const float m_old = max_s[hh];
-      const float m_new = fmaxf(m_old, tile_max);
+      const float m_new = fmaxf(m_old, tile_max);  // finite: the tile has a key
       float sum = 0.0f;
-      for (int j = lane; j < kSplitKvThreads; j += 32) {
-        const float w = expf(prob_s[hh][j] - m_new);  // 0 past the tile's keys
-        prob_s[hh][j] = w;
+      for (int j = lane; j < n; j += 32) {
+        const float w = expf(s[j] - m_new);
+        s[j] = w;
         sum += w;
       }
       sum = warp_sum(sum);
@@ -396,186 +512,187 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     }
     __syncthreads();
 
-    if (key_group < key_groups) {
 #pragma unroll
-      for (int hh = 0; hh < kHeads; ++hh) {
+    for (int u = 0; u < kOutChunks; ++u) {
+      const int o = tid + u * kSplitKvThreads;
+      if (o < nh * dv4) {
+        const int hh = o / dv4;
+        const float* w = score_s + hh * tile;
+        const T* v = v_tile + (o - hh * dv4) * 4;
         const float rescale = rescale_s[hh];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[hh][e] *= rescale;
-      }
-      // kSplitKvVLoads keys' v slices loaded before any is used (memory-level parallelism).
-      for (int j0 = key_group; j0 < tile_keys; j0 += kSplitKvVLoads * key_groups) {
-        uint4 raw[kSplitKvVLoads];
+        for (int x = 0; x < 4; ++x) acc[u][x] *= rescale;
+#pragma unroll 4
+        for (int j = 0; j < n; ++j) {
+          float v_f[4];
+          load4(v + j * dv, v_f);
+          const float w_j = w[j];
 #pragma unroll
-        for (int u = 0; u < kSplitKvVLoads; ++u) {
-          const int j = j0 + u * key_groups;
-          if (j < tile_keys) {
-            raw[u] =
-                __ldg(reinterpret_cast<const uint4*>(v_head + row_s[j] * v_stride + slice * kVec));
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kSplitKvVLoads; ++u) {
-          const int j = j0 + u * key_groups;
-          if (j < tile_keys) {
-            const T* e = reinterpret_cast<const T*>(&raw[u]);
-#pragma unroll
-            for (int hh = 0; hh < kHeads; ++hh) {
-              const float w = prob_s[hh][j];
-#pragma unroll
-              for (int x = 0; x < kVec; ++x) acc[hh][x] += w * to_float(e[x]);
-            }
-          }
+          for (int x = 0; x < 4; ++x) acc[u][x] += w_j * v_f[x];
         }
       }
     }
-    __syncthreads();  // the next tile overwrites prob_s and row_s
+    if (tid < tile) row_s[stage * tile + tid] = ahead_row;
+    __syncthreads();  // the next iteration copies tile i + 2 into this stage
   }
 
-  // Sum the key groups' accumulators in head_s (q is no longer needed), one group at a time so
-  // that the result does not depend on scheduling.
-  for (int64_t i = tid; i < kHeads * dv; i += kSplitKvThreads) head_s[i / dv][i % dv] = 0.0f;
-  __syncthreads();
-  for (int kg = 0; kg < key_groups; ++kg) {
-    if (key_group == kg) {
+  // This split's partials; head h0 + hh's slot is slot0 + hh * splits.
+  const int64_t slot0 = (t * dims.heads + h0) * splits + split;
 #pragma unroll
-      for (int hh = 0; hh < kHeads; ++hh) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) head_s[hh][slice * kVec + e] += acc[hh][e];
-      }
+  for (int u = 0; u < kOutChunks; ++u) {
+    const int o = tid + u * kSplitKvThreads;
+    if (o < nh * dv4) {
+      const int hh = o / dv4;
+      *reinterpret_cast<float4*>(part_acc + (slot0 + hh * splits) * dv + (o - hh * dv4) * 4) =
+          make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
     }
-    __syncthreads();
-  }
-
-  const int64_t slot0 = (t * dims.heads + h0) * splits + split;  // head h0 + hh: + hh * splits
-  for (int64_t i = tid; i < nh * dv; i += kSplitKvThreads) {
-    const int64_t hh = i / dv;
-    part_acc[(slot0 + hh * splits) * dv + i % dv] = head_s[hh][i % dv];
   }
   if (tid < nh) {
-    part_stats[(slot0 + tid * splits) * 2] = max_s[tid];
-    part_stats[(slot0 + tid * splits) * 2 + 1] = denom_s[tid];
+    *reinterpret_cast<float2*>(part_stats + (slot0 + tid * splits) * 2) =
+        make_float2(max_s[tid], denom_s[tid]);
   }
-}
 
-template <typename T>
-__global__ void __launch_bounds__(kSplitKvThreads)
-    attention_split_kv_combine_kernel(AttentionDims dims, const int32_t* positions, const T* sinks,
-                                      T* out, int64_t max_seq_len, int64_t splits,
-                                      const float* part_acc, const float* part_stats) {
-  __shared__ float max_s[kSplitKvMaxSplits], weight_s[kSplitKvMaxSplits];
-  __shared__ float row_max_s, denom_s;
-  const int64_t h = blockIdx.x;
-  const int64_t t = blockIdx.y;
-  const int64_t dv = dims.v_head_dim;
-  T* o = out + (t * dims.heads + h) * dv;
-  const int64_t p = positions[t];
-  if (p < 0 || p >= max_seq_len) {
-    const T nan = from_float<T>(__int_as_float(0x7fc00000));
-    for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) o[i] = nan;
-    return;
+  // The last of the row's `used` blocks to arrive combines (instead of a second kernel launch).
+  // Each block's fence orders its partials before its arrival is counted; the last block's
+  // fence after the count orders its reads after every other block's partials.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    unsigned* counter = counters + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+    last_s = atomicAdd(counter, 1u) + 1 == static_cast<unsigned>(used);
+    if (last_s) *counter = 0;  // every block of this launch has arrived: ready for the next
   }
-  const int64_t keys = p - first_visible(dims, p) + 1;
-  const int64_t per = split_kv_keys_per_split(keys, splits);
-  const int64_t used = (keys + per - 1) / per;
-  const int64_t slot0 = (t * dims.heads + h) * splits;
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();
 
-  // The splits' stats into shared memory in one round of loads, then warp 0 reduces them (the
-  // kernel is bound by memory latency: no loop may wait on one load after another).
-  for (int64_t s = threadIdx.x; s < used; s += blockDim.x) {
-    max_s[s] = part_stats[(slot0 + s) * 2];
-    weight_s[s] = part_stats[(slot0 + s) * 2 + 1];  // the split's denominator, until below
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    // Every split has a key, so every split max is finite and so is the row max.
-    const float sink = sinks != nullptr ? to_float(sinks[h]) : -INFINITY;
-    float row_max = sink;
-    for (int64_t s = threadIdx.x; s < used; s += 32) row_max = fmaxf(row_max, max_s[s]);
-    row_max = warp_max(row_max);
-    float denom = 0.0f;
-    for (int64_t s = threadIdx.x; s < used; s += 32) {
-      denom += weight_s[s] * expf(max_s[s] - row_max);
-    }
-    denom = warp_sum(denom);
-    if (threadIdx.x == 0) {
-      row_max_s = row_max;
-      denom_s = denom + (sinks != nullptr ? expf(sink - row_max) : 0.0f);
-    }
-  }
-  __syncthreads();
-  for (int64_t s = threadIdx.x; s < used; s += blockDim.x) {
-    weight_s[s] = expf(max_s[s] - row_max_s) / denom_s;
-  }
-  __syncthreads();
-  constexpr int kBatch = 8;  // splits' partial rows in flight per thread
-  for (int64_t i = threadIdx.x; i < dv; i += blockDim.x) {
-    float v = 0.0f;
-    for (int64_t s0 = 0; s0 < used; s0 += kBatch) {
-      float part[kBatch];
+  // Each thread merges its chunks' partials over the splits (online, kSplitKvCombineBatch
+  // splits' loads in flight at a time; .cg loads: the partials were written by other SMs).
+  const int64_t head_slot0 = slot0 - split;  // split 0 of head h0
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        part[u] = s0 + u < used ? part_acc[(slot0 + s0 + u) * dv + i] : 0.0f;
-      }
+  for (int u = 0; u < kOutChunks; ++u) {
+    const int o = tid + u * kSplitKvThreads;
+    if (o >= nh * dv4) continue;
+    const int hh = o / dv4;
+    const int e0 = (o - hh * dv4) * 4;
+    const int64_t slot = head_slot0 + hh * splits;
+    float m = -INFINITY, l = 0.0f;
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s0 = 0; s0 < used; s0 += kSplitKvCombineBatch) {
+      float2 stats[kSplitKvCombineBatch];
+      float4 part[kSplitKvCombineBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (s0 + u < used) v += part[u] * weight_s[s0 + u];
+      for (int b = 0; b < kSplitKvCombineBatch; ++b) {
+        stats[b] = make_float2(-INFINITY, 0.0f);
+        part[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (s0 + b < used) {
+          stats[b] = __ldcg(reinterpret_cast<const float2*>(part_stats + (slot + s0 + b) * 2));
+          part[b] = __ldcg(reinterpret_cast<const float4*>(part_acc + (slot + s0 + b) * dv + e0));
+        }
       }
+      // The batch's max first, so that the splits' weights are independent of each other (not
+      // a chain of exp's). Past `used` a slot holds (-inf, 0) and zeros: it adds nothing.
+      float batch_max = -INFINITY;
+#pragma unroll
+      for (int b = 0; b < kSplitKvCombineBatch; ++b) batch_max = fmaxf(batch_max, stats[b].x);
+      const float m_new = fmaxf(m, batch_max);  // finite: every used split has a key
+      const float r_old = expf(m - m_new);      // 0 on the first batch (m = -inf)
+      l *= r_old;
+#pragma unroll
+      for (int x = 0; x < 4; ++x) a[x] *= r_old;
+#pragma unroll
+      for (int b = 0; b < kSplitKvCombineBatch; ++b) {
+        const float r = expf(stats[b].x - m_new);
+        l += stats[b].y * r;
+        a[0] += part[b].x * r;
+        a[1] += part[b].y * r;
+        a[2] += part[b].z * r;
+        a[3] += part[b].w * r;
+      }
+      m = m_new;
     }
-    o[i] = from_float<T>(v);
+    if (sinks != nullptr) {  // the sink adds exp(sink - max) to the denominator only
+      const float sink = to_float(sinks[h0 + hh]);
+      const float m_new = fmaxf(m, sink);
+      const float r_old = expf(m - m_new);
+      l = l * r_old + expf(sink - m_new);
+#pragma unroll
+      for (int x = 0; x < 4; ++x) a[x] *= r_old;
+    }
+    const float inv_l = 1.0f / l;
+#pragma unroll
+    for (int x = 0; x < 4; ++x) a[x] *= inv_l;
+    store4(out + (t * dims.heads + h0 + hh) * dv + e0, a);
   }
 }
 
 template <typename T, int kHeads>
 void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, int64_t splits,
-                           float* part_acc, float* part_stats, cudaStream_t stream) {
+                           int64_t tile, float* part_acc, float* part_stats, cudaStream_t stream) {
   const int64_t head_tiles = split_kv_head_tiles(dims);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(dims.kv_heads * head_tiles),
                   static_cast<unsigned>(a.tokens));
-  attention_split_kv_kernel<T, kHeads><<<grid, kSplitKvThreads, 0, stream>>>(
+  MG_ASSERT(a.max_seq_len <= INT32_MAX && (a.kv.block_tables == nullptr ||
+                                           a.kv.max_blocks_per_seq * a.kv.block_size <= INT32_MAX),
+            "attention: split-KV positions beyond int32 ({} per sequence)", a.max_seq_len);
+  const size_t shared = split_kv_shared_bytes(dims, sizeof(T), tile);
+  const auto kernel = attention_split_kv_kernel<T, kHeads>;
+  // Beyond 48 KB of dynamic shared memory a kernel must opt in (a host-side attribute, allowed
+  // while a stream is captured into a graph).
+  if (shared > 48 * 1024) {
+    MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(shared)));
+  }
+  kernel<<<grid, kSplitKvThreads, shared, stream>>>(
       dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
-      static_cast<const T*>(a.v_cache), a.max_seq_len, a.kv, splits, head_tiles, part_acc,
-      part_stats);
+      static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks), static_cast<T*>(a.out),
+      a.max_seq_len, a.kv, static_cast<int>(splits), static_cast<int>(head_tiles),
+      static_cast<int>(tile), part_acc, part_stats, a.split_counters);
   MG_CUDA_CHECK_LAUNCH();
 }
 
-// The split kernel's 16-byte loads need the caches' bases aligned (device allocations are; a
-// view at an odd offset would not be).
-inline bool caches_16_byte_aligned(const AttentionArgs& a) {
-  return reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
+// The split kernel's 16-byte copies and 8/16-byte stores need the caches, the output and the
+// workspace aligned (device allocations are; a view at an odd offset would not be).
+inline bool split_kv_pointers_aligned(const AttentionArgs& a) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return aligned(a.k_cache) && aligned(a.v_cache) && aligned(a.out) && aligned(a.workspace);
 }
 
 template <typename T>
 void launch_attention_split_kv(const AttentionDims& dims, const AttentionArgs& a,
                                cudaStream_t stream) {
-  MG_ASSERT(split_kv_supports(dims, sizeof(T)) && caches_16_byte_aligned(a),
-            "attention: split-KV needs 16-byte K/V rows, head_dim {} v_head_dim {} of {} bytes "
-            "(caches at {} and {})",
-            dims.head_dim, dims.v_head_dim, sizeof(T), a.k_cache, a.v_cache);
+  MG_ASSERT(split_kv_supports(dims, sizeof(T)) && split_kv_pointers_aligned(a),
+            "attention: split-KV needs 16-byte K/V rows and aligned buffers, head_dim {} "
+            "v_head_dim {} of {} bytes (caches at {} and {}, out {}, workspace {})",
+            dims.head_dim, dims.v_head_dim, sizeof(T), a.k_cache, a.v_cache, a.out, a.workspace);
   MG_ASSERT(a.tokens <= 65535, "attention: split-KV launch of {} rows", a.tokens);
   const int64_t splits = a.splits > 0 ? std::min(a.splits, kSplitKvMaxSplits)
                                       : split_kv_splits(dims, a.tokens, a.max_seq_len, a.sm_count);
+  const int64_t tile = a.tile_keys > 0 ? a.tile_keys : split_kv_tile_keys(dims, sizeof(T));
+  MG_ASSERT(tile >= kSplitKvMinTileKeys && tile <= kSplitKvMaxTileKeys &&
+                (tile & (tile - 1)) == 0 &&
+                split_kv_shared_bytes(dims, sizeof(T), tile) <= kSplitKvMaxSharedBytes,
+            "attention: split-KV tile of {} keys ({} bytes of shared memory)", tile,
+            split_kv_shared_bytes(dims, sizeof(T), tile));
   const size_t need = split_kv_workspace_bytes(dims, a.tokens, splits);
   MG_ASSERT(a.workspace != nullptr && a.workspace_bytes >= need,
             "attention: split-KV workspace of {} bytes, need {}", a.workspace_bytes, need);
+  MG_ASSERT(a.split_counters != nullptr &&
+                a.split_counter_count >= split_kv_counter_count(dims, a.tokens),
+            "attention: split-KV with {} counters, need {}", a.split_counter_count,
+            split_kv_counter_count(dims, a.tokens));
   float* part_acc = static_cast<float*>(a.workspace);
   float* part_stats = part_acc + a.tokens * dims.heads * splits * dims.v_head_dim;
-  const int64_t heads_per_block = std::min(dims.heads / dims.kv_heads, kSplitKvMaxHeads);
-  if (heads_per_block == 1) {
-    launch_split_kv_heads<T, 1>(dims, a, splits, part_acc, part_stats, stream);
-  } else if (heads_per_block == 2) {
-    launch_split_kv_heads<T, 2>(dims, a, splits, part_acc, part_stats, stream);
-  } else if (heads_per_block <= 4) {
-    launch_split_kv_heads<T, 4>(dims, a, splits, part_acc, part_stats, stream);
-  } else {
-    launch_split_kv_heads<T, 8>(dims, a, splits, part_acc, part_stats, stream);
+  switch (split_kv_block_heads(dims)) {
+    case 1:
+      return launch_split_kv_heads<T, 1>(dims, a, splits, tile, part_acc, part_stats, stream);
+    case 2:
+      return launch_split_kv_heads<T, 2>(dims, a, splits, tile, part_acc, part_stats, stream);
+    case 4:
+      return launch_split_kv_heads<T, 4>(dims, a, splits, tile, part_acc, part_stats, stream);
+    default:
+      return launch_split_kv_heads<T, 8>(dims, a, splits, tile, part_acc, part_stats, stream);
   }
-  const dim3 grid(static_cast<unsigned>(dims.heads), static_cast<unsigned>(a.tokens));
-  attention_split_kv_combine_kernel<T><<<grid, kSplitKvThreads, 0, stream>>>(
-      dims, a.positions, static_cast<const T*>(a.sinks), static_cast<T*>(a.out), a.max_seq_len,
-      splits, part_acc, part_stats);
-  MG_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
@@ -586,7 +703,8 @@ void launch_attention(const AttentionDims& dims, const AttentionArgs& a, cudaStr
             kAttentionMaxHeadDim);
   switch (a.path) {
     case AttentionPath::kAuto:
-      if (caches_16_byte_aligned(a) &&
+      if (split_kv_pointers_aligned(a) && a.split_counters != nullptr &&
+          a.split_counter_count >= split_kv_counter_count(dims, a.tokens) &&
           split_kv_chosen(dims, sizeof(T), a.tokens, a.max_seq_len, a.sm_count,
                           a.workspace != nullptr ? a.workspace_bytes : 0)) {
         return launch_attention_split_kv<T>(dims, a, stream);

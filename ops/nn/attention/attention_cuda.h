@@ -5,9 +5,10 @@
 //  - per query (prefill): one block per (head, query row); many rows fill the GPU by themselves.
 //  - split-KV (decode, flash-decoding): few query rows would launch only heads × rows blocks, so
 //    each (row, KV head) splits its visible keys over several blocks; one block scores its keys
-//    against every query head of the GQA group (K and V read once per group, 16-byte loads) and
-//    leaves (max, denominator, unnormalised output) in the workspace; a second small kernel
-//    combines the splits, adds the sink and writes the row.
+//    against every query head of the GQA group (K and V read once per group, copied to shared
+//    memory a tile ahead) and leaves (max, denominator, unnormalised output) in the workspace; the
+//    last block of the row to finish (a counter per row and KV head) combines the splits, adds
+//    the sink and writes the row: one kernel launch.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -42,11 +43,20 @@ enum class AttentionPath { kAuto, kPerQuery, kSplitKv };
 // new token per sequence, short chunks): beyond, rows × heads blocks already fill the GPU.
 constexpr int64_t kSplitKvMaxTokens = 64;
 constexpr int64_t kSplitKvMaxSplits = 64;
-// No split is made shorter than this many keys: a block's fixed cost (q load, softmax merge,
-// partial write, one more partial for the combine to read) is about that of 16 keys.
+// No split is made shorter than this many keys: a split costs the combine one more partial row
+// per head to read (the last block reads them all), about what scoring this many keys costs.
 constexpr int64_t kSplitKvMinKeys = 16;
+// Splits' partials the combining block has in flight per thread (one L2 round trip per batch).
+constexpr int kSplitKvCombineBatch = 16;
 // Query heads one block serves (the GQA group, or an 8-head slice of a larger one).
 constexpr int64_t kSplitKvMaxHeads = 8;
+// Keys per shared-memory tile (a power of two in [kSplitKvMinTileKeys, kSplitKvMaxTileKeys]);
+// the rule takes kSplitKvTileKeys unless two stages of K and V rows would not fit
+// kSplitKvMaxSharedBytes (wide F32 heads).
+constexpr int64_t kSplitKvTileKeys = 32;
+constexpr int64_t kSplitKvMinTileKeys = 8;
+constexpr int64_t kSplitKvMaxTileKeys = 256;
+constexpr size_t kSplitKvMaxSharedBytes = 96 * 1024;
 
 struct AttentionArgs {
   const void* q = nullptr;             // [tokens, heads * head_dim]
@@ -61,9 +71,16 @@ struct AttentionArgs {
   // Split-KV scratch: at least split_kv_workspace_bytes(dims, tokens, splits) bytes, or null.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Split-KV: one counter per (row, KV head, head tile), split_kv_counter_count(dims, tokens) of
+  // them, zero before the first launch; every launch leaves them zero (device memory owned by the
+  // caller, e.g. the op's state, so that no other op writes them between launches). Null: the
+  // auto rule keeps the per-query kernel.
+  unsigned* split_counters = nullptr;
+  int64_t split_counter_count = 0;
   int sm_count = 0;  // streaming multiprocessors of the device (split count rule)
   AttentionPath path = AttentionPath::kAuto;
-  int64_t splits = 0;  // split-KV: splits per (row, KV head); 0: split_kv_splits()'s rule
+  int64_t splits = 0;     // split-KV: splits per (row, KV head); 0: split_kv_splits()'s rule
+  int64_t tile_keys = 0;  // split-KV: keys per shared-memory tile; 0: split_kv_tile_keys()'s rule
 };
 
 // Whether the split-KV kernel takes these dims for elements of `element_bytes`: K and V rows
@@ -83,19 +100,23 @@ inline int64_t split_kv_head_tiles(const AttentionDims& dims) {
 }
 
 // Splits per (row, KV head) for `tokens` rows whose visible ranges are at most `max_keys` keys.
-// Rule: about two blocks per SM in all (a decode step has tokens × KV heads × head tiles block
-// rows, each split S ways, so S = ceil(2 · SMs / block rows)), no split shorter than
-// kSplitKvMinKeys keys of the longest range, at most kSplitKvMaxSplits. The rule only bounds S
-// (and the workspace): the kernels split each row's actual range [first, p], known on the device,
+// Rule: about one block per SM in all (a decode step has tokens × KV heads × head tiles block
+// rows, each split S ways, so S = ceil(SMs / block rows)): the blocks run in one wave and each
+// extra split is one more partial for the combining block to read, so above
+// kSplitKvCombineBatch S is rounded down to whole combine batches (33 → 32: one L2 round trip
+// fewer for the combine, 3% more keys per block). No split is shorter than
+// kSplitKvMinKeys keys of the longest range; at most kSplitKvMaxSplits. The rule only bounds S
+// (and the workspace): the kernel splits each row's actual range [first, p], known on the device,
 // into min(S, ceil(keys / kSplitKvMinKeys)) parts, so a short context uses fewer splits.
-// Qwen3-30B-A3B (4 KV heads, 8-query groups) decoding one sequence on 132 SMs: S = 64, and a
+// Qwen3-30B-A3B (4 KV heads, 8-query groups) decoding one sequence on 132 SMs: S = 32, and a
 // 512-key context is 32 splits of 16 keys, 128 blocks.
 inline int64_t split_kv_splits(const AttentionDims& dims, int64_t tokens, int64_t max_keys,
                                int sm_count) {
   if (dims.sliding_window > 0) max_keys = std::min(max_keys, dims.sliding_window);
   if (dims.chunk_size > 0) max_keys = std::min(max_keys, dims.chunk_size);
   const int64_t rows = std::max<int64_t>(1, tokens * dims.kv_heads * split_kv_head_tiles(dims));
-  const int64_t want = (2 * static_cast<int64_t>(std::max(sm_count, 1)) + rows - 1) / rows;
+  int64_t want = (static_cast<int64_t>(std::max(sm_count, 1)) + rows - 1) / rows;
+  if (want > kSplitKvCombineBatch) want -= want % kSplitKvCombineBatch;
   const int64_t longest = (max_keys + kSplitKvMinKeys - 1) / kSplitKvMinKeys;
   return std::clamp<int64_t>(std::min(want, longest), 1, kSplitKvMaxSplits);
 }
@@ -106,8 +127,42 @@ inline size_t split_kv_workspace_bytes(const AttentionDims& dims, int64_t tokens
   return static_cast<size_t>(tokens * dims.heads * splits * (dims.v_head_dim + 2)) * sizeof(float);
 }
 
+// Counters a split-KV launch of `tokens` rows uses (AttentionArgs::split_counters).
+inline int64_t split_kv_counter_count(const AttentionDims& dims, int64_t tokens) {
+  return tokens * dims.kv_heads * split_kv_head_tiles(dims);
+}
+
+// Query heads the split kernel is instantiated for: the block's heads rounded up to 1, 2, 4, 8.
+inline int64_t split_kv_block_heads(const AttentionDims& dims) {
+  const int64_t heads = std::min(dims.heads / dims.kv_heads, kSplitKvMaxHeads);
+  int64_t bucket = 1;
+  while (bucket < heads) bucket *= 2;
+  return bucket;
+}
+
+// Dynamic shared memory of a split block with tiles of `tile_keys` keys: two stages of K and V
+// rows, q of the block's heads and the tile's scores (F32), two stages of cache rows.
+inline size_t split_kv_shared_bytes(const AttentionDims& dims, size_t element_bytes,
+                                    int64_t tile_keys) {
+  const int64_t heads = split_kv_block_heads(dims);
+  return static_cast<size_t>(2 * tile_keys * (dims.head_dim + dims.v_head_dim)) * element_bytes +
+         static_cast<size_t>(heads * (dims.head_dim + tile_keys)) * sizeof(float) +
+         static_cast<size_t>(2 * tile_keys) * sizeof(int64_t);
+}
+
+// Keys per tile: kSplitKvTileKeys, halved while the shared memory would exceed
+// kSplitKvMaxSharedBytes (F32 rows of 512 elements: 8 keys).
+inline int64_t split_kv_tile_keys(const AttentionDims& dims, size_t element_bytes) {
+  int64_t tile = kSplitKvTileKeys;
+  while (tile > kSplitKvMinTileKeys &&
+         split_kv_shared_bytes(dims, element_bytes, tile) > kSplitKvMaxSharedBytes) {
+    tile /= 2;
+  }
+  return tile;
+}
+
 // The auto rule: split-KV for at most kSplitKvMaxTokens rows, dims it supports, and a workspace
-// that holds the launch (callers without one keep the per-query kernel).
+// that holds the launch (callers without one, or without counters, keep the per-query kernel).
 inline bool split_kv_chosen(const AttentionDims& dims, size_t element_bytes, int64_t tokens,
                             int64_t max_keys, int sm_count, size_t workspace_bytes) {
   return tokens <= kSplitKvMaxTokens && split_kv_supports(dims, element_bytes) &&

@@ -1,7 +1,7 @@
 // The CUDA attention kernel: the per-session KV cache in device memory (activation dtype,
 // zero-filled like the CPU's; contiguous or paged as StateOptions say) and the adapter to
 // launch_kv_cache_write + launch_attention (which picks split-KV for decode-sized calls: the
-// workspace is planned for it, see attention_cuda.h).
+// workspace is planned for it, and the state holds its counters, see attention_cuda.h).
 #include "framework/device/allocator.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
@@ -18,18 +18,24 @@ class AttentionCudaState final : public OpState {
   AttentionCudaState(Device device, DType dtype, int64_t rows, const AttentionDims& dims)
       : rows(rows),
         k(empty_tensor(device, dtype, {rows, dims.kv_heads, dims.head_dim})),
-        v(empty_tensor(device, dtype, {rows, dims.kv_heads, dims.v_head_dim})) {
+        v(empty_tensor(device, dtype, {rows, dims.kv_heads, dims.v_head_dim})),
+        split_counters(empty_tensor(
+            device, DType::kI32, {cuda::split_kv_counter_count(dims, cuda::kSplitKvMaxTokens)})) {
     // Built once per session, outside the hot path: zeroed so that a query never reads
     // uninitialised rows (positions skipped by a caller read as zeros, as on the CPU).
     // The session's stream is non-blocking, so wait here rather than rely on stream order.
     MG_CUDA_CHECK(cudaMemsetAsync(k.raw(), 0, k.nbytes(), nullptr));
     MG_CUDA_CHECK(cudaMemsetAsync(v.raw(), 0, v.nbytes(), nullptr));
+    MG_CUDA_CHECK(cudaMemsetAsync(split_counters.raw(), 0, split_counters.nbytes(), nullptr));
     MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
 
   const int64_t rows;  // max_seq_len, or kv_blocks * kv_block_size when paged
   Tensor k;            // [rows, KV, D]
   Tensor v;            // [rows, KV, Dv]
+  // Split-KV arrival counters (zero between launches): here rather than in the workspace, which
+  // other ops overwrite between two attention launches.
+  Tensor split_counters;
 };
 
 class AttentionCudaKernel final : public OpKernel {
@@ -81,6 +87,8 @@ class AttentionCudaKernel final : public OpKernel {
     attend.kv = kv;
     attend.workspace = ctx.workspace;
     attend.workspace_bytes = ctx.workspace_bytes;
+    attend.split_counters = static_cast<unsigned*>(state->split_counters.raw());
+    attend.split_counter_count = state->split_counters.numel();
     attend.sm_count = sm_count_;
 
     cuda::dispatch_float_dtype(dtype_, [&](auto tag) {
