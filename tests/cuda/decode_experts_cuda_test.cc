@@ -302,7 +302,7 @@ TEST(DecodeExpertsCuda, ForcedVariantsMatchReference) {
   t.down_vectors = 4;
   t.up_expert_slots = 1;
   t.up_units_per_cta = 512;
-  t.down_rows_per_cta = 128;  // 64 pairs x 128 rows of fp32 partials: 32 KB of shared memory
+  t.down_rows_per_cta = 64;  // 128 pairs x 64 rows of fp32 partials: 32 KB of shared memory
   variants.push_back({"one expert slot, few CTAs", t});
   t = Tiles{};
   t.down_prefetch = false;
@@ -346,6 +346,18 @@ TEST(DecodeExpertsCuda, ForcedVariantsMatchReference) {
           }
         }
       }
+    }
+  }
+  // 16 tokens of 1536 BF16 (48 KB) do not fit the up kernel's shared memory at once, a group of 8
+  // (24 KB) does: x is staged per pair group.
+  {
+    const Problem p = random_problem(16, 8, 1536, 72, 24, MoEActKind::kSiluGated, false, false,
+                                     DType::kBF16, 9200);
+    const std::vector<float> want = reference(p);
+    for (const auto& [name, tiles] : variants) {
+      SCOPED_TRACE(fmt::format("x staged per group, variant {}", name));
+      const Tensor out = run_device(p, DType::kBF16, &tiles);
+      EXPECT_LT(testing::normalized_error(testing::span_of(out), want), 1e-2);
     }
   }
   // Plain activations take the two-units-per-item up kernels.

@@ -58,23 +58,30 @@ __device__ __forceinline__ uint4 load_weights(const void* ptr) {
 // An L2 cache policy for the weight loads: evict first (a weight line is read once per launch, so
 // it should not push out what is read again: the down kernel's prefetched rows, activations,
 // the rest of the step's data) or normal.
+// Cache policies need sm_80; below, the policy is unused and the loads are plain load_weights.
 __device__ __forceinline__ uint64_t weight_policy(bool evict_first) {
-  uint64_t policy;
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (evict_first) {
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   } else {
     asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
   }
+#endif
   return policy;
 }
 
 // load_weights with an L2 cache policy from weight_policy.
 __device__ __forceinline__ uint4 load_weights(const void* ptr, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(ptr), "l"(policy));
   return v;
+#else
+  return load_weights(ptr);
+#endif
 }
 
 // Asks L2 for `bytes` (a multiple of 16) from the 16-byte aligned `ptr`, in the background: the
@@ -261,7 +268,11 @@ struct UpParams {
   void* act = nullptr;  // [num_pairs, inter] T
   int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
   int units_per_cta = 0;  // act columns per CTA
-  bool stage_x = false;   // x rows of a group fit in kMaxStageBytes
+  // Every token's x row is copied to shared memory once, before the pairs are grouped, when all
+  // fit in kMaxStageBytes (decode: up to 8 tokens of 2048 BF16); else the x rows of each pair
+  // group when they fit (stage_x), else x is read through L1.
+  bool stage_all = false;
+  bool stage_x = false;
   bool weight_on_input = false;
   bool evict_first = true;  // the weights' L2 policy (weight_policy)
   // Bytes of its first expert's rows a CTA asks L2 for before it groups the pairs (0: none).
@@ -289,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
   constexpr int R = kGated ? 2 * UW : UW;
   static_assert(UW * NT <= 32, "one lane stores each (unit, pair) result");
   __shared__ PairGroups g;
-  extern __shared__ uint4 x_stage[];  // [NT, hidden] T when p.stage_x
+  extern __shared__ uint4 x_stage[];  // [tokens, hidden] T (stage_all) or [NT, hidden] (stage_x)
 
   wait_for_previous_grid();  // topk_ids / x come from the kernels before
   allow_next_grid();
@@ -318,9 +329,15 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
       }
     }
   }
+  if (p.stage_all) {  // group_pairs' barriers publish the rows
+    const int vectors = p.num_pairs / p.top_k * (p.hidden / kVec<T>);
+    for (int i = static_cast<int>(threadIdx.x); i < vectors; i += kThreads) {
+      x_stage[i] = reinterpret_cast<const uint4*>(p.x)[i];
+    }
+  }
   group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
 
-  const T* x = static_cast<const T*>(p.x);
+  const T* x = p.stage_all ? reinterpret_cast<const T*>(x_stage) : static_cast<const T*>(p.x);
   const T* w13 = static_cast<const T*>(p.w13);
   const T* b13 = static_cast<const T*>(p.b13);
   T* act = static_cast<T*>(p.act);
@@ -344,13 +361,14 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
         xrow[n] = x + static_cast<int64_t>(pair[n] / p.top_k) * hidden;
         scale[n] = p.weight_on_input ? p.topk_weights[pair[n]] : 1.0f;
       }
-      if (p.stage_x) {
+      if (p.stage_x && !p.stage_all) {
         __syncthreads();  // the previous group's rows are no longer read
         const int chunks = static_cast<int>(hidden / kVec<T>);
         for (int i = static_cast<int>(threadIdx.x); i < count * chunks; i += kThreads) {
           const int n = i / chunks;
           const int64_t token = g.pair[first + n] / p.top_k;
-          x_stage[i] = reinterpret_cast<const uint4*>(x + token * hidden)[i - n * chunks];
+          x_stage[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) +
+                                                      token * hidden)[i - n * chunks];
         }
         __syncthreads();
 #pragma unroll
@@ -594,8 +612,9 @@ UpParams up_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int n
   p.hidden = static_cast<int>(a.hidden);
   p.inter = static_cast<int>(a.inter);
   p.units_per_cta = up_units_per_cta(tiles, a.inter, tokens);
-  p.stage_x =
-      static_cast<int64_t>(nt) * a.hidden * static_cast<int64_t>(sizeof(T)) <= kMaxStageBytes;
+  const int64_t row_bytes = a.hidden * static_cast<int64_t>(sizeof(T));
+  p.stage_all = tokens * row_bytes <= kMaxStageBytes;
+  p.stage_x = !p.stage_all && nt * row_bytes <= kMaxStageBytes;
   p.weight_on_input = a.weight_on_input;
   p.evict_first = tiles.evict_first;
   if (tiles.up_prefetch) {
@@ -636,7 +655,8 @@ template <typename T, int NT, int UW, int V, bool kGated>
 void launch_up(const UpParams& p, const Tiles& tiles, cudaStream_t stream) {
   const dim3 grid((p.inter + p.units_per_cta - 1) / p.units_per_cta,
                   std::min(p.num_pairs, tiles.up_expert_slots));
-  const size_t smem = p.stage_x ? static_cast<size_t>(NT) * p.hidden * sizeof(T) : 0;
+  const int64_t rows = p.stage_all ? p.num_pairs / p.top_k : p.stage_x ? NT : 0;
+  const size_t smem = static_cast<size_t>(rows * p.hidden) * sizeof(T);
   launch_kernel(decode_up_kernel<T, NT, UW, V, kGated>, grid, smem, tiles.pdl, stream, p);
 }
 
