@@ -571,6 +571,10 @@ TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
       if (bytes_mb > 0) std::cout << fmt::format(" ({:.0f} GB/s)", bytes_mb * 1e-3 / (us * 1e-6));
       std::cout << std::endl;
     };
+    // One uncaptured call first: the launcher reads the device's attributes once, and an error
+    // shows here rather than inside a capture.
+    experts_launch(0, Tiles{});
+    MG_CUDA_CHECK(cudaStreamSynchronize(stream));
     print(fmt::format("weights {:.1f} MB, routing alone", mb), time_graph(route_set), 0);
     for (const auto& [name, tiles] : variants) {
       const double us = time_graph([&](int i) { experts_launch(i, tiles); });
