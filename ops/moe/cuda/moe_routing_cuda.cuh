@@ -119,12 +119,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   // Expert held in slot i of this lane (i is a compile-time constant in the unrolled loops).
   auto expert_of = [lane](int i) { return (i / V) * 32 * V + lane * V + i % V; };
 
-  // Programmatic dependent launch (sm_90; no-ops otherwise or without the launch attribute): let
-  // the next kernel's CTAs launch now (they wait for this grid to complete before they read ids),
-  // and wait for the kernel before, which wrote the logits.
+  // Programmatic dependent launch (sm_90): a next kernel launched with programmatic stream
+  // serialization (the decode experts' up kernel) may become resident now; it waits for this grid
+  // to complete before it reads ids or weights. A no-op for kernels launched without it. This
+  // kernel itself is launched the ordinary way, so its logits are complete when it starts.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 
   for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
@@ -316,20 +316,9 @@ void launch_route_chunks(const RouteParams& p, const T* logits, int64_t rows, co
                          int32_t* ids, float* weights, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(T);
   const bool vector_loads = p.num_experts % V == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
-  // With programmatic stream serialization: the launch overlaps the end of the kernel before (the
-  // gate GEMV), and the decode experts' up kernel is resident when the ids are ready. Graph
-  // capture keeps it as a programmatic edge.
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid_stride_blocks(rows, kWarpsPerBlock));
-  config.blockDim = dim3(kWarpsPerBlock * 32);
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  MG_CUDA_CHECK(cudaLaunchKernelEx(&config, moe_route_kernel<T, kChunks>, p, logits, rows, bias,
-                                   ids, weights, vector_loads));
+  moe_route_kernel<T, kChunks>
+      <<<grid_stride_blocks(rows, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
+          p, logits, rows, bias, ids, weights, vector_loads);
   MG_CUDA_CHECK_LAUNCH();
 }
 
