@@ -7,15 +7,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <numeric>
 #include <random>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/test_util.h"
 #ifdef MG_WITH_CUDA
+#include <cuda_bf16.h>
+
 #include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/moe/cuda/decode_experts_cuda.h"
+#include "ops/moe/cuda/moe_routing_cuda.h"
 #endif
 
 namespace mg {
@@ -25,6 +32,7 @@ namespace {
 
 using cuda::MoEActKind;
 using testing::cuda_dtypes;
+using testing::DeviceBuffer;
 using testing::DtypeTolerance;
 using testing::round_through;
 
@@ -122,9 +130,10 @@ Tensor i32_from(Shape shape, const std::vector<int32_t>& values) {
   return t;
 }
 
-// Runs the kernels on `p` in `dtype` and returns out [M, H] as F32. The output sits between
-// guard bytes and starts as NaN; act_scratch starts as NaN too.
-Tensor run_device(const Problem& p, DType dtype) {
+// Runs the kernels on `p` in `dtype` (with `tiles` forced, else the defaults) and returns out
+// [M, H] as F32. The output sits between guard bytes and starts as NaN; act_scratch starts as NaN
+// too.
+Tensor run_device(const Problem& p, DType dtype, const cuda::DecodeExpertsTiles* tiles = nullptr) {
   auto stream = make_stream(Device::cuda(0));
   Stream* s = stream.get();
   const Tensor x = testing::upload(p.x, dtype, s);
@@ -162,7 +171,11 @@ Tensor run_device(const Problem& p, DType dtype) {
   args.act = p.act;
   args.weight_on_input = p.weight_on_input;
   cuda::dispatch_float_dtype(dtype, [&](auto zero) {
-    cuda::launch_decode_experts<decltype(zero)>(args, cuda::native(s));
+    if (tiles != nullptr) {
+      cuda::launch_decode_experts_tiled<decltype(zero)>(args, *tiles, cuda::native(s));
+    } else {
+      cuda::launch_decode_experts<decltype(zero)>(args, cuda::native(s));
+    }
   });
   MG_CUDA_CHECK(cudaStreamSynchronize(cuda::native(s)));
 
@@ -260,6 +273,103 @@ TEST(DecodeExpertsCuda, MatchesReference) {
   }
 }
 
+// Every forced variant of the two kernels (decode_experts_cuda.h's DecodeExpertsTiles) computes
+// the reference: both up vector counts, the three down warp shapes, tiles that leave CTAs without
+// units or rows, one expert slot (a CTA walks every expert), the L2 prefetch, policy and PDL
+// switched off; at M = 1, 3 and 8 on sizes that are multiples of 8 but not of 64, with most
+// experts receiving no token and the last token routed only to experts of other ranks.
+TEST(DecodeExpertsCuda, ForcedVariantsMatchReference) {
+  MG_REQUIRE_GPU();
+  using Tiles = cuda::DecodeExpertsTiles;
+  std::vector<std::pair<std::string, Tiles>> variants;
+  variants.push_back({"default", Tiles{}});
+  Tiles t;
+  t.up_vectors = 8;
+  variants.push_back({"up 8 vectors", t});
+  t = Tiles{};
+  t.down_rows_per_warp = 4;
+  t.down_vectors = 4;
+  variants.push_back({"down 4x4", t});
+  t = Tiles{};
+  t.down_rows_per_warp = 4;
+  t.down_vectors = 2;
+  t.up_units_per_cta = 8;
+  t.down_rows_per_cta = 4;
+  variants.push_back({"down 4x2, 8 units, 4 rows per CTA", t});
+  t = Tiles{};
+  t.up_vectors = 8;
+  t.down_rows_per_warp = 4;
+  t.down_vectors = 4;
+  t.up_expert_slots = 1;
+  t.up_units_per_cta = 512;
+  t.down_rows_per_cta = 64;  // 128 pairs x 64 rows of fp32 partials: 32 KB of shared memory
+  variants.push_back({"one expert slot, few CTAs", t});
+  t = Tiles{};
+  t.down_prefetch = false;
+  t.up_prefetch = false;
+  t.evict_first = false;
+  t.pdl = false;
+  variants.push_back({"no prefetch, no policy, no PDL", t});
+
+  struct Shape {
+    int64_t hidden, inter, experts, top_k;
+  };
+  // 328 = 8 * 41 and 136 = 8 * 17: tails in every vector pass; 2056 = 8 * 257 > one pass of 8
+  // vectors * 32 lanes; 24 experts at top_k 8 leave most without a token at M = 1.
+  const Shape shapes[] = {{328, 136, 16, 4}, {72, 2056, 6, 2}, {2056, 72, 24, 8}};
+  uint32_t seed = 9100;
+  for (const DtypeTolerance& d : cuda_dtypes()) {
+    for (const Shape& s : shapes) {
+      for (const int64_t tokens : {1, 3, 8}) {
+        Problem p = random_problem(tokens, s.top_k, s.hidden, s.inter, s.experts,
+                                   MoEActKind::kSiluGated, true, false, d.dtype, ++seed);
+        if (tokens > 1) {  // the last token's pairs all on other ranks: its output is zeros
+          std::vector<int32_t> remote;
+          for (int64_t e = 0; e < s.experts; ++e) {
+            if (p.expert_map.data<int32_t>()[e] < 0) remote.push_back(static_cast<int32_t>(e));
+          }
+          ASSERT_GE(static_cast<int64_t>(remote.size()), s.top_k);
+          for (int64_t j = 0; j < s.top_k; ++j) {
+            p.topk_ids.data<int32_t>()[(tokens - 1) * s.top_k + j] = remote[j];
+          }
+        }
+        const std::vector<float> want = reference(p);
+        for (const auto& [name, tiles] : variants) {
+          SCOPED_TRACE(fmt::format("{} H={} I={} E={} k={} M={} variant {}", dtype_name(d.dtype),
+                                   s.hidden, s.inter, s.experts, s.top_k, tokens, name));
+          const Tensor out = run_device(p, d.dtype, &tiles);
+          EXPECT_LT(testing::normalized_error(testing::span_of(out), want), d.tolerance);
+          if (tokens > 1) {
+            for (int64_t h = 0; h < s.hidden; ++h) {
+              ASSERT_EQ(out.data<float>()[(tokens - 1) * s.hidden + h], 0.0f) << "h " << h;
+            }
+          }
+        }
+      }
+    }
+  }
+  // 16 tokens of 1536 BF16 (48 KB) do not fit the up kernel's shared memory at once, a group of 8
+  // (24 KB) does: x is staged per pair group.
+  {
+    const Problem p = random_problem(16, 8, 1536, 72, 24, MoEActKind::kSiluGated, false, false,
+                                     DType::kBF16, 9200);
+    const std::vector<float> want = reference(p);
+    for (const auto& [name, tiles] : variants) {
+      SCOPED_TRACE(fmt::format("x staged per group, variant {}", name));
+      const Tensor out = run_device(p, DType::kBF16, &tiles);
+      EXPECT_LT(testing::normalized_error(testing::span_of(out), want), 1e-2);
+    }
+  }
+  // Plain activations take the two-units-per-item up kernels.
+  for (const auto& [name, tiles] : variants) {
+    SCOPED_TRACE(fmt::format("plain gelu, variant {}", name));
+    const Problem p =
+        random_problem(3, 2, 136, 328, 9, MoEActKind::kGelu, true, false, DType::kBF16, 9300);
+    const Tensor out = run_device(p, DType::kBF16, &tiles);
+    EXPECT_LT(testing::normalized_error(testing::span_of(out), reference(p)), 1e-2);
+  }
+}
+
 TEST(DecodeExpertsCuda, RunsMorePairsThanOneLaunchHoldsInChunks) {
   MG_REQUIRE_GPU();
   // 40 tokens * k 8 = 320 pairs > 256: two launch pairs of 32 and 8 tokens.
@@ -312,6 +422,184 @@ TEST(DecodeExpertsCuda, HandCheckedTokens) {
       EXPECT_EQ(y[16 + h], 0.0f) << "token 2, h " << h;
     }
   }
+}
+
+// The Qwen3-30B-A3B layer's experts (BF16, H 2048, E 128, top-8, I 768, SiLU-gated; softmax
+// routing renormalised) at M = 1, 2, 4, 8, timed per variant, printed (µs a launch, graph-replayed
+// over 48 launches whose routes differ, so the weights come from HBM: 128 experts are 1.2 GB) with
+// the weight bandwidth: what `moegraph bench moe --shape qwen3-30b-a3b --kernel decode` times as
+// one number, taken apart (routing alone, up alone, down alone) and swept over the tiles. The
+// floor at M = 1: 8 experts x 3 x 2048 x 768 x 2 B = 75.5 MB over the copy bandwidth (~3.0 TB/s
+// on an H100: ~25 µs).
+TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
+  MG_REQUIRE_GPU();
+  constexpr int64_t E = 128, H = 2048, I = 768, k = 8;
+  constexpr int kLaunches = 48, kReplays = 10;
+  using Tiles = cuda::DecodeExpertsTiles;
+  cudaStream_t stream = nullptr;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // Weight values do not change the time: a constant small BF16 (0x3c3c ~ 0.0115) everywhere.
+  DeviceBuffer w13(static_cast<size_t>(E * 2 * I * H * 2)), w2(static_cast<size_t>(E * H * I * 2));
+  MG_CUDA_CHECK(cudaMemset(w13.as<void>(), 0x3c, static_cast<size_t>(E * 2 * I * H * 2)));
+  MG_CUDA_CHECK(cudaMemset(w2.as<void>(), 0x3c, static_cast<size_t>(E * H * I * 2)));
+  std::vector<int32_t> identity(E);
+  std::iota(identity.begin(), identity.end(), 0);
+  DeviceBuffer map(E * sizeof(int32_t));
+  map.upload(identity.data(), E * sizeof(int32_t));
+  constexpr int64_t kMaxTokens = 8;
+  DeviceBuffer x(kMaxTokens * H * 2), act(kMaxTokens * k * I * 2), out(kMaxTokens * H * 2);
+  MG_CUDA_CHECK(cudaMemset(x.as<void>(), 0x3c, kMaxTokens * H * 2));
+  DeviceBuffer logits(static_cast<size_t>(kLaunches * kMaxTokens * E) * sizeof(float));
+  DeviceBuffer ids(static_cast<size_t>(kLaunches * kMaxTokens * k) * sizeof(int32_t));
+  DeviceBuffer weights(static_cast<size_t>(kLaunches * kMaxTokens * k) * sizeof(float));
+  {
+    const Tensor l = testing::random_tensor({kLaunches * kMaxTokens, E}, 4242, -3.0f, 3.0f);
+    logits.upload(l.data<float>(), l.nbytes());
+  }
+  cuda::RouteParams route;
+  route.num_experts = E;
+  route.top_k = k;
+  route.renormalize = true;
+
+  // `what` per launch i in [0, kLaunches): M tokens of set i.
+  const auto time_graph = [&](const auto& what) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kLaunches; ++i) what(i);
+    MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t start = nullptr, stop = nullptr;
+    MG_CUDA_CHECK(cudaEventCreate(&start));
+    MG_CUDA_CHECK(cudaEventCreate(&stop));
+    MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+    std::vector<float> ms(kReplays);
+    for (float& m : ms) {
+      MG_CUDA_CHECK(cudaEventRecord(start, stream));
+      MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      MG_CUDA_CHECK(cudaEventRecord(stop, stream));
+      MG_CUDA_CHECK(cudaEventSynchronize(stop));
+      MG_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
+    }
+    MG_CUDA_CHECK(cudaEventDestroy(start));
+    MG_CUDA_CHECK(cudaEventDestroy(stop));
+    MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MG_CUDA_CHECK(cudaGraphDestroy(graph));
+    std::sort(ms.begin(), ms.end());
+    return 1000.0 * ms[ms.size() / 2] / kLaunches;
+  };
+
+  std::vector<std::pair<std::string, Tiles>> variants;
+  Tiles before;  // the kernels as they were before the L2 prefetches and policy
+  before.down_prefetch = false;
+  before.up_prefetch = false;
+  before.evict_first = false;
+  variants.push_back({"before (no prefetch, no policy)", before});
+  variants.push_back({"default", Tiles{}});
+  Tiles t;
+  t.down_prefetch = false;
+  variants.push_back({"no down prefetch", t});
+  t = Tiles{};
+  t.up_prefetch = false;
+  variants.push_back({"no up prefetch", t});
+  t = Tiles{};
+  t.evict_first = false;
+  variants.push_back({"no evict-first", t});
+  t = Tiles{};
+  t.pdl = false;
+  variants.push_back({"no PDL", t});
+  t = Tiles{};
+  t.up_vectors = 8;
+  variants.push_back({"up 8 vectors", t});
+  for (const int units : {8, 16, 32, 64}) {
+    t = Tiles{};
+    t.up_units_per_cta = units;
+    variants.push_back({fmt::format("up {} units", units), t});
+    t.up_vectors = 8;
+    variants.push_back({fmt::format("up {} units, 8 vectors", units), t});
+  }
+  t = Tiles{};
+  t.down_rows_per_warp = 4;
+  t.down_vectors = 4;
+  variants.push_back({"down 4x4", t});
+  t = Tiles{};
+  t.down_rows_per_warp = 4;
+  t.down_vectors = 2;
+  variants.push_back({"down 4x2", t});
+  for (const int rows : {4, 16}) {
+    t = Tiles{};
+    t.down_rows_per_cta = rows;
+    variants.push_back({fmt::format("down {} rows per CTA", rows), t});
+  }
+
+  for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}}) {
+    const auto route_set = [&](int i) {
+      cuda::launch_moe_route<float>(route, logits.as<float>() + i * kMaxTokens * E, M, nullptr,
+                                    ids.as<int32_t>() + i * kMaxTokens * k,
+                                    weights.as<float>() + i * kMaxTokens * k, stream);
+    };
+    for (int i = 0; i < kLaunches; ++i) route_set(i);
+    MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // The weight bytes a launch reads: its distinct experts.
+    std::vector<int32_t> host_ids(static_cast<size_t>(kLaunches * kMaxTokens * k));
+    ids.download(host_ids.data(), host_ids.size() * sizeof(int32_t));
+    double experts = 0.0;
+    for (int i = 0; i < kLaunches; ++i) {
+      const auto* first = host_ids.data() + i * kMaxTokens * k;
+      experts += static_cast<double>(std::set<int32_t>(first, first + M * k).size());
+    }
+    const double mb = experts / kLaunches * 3.0 * H * I * 2.0 / 1e6;
+
+    const auto experts_launch = [&](int i, const Tiles& tiles) {
+      cuda::DecodeExpertsArgs a;
+      a.x = x.as<void>();
+      a.topk_ids = ids.as<int32_t>() + i * kMaxTokens * k;
+      a.topk_weights = weights.as<float>() + i * kMaxTokens * k;
+      a.expert_map = map.as<int32_t>();
+      a.w13 = w13.as<void>();
+      a.w2 = w2.as<void>();
+      a.act_scratch = act.as<void>();
+      a.out = out.as<void>();
+      a.num_tokens = M;
+      a.top_k = k;
+      a.hidden = H;
+      a.inter = I;
+      cuda::launch_decode_experts_tiled<__nv_bfloat16>(a, tiles, stream);
+    };
+    const auto print = [&](const std::string& name, double us, double bytes_mb) {
+      std::cout << fmt::format("[ TIMING ] qwen3 decode experts M={} {}: {:.1f} us", M, name, us);
+      if (bytes_mb > 0) std::cout << fmt::format(" ({:.0f} GB/s)", bytes_mb * 1e-3 / (us * 1e-6));
+      std::cout << std::endl;
+    };
+    // One uncaptured call first: the launcher reads the device's attributes once, and an error
+    // shows here rather than inside a capture.
+    experts_launch(0, Tiles{});
+    MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    print(fmt::format("weights {:.1f} MB, routing alone", mb), time_graph(route_set), 0);
+    for (const auto& [name, tiles] : variants) {
+      const double us = time_graph([&](int i) { experts_launch(i, tiles); });
+      print(name, us, mb);
+      EXPECT_GT(us, 0.0);
+    }
+    for (const auto& [name, part] : {std::pair{"up alone", Tiles::Parts::kUpOnly},
+                                     std::pair{"down alone", Tiles::Parts::kDownOnly}}) {
+      Tiles alone;
+      alone.parts = part;
+      const double part_mb = part == Tiles::Parts::kUpOnly ? mb * 2.0 / 3.0 : mb / 3.0;
+      print(name, time_graph([&](int i) { experts_launch(i, alone); }), part_mb);
+    }
+    print("routing + default", time_graph([&](int i) {
+            route_set(i);
+            experts_launch(i, Tiles{});
+          }),
+          mb);
+    print("routing + before", time_graph([&](int i) {
+            route_set(i);
+            experts_launch(i, before);
+          }),
+          mb);
+  }
+  MG_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(DecodeExpertsCuda, CheckNamesTheSizesItRefuses) {

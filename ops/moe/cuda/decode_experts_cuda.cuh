@@ -55,6 +55,43 @@ __device__ __forceinline__ uint4 load_weights(const void* ptr) {
   return v;
 }
 
+// An L2 cache policy for the weight loads: evict first (a weight line is read once per launch, so
+// it should not push out what is read again: the down kernel's prefetched rows, activations,
+// the rest of the step's data) or normal.
+// Cache policies need sm_80; below, the policy is unused and the loads are plain load_weights.
+__device__ __forceinline__ uint64_t weight_policy(bool evict_first) {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (evict_first) {
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  } else {
+    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  }
+#endif
+  return policy;
+}
+
+// load_weights with an L2 cache policy from weight_policy.
+__device__ __forceinline__ uint4 load_weights(const void* ptr, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr), "l"(policy));
+  return v;
+#else
+  return load_weights(ptr);
+#endif
+}
+
+// Asks L2 for `bytes` (a multiple of 16) from the 16-byte aligned `ptr`, in the background: the
+// thread does not wait, nothing lands in registers or shared memory. sm_90; else nothing.
+__device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ptr), "r"(bytes) : "memory");
+#endif
+}
+
 // The kVec<T> floats of a 16-byte vector.
 template <typename T>
 __device__ __forceinline__ void unpack(const uint4& v, float (&f)[kVec<T>]);
@@ -183,7 +220,8 @@ __device__ __forceinline__ void group_pairs(PairGroups& g, const int32_t* topk_i
 // first is used, so R * V loads per lane are in flight. The caller reduces over the warp.
 template <typename T, int R, int NT, int V>
 __device__ __forceinline__ void warp_dot(float (&acc)[R][NT], const T* const (&wrow)[R],
-                                         const T* const (&xrow)[NT], int count, int len) {
+                                         const T* const (&xrow)[NT], int count, int len,
+                                         uint64_t policy) {
   constexpr int kV = kVec<T>;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int chunks = len / kV;
@@ -194,7 +232,7 @@ __device__ __forceinline__ void warp_dot(float (&acc)[R][NT], const T* const (&w
       const int c = c0 + 32 * v;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        w[r][v] = c < chunks ? load_weights(wrow[r] + static_cast<int64_t>(c) * kV)
+        w[r][v] = c < chunks ? load_weights(wrow[r] + static_cast<int64_t>(c) * kV, policy)
                              : make_uint4(0u, 0u, 0u, 0u);
       }
     }
@@ -230,10 +268,29 @@ struct UpParams {
   void* act = nullptr;  // [num_pairs, inter] T
   int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
   int units_per_cta = 0;  // act columns per CTA
-  bool stage_x = false;   // x rows of a group fit in kMaxStageBytes
+  // Every token's x row is copied to shared memory once, before the pairs are grouped, when all
+  // fit in kMaxStageBytes (decode: up to 8 tokens of 2048 BF16); else the x rows of each pair
+  // group when they fit (stage_x), else x is read through L1.
+  bool stage_all = false;
+  bool stage_x = false;
   bool weight_on_input = false;
+  bool evict_first = true;  // the weights' L2 policy (weight_policy)
+  // Bytes of its first expert's rows a CTA asks L2 for before it groups the pairs (0: none).
+  int64_t prefetch_bytes = 0;
   MoEActParams act_params;
 };
+
+// Asks L2 for `bytes` from `ptr` (16-byte aligned) in pieces of 16 KB spread over the lanes of
+// one warp (every lane calls it); the tail below 16 bytes is left out.
+__device__ __forceinline__ void warp_prefetch_l2(const void* ptr, int64_t bytes) {
+  constexpr int64_t kPiece = 16 * 1024;
+  bytes = bytes / 16 * 16;
+  const char* base = static_cast<const char*>(ptr);
+  for (int64_t offset = static_cast<int64_t>(threadIdx.x % 32) * kPiece; offset < bytes;
+       offset += 32 * kPiece) {
+    prefetch_l2(base + offset, static_cast<uint32_t>(min(kPiece, bytes - offset)));
+  }
+}
 
 // act[p, unit] = act_fn(s * (W13[e][unit] . x[t]) + b, s * (W13[e][I + unit] . x[t]) + b') for
 // the pairs p = t*k + j of expert e; s = w[t, 0] with weight_on_input (W (s x) = s (W x), so x
@@ -243,22 +300,51 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
   constexpr int R = kGated ? 2 * UW : UW;
   static_assert(UW * NT <= 32, "one lane stores each (unit, pair) result");
   __shared__ PairGroups g;
-  extern __shared__ uint4 x_stage[];  // [NT, hidden] T when p.stage_x
+  extern __shared__ uint4 x_stage[];  // [tokens, hidden] T (stage_all) or [NT, hidden] (stage_x)
 
   wait_for_previous_grid();  // topk_ids / x come from the kernels before
   allow_next_grid();
+  const int64_t n1 = kGated ? 2 * static_cast<int64_t>(p.inter) : p.inter;
+  const int unit_begin = static_cast<int>(blockIdx.x) * p.units_per_cta;
+  const int unit_end = min(unit_begin + p.units_per_cta, p.inter);
+
+  // Grouping the pairs takes several round trips through L2 and shared memory before the first
+  // weight load; start the CTA's first rows towards L2 meanwhile. Its first expert u = blockIdx.y
+  // is the expert of pair blockIdx.y when that pair and the ones before it are local (a token's
+  // k experts are distinct, so pairs 0..k-1 are the first k distinct experts; a wrong guess only
+  // costs bandwidth). Warp 0 checks and asks for up to prefetch_bytes of its gate (and up) rows.
+  const int y = static_cast<int>(blockIdx.y);
+  if (p.prefetch_bytes > 0 && threadIdx.x < 32 && y < min(min(p.top_k, p.num_pairs), 32)) {
+    const int lane = static_cast<int>(threadIdx.x);
+    const int e = lane <= y ? p.expert_map[p.topk_ids[lane]] : 0;
+    const int first = __shfl_sync(0xffffffffu, e, y);
+    if (__all_sync(0xffffffffu, e >= 0 && e < kMaxLocalExperts)) {
+      const T* w_e = static_cast<const T*>(p.w13) + static_cast<int64_t>(first) * n1 * p.hidden;
+      const int64_t rows_bytes =
+          static_cast<int64_t>(unit_end - unit_begin) * p.hidden * static_cast<int64_t>(sizeof(T));
+      const int64_t each = min(rows_bytes, kGated ? p.prefetch_bytes / 2 : p.prefetch_bytes);
+      warp_prefetch_l2(w_e + static_cast<int64_t>(unit_begin) * p.hidden, each);
+      if constexpr (kGated) {
+        warp_prefetch_l2(w_e + static_cast<int64_t>(p.inter + unit_begin) * p.hidden, each);
+      }
+    }
+  }
+  if (p.stage_all) {  // group_pairs' barriers publish the rows
+    const int vectors = p.num_pairs / p.top_k * (p.hidden / kVec<T>);
+    for (int i = static_cast<int>(threadIdx.x); i < vectors; i += kThreads) {
+      x_stage[i] = reinterpret_cast<const uint4*>(p.x)[i];
+    }
+  }
   group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
 
-  const T* x = static_cast<const T*>(p.x);
+  const T* x = p.stage_all ? reinterpret_cast<const T*>(x_stage) : static_cast<const T*>(p.x);
   const T* w13 = static_cast<const T*>(p.w13);
   const T* b13 = static_cast<const T*>(p.b13);
   T* act = static_cast<T*>(p.act);
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t hidden = p.hidden;
-  const int64_t n1 = kGated ? 2 * static_cast<int64_t>(p.inter) : p.inter;
-  const int unit_begin = static_cast<int>(blockIdx.x) * p.units_per_cta;
-  const int unit_end = min(unit_begin + p.units_per_cta, p.inter);
+  const uint64_t policy = weight_policy(p.evict_first);
 
   for (int u = static_cast<int>(blockIdx.y); u < g.num_experts; u += static_cast<int>(gridDim.y)) {
     const int e = g.expert[u];
@@ -275,13 +361,14 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
         xrow[n] = x + static_cast<int64_t>(pair[n] / p.top_k) * hidden;
         scale[n] = p.weight_on_input ? p.topk_weights[pair[n]] : 1.0f;
       }
-      if (p.stage_x) {
+      if (p.stage_x && !p.stage_all) {
         __syncthreads();  // the previous group's rows are no longer read
         const int chunks = static_cast<int>(hidden / kVec<T>);
         for (int i = static_cast<int>(threadIdx.x); i < count * chunks; i += kThreads) {
           const int n = i / chunks;
           const int64_t token = g.pair[first + n] / p.top_k;
-          x_stage[i] = reinterpret_cast<const uint4*>(x + token * hidden)[i - n * chunks];
+          x_stage[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) +
+                                                      token * hidden)[i - n * chunks];
         }
         __syncthreads();
 #pragma unroll
@@ -298,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
           if constexpr (kGated) wrow[UW + j] = w_e + (p.inter + unit) * hidden;
         }
         float acc[R][NT] = {};
-        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.hidden);
+        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.hidden, policy);
 #pragma unroll
         for (int j = 0; j < UW; ++j) {
 #pragma unroll
@@ -334,6 +421,10 @@ struct DownParams {
   int num_pairs = 0, num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   int rows_per_cta = 0;  // output columns h per CTA
   bool weight_on_input = false;
+  bool evict_first = true;  // the weights' L2 policy (weight_policy)
+  // Bytes of its W2 rows a CTA prefetches into L2 before it waits for act (0: none), in the order
+  // it reads them; bounded so that the prefetched rows of all CTAs fit in L2 beside the rest.
+  int64_t prefetch_bytes = 0;
 };
 
 // out[t, h] = sum_j w'[t, j] * (W2[e][h] . act[t*k + j] + b2[e][h]) for the CTA's rows h. The dot
@@ -346,7 +437,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
 
   // topk_ids and expert_map were complete before the up kernel started; act is its output.
   group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
-  wait_for_previous_grid();
 
   const T* w2 = static_cast<const T*>(p.w2);
   const T* b2 = static_cast<const T*>(p.b2);
@@ -358,6 +448,26 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
   const int row_begin = static_cast<int>(blockIdx.x) * p.rows_per_cta;
   const int rows = min(p.rows_per_cta, p.hidden - row_begin);
   const int row_groups = (rows + R - 1) / R;
+
+  // The weights do not depend on the up kernel: while it still streams W13, ask L2 for this
+  // CTA's W2 rows (per expert one contiguous block of rows * inter elements), in pieces of
+  // kPrefetchPiece bytes spread over the threads, up to p.prefetch_bytes.
+  if (p.prefetch_bytes > 0) {
+    constexpr int64_t kPrefetchPiece = 16 * 1024;
+    const int64_t block_bytes = static_cast<int64_t>(rows) * p.inter * sizeof(T);
+    const int64_t pieces_per_expert = (block_bytes + kPrefetchPiece - 1) / kPrefetchPiece;
+    const int64_t budget_pieces = (p.prefetch_bytes + kPrefetchPiece - 1) / kPrefetchPiece;
+    const int64_t pieces = min(pieces_per_expert * g.num_experts, budget_pieces);
+    for (int64_t i = threadIdx.x; i < pieces; i += kThreads) {
+      const int u = static_cast<int>(i / pieces_per_expert);
+      const int64_t offset = (i - u * pieces_per_expert) * kPrefetchPiece;
+      const char* block = reinterpret_cast<const char*>(
+          w2 + (static_cast<int64_t>(g.expert[u]) * hidden + row_begin) * p.inter);
+      prefetch_l2(block + offset, static_cast<uint32_t>(min(kPrefetchPiece, block_bytes - offset)));
+    }
+  }
+  wait_for_previous_grid();
+  const uint64_t policy = weight_policy(p.evict_first);
 
   // Work items (expert, pair group, row group) dealt round-robin to the warps.
   int item = 0;
@@ -382,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
           wrow[r] = w2 + (static_cast<int64_t>(e) * hidden + h) * p.inter;
         }
         float acc[R][NT] = {};
-        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.inter);
+        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.inter, policy);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -416,20 +526,12 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
   }
 }
 
-// Tile sizes of the launches; the defaults were the best of the kernel author's sweep on an H100
-// over the four bench shapes (a harness not in the repository; `moegraph bench moe --kernel decode
-// --tokens 1,4,16` times the defaults on the whole layer).
-struct Tiles {
-  // Act columns per up CTA; 0: 64 for inter >= 2048, else 32 at M = 1 and 16 above (qwen3's
-  // I = 768 needs small tiles to give every SM work). Each within 4% of the best of 16 / 32 / 64.
-  int up_units_per_cta = 0;
-  // grid.y: CTAs per unit tile that share the distinct experts (CTAs past U return at once).
-  int up_expert_slots = 16;
-  // 0: as few rows as keep two CTAs on every SM in one wave. A down CTA owns whole rows of all
-  // experts, so all CTAs carry the same work and a second, partial wave costs up to 30%.
-  int down_rows_per_cta = 0;
-  bool pdl = true;  // launch both kernels with programmatic stream serialization
-};
+// Tile sizes of the launches (decode_experts_cuda.h). The unit and row defaults were the best of
+// the kernel author's sweep on an H100 over the four bench shapes (each within 4% of the best of
+// 16 / 32 / 64 units); `mg_cuda_tests --gtest_filter='DecodeExpertsCuda.TimesTilesOnTheQwen3Shape'`
+// times the variants on the qwen3 shape and `moegraph bench moe --kernel decode --tokens 1,4,16`
+// the defaults on the whole layer.
+using Tiles = DecodeExpertsTiles;
 
 inline int up_units_per_cta(const Tiles& tiles, int64_t inter, int64_t tokens) {
   if (tiles.up_units_per_cta > 0) return tiles.up_units_per_cta;
@@ -446,6 +548,26 @@ inline int multiprocessor_count() {
     return sms;
   }();
   return count;
+}
+
+// L2 bytes of the current device, read once.
+inline int64_t l2_cache_bytes() {
+  static const int64_t bytes = [] {
+    int device = 0, l2 = 0;
+    MG_CUDA_CHECK(cudaGetDevice(&device));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    return static_cast<int64_t>(l2);
+  }();
+  return bytes;
+}
+
+// The prefetch budget of one down CTA: the prefetched rows of all CTAs take at most half of L2
+// (the rest holds the up kernel's evict-first stream and the step's activations), so a row is not
+// evicted before it is read; where the experts' rows are more (many tokens, large experts) the
+// first half is prefetched and the rest streams as before.
+inline int64_t down_prefetch_bytes(const Tiles& tiles, int64_t ctas) {
+  if (!tiles.down_prefetch) return 0;
+  return l2_cache_bytes() / 2 / std::max<int64_t>(ctas, 1);
 }
 
 // Rows per down CTA for `rows_in_group` rows per warp item: 2 CTAs per SM in one wave.
@@ -490,15 +612,25 @@ UpParams up_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int n
   p.hidden = static_cast<int>(a.hidden);
   p.inter = static_cast<int>(a.inter);
   p.units_per_cta = up_units_per_cta(tiles, a.inter, tokens);
-  p.stage_x =
-      static_cast<int64_t>(nt) * a.hidden * static_cast<int64_t>(sizeof(T)) <= kMaxStageBytes;
+  const int64_t row_bytes = a.hidden * static_cast<int64_t>(sizeof(T));
+  p.stage_all = tokens * row_bytes <= kMaxStageBytes;
+  p.stage_x = !p.stage_all && nt * row_bytes <= kMaxStageBytes;
   p.weight_on_input = a.weight_on_input;
+  p.evict_first = tiles.evict_first;
+  if (tiles.up_prefetch) {
+    // A quarter of L2 over the CTAs that prefetch (those of the first min(k, pairs) experts).
+    const int64_t ctas =
+        (a.inter + p.units_per_cta - 1) / p.units_per_cta *
+        std::min<int64_t>(std::min<int64_t>(a.top_k, p.num_pairs), tiles.up_expert_slots);
+    p.prefetch_bytes = l2_cache_bytes() / 4 / std::max<int64_t>(ctas, 1);
+  }
   p.act_params = a.act;
   return p;
 }
 
 template <typename T>
-DownParams down_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int rows_per_cta) {
+DownParams down_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int rows_per_cta,
+                       const Tiles& tiles) {
   DownParams p;
   p.topk_ids = a.topk_ids + t0 * a.top_k;
   p.topk_weights = a.topk_weights + t0 * a.top_k;
@@ -514,6 +646,8 @@ DownParams down_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, i
   p.inter = static_cast<int>(a.inter);
   p.rows_per_cta = rows_per_cta;
   p.weight_on_input = a.weight_on_input;
+  p.evict_first = tiles.evict_first;
+  p.prefetch_bytes = down_prefetch_bytes(tiles, (a.hidden + rows_per_cta - 1) / rows_per_cta);
   return p;
 }
 
@@ -521,7 +655,8 @@ template <typename T, int NT, int UW, int V, bool kGated>
 void launch_up(const UpParams& p, const Tiles& tiles, cudaStream_t stream) {
   const dim3 grid((p.inter + p.units_per_cta - 1) / p.units_per_cta,
                   std::min(p.num_pairs, tiles.up_expert_slots));
-  const size_t smem = p.stage_x ? static_cast<size_t>(NT) * p.hidden * sizeof(T) : 0;
+  const int64_t rows = p.stage_all ? p.num_pairs / p.top_k : p.stage_x ? NT : 0;
+  const size_t smem = static_cast<size_t>(rows * p.hidden) * sizeof(T);
   launch_kernel(decode_up_kernel<T, NT, UW, V, kGated>, grid, smem, tiles.pdl, stream, p);
 }
 
@@ -529,29 +664,59 @@ template <typename T, int NT, int R, int V>
 void launch_down(const DownParams& p, const Tiles& tiles, cudaStream_t stream) {
   const dim3 grid((p.hidden + p.rows_per_cta - 1) / p.rows_per_cta);
   const size_t smem = static_cast<size_t>(p.num_pairs) * p.rows_per_cta * sizeof(float);
+  MG_CHECK(smem <= 48 * 1024,
+           "decode experts: {} pairs x {} rows per down CTA need {} bytes of shared memory, more "
+           "than 48 KB",
+           p.num_pairs, p.rows_per_cta, smem);
   launch_kernel(decode_down_kernel<T, NT, R, V>, grid, smem, tiles.pdl, stream, p);
 }
 
-// The chosen variants. Up: a warp item is one gated unit (gate and up row) or two plain units, of
-// four 16-byte vectors each, i.e. eight loads per lane in flight. Down: two rows of four vectors,
-// or four rows of two when the act rows of a pair group far overflow L1 (Mixtral, I = 14336, at
-// NT 8: 229 KB): then every act vector read serves four weight rows instead of two (15-25% faster
-// there, 5-20% slower where act stays in L1 or near it, GPT-OSS at 46 KB, in the same sweep).
+// The variants. Up: a warp item is one gated unit (gate and up row) or two plain units, of
+// up_vectors 16-byte vectors each (4 by default: eight loads per lane in flight; 8 halves the
+// passes over a 2048-element BF16 row). Down: two rows of four vectors, or four rows of two when
+// the act rows of a pair group far overflow L1 (Mixtral, I = 14336, at NT 8: 229 KB): then every
+// act vector read serves four weight rows instead of two (15-25% faster there, 5-20% slower where
+// act stays in L1 or near it, GPT-OSS at 46 KB, in the same sweep); or four rows of four.
+template <typename T, int NT>
+void launch_up_variant(const DecodeExpertsArgs& a, const UpParams& up, const Tiles& tiles,
+                       cudaStream_t stream) {
+  const int vectors = tiles.up_vectors > 0 ? tiles.up_vectors : 4;
+  MG_CHECK(vectors == 4 || vectors == 8, "decode experts: up_vectors must be 4 or 8, got {}",
+           vectors);
+  const bool gated = is_gated(a.act.kind);
+  if (gated && vectors == 4) return launch_up<T, NT, 1, 4, true>(up, tiles, stream);
+  if (gated) return launch_up<T, NT, 1, 8, true>(up, tiles, stream);
+  if (vectors == 4) return launch_up<T, NT, 2, 4, false>(up, tiles, stream);
+  launch_up<T, NT, 2, 8, false>(up, tiles, stream);
+}
+
+template <typename T, int NT>
+void launch_down_variant(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, const Tiles& tiles,
+                         cudaStream_t stream) {
+  int rows_per_warp = tiles.down_rows_per_warp, vectors = tiles.down_vectors;
+  if (rows_per_warp == 0 && vectors == 0) {
+    const bool act_overflows_l1 =
+        static_cast<int64_t>(NT) * a.inter * static_cast<int64_t>(sizeof(T)) > 128 * 1024;
+    rows_per_warp = act_overflows_l1 ? 4 : 2;
+    vectors = act_overflows_l1 ? 2 : 4;
+  }
+  const int rows = down_rows_per_cta(tiles, a.hidden, rows_per_warp);
+  const DownParams down = down_params<T>(a, t0, tokens, rows, tiles);
+  if (rows_per_warp == 2 && vectors == 4) return launch_down<T, NT, 2, 4>(down, tiles, stream);
+  if (rows_per_warp == 4 && vectors == 2) return launch_down<T, NT, 4, 2>(down, tiles, stream);
+  if (rows_per_warp == 4 && vectors == 4) return launch_down<T, NT, 4, 4>(down, tiles, stream);
+  MG_CHECK(false, "decode experts: down rows per warp x vectors must be 2x4, 4x2 or 4x4, got {}x{}",
+           rows_per_warp, vectors);
+}
+
 template <typename T, int NT>
 void launch_chunk(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, const Tiles& tiles,
                   cudaStream_t stream) {
-  const UpParams up = up_params<T>(a, t0, tokens, NT, tiles);
-  if (is_gated(a.act.kind)) {
-    launch_up<T, NT, 1, 4, true>(up, tiles, stream);
-  } else {
-    launch_up<T, NT, 2, 4, false>(up, tiles, stream);
+  if (tiles.parts != Tiles::Parts::kDownOnly) {
+    launch_up_variant<T, NT>(a, up_params<T>(a, t0, tokens, NT, tiles), tiles, stream);
   }
-  if (static_cast<int64_t>(NT) * a.inter * static_cast<int64_t>(sizeof(T)) > 128 * 1024) {
-    const int rows = down_rows_per_cta(tiles, a.hidden, 4);
-    launch_down<T, NT, 4, 2>(down_params<T>(a, t0, tokens, rows), tiles, stream);
-  } else {
-    const int rows = down_rows_per_cta(tiles, a.hidden, 2);
-    launch_down<T, NT, 2, 4>(down_params<T>(a, t0, tokens, rows), tiles, stream);
+  if (tiles.parts != Tiles::Parts::kUpOnly) {
+    launch_down_variant<T, NT>(a, t0, tokens, tiles, stream);
   }
 }
 
@@ -592,6 +757,12 @@ void launch_tiled(const DecodeExpertsArgs& args, const Tiles& tiles, cudaStream_
 template <typename T>
 void launch_decode_experts(const DecodeExpertsArgs& args, cudaStream_t stream) {
   decode::launch_tiled<T>(args, decode::Tiles{}, stream);
+}
+
+template <typename T>
+void launch_decode_experts_tiled(const DecodeExpertsArgs& args, const DecodeExpertsTiles& tiles,
+                                 cudaStream_t stream) {
+  decode::launch_tiled<T>(args, tiles, stream);
 }
 
 }  // namespace mg::cuda

@@ -42,6 +42,43 @@ struct DecodeExpertsArgs {
 template <typename T>
 void launch_decode_experts(const DecodeExpertsArgs& args, cudaStream_t stream);
 
+// How the two kernels are cut, for sweeping them (`mg_cuda_tests
+// --gtest_filter='DecodeExpertsCuda.TimesTilesOnTheQwen3Shape'`); every choice computes the same
+// numbers (the forced-variant test checks each against the reference). 0 / kAuto: the default.
+struct DecodeExpertsTiles {
+  // Act columns per up CTA; 0: 64 for inter >= 2048, else 32 at M = 1 and 16 above (qwen3's
+  // I = 768 needs small tiles to give every SM work).
+  int up_units_per_cta = 0;
+  // grid.y: CTAs per unit tile that share the distinct experts (CTAs past U return at once).
+  int up_expert_slots = 16;
+  // 16-byte vectors of each weight row a lane loads before the first is used (4 or 8); 0: auto.
+  int up_vectors = 0;
+  // 0: as few rows as keep two CTAs on every SM in one wave. A down CTA owns whole rows of all
+  // experts, so all CTAs carry the same work and a second, partial wave costs up to 30%.
+  int down_rows_per_cta = 0;
+  // Weight rows per down warp item x 16-byte vectors of each in flight: 2x4, 4x2 or 4x4; 0: auto.
+  int down_rows_per_warp = 0;
+  int down_vectors = 0;
+  // The down kernel asks L2 for its CTA's W2 rows (one bulk prefetch per expert) before it waits
+  // for the up kernel, so the two kernels' weight streams overlap (sm_90; else ignored).
+  bool down_prefetch = true;
+  // The up kernel asks L2 for its CTA's first weight rows while it groups the pairs (sm_90).
+  bool up_prefetch = true;
+  // Weight loads ask L2 to evict their lines first (each is read once per launch), which keeps
+  // the prefetched W2 rows and the activations resident.
+  bool evict_first = true;
+  bool pdl = true;  // launch both kernels with programmatic stream serialization
+  // Which kernels run: both, or one alone (the timing test times each; alone they compute
+  // nothing useful).
+  enum class Parts { kBoth, kUpOnly, kDownOnly };
+  Parts parts = Parts::kBoth;
+};
+
+// launch_decode_experts with explicit tiles (instantiated for the same T).
+template <typename T>
+void launch_decode_experts_tiled(const DecodeExpertsArgs& args, const DecodeExpertsTiles& tiles,
+                                 cudaStream_t stream);
+
 // "" when the kernels take (hidden, inter), else the reason. Every weight row is read in 16-byte
 // vectors, so both must be multiples of 8 elements.
 inline std::string decode_experts_check(int64_t hidden, int64_t inter) {

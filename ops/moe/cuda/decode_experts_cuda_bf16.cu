@@ -3,4 +3,6 @@
 
 namespace mg::cuda {
 template void launch_decode_experts<__nv_bfloat16>(const DecodeExpertsArgs&, cudaStream_t);
+template void launch_decode_experts_tiled<__nv_bfloat16>(const DecodeExpertsArgs&,
+                                                         const DecodeExpertsTiles&, cudaStream_t);
 }  // namespace mg::cuda

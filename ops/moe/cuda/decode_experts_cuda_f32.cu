@@ -3,4 +3,6 @@
 
 namespace mg::cuda {
 template void launch_decode_experts<float>(const DecodeExpertsArgs&, cudaStream_t);
+template void launch_decode_experts_tiled<float>(const DecodeExpertsArgs&,
+                                                 const DecodeExpertsTiles&, cudaStream_t);
 }  // namespace mg::cuda

@@ -119,6 +119,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   // Expert held in slot i of this lane (i is a compile-time constant in the unrolled loops).
   auto expert_of = [lane](int i) { return (i / V) * 32 * V + lane * V + i % V; };
 
+  // Programmatic dependent launch (sm_90): a next kernel launched with programmatic stream
+  // serialization (the decode experts' up kernel) may become resident now; it waits for this grid
+  // to complete before it reads ids or weights. A no-op for kernels launched without it. This
+  // kernel itself is launched the ordinary way, so its logits are complete when it starts.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+
   for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
        row < rows; row += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     const T* row_logits = logits + row * E;
