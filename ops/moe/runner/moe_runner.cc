@@ -5,6 +5,38 @@
 
 namespace mg {
 
+namespace {
+
+// Joins the side stream back into the main stream when a step ends, however it ends: an experts
+// kernel that refuses a batch (it throws) after the shared experts were queued on the side stream
+// must not leave them running while the next forward reuses the same workspace on the main
+// stream (seen as wrong outputs of the first accepted batch when other processes slowed the GPU).
+class SideStreamJoin {
+ public:
+  SideStreamJoin(const MoERunContext& ctx, bool active) : ctx_(ctx), active_(active) {}
+  ~SideStreamJoin() {
+    try {
+      join();
+    } catch (...) {  // already unwinding from the step's error; nothing better to report
+    }
+  }
+  SideStreamJoin(const SideStreamJoin&) = delete;
+  SideStreamJoin& operator=(const SideStreamJoin&) = delete;
+
+  void join() {
+    if (!active_) return;
+    active_ = false;
+    ctx_.join->record(*ctx_.side_stream);
+    ctx_.join->wait_on(*ctx_.stream);
+  }
+
+ private:
+  const MoERunContext& ctx_;
+  bool active_;
+};
+
+}  // namespace
+
 // Per-step arrays of the runner; the kernel's scratch follows in the same workspace.
 struct MoERunner::Buffers {
   std::byte* logits;  // [n, E] router.logits_dtype()
@@ -97,6 +129,7 @@ void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
       ctx.fork->record(*ctx.stream);
       ctx.fork->wait_on(*ctx.side_stream);
     }
+    SideStreamJoin side_join(ctx, side);
     const RouterRun rr{ctx.pool, ctx.stream, b.blas, router_->gate_workspace_bytes()};
     router_->gate(xs, n, b.logits, rr);
     // On a GPU this is queued on the side stream and overlaps the routed experts; CPU streams
@@ -118,10 +151,7 @@ void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
       args.topk_weights = b.weights;
       kernel_->apply(args, ws, kctx);
     }
-    if (side) {
-      ctx.join->record(*ctx.side_stream);
-      ctx.join->wait_on(*ctx.stream);
-    }
+    side_join.join();
 
     const bool reduce_tp = p.tp_size() > 1;
     if (shared_ && reduce_tp && kernel_->output_is_reduced()) {
