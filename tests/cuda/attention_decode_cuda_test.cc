@@ -512,25 +512,11 @@ double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DTyp
   capture_guard.release();
   MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  MG_CUDA_CHECK(cudaEventCreate(&start));
-  MG_CUDA_CHECK(cudaEventCreate(&stop));
-  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-  std::vector<float> ms(kReplays);
-  for (float& m : ms) {
-    MG_CUDA_CHECK(cudaEventRecord(start, stream));
-    MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    MG_CUDA_CHECK(cudaEventRecord(stop, stream));
-    MG_CUDA_CHECK(cudaEventSynchronize(stop));
-    MG_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
-  }
-  MG_CUDA_CHECK(cudaEventDestroy(start));
-  MG_CUDA_CHECK(cudaEventDestroy(stop));
+  const double ms = testing::median_graph_replay_ms(exec, stream, kReplays);
   MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
   MG_CUDA_CHECK(cudaGraphDestroy(graph));
   MG_CUDA_CHECK(cudaStreamDestroy(stream));
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[ms.size() / 2] / kLaunches;
+  return 1000.0 * ms / kLaunches;
 }
 
 // The decode attention of the Qwen3-30B-A3B shape (BF16) through both paths, printed (µs per

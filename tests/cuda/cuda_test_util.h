@@ -23,6 +23,7 @@
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/op/op_registry.h"
+#include "framework/runtime/session.h"
 #include "tests/testing/op_case_check.h"
 #include "tests/testing/op_cases.h"
 #include "tests/testing/op_harness.h"
@@ -75,7 +76,45 @@ inline Tensor round_through(const Tensor& t, DType dtype) {
   return to_f32_cpu(cast_cpu(t, dtype));
 }
 
+// Logits of a 9-token prompt, then of three one-token decode steps, concatenated: what the
+// fusion tests compare between two compilations of one model (the prefill and decode paths).
+inline std::vector<float> prompt_and_decode_logits(Session& s) {
+  const std::vector<int32_t> prompt = {5, 17, 3, 9, 42, 8, 6, 1, 33};
+  std::vector<int32_t> pos(prompt.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  const Tensor& t = s.forward(prompt, pos);
+  std::vector<float> out(t.data<float>(), t.data<float>() + t.numel());
+  for (int step = 0; step < 3; ++step) {
+    const int32_t id = prompt[static_cast<size_t>(step)] + 1;
+    const int32_t p = static_cast<int32_t>(prompt.size()) + step;
+    const Tensor& d = s.forward(std::span(&id, 1), std::span(&p, 1));
+    out.insert(out.end(), d.data<float>(), d.data<float>() + d.numel());
+  }
+  return out;
+}
+
 #ifdef MG_WITH_CUDA
+
+// Median milliseconds of one launch of `exec` on `stream` over `replays` launches, after one
+// warm-up launch (the timing tests' graphs hold many kernel launches; divide by their count).
+inline double median_graph_replay_ms(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  MG_CUDA_CHECK(cudaEventCreate(&start));
+  MG_CUDA_CHECK(cudaEventCreate(&stop));
+  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  std::vector<float> ms(static_cast<size_t>(replays));
+  for (float& m : ms) {
+    MG_CUDA_CHECK(cudaEventRecord(start, stream));
+    MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MG_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MG_CUDA_CHECK(cudaEventSynchronize(stop));
+    MG_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
+  }
+  MG_CUDA_CHECK(cudaEventDestroy(start));
+  MG_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
 
 // A raw device buffer for the kernel tests (cudaMalloc / cudaFree; at least 16 bytes).
 class DeviceBuffer {
