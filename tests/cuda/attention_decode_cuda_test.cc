@@ -609,7 +609,7 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 32, 40960, 132), 2);
   // More SMs than one wave can use: at most kSplitKvMaxSplits.
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 1000), cuda::kSplitKvMaxSplits);
-  // Tiles: kSplitKvTileKeys keys for BF16 rows of 128 (two stages of K and V: 32 KB); halved
+  // Tiles: kSplitKvTileKeys keys for BF16 rows of 128 (two stages of K and V: 64 KB); halved
   // until F32 rows of 512 fit the shared-memory budget (8 keys).
   EXPECT_EQ(cuda::split_kv_tile_keys(qwen3, 2), cuda::kSplitKvTileKeys);
   EXPECT_EQ(cuda::split_kv_shared_bytes(qwen3, 2, 32),

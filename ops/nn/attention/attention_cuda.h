@@ -52,8 +52,11 @@ constexpr int kSplitKvCombineBatch = 16;
 constexpr int64_t kSplitKvMaxHeads = 8;
 // Keys per shared-memory tile (a power of two in [kSplitKvMinTileKeys, kSplitKvMaxTileKeys]);
 // the rule takes kSplitKvTileKeys unless two stages of K and V rows would not fit
-// kSplitKvMaxSharedBytes (wide F32 heads).
-constexpr int64_t kSplitKvTileKeys = 32;
+// kSplitKvMaxSharedBytes (wide heads, F32). 64: the H100 grid of `mg_cuda_tests
+// --gtest_filter='CudaAttentionDecode.TimesBothPathsOnTheQwen3Shape'` (docs/performance.md), at the
+// rule's split counts, µs for 32 / 64-key tiles: 512 keys 10.7 / 10.5, 4096 keys 23.0 / 17.4,
+// 16 paged sequences of 512 keys 37.8 / 27.9.
+constexpr int64_t kSplitKvTileKeys = 64;
 constexpr int64_t kSplitKvMinTileKeys = 8;
 constexpr int64_t kSplitKvMaxTileKeys = 256;
 constexpr size_t kSplitKvMaxSharedBytes = 96 * 1024;
