@@ -27,9 +27,12 @@ CudaStream::~CudaStream() {
   if (!stream_) return;
   // Work still queued may use blocks the allocator keeps for this stream; a stream created later
   // can get the same handle, so the blocks go back to the driver once the work is done.
-  DeviceGuard guard(device_);
-  cudaStreamSynchronize(stream_);
-  drop_stream_blocks(device_, stream_);
+  try {
+    DeviceGuard guard(device_);
+    cudaStreamSynchronize(stream_);
+    drop_stream_blocks(device_, stream_);
+  } catch (...) {  // a destructor must not throw (at exit the CUDA runtime may already be gone)
+  }
   cudaStreamDestroy(stream_);
 }
 
