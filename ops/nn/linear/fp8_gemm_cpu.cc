@@ -7,29 +7,16 @@
 #include "framework/core/error.h"
 #include "framework/core/fp8.h"
 #include "framework/core/thread_pool.h"
-#include "ops/nn/linear/linear_gemm.h"
+#include "ops/nn/linear/tiled_dequant_gemm_cpu.h"
 
 namespace mg {
 
 namespace {
 
-// Weight rows dequantized per tile: 128 x C floats (3.5 MiB at C = 7168) per thread.
-constexpr int64_t kTileRows = 128;
-
-// Scratch of one thread, grown on first use (pools have a fixed number of threads).
-struct ThreadScratch {
-  std::vector<float> tile;
-  std::vector<float> tile_out;
-  std::vector<uint8_t> codes;
-};
-ThreadScratch& thread_scratch() {
-  thread_local ThreadScratch scratch;
-  return scratch;
-}
-
-float* grown(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
+// One thread's code buffer for the fake quantization, grown on first use.
+std::vector<uint8_t>& thread_codes() {
+  thread_local std::vector<uint8_t> codes;
+  return codes;
 }
 
 }  // namespace
@@ -39,36 +26,20 @@ void cpu_fp8_gemm_xwt(const float* x, int64_t n, const uint8_t* codes, const flo
   if (n == 0 || R == 0) return;
   const int64_t gr = group.rows_in(R), gc = group.cols_in(C);
   const int64_t sc = (C + gc - 1) / gc;
-  auto tiles = [&](int64_t first, int64_t last) {
-    ThreadScratch& ts = thread_scratch();
-    for (int64_t tile_index = first; tile_index < last; ++tile_index) {
-      const int64_t r0 = tile_index * kTileRows;
-      const int64_t t = std::min(kTileRows, R - r0);
-      float* tile = grown(ts.tile, t * C);
-      for (int64_t r = 0; r < t; ++r) {
-        const float* srow = scale + ((r0 + r) / gr) * sc;
-        const uint8_t* wrow = codes + (r0 + r) * C;
-        for (int64_t c = 0; c < C; ++c) {
-          tile[r * C + c] = fp8_e4m3_to_float(wrow[c]) * srow[c / gc];
-        }
-      }
-      float* out = grown(ts.tile_out, n * t);
-      cpu_gemm_xwt(x, n, C, tile, t, out, nullptr);
-      for (int64_t i = 0; i < n; ++i) std::copy_n(out + i * t, t, y + i * R + r0);
+  const auto fill_tile = [&](int64_t r0, int64_t t, float* tile) {
+    for (int64_t r = 0; r < t; ++r) {
+      const float* srow = scale + ((r0 + r) / gr) * sc;
+      const uint8_t* wrow = codes + (r0 + r) * C;
+      for (int64_t c = 0; c < C; ++c) tile[r * C + c] = fp8_e4m3_to_float(wrow[c]) * srow[c / gc];
     }
   };
-  const int64_t num_tiles = (R + kTileRows - 1) / kTileRows;
-  if (pool) {
-    pool->parallel_for(num_tiles, tiles, 1);
-  } else {
-    tiles(0, num_tiles);
-  }
+  cpu_tiled_dequant_gemm_xwt(x, n, R, C, fill_tile, y, pool);
 }
 
 void cpu_fake_quantize_fp8_rows(const float* rows, int64_t n, int64_t width, int64_t group,
                                 float* out) {
   const int64_t g = group < 0 ? width : group;
-  std::vector<uint8_t>& codes = thread_scratch().codes;
+  std::vector<uint8_t>& codes = thread_codes();
   if (static_cast<int64_t>(codes.size()) < g) codes.resize(static_cast<size_t>(g));
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t c0 = 0; c0 < width; c0 += g) {
@@ -130,7 +101,7 @@ void cpu_fake_quantize_fp8_activations(const float* rows, int64_t n, int64_t wid
     cpu_fake_quantize_fp8_rows(rows, n, width, a.group, out);
     return;
   }
-  std::vector<uint8_t>& codes = thread_scratch().codes;
+  std::vector<uint8_t>& codes = thread_codes();
   if (static_cast<int64_t>(codes.size()) < width) codes.resize(static_cast<size_t>(width));
   for (int64_t i = 0; i < n; ++i) {
     quantize_fp8_e4m3_static(rows + i * width, width, a.static_scale, codes.data());
