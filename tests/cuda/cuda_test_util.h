@@ -23,7 +23,6 @@
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/op/op_registry.h"
-#include "framework/runtime/session.h"
 #include "tests/testing/op_case_check.h"
 #include "tests/testing/op_cases.h"
 #include "tests/testing/op_harness.h"
@@ -74,23 +73,6 @@ inline std::string dtype_trace(const DtypeTolerance& d) {
 inline Tensor round_through(const Tensor& t, DType dtype) {
   if (!t.defined() || t.dtype() != DType::kF32) return t;
   return to_f32_cpu(cast_cpu(t, dtype));
-}
-
-// Logits of a 9-token prompt, then of three one-token decode steps, concatenated: what the
-// fusion tests compare between two compilations of one model (the prefill and decode paths).
-inline std::vector<float> prompt_and_decode_logits(Session& s) {
-  const std::vector<int32_t> prompt = {5, 17, 3, 9, 42, 8, 6, 1, 33};
-  std::vector<int32_t> pos(prompt.size());
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  const Tensor& t = s.forward(prompt, pos);
-  std::vector<float> out(t.data<float>(), t.data<float>() + t.numel());
-  for (int step = 0; step < 3; ++step) {
-    const int32_t id = prompt[static_cast<size_t>(step)] + 1;
-    const int32_t p = static_cast<int32_t>(prompt.size()) + step;
-    const Tensor& d = s.forward(std::span(&id, 1), std::span(&p, 1));
-    out.insert(out.end(), d.data<float>(), d.data<float>() + d.numel());
-  }
-  return out;
 }
 
 #ifdef MG_WITH_CUDA

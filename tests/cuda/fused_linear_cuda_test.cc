@@ -15,6 +15,7 @@
 #include "framework/runtime/session.h"
 #include "ops/nn/linear/linear.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/testing/session_logits.h"
 
 namespace mg {
 namespace {

@@ -13,6 +13,7 @@
 #include "ops/nn/add_rms_norm/add_rms_norm.h"
 #include "ops/nn/qk_norm_rope/qk_norm_rope.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/testing/session_logits.h"
 
 namespace mg {
 namespace {

@@ -15,6 +15,7 @@
 #include "framework/runtime/session.h"
 #include "ops/nn/linear/linear.h"
 #include "tests/testing/model_fixture.h"
+#include "tests/testing/session_logits.h"
 #include "tests/testing/test_util.h"
 
 namespace mg {
@@ -40,18 +41,7 @@ std::vector<float> logits_of(std::shared_ptr<const ExecutionPlan> plan) {
   SessionOptions so;
   so.threads = 2;
   Session s(std::move(plan), so);
-  const std::vector<int32_t> prompt = {5, 17, 3, 9, 42, 8, 6, 1, 33};
-  std::vector<int32_t> pos(prompt.size());
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  const Tensor& t = s.forward(prompt, pos);
-  std::vector<float> out(t.data<float>(), t.data<float>() + t.numel());
-  for (int step = 0; step < 3; ++step) {
-    const int32_t id = prompt[static_cast<size_t>(step)] + 1;
-    const int32_t p = static_cast<int32_t>(prompt.size()) + step;
-    const Tensor& d = s.forward(std::span(&id, 1), std::span(&p, 1));
-    out.insert(out.end(), d.data<float>(), d.data<float>() + d.numel());
-  }
-  return out;
+  return testing::prompt_and_decode_logits(s);
 }
 
 std::vector<std::filesystem::path> models() {
