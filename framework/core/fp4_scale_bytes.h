@@ -53,6 +53,23 @@ MG_HOST_DEVICE inline uint32_t e4m3_nearest_code(float x) {
   return sign | (code > 0x7Eu ? 0x7Eu : code);
 }
 
+// Whether F32 scale `v` is exactly an E8M0 value (MXFP4) or, within F32 rounding (2^-21 relative),
+// an E4M3 value times `global` (NVFP4): the scales a one-byte scale layout (cuda_fp4) can hold.
+// `code` receives the byte (E8M0 code, or E4M3 code of v / global; 0 when there is none).
+MG_HOST_DEVICE inline bool fp4_scale_byte(float v, bool e8m0, float global, uint32_t* code) {
+  if (e8m0) {
+    *code = e8m0_floor_code(v);
+    return v == e8m0_scale_value(*code);
+  }
+  const float x = v / global;
+  if (!(x == x) || !(fabsf(x) < 1e30f)) {  // NaN or huge: no code
+    *code = 0u;
+    return false;
+  }
+  *code = e4m3_nearest_code(x);
+  return fabsf(e4m3_scale_value(*code) * global - v) <= fabsf(v) * 4.76837158e-7f;  // 2^-21
+}
+
 // Where random FP4 scales are rounded to (framework/compile/random_quantized_weights.h).
 enum class Fp4ScaleGrid : int32_t {
   kF32,   // any F32

@@ -277,6 +277,43 @@ TEST(CudaFp4Experts, OracleListsCudaFp4FirstWithReasons) {
             std::string::npos);
 }
 
+// Scales stored as F32 values with no byte (a graph written by hand or another tool) cannot be kept
+// by cuda_fp4's scale-byte layout: its weights check refuses them, naming the matrix, and the
+// oracle takes cuda_dequant instead of failing at build.
+TEST(CudaFp4Experts, ScalesWithNoByteGoToCudaDequant) {
+  for (const QuantScheme scheme : {QuantScheme::kMxfp4, QuantScheme::kNvfp4}) {
+    SCOPED_TRACE(quant_scheme_name(scheme));
+    const Fp4Case c{"c", scheme, 4, 2, 64, 32, MoEActivation::kSiluGated};
+    const MoEConfig config = fp4_config(c);
+    RawExpertWeights raw = random_raw(config, c, 3);
+    const MoEQuantConfig quant = fp4_quant_config(config, raw, DType::kBF16);
+    ExpertsShape shape = local_experts_shape(config, ParallelConfig());
+    shape.dtype = DType::kBF16;
+    const ParallelConfig parallel;
+    const auto choose = [&] {
+      const ExpertWeightFacts facts = fp4_weight_facts(raw, scheme);
+      const OracleQuery q{Device::cuda(0), config, quant, parallel, shape, "", &facts};
+      return select_backend(fp4_priority(Device::cuda(0)), q);
+    };
+    EXPECT_EQ(choose().backend->name(), "cuda_fp4");
+    // One w2 scale (expert 0) set to 1.0625 x its global: not a power of two, and between the
+    // E4M3 values 1 and 1.125.
+    const float global = raw.w2_quant.global_scale.defined()
+                             ? to_f32_cpu(raw.w2_quant.global_scale).data<float>()[0]
+                             : 1.0f;
+    raw.w2_quant.scale.data<float>()[5] = 1.0625f * global;
+    const ExpertWeightFacts facts = fp4_weight_facts(raw, scheme);
+    EXPECT_TRUE(facts.w13.scales_have_bytes);
+    EXPECT_FALSE(facts.w2.scales_have_bytes);
+    EXPECT_NE(cuda_fp4_backend().check_weights(facts, shape).find("w2 has scales with no"),
+              std::string::npos)
+        << cuda_fp4_backend().check_weights(facts, shape);
+    const OracleChoice choice = choose();
+    EXPECT_EQ(choice.backend->name(), "cuda_dequant") << choice.describe();
+    EXPECT_NE(choice.describe().find("one-byte code"), std::string::npos) << choice.describe();
+  }
+}
+
 template <typename T>
 std::vector<uint16_t> to_bits(const std::vector<float>& x) {
   std::vector<uint16_t> out(x.size());

@@ -594,6 +594,19 @@ class CudaFp4Backend final : public ExpertsBackend {
   std::string check_shape(const ExpertsShape& shape) const override {
     return cuda_wna16_backend().check_shape(shape);
   }
+  // The scales are kept as one byte each (E8M0 / E4M3 x global): values with no byte would be
+  // changed, so such weights go to the next backend (cuda_dequant keeps F32 scales).
+  std::string check_weights(const ExpertWeightFacts& w, const ExpertsShape&) const override {
+    for (const auto& [name, m] : {std::pair{"w13", &w.w13}, std::pair{"w2", &w.w2}}) {
+      if (!m->scales_have_bytes) {
+        return fmt::format(
+            "{} has scales with no one-byte code (MXFP4: powers of two; NVFP4: E4M3 values times "
+            "the global scale), which its scale-byte layout keeps",
+            name);
+      }
+    }
+    return {};
+  }
   std::string check_kernel(std::string_view kernel, const ExpertsShape& shape,
                            Device device) const override {
     return cuda_wna16_backend().check_kernel(kernel, shape, device);

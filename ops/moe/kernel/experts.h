@@ -91,13 +91,17 @@ struct ExpertsBuild {
 
 // What the support checks may see of a quantized node's expert weights beyond the quant key
 // (which names w2's codes and group only): each matrix's code width, scale group and whether
-// act-order groups (a GPTQ g_idx) remain after the scheme's weight conversion. The WNA16 oracle
-// module fills it (wna16_weight_facts); schemes whose backends need none of it leave it out.
+// act-order groups (a GPTQ g_idx) remain after the scheme's weight conversion, and (FP4) whether
+// every scale has a one-byte code. The WNA16 and FP4 oracle modules fill it (wna16_weight_facts,
+// fp4_weight_facts); schemes whose backends need none of it leave it out.
 struct ExpertWeightFacts {
   struct Matrix {
     int bits = 0;             // code width (4, 8)
     int64_t group_cols = -1;  // columns per scale group; -1 channel-wise
     bool act_order = false;   // a g_idx that the conversion keeps (groups not contiguous)
+    // FP4: every scale is an E8M0 value (MXFP4) or an E4M3 value times its global (NVFP4), so a
+    // layout of scale bytes holds it (framework/core/fp4_scale_bytes.h).
+    bool scales_have_bytes = true;
   };
   Matrix w13, w2;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "framework/core/fp4_scale_bytes.h"
 #include "framework/device/allocator.h"
 #include "ops/moe/experts/cpu_fp4_experts.h"
 #include "ops/moe/oracle/unquantized.h"
@@ -60,6 +61,41 @@ MoEQuantConfig fp4_quant_config(const MoEConfig& config, const RawExpertWeights&
   const QuantKey weight(DType::kU8, mx ? DType::kU8 : DType::kF8E4M3, raw.w2_quant.group,
                         /*is_static=*/true);
   return MoEQuantConfig(scheme, weight, QuantKey::unquantized(activation_dtype));
+}
+
+namespace {
+
+// Whether every scale of one matrix has a byte code (fp4_scale_byte). Host F32 scales [E, R, G]
+// are read; scales on a GPU are random weights, which are made on the byte grid
+// (round_fp4_scale), so they are taken as they are.
+bool scales_have_bytes(const WeightQuantization& q, bool e8m0) {
+  if (!q.scale.device().is_cpu() || q.scale.dtype() != DType::kF32) return true;
+  const Tensor& scale = q.scale;
+  const int64_t E = scale.dim(0), R = scale.dim(1), G = scale.numel() / (E * R);
+  Tensor globals;
+  if (!e8m0 && q.global_scale.defined()) globals = to_f32_cpu(to_host_tensor(q.global_scale));
+  const int64_t S = globals.defined() ? globals.numel() / E : 1;
+  const float* v = scale.data<float>();
+  uint32_t code = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < R; ++r) {
+      const float global = globals.defined() ? globals.data<float>()[e * S + r / (R / S)] : 1.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        if (!fp4_scale_byte(v[(e * R + r) * G + g], e8m0, global, &code)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+ExpertWeightFacts fp4_weight_facts(const RawExpertWeights& raw, QuantScheme scheme) {
+  const bool e8m0 = scheme == QuantScheme::kMxfp4;
+  ExpertWeightFacts f;
+  f.w13 = {4, raw.w13_quant.group.cols, false, scales_have_bytes(raw.w13_quant, e8m0)};
+  f.w2 = {4, raw.w2_quant.group.cols, false, scales_have_bytes(raw.w2_quant, e8m0)};
+  return f;
 }
 
 namespace {

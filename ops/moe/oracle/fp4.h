@@ -38,6 +38,11 @@ std::vector<const ExpertsBackend*> fp4_priority(Device device);
 MoEQuantConfig fp4_quant_config(const MoEConfig& config, const RawExpertWeights& raw,
                                 DType activation_dtype);
 
+// What the backends' weight checks see (ExpertWeightFacts): code width 4, the scale groups, and
+// whether every scale has a one-byte code (MXFP4: a power of two; NVFP4: an E4M3 value times its
+// global). Checkpoints store byte scales; graphs written with F32 / 16-bit scale values may not.
+ExpertWeightFacts fp4_weight_facts(const RawExpertWeights& raw, QuantScheme scheme);
+
 QuantizedExpertWeights convert_fp4_weights(const MoEConfig& config, const ParallelConfig& parallel,
                                            const ExpertsShape& shape, const RawExpertWeights& raw);
 

@@ -168,9 +168,12 @@ MoEKernelBuild build_moe_kernel(const MoEConfig& config, const ParallelConfig& p
                                                       : wna16     ? wna16_priority(device)
                                                       : quantized ? fp8_priority(device)
                                                                   : unquantized_priority(device);
-  // WNA16 backends check each matrix's groups and act-order (ExpertsBackend::check_weights).
+  // WNA16 backends check each matrix's groups and act-order, FP4 ones that every scale has a
+  // byte (ExpertsBackend::check_weights).
   const std::optional<ExpertWeightFacts> facts =
-      wna16 ? std::optional(wna16_weight_facts(raw)) : std::nullopt;
+      fp4     ? std::optional(fp4_weight_facts(raw, config.quant_scheme()))
+      : wna16 ? std::optional(wna16_weight_facts(raw))
+              : std::nullopt;
   const OracleQuery query{
       device, config, quant, parallel, shape, requested, facts ? &*facts : nullptr};
   MoEKernelBuild out;

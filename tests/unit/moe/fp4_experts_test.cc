@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "framework/core/fp4.h"
+#include "framework/core/fp4_scale_bytes.h"
 #include "framework/core/fp8.h"
 #include "ops/moe/experts/cpu_fp4_experts.h"
 #include "ops/moe/kernel/prepare_finalize.h"
@@ -175,6 +176,61 @@ TEST(Fp4Experts, ShardsFollowTheScaleGroups) {
   EXPECT_MG_ERROR(build_moe_kernel(config, ParallelConfig(2, 1, 1, 0, false), Device::cpu(),
                                    DType::kF32, "", random_raw(config, bad, 3), Tensor()),
                   "FP4 experts cannot be split this way");
+}
+
+// fp4_weight_facts says per matrix whether every scale has a one-byte code (cuda_fp4's check):
+// arbitrary F32 scales do not; rounded to the E8M0 grid (MXFP4) or to E4M3 times the global of the
+// row's gate or up part (NVFP4, globals per part) they do; one scale of the up part moved off the
+// grid (1.0625 x its global lies between E4M3's 1 and 1.125) is seen, and only in w13.
+TEST(Fp4Experts, WeightFactsSayWhetherEveryScaleHasAByte) {
+  for (const QuantScheme scheme : {QuantScheme::kMxfp4, QuantScheme::kNvfp4}) {
+    SCOPED_TRACE(quant_scheme_name(scheme));
+    const bool mx = scheme == QuantScheme::kMxfp4;
+    const Fp4Case c{"c", scheme, 3, 2, 64, 48, MoEActivation::kSiluGated};
+    const MoEConfig config = fp4_config(c);
+    RawExpertWeights raw = random_raw(config, c, 7);
+    ExpertWeightFacts f = fp4_weight_facts(raw, scheme);
+    EXPECT_FALSE(f.w13.scales_have_bytes);
+    EXPECT_FALSE(f.w2.scales_have_bytes);
+    EXPECT_EQ(f.w13.bits, 4);
+    EXPECT_EQ(f.w2.group_cols, group_of(scheme));
+
+    // Globals: w13 one per expert and part (gate, up), w2 one per expert.
+    const int64_t E = c.E, R13 = config.w13_rows();
+    if (!mx) {
+      raw.w13_quant.global_scale = Tensor::empty_cpu(DType::kF32, {E, 2});
+      raw.w2_quant.global_scale = Tensor::empty_cpu(DType::kF32, {E, 1});
+      for (int64_t i = 0; i < 2 * E; ++i) {
+        raw.w13_quant.global_scale.data<float>()[i] = std::ldexp(1.0f, -static_cast<int>(i % 5));
+      }
+      for (int64_t e = 0; e < E; ++e) raw.w2_quant.global_scale.data<float>()[e] = 0.375f;
+    }
+    const auto round_to_grid = [&](WeightQuantization& q, int64_t R, int64_t S) {
+      const int64_t G = q.scale.numel() / (E * R);
+      for (int64_t e = 0; e < E; ++e) {
+        for (int64_t r = 0; r < R; ++r) {
+          const float global = mx ? 1.0f : q.global_scale.data<float>()[e * S + r / (R / S)];
+          for (int64_t g = 0; g < G; ++g) {
+            float& v = q.scale.data<float>()[(e * R + r) * G + g];
+            v = round_fp4_scale(v, mx ? Fp4ScaleGrid::kE8M0 : Fp4ScaleGrid::kE4M3, global);
+          }
+        }
+      }
+    };
+    round_to_grid(raw.w13_quant, R13, mx ? 1 : 2);
+    round_to_grid(raw.w2_quant, c.H, 1);
+    f = fp4_weight_facts(raw, scheme);
+    EXPECT_TRUE(f.w13.scales_have_bytes);
+    EXPECT_TRUE(f.w2.scales_have_bytes);
+
+    // Expert 1, first up row (part 1), group 0.
+    const int64_t G13 = raw.w13_quant.scale.numel() / (E * R13);
+    const float up_global = mx ? 1.0f : raw.w13_quant.global_scale.data<float>()[1 * 2 + 1];
+    raw.w13_quant.scale.data<float>()[(1 * R13 + c.I) * G13] = 1.0625f * up_global;
+    f = fp4_weight_facts(raw, scheme);
+    EXPECT_FALSE(f.w13.scales_have_bytes);
+    EXPECT_TRUE(f.w2.scales_have_bytes);
+  }
 }
 
 }  // namespace

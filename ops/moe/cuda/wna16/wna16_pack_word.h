@@ -147,19 +147,9 @@ MG_HOST_DEVICE inline uint32_t wna16_scale_byte(const Wna16ScaleByteSource& s, i
   if (in_part >= rows_per_part || col >= s.cols) return 0u;
   const int64_t n = part * rows_per_part + in_part;
   const float v = s.scales[(e * s.rows + n) * s.scale_groups + col / s.group_size];
-  if (mx) {
-    const uint32_t code = e8m0_floor_code(v);
-    *exact = v == e8m0_scale_value(code);
-    return code;
-  }
-  const float global = s.globals != nullptr ? s.globals[e * s.parts + part] : 1.0f;
-  const float x = v / global;
-  if (!(x == x) || !(fabsf(x) < 1e30f)) {  // NaN or huge: no code
-    *exact = false;
-    return 0u;
-  }
-  const uint32_t code = e4m3_nearest_code(x);
-  *exact = fabsf(e4m3_scale_value(code) * global - v) <= fabsf(v) * 4.76837158e-7f;  // 2^-21
+  const float global = !mx && s.globals != nullptr ? s.globals[e * s.parts + part] : 1.0f;
+  uint32_t code = 0;
+  *exact = fp4_scale_byte(v, mx, global, &code);
   return code;
 }
 
