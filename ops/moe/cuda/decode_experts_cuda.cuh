@@ -695,10 +695,14 @@ void launch_down_variant(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens,
                          cudaStream_t stream) {
   int rows_per_warp = tiles.down_rows_per_warp, vectors = tiles.down_vectors;
   if (rows_per_warp == 0 && vectors == 0) {
+    // 4 rows x 2 vectors where the activations overflow L1, and below 8 tokens: the H100 sweep
+    // (DecodeExpertsCuda.TimesTilesOnTheQwen3Shape, session 8) timed 4x2 at 31.3 / 58.9 / 104.4 us
+    // for M = 1 / 2 / 4 against 2x4's 32.9 / 60.5 / 108.1, and slower at 8 (210.0 vs 187.8).
     const bool act_overflows_l1 =
         static_cast<int64_t>(NT) * a.inter * static_cast<int64_t>(sizeof(T)) > 128 * 1024;
-    rows_per_warp = act_overflows_l1 ? 4 : 2;
-    vectors = act_overflows_l1 ? 2 : 4;
+    const bool four_rows = act_overflows_l1 || NT < 8;
+    rows_per_warp = four_rows ? 4 : 2;
+    vectors = four_rows ? 2 : 4;
   }
   const int rows = down_rows_per_cta(tiles, a.hidden, rows_per_warp);
   const DownParams down = down_params<T>(a, t0, tokens, rows, tiles);
