@@ -54,6 +54,7 @@ TEST(QuantBenchE2e, Int4ExpertsRunWithRandomWeightsAndTheFloorCountsTheirPackedB
   EXPECT_THAT(q.out, HasSubstr("random weights"));
   EXPECT_THAT(q.out, HasSubstr("decode: 4 tokens (batch 1)"));
   EXPECT_THAT(q.out, HasSubstr("of the weight-bandwidth floor"));
+  EXPECT_THAT(q.out, HasSubstr("prefill floor: "));
   const CommandResult b = bench(make_graph("bf16", shape));
   ASSERT_EQ(b.exit_code, 0) << b.err;
   // Top-2 of 8 experts of 2 layers: 3 x 256 x 128 values each, in the CPU's F32 activations

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -18,15 +19,40 @@
 
 namespace mg {
 
-DecodeWeightBytes decode_weight_bytes(const proto::Model& model, DType activation_dtype) {
+namespace {
+
+double numel(const proto::TensorInfo& t) {
+  double n = 1;
+  for (int64_t d : t.shape()) n *= static_cast<double>(d);
+  return n;
+}
+
+// Elements of the real values: a quantized tensor's logical shape (integer codes), two per byte
+// for FP4 E2M1, else the stored shape.
+double logical_numel(const proto::TensorInfo& t) {
+  if (!t.has_quantization()) return numel(t);
+  const proto::TensorQuantization& q = t.quantization();
+  if (q.logical_shape_size() > 0) {
+    double n = 1;
+    for (int64_t d : q.logical_shape()) n *= static_cast<double>(d);
+    return n;
+  }
+  return q.element() == proto::QUANT_ELEMENT_FP4_E2M1 ? 2 * numel(t) : numel(t);
+}
+
+bool is_routed_expert_input(int k) {
+  return k == static_cast<int>(moe_input::kW13) || k == static_cast<int>(moe_input::kW13Bias) ||
+         k == static_cast<int>(moe_input::kW2) || k == static_cast<int>(moe_input::kW2Bias);
+}
+
+// The weight bytes a forward reads: every tensor but those only an embedding looks up, the
+// routed experts' at `expert_fraction(moe params)` of their bytes.
+template <typename Fraction>
+DecodeWeightBytes weight_bytes(const proto::Model& model, DType activation_dtype,
+                               Fraction expert_fraction_of) {
   const double act = static_cast<double>(dtype_size(activation_dtype));
   std::map<std::string, const proto::TensorInfo*> tensors;
   for (const proto::TensorInfo& t : model.tensors()) tensors[t.name()] = &t;
-  auto numel = [](const proto::TensorInfo& t) {
-    double n = 1;
-    for (int64_t d : t.shape()) n *= static_cast<double>(d);
-    return n;
-  };
   // Quantized tensors and the tensors their quantization names count their stored bytes.
   std::map<std::string, double> stored_bytes;
   auto add_stored = [&](const std::string& name) {
@@ -54,7 +80,7 @@ DecodeWeightBytes decode_weight_bytes(const proto::Model& model, DType activatio
     return numel(*tensors.at(name)) * act;
   };
 
-  // Routed-expert tensors, with the fraction of them a decode step reads.
+  // Routed-expert tensors, with the fraction of them a forward reads.
   std::map<std::string, double> expert_fraction;
   std::set<std::string> embedding_only, used_elsewhere;
   for (const proto::Node& node : model.nodes()) {
@@ -64,13 +90,10 @@ DecodeWeightBytes decode_weight_bytes(const proto::Model& model, DType activatio
       for (const std::string& in : node.inputs()) used_elsewhere.insert(in);
     }
     if (!node.has_moe()) continue;
-    const double fraction = static_cast<double>(node.moe().top_k()) /
-                            static_cast<double>(std::max<int64_t>(1, node.moe().num_experts()));
-    for (size_t k : {moe_input::kW13, moe_input::kW13Bias, moe_input::kW2, moe_input::kW2Bias}) {
-      if (static_cast<int>(k) >= node.inputs_size() || node.inputs(static_cast<int>(k)).empty()) {
-        continue;
-      }
-      const std::string& name = node.inputs(static_cast<int>(k));
+    const double fraction = expert_fraction_of(node.moe());
+    for (int k = 0; k < node.inputs_size(); ++k) {
+      if (!is_routed_expert_input(k) || node.inputs(k).empty()) continue;
+      const std::string& name = node.inputs(k);
       expert_fraction[name] = fraction;
       for (const std::string& aux : aux_of[name]) expert_fraction[aux] = fraction;
     }
@@ -87,6 +110,69 @@ DecodeWeightBytes decode_weight_bytes(const proto::Model& model, DType activatio
     if (stored_bytes.count(name)) out.quantized += read;
   }
   return out;
+}
+
+// Σ over queries t = 0..T-1 of the keys query t sees: t + 1, at most `window` back, within its
+// chunk of `chunk` positions.
+double visible_pairs(int64_t T, int64_t window, int64_t chunk) {
+  double pairs = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t keys = t + 1;
+    if (window > 0) keys = std::min(keys, window);
+    if (chunk > 0) keys = std::min(keys, t % chunk + 1);
+    pairs += static_cast<double>(keys);
+  }
+  return pairs;
+}
+
+}  // namespace
+
+DecodeWeightBytes decode_weight_bytes(const proto::Model& model, DType activation_dtype) {
+  return weight_bytes(model, activation_dtype, [](const proto::MoEParams& moe) {
+    return static_cast<double>(moe.top_k()) /
+           static_cast<double>(std::max<int64_t>(1, moe.num_experts()));
+  });
+}
+
+PrefillWork prefill_work(const proto::Model& model, DType activation_dtype, int64_t tokens) {
+  MG_CHECK(tokens > 0, "prefill floor: {} tokens", tokens);
+  const double T = static_cast<double>(tokens);
+  PrefillWork w;
+  w.bytes = weight_bytes(model, activation_dtype, [T](const proto::MoEParams& moe) {
+              const double E = static_cast<double>(std::max<int64_t>(1, moe.num_experts()));
+              const double k = std::min(static_cast<double>(moe.top_k()), E);
+              return 1.0 - std::pow(1.0 - k / E, T);
+            }).total();
+
+  std::map<std::string, const proto::TensorInfo*> tensors;
+  for (const proto::TensorInfo& t : model.tensors()) tensors[t.name()] = &t;
+  std::set<std::string> graph_outputs;
+  for (const proto::ValueInfo& v : model.outputs()) graph_outputs.insert(v.name());
+  for (const proto::Node& node : model.nodes()) {
+    if (node.op() == "embedding") continue;
+    if (node.has_attention()) {
+      const proto::AttentionParams& a = node.attention();
+      const double dv = static_cast<double>(a.v_head_dim() > 0 ? a.v_head_dim() : a.head_dim());
+      w.flops += 2.0 * (static_cast<double>(a.head_dim()) + dv) *
+                 static_cast<double>(a.num_heads()) *
+                 visible_pairs(tokens, a.sliding_window(), a.chunk_size());
+      continue;
+    }
+    bool writes_output = false;
+    for (const std::string& out : node.outputs()) writes_output |= graph_outputs.count(out) > 0;
+    const double rows = writes_output ? 1.0 : T;
+    for (int k = 0; k < node.inputs_size(); ++k) {
+      const auto it = tensors.find(node.inputs(k));
+      if (it == tensors.end() || it->second->shape_size() < 2) continue;  // values, biases, norms
+      double r = rows;
+      if (node.has_moe() && is_routed_expert_input(k)) {
+        r = T * static_cast<double>(node.moe().top_k()) /
+            static_cast<double>(std::max<int64_t>(1, node.moe().num_experts()));
+      }
+      w.flops += 2.0 * r * logical_numel(*it->second);
+    }
+  }
+  return w;
 }
 
 double measure_copy_bandwidth(const Device& device) {
@@ -111,6 +197,19 @@ double measure_copy_bandwidth(const Device& device) {
     a[static_cast<size_t>(i)] = b[bytes - 1];  // keep the copies observable
   }
   return best;
+}
+
+DeviceCeilings measure_device_ceilings(const Device& device) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) {
+    MG_CHECK(cuda_device_count() > 0,
+             "--device {}: this machine has no CUDA GPU (--device cpu runs on the CPU)",
+             device.str());
+    const MoEBenchCeilings c = measure_moe_bench_ceilings();
+    return {c.copy_bytes_per_s, c.bf16_flops_per_s};
+  }
+#endif
+  return {measure_copy_bandwidth(device), 0.0};
 }
 
 }  // namespace mg

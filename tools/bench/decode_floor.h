@@ -25,6 +25,31 @@ struct DecodeWeightBytes {
 
 DecodeWeightBytes decode_weight_bytes(const proto::Model& model, DType activation_dtype);
 
+// The least work a prefill of one sequence of `tokens` prompt tokens does, from the graph:
+//   bytes  every dense weight once, and per MoE layer the experts that expect at least one of its
+//          tokens x top_k routed rows under uniform routing, E (1 - (1 - k/E)^tokens) of E, at
+//          the bytes decode_weight_bytes counts (quantized tensors at their stored bytes);
+//   flops  2 x rows x the logical elements of every weight matrix a node multiplies by: all
+//          tokens for linear, gated_mlp, the MoE router and shared experts; tokens x top_k / E
+//          rows per routed expert; one row for a linear that writes a graph output (the logits:
+//          generation needs the last row only); plus attention's 2 (d_qk + d_v) per head and
+//          (query, visible key) pair, causal from position 0, within its sliding window or chunk.
+// Norms, rope, activations and the embedding lookup are left out (a few flops per element).
+struct PrefillWork {
+  double bytes = 0;
+  double flops = 0;
+};
+PrefillWork prefill_work(const proto::Model& model, DType activation_dtype, int64_t tokens);
+
+// The device's measured ceilings for the floors: copy bandwidth (read + write bytes per second)
+// and, on a GPU, the dense GEMM rate in the activation dtype's 16-bit tensor-core path (BF16
+// 8192^3, as `bench moe` measures it); 0 where not measured (the CPU).
+struct DeviceCeilings {
+  double copy_bytes_per_s = 0;
+  double gemm_flops_per_s = 0;
+};
+DeviceCeilings measure_device_ceilings(const Device& device);
+
 // Bytes read + written per second by a large copy on `device`: a device-to-device copy on a GPU
 // (as `bench moe` measures it), a host memcpy on the CPU. On a GPU it needs 2 GiB of free memory,
 // so measure before the weights are placed.

@@ -247,6 +247,31 @@ struct BenchE2eArgs {
 
 // The weight-bandwidth floor of batch-1 decode (tools/bench/decode_floor.h) and `decode`
 // tokens/s as a share of it.
+// The floor of one sequence's prefill (tools/bench/decode_floor.h): its weight bytes over the
+// copy bandwidth or its flops over the GEMM rate, whichever is longer, and `prefill` tokens/s as a
+// share of it. Without a measured GEMM rate (the CPU) only the bytes bound is printed.
+void print_prefill_floor(const PrefillWork& work, int64_t tokens, const DeviceCeilings& ceil,
+                         double prefill) {
+  const double bytes_s = work.bytes / ceil.copy_bytes_per_s;
+  if (ceil.gemm_flops_per_s <= 0) {
+    std::cout << fmt::format(
+        "prefill floor: {:.3f} GB of weights over {:.0f} GB/s: {:.1f} tokens/s (bytes only: the "
+        "GEMM rate is measured on GPUs); prefill at {:.1f}% of it\n",
+        work.bytes / 1e9, ceil.copy_bytes_per_s / 1e9, tokens / bytes_s,
+        100.0 * prefill * bytes_s / tokens);
+    return;
+  }
+  const double flops_s = work.flops / ceil.gemm_flops_per_s;
+  const double floor_s = std::max(bytes_s, flops_s);
+  std::cout << fmt::format(
+      "prefill floor: {:.3f} GB of weights over {:.0f} GB/s ({:.3f} ms) or {:.2f} TFLOP over the "
+      "measured {:.1f} TFLOP/s GEMM rate ({:.3f} ms): {:.1f} tokens/s, {}-bound\n",
+      work.bytes / 1e9, ceil.copy_bytes_per_s / 1e9, bytes_s * 1e3, work.flops / 1e12,
+      ceil.gemm_flops_per_s / 1e12, flops_s * 1e3, tokens / floor_s,
+      flops_s > bytes_s ? "compute" : "bandwidth");
+  std::cout << fmt::format("prefill at {:.1f}% of its floor\n", 100.0 * prefill * floor_s / tokens);
+}
+
 void print_decode_floor(const DecodeWeightBytes& bytes, double bandwidth, double decode) {
   const double floor_tokens = bandwidth / bytes.total();
   std::cout << fmt::format(
@@ -280,8 +305,11 @@ int bench_e2e(const BenchE2eArgs& a) {
   options.cuda_graph = a.cuda_graph;
   // Every rank runs the same prompt and steps (the MoE collectives stay in lockstep); rank 0
   // prints.
-  // Returns the median decode tokens/s.
-  auto measure = [&](Session& session, bool print, const std::string& where) -> double {
+  // Returns the median prefill and decode tokens/s.
+  struct Rates {
+    double prefill, decode;
+  };
+  auto measure = [&](Session& session, bool print, const std::string& where) -> Rates {
     const int64_t vocab = session.plan().info.vocab_size();
     std::vector<int32_t> prompt(a.prompt_tokens);
     for (int i = 0; i < a.prompt_tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % vocab);
@@ -297,7 +325,8 @@ int bench_e2e(const BenchE2eArgs& a) {
     }
     std::sort(prefill.begin(), prefill.end());
     std::sort(decode.begin(), decode.end());
-    if (!print) return decode[decode.size() / 2];
+    const Rates rates{prefill[prefill.size() / 2], decode[decode.size() / 2]};
+    if (!print) return rates;
     std::cout << fmt::format(
         "model: {} on {} ({}{}{}{})\n", session.plan().model_name, where,
         dtype_name(activation_dtype_of(compile)), a.cuda_graph ? ", decode as a CUDA graph" : "",
@@ -306,7 +335,7 @@ int bench_e2e(const BenchE2eArgs& a) {
                              a.prompt_tokens, prefill[prefill.size() / 2], a.repeats);
     std::cout << fmt::format("decode: {} tokens (batch 1), median {:.1f} tokens/s over {} runs\n",
                              a.decode_tokens, decode[decode.size() / 2], a.repeats);
-    return decode[decode.size() / 2];
+    return rates;
   };
   // --tp/--ep: CPU ranks are threads, GPU ranks processes (--nproc-per-node or a launcher).
   std::optional<LaunchEnv> launch = LaunchEnv::from_environment(kMaxRanks);
@@ -336,11 +365,16 @@ int bench_e2e(const BenchE2eArgs& a) {
     return 0;
   }
   // Measured before the weights take the device's memory (the copy needs 2 GiB of it).
-  const double bandwidth = measure_copy_bandwidth(compile.device);
+  DeviceCeilings ceil = measure_device_ceilings(compile.device);
+  // The GEMM rate is the 16-bit tensor cores'; F32 models get the bytes bound only.
+  if (activation_dtype_of(compile) == DType::kF32) ceil.gemm_flops_per_s = 0;
   auto session = Session::open(graph, compile, options);
-  const double decode = measure(*session, true, compile.device.str());
-  print_decode_floor(decode_weight_bytes(load_graph(graph), activation_dtype_of(compile)),
-                     bandwidth, decode);
+  const Rates rates = measure(*session, true, compile.device.str());
+  const proto::Model model = load_graph(graph);
+  const DType dtype = activation_dtype_of(compile);
+  print_prefill_floor(prefill_work(model, dtype, a.prompt_tokens), a.prompt_tokens, ceil,
+                      rates.prefill);
+  print_decode_floor(decode_weight_bytes(model, dtype), ceil.copy_bytes_per_s, rates.decode);
   return 0;
 }
 

@@ -1,8 +1,11 @@
-// bench e2e's weight-bandwidth floor (tools/bench/decode_floor.h): routed experts count top_k of E,
-// quantized experts their packed codes plus scales, the embedding table is left out.
+// bench e2e's floors (tools/bench/decode_floor.h): decode's weight bytes (routed experts count
+// top_k of E, quantized experts their packed codes plus scales, the embedding table is left out)
+// and prefill's bytes and flops.
 #include "tools/bench/decode_floor.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "models/builders/decoder_builder.h"
 
@@ -80,6 +83,63 @@ TEST(DecodeFloor, TheEmbeddingTableCountsOnlyWhenLmHeadReadsIt) {
   EXPECT_DOUBLE_EQ(untied.dense, tied.dense);
   EXPECT_GT(untied.dense, table);
   EXPECT_EQ(untied.experts, 0);
+}
+
+// The prefill floor's work, counted here from the spec: every projection at all T rows, the LM
+// head at one row, the routed experts at T k / E rows each, the router at T rows, attention's
+// 2 (d + d) flops per head and causal pair; bytes: dense weights whole, experts at the share
+// E (1 - (1 - k/E)^T) of them that expects a token (here T = 1: exactly decode's top-k share).
+TEST(PrefillFloor, CountsEveryMatrixAtItsRowsAndAttentionAtItsCausalPairs) {
+  DecoderSpec spec;
+  const Family& f = find_family("qwen3_moe");
+  spec.family = f.name;
+  f.configure(spec);
+  spec.layers = 2;
+  spec.hidden = 128;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 32;
+  spec.experts = 8;
+  spec.top_k = 2;
+  spec.moe_intermediate = 64;
+  spec.vocab = 512;
+  spec.sliding_window = 0;
+  const proto::Model model = build_decoder(spec, /*graph_only=*/true).model();
+  const double H = 128, L = 2, nh = 4, nkv = 2, d = 32, E = 8, k = 2, I = 64, V = 512;
+  for (const int64_t tokens : {1, 7, 300}) {
+    SCOPED_TRACE(tokens);
+    const double T = static_cast<double>(tokens);
+    const double projections = H * (nh + 2 * nkv) * d + nh * d * H;  // q, k, v, o
+    const double per_layer = 2 * T * (projections + E * H) +         // + the router
+                             2 * (T * k / E) * E * 3 * H * I +       // routed experts
+                             2 * (d + d) * nh * T * (T + 1) / 2;     // causal pairs
+    const PrefillWork w = prefill_work(model, DType::kBF16, tokens);
+    EXPECT_NEAR(w.flops, L * per_layer + 2 * 1 * V * H, 1e-9 * w.flops);
+    const DecodeWeightBytes decode = decode_weight_bytes(model, DType::kBF16);
+    const double share = 1 - std::pow(1 - k / E, T);
+    EXPECT_NEAR(w.bytes, decode.dense + decode.experts * share / (k / E), 1e-9 * w.bytes);
+  }
+  // One token reads what a decode step reads.
+  const DecodeWeightBytes decode = decode_weight_bytes(model, DType::kBF16);
+  EXPECT_DOUBLE_EQ(prefill_work(model, DType::kBF16, 1).bytes, decode.total());
+}
+
+// A sliding window bounds each query's keys: with window W, query t sees min(t + 1, W) of them.
+TEST(PrefillFloor, SlidingWindowBoundsTheAttentionPairs) {
+  DecoderSpec spec;
+  spec.layers = 2;  // the window applies to even layers
+  spec.heads = 2;
+  spec.kv_heads = 2;
+  spec.head_dim = 8;
+  const proto::Model full = build_decoder(spec, true).model();
+  spec.sliding_window = 4;
+  const proto::Model windowed = build_decoder(spec, true).model();
+  const int64_t T = 10;
+  // Layer 0 only: Σ_t (t + 1) = 55 pairs without the window, Σ_t min(t + 1, 4) = 1+2+3+4*7 = 34.
+  const double per_pair = 2.0 * (8 + 8) * 2;
+  EXPECT_NEAR(
+      prefill_work(full, DType::kBF16, T).flops - prefill_work(windowed, DType::kBF16, T).flops,
+      per_pair * (55 - 34), 1e-6);
 }
 
 }  // namespace
