@@ -322,7 +322,7 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed) {
 
   std::vector<T> x_t(x.size());
   for (size_t i = 0; i < x.size(); ++i) x_t[i] = from_f32<T>(x[i]);
-  auto d_x = device_copy(x_t);
+  const std::unique_ptr<DeviceBuffer> d_x = device_copy(x_t);
   auto d_ids = device_copy(ids);
   auto d_w = device_copy(weights);
   auto d_map = device_copy(expert_map);
@@ -608,7 +608,7 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
       std::vector<T> x(M * sh.H);
       std::uniform_real_distribution<float> xv(-1.0f, 1.0f);
       for (T& v : x) v = from_f32<T>(xv(rng));
-      auto d_x = device_copy(x);
+      const std::unique_ptr<DeviceBuffer> d_x = device_copy(x);
       auto d_ids = device_copy(ids);
       auto d_w = device_copy(weights);
       auto d_map = device_copy(map);
