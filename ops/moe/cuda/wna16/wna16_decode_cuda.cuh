@@ -79,8 +79,9 @@ __device__ __forceinline__ uint32_t a_pair(const T* row, int k, int len) {
 
 // acc[part] += the 16 x 8 C fragment of A · W[expert] rows (part * part_rows + 8 block ..
 // + 8)ᵀ over all K = len: A row g is a_lo (pair g), row g + 8 is a_hi (pair g + 8), each a T row
-// of `len` elements or null (zeros). Every lane of the warp calls it (mma.sync).
-template <typename T, int Bits, Wna16Codes Codes, int Parts>
+// of `len` elements or null (zeros). !kHi: no group has more than 8 pairs, a_hi is not read (the
+// A rows 8..15 are zeros without a load: M <= 8). Every lane of the warp calls it (mma.sync).
+template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi>
 __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                                 int expert, int block, const T* a_lo, const T* a_hi,
                                                 int len, uint64_t policy) {
@@ -158,8 +159,8 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int kc = s * 128 + unit * 32 + half * 16 + 2 * t;
-          const uint32_t a[4] = {a_pair(a_lo, kc, len), a_pair(a_hi, kc, len),
-                                 a_pair(a_lo, kc + 8, len), a_pair(a_hi, kc + 8, len)};
+          const uint32_t a[4] = {a_pair(a_lo, kc, len), kHi ? a_pair(a_hi, kc, len) : 0u,
+                                 a_pair(a_lo, kc + 8, len), kHi ? a_pair(a_hi, kc + 8, len) : 0u};
 #pragma unroll
           for (int p = 0; p < Parts; ++p) {
             const uint4& vec = wv[v][p][Bits == 4 ? 0 : unit / 2];
@@ -229,7 +230,13 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_up_kernel(const UpParam
       const T* a_lo = lp.lo < 0 ? nullptr : x + static_cast<int64_t>(lp.lo / p.top_k) * p.hidden;
       const T* a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
       float acc[kParts][4] = {};
-      warp_block_gemm<T, Bits, Codes, kParts>(acc, p.w13, e, block, a_lo, a_hi, p.hidden, policy);
+      if (group_end - first > 8) {  // uniform over the warp
+        warp_block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, a_lo, a_hi, p.hidden,
+                                                      policy);
+      } else {
+        warp_block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, a_lo, a_hi, p.hidden,
+                                                       policy);
+      }
 
       // NVFP4: the accumulators hold sums of x · 2·e2m1 · e4m3; the part's global / 2 makes them
       // real.
@@ -304,7 +311,13 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownP
         const T* a_lo = lp.lo < 0 ? nullptr : act + static_cast<int64_t>(lp.lo) * p.inter;
         const T* a_hi = lp.hi < 0 ? nullptr : act + static_cast<int64_t>(lp.hi) * p.inter;
         float acc[1][4] = {};
-        warp_block_gemm<T, Bits, Codes, 1>(acc, p.w2, e, block0 + b, a_lo, a_hi, p.inter, policy);
+        if (group_end - first > 8) {  // uniform over the warp
+          warp_block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, a_lo, a_hi, p.inter,
+                                                   policy);
+        } else {
+          warp_block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, a_lo, a_hi, p.inter,
+                                                    policy);
+        }
         const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
         const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
 #pragma unroll
