@@ -682,8 +682,8 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
       variants[1].tiles.up_expert_slots = 32;
       variants[2].name = "decode slots 8";
       variants[2].tiles.up_expert_slots = 8;
-      variants[3].name = "decode down 1 block";
-      variants[3].tiles.down_blocks_per_cta = 1;
+      variants[3].name = "decode down 2 blocks";
+      variants[3].tiles.down_blocks_per_cta = 2;
       variants[4].name = "decode down 4 blocks";
       variants[4].tiles.down_blocks_per_cta = 4;
       variants[5].name = "decode no evict-first";

@@ -59,10 +59,11 @@ inline constexpr int kWarps = kThreads / 32;
 // Rows of one m16n8k16 A operand: the pairs of an expert multiplied at once.
 inline constexpr int kPairRows = 16;
 
-// K steps whose weights a lane loads before it uses the first: 4 x 16 bytes (INT4, FP4) or
-// 2 x 32 bytes (INT8) per part, so a gated warp keeps 128 bytes a lane (4 KB) in flight.
-template <int Bits>
-inline constexpr int kStepsInFlight = Bits == 4 ? 4 : 2;
+// K steps whose weights a lane loads before it uses the first: 128 bytes a lane (4 KB a warp)
+// over the parts it streams (gated: gate and up): INT4 / FP4 8 steps of 16 bytes (gated 4), INT8
+// 4 steps of 32 bytes (gated 2), so every variant holds the same 32 registers of words.
+template <int Bits, int Parts>
+inline constexpr int kStepsInFlight = (Bits == 4 ? 8 : 4) / Parts;
 
 // Scale bytes per row and K step of a code kind (a constant: device code may not call the host
 // constexpr function).
@@ -90,7 +91,7 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
   constexpr int kStepWords = 32 * kW;
   constexpr bool kFp4 = Codes != Wna16Codes::kInteger;
   constexpr int kScaleBytes = kScaleBytesPerStep<Codes>;
-  constexpr int kV = kStepsInFlight<Bits>;
+  constexpr int kV = kStepsInFlight<Bits, Parts>;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int g_row = lane >> 2, t = lane & 3;
   const int k_steps = static_cast<int>(w.k_steps);
@@ -505,10 +506,11 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
   if (tiles.down_blocks_per_cta > 0) {
     down.blocks_per_cta = tiles.down_blocks_per_cta;
   } else {
-    // As few blocks as keep two CTAs on every SM in one wave (a CTA owns whole rows of all
-    // experts, so every CTA carries the same work).
+    // As few blocks as keep four CTAs (16 warps) on every SM in one wave (a CTA owns whole rows
+    // of all experts, so every CTA carries the same work; a lone extra wave would cost up to a
+    // third). qwen3 (H 2048) and gpt-oss (H 2880) get one block per CTA on an H100.
     const int64_t row_blocks = (a.hidden + 7) / 8;
-    const int64_t ctas = 2 * static_cast<int64_t>(decode::multiprocessor_count());
+    const int64_t ctas = 4 * static_cast<int64_t>(decode::multiprocessor_count());
     down.blocks_per_cta = static_cast<int>(std::max<int64_t>(1, (row_blocks + ctas - 1) / ctas));
   }
   launch_down_codes<T>(down, tiles, stream);

@@ -44,7 +44,7 @@ struct Wna16DecodeArgs {
 struct Wna16DecodeTiles {
   // grid.y of the up kernel: CTAs per act-column tile that share the distinct experts.
   int up_expert_slots = 16;
-  // 8-row blocks of output columns per down CTA; 0: as few as keep two CTAs on every SM.
+  // 8-row blocks of output columns per down CTA; 0: as few as keep four CTAs on every SM.
   int down_blocks_per_cta = 0;
   // Weight loads ask L2 to evict their lines first (each is read once per launch).
   bool evict_first = true;
