@@ -34,6 +34,12 @@
 // (decode::group_pairs, the BF16 decode path's), so no permutation launch is needed. The down
 // kernel is launched with programmatic stream serialization and groups its pairs while the up
 // kernel finishes.
+//
+// What may bound it short of the bandwidth (to check with the timing test before tuning): the
+// dequantization keeps the grouped GEMM's exact fp32 form (shift-or, subtract, fma, half a
+// conversion per value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at
+// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); a down item is one
+// block over K = I, so at small I a warp walks several short items.
 #pragma once
 
 #include <cuda_bf16.h>
