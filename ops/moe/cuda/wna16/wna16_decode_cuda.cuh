@@ -47,6 +47,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -118,8 +119,15 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
       pp[p] = reinterpret_cast<const float2*>(w.params) + row * w.groups;
     }
   }
-  [[maybe_unused]] const int groups = static_cast<int>(w.groups);
-  [[maybe_unused]] const int group_size = static_cast<int>(w.group_size);
+  // Integer codes: the scale group of each 32-wide unit, followed with a counter instead of a
+  // division per unit (the units are visited in order): units_per_group units share a group
+  // (G / 32: G is a multiple of 32 when there are several groups; channel-wise, one group of any
+  // K, never advances).
+  [[maybe_unused]] const int units_per_group =
+      w.groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
+  [[maybe_unused]] const int last_group = static_cast<int>(w.groups) - 1;
+  [[maybe_unused]] int group = 0;
+  [[maybe_unused]] int units_left = units_per_group;
 
   for (int s0 = 0; s0 < k_steps; s0 += kV) {
     uint4 wv[kV][Parts][kVecs];
@@ -159,9 +167,15 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
 #pragma unroll
           for (int p = 0; p < Parts; ++p) sc[p] = wna16::fp4_unit_scales<Codes>(sv[v][p], unit);
         } else {
-          const int grp = min((s * 128 + unit * 32) / group_size, groups - 1);
+          // Units past K (the padding of the last step, A zero there) keep the last group, so
+          // no pair past the row's is read.
+          const int g = min(group, last_group);
 #pragma unroll
-          for (int p = 0; p < Parts; ++p) sc[p] = __ldg(pp[p] + grp);
+          for (int p = 0; p < Parts; ++p) sc[p] = __ldg(pp[p] + g);
+          if (--units_left == 0) {
+            ++group;
+            units_left = units_per_group;
+          }
         }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
