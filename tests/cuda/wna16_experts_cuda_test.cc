@@ -684,7 +684,9 @@ Tensor host_tensor(DType dtype, Shape shape, const void* data) {
 
 // make_cuda_wna16_experts on random asymmetric weights with biases, routed from random logits on
 // the GPU, against reference::experts on the dequantized weights and the fp64 routing (BF16
-// activations: weights and the intermediate rounded to BF16, so a normalised error within 2e-2).
+// activations: weights and the intermediate rounded to BF16, so a normalised error within 2e-2);
+// the kernel chosen (the decode path at M <= 8), the decode path forced (`wna16_decode`, up to 16
+// tokens) and both GEMM tiles forced.
 TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
   MG_REQUIRE_GPU();
   const int64_t E = 6, k = 2, H = 256, I = 128;
@@ -696,7 +698,7 @@ TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
     const int64_t n1 = shape.w13_rows();
     for (const int bits : {4, 8}) {
       for (const int64_t group : {int64_t{32}, int64_t{128}, int64_t{-1}}) {
-        for (const char* kernel : {"auto", "wna16_mma16", "wna16_mma64"}) {
+        for (const char* kernel : {"auto", "wna16_decode", "wna16_mma16", "wna16_mma64"}) {
           for (const int64_t M : {int64_t{1}, int64_t{5}, int64_t{300}}) {
             SCOPED_TRACE(fmt::format("act {} int{} group {} kernel {} M {}", static_cast<int>(act),
                                      bits, group, kernel, M));

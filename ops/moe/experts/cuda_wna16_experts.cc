@@ -22,6 +22,7 @@
 #include "framework/device/cuda/cuda_device.h"
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_decode_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_pack_device_cuda.h"
 #include "ops/moe/experts/cuda_expert_common.h"
@@ -282,11 +283,17 @@ PackedMatrix pack_and_upload_e2m1(cuda::Wna16Codes kind, const Tensor& codes_in,
   return p;
 }
 
-// "" or the name of a GEMM tile request ("", "auto", "wna16_mma16", "wna16_mma64").
+// The request that forces the decode kernels (wna16_decode_cuda.h) up to
+// kWna16DecodeMaxTokens tokens (above, the automatic GEMM tile).
+constexpr std::string_view kDecodeRequest = "wna16_decode";
+
+// "" or the name of a GEMM tile request ("", "auto", "wna16_decode", "wna16_mma16",
+// "wna16_mma64"); nullopt when no tile is forced.
 std::optional<cuda::Wna16GemmKernel> parse_request(std::string_view kernel) {
-  if (kernel.empty() || kernel == "auto") return std::nullopt;
+  if (kernel.empty() || kernel == "auto" || kernel == kDecodeRequest) return std::nullopt;
   const std::optional<cuda::Wna16GemmKernel> k = cuda::parse_wna16_gemm_kernel(kernel);
-  MG_CHECK(k.has_value(), "cuda_wna16 has no kernel '{}' (auto, wna16_mma16, wna16_mma64)", kernel);
+  MG_CHECK(k.has_value(),
+           "cuda_wna16 has no kernel '{}' (auto, wna16_decode, wna16_mma16, wna16_mma64)", kernel);
   return k;
 }
 
@@ -297,6 +304,7 @@ class CudaWna16Experts final : public ExpertsMonolithic {
       : ExpertsMonolithic(backend),
         shape_(b.shape),
         request_(parse_request(b.kernel)),
+        decode_forced_(b.kernel == kDecodeRequest),
         route_(route_params(b.config.routing())),
         w13_(std::move(w13)),
         w2_(std::move(w2)) {
@@ -328,6 +336,31 @@ class CudaWna16Experts final : public ExpertsMonolithic {
     cuda::launch_moe_route<float>(route_, t.router_logits, M,
                                   bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
                                   sc.weights, s);
+    if (takes_decode_path(M)) {
+      // route -> up -> down (the weighted sum over top-k written straight to the output).
+      cuda::Wna16DecodeArgs d;
+      d.x = t.hidden;
+      d.topk_ids = sc.ids;
+      d.topk_weights = sc.weights;
+      d.expert_map = expert_map_.data<int32_t>();
+      d.w13 = w13_.view;
+      d.b13 = b13_.defined() ? b13_.data<float>() : nullptr;
+      d.w2 = w2_.view;
+      d.b2 = b2_.defined() ? b2_.data<float>() : nullptr;
+      d.act_scratch = sc.h;
+      d.out = t.expert_output;
+      d.num_tokens = M;
+      d.top_k = k;
+      d.hidden = H;
+      d.inter = shape_.intermediate_size;
+      d.act = cuda_act_params(shape_.activation);
+      if (shape_.dtype == DType::kBF16) {
+        cuda::launch_wna16_decode_experts<__nv_bfloat16>(d, cuda::Wna16DecodeTiles{}, s);
+      } else {
+        cuda::launch_wna16_decode_experts<__half>(d, cuda::Wna16DecodeTiles{}, s);
+      }
+      return;
+    }
     cuda::launch_moe_align(sc.ids, P, expert_map_.data<int32_t>(), shape_.num_experts, E, sc.align,
                            s);
     cuda::Wna16ExpertMlpArgs a;
@@ -363,8 +396,15 @@ class CudaWna16Experts final : public ExpertsMonolithic {
   }
 
  private:
-  // Routed ids/weights, the alignment, the intermediate and the permuted outputs; the sizing
-  // pass and a call walk the same code.
+  // The decode kernels at M <= kWna16DecodeThreshold tokens (or up to kWna16DecodeMaxTokens
+  // when `wna16_decode` is forced); never when a GEMM tile is forced.
+  bool takes_decode_path(int64_t M) const {
+    if (request_.has_value()) return false;
+    return M <= (decode_forced_ ? cuda::kWna16DecodeMaxTokens : cuda::kWna16DecodeThreshold);
+  }
+
+  // Routed ids/weights, the alignment, the intermediate (also the decode path's act, the same
+  // [M * k, I] T) and the permuted outputs; the sizing pass and a call walk the same code.
   struct Scratch {
     int32_t* ids;
     float* weights;
@@ -389,6 +429,7 @@ class CudaWna16Experts final : public ExpertsMonolithic {
 
   ExpertsShape shape_;
   std::optional<cuda::Wna16GemmKernel> request_;
+  bool decode_forced_ = false;
   cuda::RouteParams route_;
   PackedMatrix w13_, w2_;
   Tensor b13_, b2_;

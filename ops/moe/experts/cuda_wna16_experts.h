@@ -3,12 +3,15 @@
 //
 //   cuda_wna16    monolithic: the routing kernel, then align -> WNA16 grouped GEMM1 (the row
 //                 gather fused into its loads, the activation into its epilogue) -> WNA16 grouped
-//                 GEMM2 (+ b2) -> weighted combine: five launches at any M, no host sync
+//                 GEMM2 (+ b2) -> weighted combine: five launches above 8 tokens, no host sync
 //                 (graph-capturable). The weights stay packed (4 or 8 bits) on the GPU and are
 //                 dequantized in registers (ops/moe/cuda/wna16/wna16_experts_cuda.h says why
-//                 mma.sync). At M <= 8 tokens every touched expert is one 16-row tile, so its
-//                 packed weights are read once (the decode path). `cuda_wna16:wna16_mma16` or
-//                 `:wna16_mma64` forces the GEMM tile.
+//                 mma.sync). At M <= 8 tokens (kWna16DecodeThreshold) the decode path instead:
+//                 route -> up (GEMM1 + act per (token, expert) pair) -> down (GEMM2 + the
+//                 weighted top-k sum into the output), three launches over the same packed
+//                 weights (ops/moe/cuda/wna16/wna16_decode_cuda.h). `cuda_wna16:wna16_decode`
+//                 forces the decode path up to 16 tokens; `:wna16_mma16` or `:wna16_mma64`
+//                 forces the GEMM tile (never the decode path).
 //   cuda_fp4      the same backend and kernels for FP4 E2M1 weights (MXFP4: GPT-OSS; NVFP4; the
 //                 FP4 oracle module, ops/moe/oracle/fp4.h, lists it first on CUDA): the codes stay
 //                 packed 4-bit (repacked once at build into the kernels' layout by

@@ -313,7 +313,8 @@ void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel
 // 3. The expert MLP on permuted rows: GEMM1 (gather fused) + act, GEMM2 (+ b2). Two launches; the
 // caller runs launch_moe_align before and launch_moe_combine after (ops/moe/cuda/moe_align_cuda.h),
 // so the whole experts step is four launches at any M: at M <= 8 every touched expert is one
-// 16-row tile and its packed weights are read once (the decode path).
+// 16-row tile and its packed weights are read once. (The experts backends take the decode kernels
+// of wna16_decode_cuda.h there instead: two launches, no align or combine.)
 
 struct Wna16ExpertMlpArgs {
   const void* x = nullptr;               // [tokens, H] T (not permuted)

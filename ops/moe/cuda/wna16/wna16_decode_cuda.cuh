@@ -1,0 +1,549 @@
+// Kernels of wna16_decode_cuda.h, included by wna16_decode_<dtype>.cu. nvcc only.
+//
+// Decode is bound by weight bytes: at M = 1 the up kernel reads k experts' packed W13 to produce
+// k * I numbers. Both kernels are cut into warp items of ONE 8-row block of one expert over ALL
+// of K: per 128-wide K step the packed layout gives the warp its block's 512 (INT8: 1024)
+// contiguous bytes, one 16-byte load per lane (two for INT8), which is already the lane's
+// mma.sync B fragment for the whole step. A lane keeps kStepsInFlight steps of loads in flight
+// (evict-first, L1::no_allocate: each weight line is read once per launch), dequantizes in
+// registers with the grouped GEMM's policies (Dequant in wna16_gemm.cuh: INT4/INT8 {s, -z·s}
+// pairs, MXFP4 E8M0 and NVFP4 E4M3 scale bytes, NVFP4's global applied to the accumulator), and
+// multiplies with mma.sync m16n8k16 whose A operand is the (up to 16) pairs of the expert: rows
+// g and g + 8 of lane (g, t) are the x (act) rows of pairs g and g + 8, read as 32-bit pairs of
+// T through L1 (x and act are a few KB to a few hundred KB and are re-read by every warp), zero
+// for rows past the pairs and columns past K.
+//
+// Why mma.sync and not plain FMAs: with FMAs every dequantized weight costs one FMA per pair
+// (8 at M = 8) on top of its ~4 dequantization instructions, which at INT4 rates (two values a
+// byte at 3 TB/s) no longer fits the SM's issue budget; the mma takes all 16 pair rows of a
+// k16 x n8 tile in one instruction, so the cost per weight is the dequantization alone at any
+// M <= 16, and the B fragment the layout hands each lane needs no shuffle. Rows past the pairs
+// are zeros (wasted tensor-core work, which is free here).
+//
+// Because a warp item spans all of K, no reduction across warps is needed:
+//   up    grid (ceil(I / 8 / kWarps), expert slots): warp w of CTA x owns act columns
+//         8 (kWarps x + w) .. +8 (gated: the gate block and the up block, two accumulators, so
+//         the activation is applied in registers) for the experts u = blockIdx.y,
+//         + gridDim.y, ...; lane (g, t) writes act[pair, 8 block + 2t .. +1] (one 32-bit store).
+//   down  grid (ceil(H / 8 / blocks_per_cta)): a CTA owns whole output rows h; items (expert,
+//         pair group, 8-row block) are dealt round-robin to its warps, each dot lands in shared
+//         memory partial[pair, h - h0] (written by exactly one lane), and after one barrier each
+//         out[t, h] = sum_j w[t, j] (partial + b2) is summed over j in order: no atomics, one
+//         rounding, deterministic, the weighted top-k sum fused (no combine launch).
+// Every CTA groups the M * k pairs by local expert in shared memory first
+// (decode::group_pairs, the BF16 decode path's), so no permutation launch is needed. The down
+// kernel is launched with programmatic stream serialization and groups its pairs while the up
+// kernel finishes.
+//
+// What may bound it short of the bandwidth (to check with the timing test before tuning): the
+// dequantization keeps the grouped GEMM's exact fp32 form (shift-or, subtract, fma, half a
+// conversion per value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at
+// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); a down item is one
+// block over K = I, so at small I a warp walks several short items.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "framework/core/error.h"
+#include "framework/device/cuda/cuda_check.h"
+#include "framework/device/cuda/cuda_utils.cuh"
+#include "ops/moe/cuda/decode_experts_cuda.cuh"
+#include "ops/moe/cuda/moe_activation_cuda.cuh"
+#include "ops/moe/cuda/wna16/wna16_decode_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_gemm.cuh"
+
+namespace mg::cuda::wna16_decode {
+
+inline constexpr int kThreads = 128;
+inline constexpr int kWarps = kThreads / 32;
+// Rows of one m16n8k16 A operand: the pairs of an expert multiplied at once.
+inline constexpr int kPairRows = 16;
+
+// K steps whose weights a lane loads before it uses the first: 128 bytes a lane (4 KB a warp)
+// over the parts it streams (gated: gate and up): INT4 / FP4 8 steps of 16 bytes (gated 4), INT8
+// 4 steps of 32 bytes (gated 2), so every variant holds the same 32 registers of words.
+template <int Bits, int Parts>
+inline constexpr int kStepsInFlight = (Bits == 4 ? 8 : 4) / Parts;
+
+// Scale bytes per row and K step of a code kind (a constant: device code may not call the host
+// constexpr function).
+template <Wna16Codes Codes>
+inline constexpr int kScaleBytesPerStep = static_cast<int>(wna16_scale_bytes_per_step(Codes));
+
+// x[k .. k + 1] of a T row as the packed pair of an mma A register; 0 past K (k is even and K a
+// multiple of 8, so a pair is wholly in or out) or for a missing row.
+template <typename T>
+__device__ __forceinline__ uint32_t a_pair(const T* row, int k, int len) {
+  if (row == nullptr || k >= len) return 0u;
+  return __ldg(reinterpret_cast<const unsigned int*>(row + k));
+}
+
+// acc[part] += the 16 x 8 C fragment of A · W[expert] rows (part * part_rows + 8 block ..
+// + 8)ᵀ over all K = len: A row g is a_lo (pair g), row g + 8 is a_hi (pair g + 8), each a T row
+// of `len` elements or null (zeros). !kHi: no group has more than 8 pairs, a_hi is not read (the
+// A rows 8..15 are zeros without a load: M <= 8). Every lane of the warp calls it (mma.sync).
+template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi>
+__device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
+                                                int expert, int block, const T* a_lo, const T* a_hi,
+                                                int len, uint64_t policy) {
+  constexpr int kW = Bits == 4 ? 4 : 8;  // words per lane per step
+  constexpr int kVecs = kW / 4;          // 16-byte loads per lane per step
+  constexpr int kStepWords = 32 * kW;
+  constexpr bool kFp4 = Codes != Wna16Codes::kInteger;
+  constexpr int kScaleBytes = kScaleBytesPerStep<Codes>;
+  constexpr int kV = kStepsInFlight<Bits, Parts>;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int g_row = lane >> 2, t = lane & 3;
+  const int k_steps = static_cast<int>(w.k_steps);
+  const int64_t rows_padded = Parts * w.part_rows;
+  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
+
+  const uint32_t* wp[Parts];
+  [[maybe_unused]] const float2* pp[Parts];
+  [[maybe_unused]] const uint8_t* sp[Parts];
+#pragma unroll
+  for (int p = 0; p < Parts; ++p) {
+    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
+    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
+    if constexpr (kFp4) {
+      sp[p] = w.scale_bytes + row_block * k_steps * (8 * kScaleBytes) + g_row * kScaleBytes;
+    } else {
+      const int64_t row = row_block * 8 + g_row;  // expert * rows_padded + part row
+      pp[p] = reinterpret_cast<const float2*>(w.params) + row * w.groups;
+    }
+  }
+  // Integer codes: the scale group of each 32-wide unit, followed with a counter instead of a
+  // division per unit (the units are visited in order): units_per_group units share a group
+  // (G / 32: G is a multiple of 32 when there are several groups; channel-wise, one group of any
+  // K, never advances).
+  [[maybe_unused]] const int units_per_group =
+      w.groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
+  [[maybe_unused]] const int last_group = static_cast<int>(w.groups) - 1;
+  [[maybe_unused]] int group = 0;
+  [[maybe_unused]] int units_left = units_per_group;
+
+  for (int s0 = 0; s0 < k_steps; s0 += kV) {
+    uint4 wv[kV][Parts][kVecs];
+    [[maybe_unused]] uint2 sv[kFp4 ? kV : 1][Parts];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+#pragma unroll
+      for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+        for (int q = 0; q < kVecs; ++q) {
+          wv[v][p][q] = s < k_steps
+                            ? decode::load_weights(
+                                  wp[p] + static_cast<int64_t>(s) * kStepWords + q * 128, policy)
+                            : make_uint4(0u, 0u, 0u, 0u);
+        }
+        if constexpr (kFp4) {
+          const uint8_t* src = sp[p] + static_cast<int64_t>(s) * (8 * kScaleBytes);
+          if (s >= k_steps) {
+            sv[v][p] = make_uint2(0u, 0u);
+          } else if constexpr (kScaleBytes == 4) {
+            sv[v][p] = make_uint2(__ldg(reinterpret_cast<const unsigned int*>(src)), 0u);
+          } else {
+            sv[v][p] = __ldg(reinterpret_cast<const uint2*>(src));
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+      if (s >= k_steps) break;  // uniform over the warp
+#pragma unroll
+      for (int unit = 0; unit < 4; ++unit) {
+        float2 sc[Parts];
+        if constexpr (kFp4) {
+#pragma unroll
+          for (int p = 0; p < Parts; ++p) sc[p] = wna16::fp4_unit_scales<Codes>(sv[v][p], unit);
+        } else {
+          // Units past K (the padding of the last step, A zero there) keep the last group, so
+          // no pair past the row's is read.
+          const int g = min(group, last_group);
+#pragma unroll
+          for (int p = 0; p < Parts; ++p) sc[p] = __ldg(pp[p] + g);
+          if (--units_left == 0) {
+            ++group;
+            units_left = units_per_group;
+          }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int kc = s * 128 + unit * 32 + half * 16 + 2 * t;
+          const uint32_t a[4] = {a_pair(a_lo, kc, len), kHi ? a_pair(a_hi, kc, len) : 0u,
+                                 a_pair(a_lo, kc + 8, len), kHi ? a_pair(a_hi, kc + 8, len) : 0u};
+#pragma unroll
+          for (int p = 0; p < Parts; ++p) {
+            const uint4& vec = wv[v][p][Bits == 4 ? 0 : unit / 2];
+            const uint32_t words[4] = {vec.x, vec.y, vec.z, vec.w};
+            // 4 bits: word `unit`; 8 bits: word 2 unit + half of the step's 8 (two vectors).
+            const uint32_t word = Bits == 4 ? words[unit] : words[(2 * unit + half) & 3];
+            uint32_t b[2];
+            wna16::Dequant<Bits, Codes>::template fragment<T>(word, half, sc[p], b);
+            grouped_gemm::mma_16816<T>(acc[p], a, b);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The pairs of pair group [first, first + count) of the grouped pairs, as lane (g, t) sees them:
+// pair g (A row g) and pair g + 8 (A row g + 8), -1 past count.
+struct LanePairs {
+  int lo = -1, hi = -1;
+};
+
+__device__ __forceinline__ LanePairs lane_pairs(const decode::PairGroups& g, int first, int count) {
+  const int g_row = static_cast<int>((threadIdx.x & 31) >> 2);
+  LanePairs lp;
+  if (g_row < count) lp.lo = g.pair[first + g_row];
+  if (g_row + 8 < count) lp.hi = g.pair[first + g_row + 8];
+  return lp;
+}
+
+struct UpParams {
+  const void* x = nullptr;  // [tokens, hidden] T
+  const int32_t* topk_ids = nullptr;
+  const int32_t* expert_map = nullptr;
+  Wna16Weights w13;
+  const float* b13 = nullptr;  // [E, N1] F32
+  void* act = nullptr;         // [num_pairs, inter] T
+  int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
+  bool evict_first = true;
+  MoEActParams act_params;
+};
+
+// act[p, c] = act_fn(gate[p, c], up[p, c]) for the CTA's blocks of columns c and its experts.
+template <typename T, int Bits, Wna16Codes Codes, bool Gated>
+__global__ void __launch_bounds__(kThreads) wna16_decode_up_kernel(const UpParams p) {
+  constexpr int kParts = Gated ? 2 : 1;
+  __shared__ decode::PairGroups g;
+  decode::wait_for_previous_grid();  // topk_ids / x come from the kernels before
+  decode::allow_next_grid();
+  decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int block = static_cast<int>(blockIdx.x) * kWarps + warp;
+  if (block * 8 >= p.inter) return;  // no barrier follows
+  const uint64_t policy = decode::weight_policy(p.evict_first);
+  const T* x = static_cast<const T*>(p.x);
+  T* act = static_cast<T*>(p.act);
+  const int64_t n1 = Gated ? 2 * static_cast<int64_t>(p.inter) : p.inter;
+  const int col = block * 8 + (lane & 3) * 2;  // this lane's act columns col, col + 1
+
+  for (int u = static_cast<int>(blockIdx.y); u < g.num_experts; u += static_cast<int>(gridDim.y)) {
+    const int e = g.expert[u];
+    const int group_end = g.offset[u + 1];
+    for (int first = g.offset[u]; first < group_end; first += kPairRows) {
+      const LanePairs lp = lane_pairs(g, first, min(kPairRows, group_end - first));
+      const T* a_lo = lp.lo < 0 ? nullptr : x + static_cast<int64_t>(lp.lo / p.top_k) * p.hidden;
+      const T* a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
+      float acc[kParts][4] = {};
+      if (group_end - first > 8) {  // uniform over the warp
+        warp_block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, a_lo, a_hi, p.hidden,
+                                                      policy);
+      } else {
+        warp_block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, a_lo, a_hi, p.hidden,
+                                                       policy);
+      }
+
+      // NVFP4: the accumulators hold sums of x · 2·e2m1 · e4m3; the part's global / 2 makes them
+      // real.
+      float part_scale[kParts];
+#pragma unroll
+      for (int q = 0; q < kParts; ++q) {
+        part_scale[q] = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w13.globals[e * kParts + q] : 1.0f;
+      }
+      if (col >= p.inter) continue;  // inter is a multiple of 8: col + 1 is in range too
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // C rows g (pair lo) and g + 8 (pair hi)
+        const int pair = half == 0 ? lp.lo : lp.hi;
+        if (pair < 0) continue;
+        float v[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float gate = acc[0][2 * half + c] * part_scale[0];
+          float up = 0.0f;
+          if constexpr (Gated) up = acc[kParts - 1][2 * half + c] * part_scale[kParts - 1];
+          if (p.b13 != nullptr) {
+            gate += p.b13[e * n1 + col + c];
+            if constexpr (Gated) up += p.b13[e * n1 + p.inter + col + c];
+          }
+          v[c] = moe_activation(p.act_params, gate, up);
+        }
+        grouped_gemm::store_pair(act + static_cast<int64_t>(pair) * p.inter + col, v[0], v[1]);
+      }
+    }
+  }
+}
+
+struct DownParams {
+  const int32_t* topk_ids = nullptr;
+  const float* topk_weights = nullptr;
+  const int32_t* expert_map = nullptr;
+  Wna16Weights w2;
+  const float* b2 = nullptr;  // [E, H] F32
+  const void* act = nullptr;  // [num_pairs, inter] T
+  void* out = nullptr;        // [num_tokens, hidden] T
+  int num_pairs = 0, num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
+  int blocks_per_cta = 1;  // 8-row blocks of output columns h per CTA
+  bool evict_first = true;
+};
+
+// out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
+template <typename T, int Bits, Wna16Codes Codes>
+__global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownParams p) {
+  __shared__ decode::PairGroups g;
+  extern __shared__ float partial[];  // [num_pairs, rows_per_cta]
+  // topk_ids and expert_map were complete before the up kernel started; act is its output.
+  decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+  decode::wait_for_previous_grid();
+
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int rows_per_cta = p.blocks_per_cta * 8;
+  const int block0 = static_cast<int>(blockIdx.x) * p.blocks_per_cta;
+  const int h0 = block0 * 8;
+  const int rows = min(rows_per_cta, p.hidden - h0);
+  const int blocks = (rows + 7) / 8;
+  const uint64_t policy = decode::weight_policy(p.evict_first);
+  const T* act = static_cast<const T*>(p.act);
+
+  int item = 0;
+  for (int u = 0; u < g.num_experts; ++u) {
+    const int e = g.expert[u];
+    const int group_end = g.offset[u + 1];
+    for (int first = g.offset[u]; first < group_end; first += kPairRows) {
+      for (int b = 0; b < blocks; ++b, ++item) {
+        if (item % kWarps != warp) continue;
+        const LanePairs lp = lane_pairs(g, first, min(kPairRows, group_end - first));
+        const T* a_lo = lp.lo < 0 ? nullptr : act + static_cast<int64_t>(lp.lo) * p.inter;
+        const T* a_hi = lp.hi < 0 ? nullptr : act + static_cast<int64_t>(lp.hi) * p.inter;
+        float acc[1][4] = {};
+        if (group_end - first > 8) {  // uniform over the warp
+          warp_block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, a_lo, a_hi, p.inter,
+                                                   policy);
+        } else {
+          warp_block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, a_lo, a_hi, p.inter,
+                                                    policy);
+        }
+        const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
+        const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int pair = half == 0 ? lp.lo : lp.hi;
+          if (pair < 0) continue;
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            if (r + c < rows) partial[pair * rows_per_cta + r + c] = acc[0][2 * half + c] * scale;
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  T* out = static_cast<T*>(p.out);
+  for (int i = static_cast<int>(threadIdx.x); i < p.num_tokens * rows; i += kThreads) {
+    const int t = i / rows;
+    const int r = i - t * rows;
+    const int64_t h = h0 + r;
+    float sum = 0.0f;
+    for (int j = 0; j < p.top_k; ++j) {
+      const int pr = t * p.top_k + j;
+      const int e = g.local[pr];
+      if (e < 0) continue;
+      float y = partial[pr * rows_per_cta + r];
+      if (p.b2 != nullptr) y += p.b2[e * static_cast<int64_t>(p.hidden) + h];
+      sum += p.topk_weights[pr] * y;
+    }
+    out[t * static_cast<int64_t>(p.hidden) + h] = from_float<T>(sum);
+  }
+}
+
+// ---- Host side --------------------------------------------------------------------------------
+
+template <typename Params>
+void launch_kernel(void (*kernel)(Params), dim3 grid, size_t smem, bool pdl, cudaStream_t stream,
+                   const Params& params) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = pdl ? 1 : 0;
+  MG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
+  MG_CUDA_CHECK_LAUNCH();
+}
+
+// "" when `w` holds a [E, parts x rows, cols] matrix the kernels can read, else the reason.
+inline std::string weights_check(const Wna16Weights& w, int64_t parts, int64_t rows, int64_t cols) {
+  if (w.words == nullptr) return "no packed words";
+  if (w.parts != parts) {
+    return fmt::format("packed in {} row part(s), {} expected", w.parts, parts);
+  }
+  if (w.part_rows < rows || w.part_rows % 8 != 0 ||
+      w.k_steps != (cols + kWna16KStep - 1) / kWna16KStep || w.groups < 1 || w.group_size <= 0) {
+    return fmt::format("packed part rows {} K steps {} do not fit {} rows over K {}", w.part_rows,
+                       w.k_steps, rows, cols);
+  }
+  switch (w.codes) {
+    case Wna16Codes::kInteger:
+      if (w.bits != 4 && w.bits != 8) return fmt::format("{} bits (4 or 8 expected)", w.bits);
+      if (w.params == nullptr) return "integer codes need their F32 pairs";
+      return "";
+    case Wna16Codes::kMxfp4:
+      if (w.bits != 4 || w.scale_bytes == nullptr) return "MXFP4 needs 4 bits and scale bytes";
+      return "";
+    case Wna16Codes::kNvfp4:
+      if (w.bits != 4 || w.scale_bytes == nullptr || w.globals == nullptr) {
+        return "NVFP4 needs 4 bits, scale bytes and globals";
+      }
+      return "";
+  }
+  return "unknown codes";
+}
+
+template <typename T, int Bits, Wna16Codes Codes>
+void launch_up(const UpParams& p, const Wna16DecodeTiles& tiles, bool gated, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.inter / 8 + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(std::max(1, std::min(p.num_pairs, tiles.up_expert_slots))));
+  if (gated) {
+    launch_kernel(wna16_decode_up_kernel<T, Bits, Codes, true>, grid, 0, tiles.pdl, stream, p);
+  } else {
+    launch_kernel(wna16_decode_up_kernel<T, Bits, Codes, false>, grid, 0, tiles.pdl, stream, p);
+  }
+}
+
+template <typename T, int Bits, Wna16Codes Codes>
+void launch_down(const DownParams& p, const Wna16DecodeTiles& tiles, cudaStream_t stream) {
+  const int64_t row_blocks = (p.hidden + 7) / 8;
+  const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
+  const size_t smem = static_cast<size_t>(p.num_pairs) * p.blocks_per_cta * 8 * sizeof(float);
+  MG_CHECK(smem <= 32 * 1024,
+           "WNA16 decode: {} pairs x {} rows per down CTA need {} bytes of shared memory, more "
+           "than 32 KB",
+           p.num_pairs, p.blocks_per_cta * 8, smem);
+  launch_kernel(wna16_decode_down_kernel<T, Bits, Codes>, grid, smem, tiles.pdl, stream, p);
+}
+
+// The kernels of the packed matrix's code kind and width.
+template <typename T>
+void launch_up_codes(const UpParams& p, const Wna16DecodeTiles& tiles, bool gated,
+                     cudaStream_t stream) {
+  switch (p.w13.codes) {
+    case Wna16Codes::kInteger:
+      if (p.w13.bits == 4) return launch_up<T, 4, Wna16Codes::kInteger>(p, tiles, gated, stream);
+      return launch_up<T, 8, Wna16Codes::kInteger>(p, tiles, gated, stream);
+    case Wna16Codes::kMxfp4:
+      return launch_up<T, 4, Wna16Codes::kMxfp4>(p, tiles, gated, stream);
+    case Wna16Codes::kNvfp4:
+      return launch_up<T, 4, Wna16Codes::kNvfp4>(p, tiles, gated, stream);
+  }
+  MG_FAIL("WNA16 decode: unknown codes {}", static_cast<int>(p.w13.codes));
+}
+
+template <typename T>
+void launch_down_codes(const DownParams& p, const Wna16DecodeTiles& tiles, cudaStream_t stream) {
+  switch (p.w2.codes) {
+    case Wna16Codes::kInteger:
+      if (p.w2.bits == 4) return launch_down<T, 4, Wna16Codes::kInteger>(p, tiles, stream);
+      return launch_down<T, 8, Wna16Codes::kInteger>(p, tiles, stream);
+    case Wna16Codes::kMxfp4:
+      return launch_down<T, 4, Wna16Codes::kMxfp4>(p, tiles, stream);
+    case Wna16Codes::kNvfp4:
+      return launch_down<T, 4, Wna16Codes::kNvfp4>(p, tiles, stream);
+  }
+  MG_FAIL("WNA16 decode: unknown codes {}", static_cast<int>(p.w2.codes));
+}
+
+template <typename T>
+void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_t stream) {
+  if (a.num_tokens <= 0) return;
+  const std::string shape = wna16_expert_mlp_check(a.hidden, a.inter);
+  MG_CHECK(shape.empty(), "WNA16 decode: {}", shape);
+  MG_CHECK(a.num_tokens <= kWna16DecodeMaxTokens,
+           "WNA16 decode: {} tokens, at most {} (larger batches take the grouped GEMMs)",
+           a.num_tokens, kWna16DecodeMaxTokens);
+  MG_CHECK(a.top_k >= 1 && a.num_tokens * a.top_k <= decode::kMaxPairs,
+           "WNA16 decode: top_k {} x {} tokens must be 1 .. {} pairs", a.top_k, a.num_tokens,
+           decode::kMaxPairs);
+  const bool gated = is_gated(a.act.kind);
+  std::string why = weights_check(a.w13, gated ? 2 : 1, a.inter, a.hidden);
+  MG_CHECK(why.empty(), "WNA16 decode: w13: {}", why);
+  why = weights_check(a.w2, 1, a.hidden, a.inter);
+  MG_CHECK(why.empty(), "WNA16 decode: w2: {}", why);
+  MG_CHECK(a.x != nullptr && a.topk_ids != nullptr && a.topk_weights != nullptr &&
+               a.expert_map != nullptr && a.act_scratch != nullptr && a.out != nullptr,
+           "WNA16 decode: x, topk_ids, topk_weights, expert_map, act_scratch and out must be set");
+  const int pairs = static_cast<int>(a.num_tokens * a.top_k);
+
+  UpParams up;
+  up.x = a.x;
+  up.topk_ids = a.topk_ids;
+  up.expert_map = a.expert_map;
+  up.w13 = a.w13;
+  up.b13 = a.b13;
+  up.act = a.act_scratch;
+  up.num_pairs = pairs;
+  up.top_k = static_cast<int>(a.top_k);
+  up.hidden = static_cast<int>(a.hidden);
+  up.inter = static_cast<int>(a.inter);
+  up.evict_first = tiles.evict_first;
+  up.act_params = a.act;
+  launch_up_codes<T>(up, tiles, gated, stream);
+
+  DownParams down;
+  down.topk_ids = a.topk_ids;
+  down.topk_weights = a.topk_weights;
+  down.expert_map = a.expert_map;
+  down.w2 = a.w2;
+  down.b2 = a.b2;
+  down.act = a.act_scratch;
+  down.out = a.out;
+  down.num_pairs = pairs;
+  down.num_tokens = static_cast<int>(a.num_tokens);
+  down.top_k = static_cast<int>(a.top_k);
+  down.hidden = static_cast<int>(a.hidden);
+  down.inter = static_cast<int>(a.inter);
+  down.evict_first = tiles.evict_first;
+  if (tiles.down_blocks_per_cta > 0) {
+    down.blocks_per_cta = tiles.down_blocks_per_cta;
+  } else {
+    // As few blocks as keep four CTAs (16 warps) on every SM in one wave (a CTA owns whole rows
+    // of all experts, so every CTA carries the same work; a lone extra wave would cost up to a
+    // third). qwen3 (H 2048) and gpt-oss (H 2880) get one block per CTA on an H100.
+    const int64_t row_blocks = (a.hidden + 7) / 8;
+    const int64_t ctas = 4 * static_cast<int64_t>(decode::multiprocessor_count());
+    down.blocks_per_cta = static_cast<int>(std::max<int64_t>(1, (row_blocks + ctas - 1) / ctas));
+  }
+  launch_down_codes<T>(down, tiles, stream);
+}
+
+}  // namespace mg::cuda::wna16_decode
+
+namespace mg::cuda {
+
+template <typename T>
+void launch_wna16_decode_experts(const Wna16DecodeArgs& args, const Wna16DecodeTiles& tiles,
+                                 cudaStream_t stream) {
+  wna16_decode::launch<T>(args, tiles, stream);
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,82 @@
+// The decode path of the packed weight-only experts (cuda_wna16: INT4 / INT8; cuda_fp4: MXFP4,
+// NVFP4): the routed expert MLPs of a few tokens (M <= kWna16DecodeMaxTokens) as two
+// weight-streaming kernels over the SAME packed layout as the grouped GEMM
+// (wna16_experts_cuda.h, section 1: no second copy of the weights), with no permutation step:
+//
+//   up:   act[t*k + j, :] = act_fn(W13[e] x[t] + b13[e])       e = expert_map[topk_ids[t, j]]
+//   down: out[t, :] = sum_j w[t, j] * (W2[e] act[t*k + j] + b2[e])
+//
+// written straight to the output (no align, no combine launch: route -> up -> down, three
+// launches per layer instead of five). Each kernel reads every touched expert's packed weights
+// once, however many of the tokens share it. Pairs whose expert is not on this rank
+// (expert_map == -1) contribute nothing; a token with no local pair gets zeros. The kernels live
+// in wna16_decode_cuda.cuh (the header comment there says how the work is cut and why mma.sync).
+// Host-only header.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/moe/cuda/moe_cuda_types.h"
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+
+namespace mg::cuda {
+
+struct Wna16DecodeArgs {
+  const void* x = nullptr;              // [M, H] T
+  const int32_t* topk_ids = nullptr;    // [M, k] global expert ids (device)
+  const float* topk_weights = nullptr;  // [M, k] (device)
+  const int32_t* expert_map = nullptr;  // [E_global] global -> local id (< kMaxRouteExperts) or -1
+  Wna16Weights w13;                     // parts 2 gated (gate, up) / 1 plain, [E, N1, H] packed
+  const float* b13 = nullptr;           // [E, N1] F32 or null
+  Wna16Weights w2;                      // [E, H, I] packed
+  const float* b2 = nullptr;            // [E, H] F32 or null
+  void* act_scratch = nullptr;          // [M * k, I] T (wna16_decode_scratch_bytes)
+  void* out = nullptr;                  // [M, H] T
+  int64_t num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
+  MoEActParams act;
+};
+
+// How the kernels are cut (for sweeping them and for the tests); every choice computes the same
+// numbers.
+struct Wna16DecodeTiles {
+  // grid.y of the up kernel: CTAs per act-column tile that share the distinct experts.
+  int up_expert_slots = 16;
+  // 8-row blocks of output columns per down CTA; 0: as few as keep four CTAs on every SM.
+  int down_blocks_per_cta = 0;
+  // Weight loads ask L2 to evict their lines first (each is read once per launch).
+  bool evict_first = true;
+  bool pdl = true;  // launch both kernels with programmatic stream serialization
+};
+
+// The most tokens the kernels take: a (16-row) m16n8k16 A operand holds the pairs of one expert,
+// and a token's top-k experts are distinct, so an expert has at most M pairs (more pairs of one
+// expert, which routing never makes, are run in groups of 16 and stay correct). The pairs
+// (M * k <= 256) are grouped in shared memory.
+inline constexpr int64_t kWna16DecodeMaxTokens = 16;
+
+// The experts backends (cuda_wna16, cuda_fp4) take the decode path at M <= this many tokens
+// unless a kernel is forced (`:wna16_decode` forces it up to kWna16DecodeMaxTokens,
+// `:wna16_mma16|wna16_mma64` the grouped GEMMs). 8 is the first guess of the issue (the BF16
+// decode path's crossover); re-measure with
+//   MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'
+// and set it where the decode path stops beating the grouped GEMM.
+inline constexpr int64_t kWna16DecodeThreshold = 8;
+
+// Bytes of act_scratch for M tokens: [M * k, I] T, rounded up to 256.
+inline size_t wna16_decode_scratch_bytes(int64_t tokens, int64_t top_k, int64_t inter,
+                                         size_t element_bytes) {
+  return (static_cast<size_t>(tokens * top_k * inter) * element_bytes + 255) / 256 * 256;
+}
+
+// T = __nv_bfloat16 or __half (instantiated in wna16_decode_<dtype>.cu); fp32 accumulation, act
+// and out rounded to T once. Two launches; no host sync or allocation (graph-capturable). Throws
+// mg::Error for shapes the kernels refuse (wna16_expert_mlp_check), more than
+// kWna16DecodeMaxTokens tokens or more than 256 pairs, or weights that do not fit (H, I).
+template <typename T>
+void launch_wna16_decode_experts(const Wna16DecodeArgs& args, const Wna16DecodeTiles& tiles,
+                                 cudaStream_t stream);
+
+}  // namespace mg::cuda

@@ -1,0 +1,705 @@
+// The decode path of the packed weight-only experts (ops/moe/cuda/wna16/wna16_decode_cuda.h):
+// launch_wna16_decode_experts forced at M = 1, 2, 3, 5, 8 and 16 tokens, against
+// - an fp64 reference on the weights the packed matrices hold (wna16_unpack_host: fma(q, s, -z·s)
+//   for INT4 / INT8, e2m1 x scale byte (x global) for MXFP4 / NVFP4), rounded through T as the
+//   kernels round them, the intermediate rounded to T, the weighted top-k sum in fp64;
+// - the existing path on the same packed weights (align -> mma.sync GEMM1 + act -> GEMM2 ->
+//   combine, wna16_mma16), which rounds the same values in another order;
+// and eager against a replayed CUDA graph (bit for bit). Cases: INT4 and INT8 with groups of 32
+// and 128 columns and channel-wise, symmetric and asymmetric; MXFP4 and NVFP4 (globals != 1 per
+// expert and part, partial last scale groups); H and I not multiples of 64 / 128 where the
+// packer allows (H 72, 328; I 136, 160, 200, 2056); gated and plain activations, SwiGLU-OAI with
+// biases; experts that get no token and a token whose experts are all on other ranks (zeros);
+// BF16 and F16. A wrong nibble, a scale of the wrong group or half, a missed global, a swapped
+// gate / up or a pair written to the wrong row moves the results by tens of percent.
+// The backend's wiring (route -> decode, `:wna16_decode` forced) is covered by
+// CudaWna16Experts.BackendMatchesReferenceLayer and CudaFp4Experts' backend test.
+//
+// Timing (MG_WNA16_TIMING=1, prints only): CudaWna16Decode.Timing* on the qwen3-30b-a3b shape
+// (INT4 g128) and gpt-oss-120b (MXFP4).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+
+#ifdef MG_WITH_CUDA
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "framework/core/fp4_scale_bytes.h"
+#include "ops/moe/cuda/moe_align_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_decode_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#endif
+
+namespace mg {
+namespace {
+
+#ifdef MG_WITH_CUDA
+
+using cuda::MoEActKind;
+using cuda::MoEActParams;
+using cuda::Wna16Codes;
+using testing::DeviceBuffer;
+
+float to_f32(__half x) {
+  return __half2float(x);
+}
+float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+T from_f32(float x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(x);
+  } else {
+    return __float2bfloat16_rn(x);
+  }
+}
+template <typename T>
+float round_to(double x) {
+  return to_f32(from_f32<T>(static_cast<float>(x)));
+}
+
+double activation(const MoEActParams& p, double g, double u) {
+  const auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  const auto gelu = [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); };
+  switch (p.kind) {
+    case MoEActKind::kSiluGated:
+      return g * sigmoid(g) * u;
+    case MoEActKind::kGeluGated:
+      return gelu(g) * u;
+    case MoEActKind::kGeluTanhGated:
+      return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    case MoEActKind::kSwigluOai: {
+      g = std::min<double>(g, p.swiglu_limit);
+      u = std::clamp<double>(u, -p.swiglu_limit, p.swiglu_limit);
+      return (u + 1.0) * g * sigmoid(p.swiglu_alpha * g);
+    }
+    case MoEActKind::kReluSquared:
+      return g > 0.0 ? g * g : 0.0;
+    case MoEActKind::kSilu:
+      return g * sigmoid(g);
+    case MoEActKind::kGelu:
+      return gelu(g);
+  }
+  return 0.0;
+}
+
+template <typename V>
+std::unique_ptr<DeviceBuffer> device_copy(const std::vector<V>& v) {
+  auto d = std::make_unique<DeviceBuffer>(std::max<size_t>(v.size() * sizeof(V), 16));
+  if (!v.empty()) d->upload(v.data(), v.size() * sizeof(V));
+  return d;
+}
+
+// |got - ref| <= rel |ref| + abs_frac rms(ref) elementwise and the normalised L2 error; "" or why.
+std::string compare(const std::vector<double>& got, const std::vector<double>& ref, double rel,
+                    double abs_frac, double l2_limit) {
+  double ref2 = 0.0, err2 = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref2 += ref[i] * ref[i];
+    err2 += (got[i] - ref[i]) * (got[i] - ref[i]);
+  }
+  if (ref.empty()) return "";
+  const double rms = std::sqrt(ref2 / static_cast<double>(ref.size()));
+  int bad = 0;
+  std::string first;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(got[i] - ref[i]);
+    if (!(err <= rel * std::fabs(ref[i]) + abs_frac * rms)) {
+      if (bad++ == 0) first = fmt::format("element {}: got {} want {}", i, got[i], ref[i]);
+    }
+  }
+  const double l2 = ref2 == 0.0 ? std::sqrt(err2) : std::sqrt(err2 / ref2);
+  if (bad > 0 || !(l2 < l2_limit)) {
+    return fmt::format("{} of {} elements out of bounds (first: {}), normalised L2 {} (limit {})",
+                       bad, ref.size(), first, l2, l2_limit);
+  }
+  return "";
+}
+
+// ---- Packed matrices of every code kind ------------------------------------------------------
+
+enum class Kind { kInt4, kInt8, kMxfp4, kNvfp4 };
+
+const char* kind_label(Kind k) {
+  switch (k) {
+    case Kind::kInt4:
+      return "int4";
+    case Kind::kInt8:
+      return "int8";
+    case Kind::kMxfp4:
+      return "mxfp4";
+    case Kind::kNvfp4:
+      return "nvfp4";
+  }
+  return "?";
+}
+
+// One packed matrix [E, rows, cols] on the device and the weights it holds ([E, rows, cols] F32,
+// rounded through T where the kernels round them: integer and MXFP4 weights are rounded to T
+// once; NVFP4's e2m1 x e4m3 is exact in T and its global multiplies the fp32 accumulator).
+struct PackedMatrix {
+  std::vector<float> ref;
+  std::unique_ptr<DeviceBuffer> words, params, scale_bytes, globals;
+  cuda::Wna16Weights view;
+};
+
+template <typename T>
+PackedMatrix make_matrix(Kind kind, int64_t E, int64_t rows, int64_t cols, int64_t group,
+                         bool symmetric, int64_t parts, std::mt19937& rng) {
+  cuda::Wna16PackedHost packed;
+  if (kind == Kind::kInt4 || kind == Kind::kInt8) {
+    std::uniform_real_distribution<float> value(-0.5f, 0.5f);
+    std::vector<float> w(E * rows * cols);
+    for (float& v : w) v = value(rng);
+    const cuda::Wna16HostCodes q = cuda::wna16_quantize_host(
+        w.data(), E, rows, cols, kind == Kind::kInt4 ? 4 : 8, group, symmetric);
+    packed = cuda::wna16_pack(q.view(), parts);
+  } else {
+    const bool mx = kind == Kind::kMxfp4;
+    std::vector<uint8_t> codes(E * rows * cols / 2);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (uint8_t& b : codes) b = static_cast<uint8_t>(byte(rng));
+    const int64_t G = (cols + group - 1) / group;
+    std::vector<float> scales(E * rows * G), globals(E * parts, 1.0f);
+    const float base = 2.0f / (6.0f * std::sqrt(static_cast<float>(cols)));
+    if (mx) {
+      const int e0 = static_cast<int>(std::floor(std::log2(base)));
+      std::uniform_int_distribution<int> exp(e0 - 1, e0 + 1);
+      for (float& s : scales) s = std::ldexp(1.0f, exp(rng));
+    } else {
+      // E4M3 codes 0.25 .. 4 times a global per expert and part that is not a power of two.
+      std::uniform_int_distribution<int> code(0x28, 0x48);
+      std::uniform_real_distribution<float> factor(0.7f, 1.3f);
+      for (float& g : globals) g = base * factor(rng);
+      const int64_t part_rows = rows / parts;
+      for (int64_t e = 0; e < E; ++e) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float g = globals[e * parts + r / part_rows];
+          for (int64_t j = 0; j < G; ++j) {
+            scales[(e * rows + r) * G + j] =
+                mg::e4m3_scale_value(static_cast<uint8_t>(code(rng))) * g;
+          }
+        }
+      }
+    }
+    packed = cuda::wna16_pack_e2m1(mx ? Wna16Codes::kMxfp4 : Wna16Codes::kNvfp4, codes.data(),
+                                   scales.data(), mx ? nullptr : globals.data(), E, rows, cols,
+                                   group, parts);
+  }
+  PackedMatrix m;
+  m.ref = cuda::wna16_unpack_host(packed, rows);
+  if (kind != Kind::kNvfp4) {
+    for (float& v : m.ref) v = round_to<T>(v);
+  }
+  m.words = device_copy(packed.words);
+  m.params = device_copy(packed.params);
+  m.scale_bytes = device_copy(packed.scale_bytes);
+  m.globals = device_copy(packed.globals);
+  m.view = cuda::wna16_weights_view(
+      packed, m.words->as<uint32_t>(), packed.params.empty() ? nullptr : m.params->as<float>(),
+      packed.scale_bytes.empty() ? nullptr : m.scale_bytes->as<uint8_t>(),
+      packed.globals.empty() ? nullptr : m.globals->as<float>());
+  return m;
+}
+
+double dot(const float* x, const float* w, int64_t k) {
+  double s = 0.0;
+  for (int64_t i = 0; i < k; ++i) s += static_cast<double>(x[i]) * w[i];
+  return s;
+}
+
+// Runs `launch` on a fresh stream eagerly and replayed from a CUDA graph (out set to 0xff bytes
+// before each), expects both to agree bit for bit, and returns the eager bytes.
+template <typename Launch>
+std::vector<uint8_t> run_eager_and_graph(const Launch& launch, const DeviceBuffer& out,
+                                         size_t out_bytes) {
+  cudaStream_t stream;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
+  launch(stream);
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint8_t> eager(out_bytes), replay(out_bytes);
+  out.download(eager.data(), out_bytes);
+
+  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launch(stream);
+  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.download(replay.data(), out_bytes);
+  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MG_CUDA_CHECK(cudaGraphDestroy(graph));
+  MG_CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_TRUE(eager == replay) << "the graph replay differs from the eager run";
+  return eager;
+}
+
+// ---- 1. The decode kernels against the reference and the grouped GEMM path --------------------
+
+struct DecodeCase {
+  Kind kind = Kind::kInt4;
+  int64_t group = 128;  // columns per scale group; -1 channel-wise (integers)
+  bool symmetric = true;
+  int64_t experts = 8, top_k = 2, hidden = 256, inter = 128;
+  MoEActKind act = MoEActKind::kSiluGated;
+  bool bias = false;
+  std::string describe() const {
+    return fmt::format("{} group {} {} E {} top_k {} H {} I {} act {} bias {}", kind_label(kind),
+                       group, symmetric ? "sym" : "asym", experts, top_k, hidden, inter,
+                       static_cast<int>(act), bias);
+  }
+};
+
+template <typename T>
+void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed) {
+  SCOPED_TRACE(
+      fmt::format("{} M {} {}", std::is_same_v<T, __half> ? "F16" : "BF16", tokens, c.describe()));
+  std::mt19937 rng(seed);
+  MoEActParams act;
+  act.kind = c.act;
+  if (c.act == MoEActKind::kSwigluOai) {
+    act.swiglu_alpha = 1.702f;
+    act.swiglu_limit = 7.0f;
+  }
+  const bool gated = cuda::is_gated(c.act);
+  const int64_t n1 = gated ? 2 * c.inter : c.inter;
+  // c.experts local experts out of c.experts + 2 global ones; global ids 1 and 4 are not local.
+  const int64_t global = c.experts + 2;
+  std::vector<int32_t> expert_map(global);
+  for (int64_t g = 0, local = 0; g < global; ++g) {
+    expert_map[g] = (g == 1 || g == 4) ? -1 : static_cast<int32_t>(local++);
+  }
+  const PackedMatrix w13 =
+      make_matrix<T>(c.kind, c.experts, n1, c.hidden, c.group, c.symmetric, gated ? 2 : 1, rng);
+  const PackedMatrix w2 =
+      make_matrix<T>(c.kind, c.experts, c.hidden, c.inter, c.group, c.symmetric, 1, rng);
+  std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
+  std::vector<float> b13(c.experts * n1), b2(c.experts * c.hidden);
+  for (float& b : b13) b = bias_value(rng);
+  for (float& b : b2) b = bias_value(rng);
+  std::uniform_real_distribution<float> xv(-1.0f, 1.0f);
+  std::vector<float> x(tokens * c.hidden);
+  for (float& v : x) v = round_to<T>(xv(rng));
+  // Each token's top_k distinct global experts (as routing makes them); the last token of
+  // several, with top_k 2, routes only to the experts of other ranks: its output must be zero.
+  const int64_t pairs = tokens * c.top_k;
+  std::vector<int32_t> ids(pairs);
+  std::vector<float> weights(pairs);
+  std::uniform_real_distribution<float> weight(0.1f, 1.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<int32_t> perm(global);
+    for (int64_t g = 0; g < global; ++g) perm[g] = static_cast<int32_t>(g);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t j = 0; j < c.top_k; ++j) {
+      ids[t * c.top_k + j] = perm[j];
+      weights[t * c.top_k + j] = weight(rng);
+    }
+  }
+  const bool zero_token = tokens > 1 && c.top_k == 2;
+  if (zero_token) {
+    ids[(tokens - 1) * 2] = 1;
+    ids[(tokens - 1) * 2 + 1] = 4;
+  }
+
+  std::vector<T> x_t(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x_t[i] = from_f32<T>(x[i]);
+  const std::unique_ptr<DeviceBuffer> d_x = device_copy(x_t);
+  auto d_ids = device_copy(ids);
+  auto d_w = device_copy(weights);
+  auto d_map = device_copy(expert_map);
+  auto d_b13 = device_copy(b13);
+  auto d_b2 = device_copy(b2);
+  DeviceBuffer d_act(cuda::wna16_decode_scratch_bytes(tokens, c.top_k, c.inter, sizeof(T)));
+  const size_t out_bytes = tokens * c.hidden * sizeof(T);
+  DeviceBuffer d_out(out_bytes), d_out_gemm(out_bytes);
+
+  cuda::Wna16DecodeArgs args;
+  args.x = d_x->as<void>();
+  args.topk_ids = d_ids->as<int32_t>();
+  args.topk_weights = d_w->as<float>();
+  args.expert_map = d_map->as<int32_t>();
+  args.w13 = w13.view;
+  args.b13 = c.bias ? d_b13->as<float>() : nullptr;
+  args.w2 = w2.view;
+  args.b2 = c.bias ? d_b2->as<float>() : nullptr;
+  args.act_scratch = d_act.as<void>();
+  args.out = d_out.as<void>();
+  args.num_tokens = tokens;
+  args.top_k = c.top_k;
+  args.hidden = c.hidden;
+  args.inter = c.inter;
+  args.act = act;
+  // Small down tiles on odd seeds: several CTAs, partial last blocks.
+  cuda::Wna16DecodeTiles tiles;
+  if (seed % 2 == 1) {
+    tiles.down_blocks_per_cta = 3;
+    tiles.up_expert_slots = 3;
+  }
+  const std::vector<uint8_t> bytes = run_eager_and_graph(
+      [&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(args, tiles, s); }, d_out,
+      out_bytes);
+  std::vector<T> out(tokens * c.hidden);
+  std::memcpy(out.data(), bytes.data(), out_bytes);
+
+  // The existing path on the same weights: align -> GEMM1 + act -> GEMM2 -> combine.
+  DeviceBuffer d_counts(c.experts * 4), d_offsets((c.experts + 1) * 4), d_p2r(pairs * 4),
+      d_r2p(pairs * 4), d_h(cuda::wna16_expert_mlp_scratch_bytes(pairs, c.inter, sizeof(T))),
+      d_y(pairs * c.hidden * sizeof(T));
+  cuda::MoEAlignment align;
+  align.expert_counts = d_counts.as<int32_t>();
+  align.expert_offsets = d_offsets.as<int32_t>();
+  align.pair_to_row = d_p2r.as<int32_t>();
+  align.row_to_pair = d_r2p.as<int32_t>();
+  cuda::Wna16ExpertMlpArgs mlp;
+  mlp.x = d_x->as<void>();
+  mlp.row_to_pair = align.row_to_pair;
+  mlp.top_k = c.top_k;
+  mlp.expert_offsets = align.expert_offsets;
+  mlp.num_experts = c.experts;
+  mlp.max_rows = pairs;
+  mlp.hidden = c.hidden;
+  mlp.inter = c.inter;
+  mlp.w13 = w13.view;
+  mlp.b13 = args.b13;
+  mlp.w2 = w2.view;
+  mlp.b2 = args.b2;
+  mlp.act = act;
+  mlp.h = d_h.as<void>();
+  mlp.out = d_y.as<void>();
+  cuda::launch_moe_align(d_ids->as<int32_t>(), pairs, d_map->as<int32_t>(), global, c.experts,
+                         align, nullptr);
+  cuda::launch_wna16_expert_mlp<T>(mlp, cuda::Wna16GemmKernel::kMma16, nullptr);
+  cuda::launch_moe_combine<T>(d_y.as<void>(), align, d_ids->as<int32_t>(), d_w->as<float>(),
+                              d_map->as<int32_t>(), nullptr, tokens, c.top_k, c.hidden,
+                              d_out_gemm.as<void>(), nullptr);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> out_gemm(tokens * c.hidden);
+  d_out_gemm.download(out_gemm.data(), out_bytes);
+
+  std::vector<double> got, gemm, ref;
+  std::vector<float> h(c.inter);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<double> sum(c.hidden, 0.0);
+    const float* xr = x.data() + t * c.hidden;
+    for (int64_t j = 0; j < c.top_k; ++j) {
+      const int32_t e = expert_map[ids[t * c.top_k + j]];
+      if (e < 0) continue;
+      for (int64_t i = 0; i < c.inter; ++i) {
+        double g = dot(xr, w13.ref.data() + (e * n1 + i) * c.hidden, c.hidden);
+        double u =
+            gated ? dot(xr, w13.ref.data() + (e * n1 + c.inter + i) * c.hidden, c.hidden) : 0.0;
+        if (c.bias) {
+          g += b13[e * n1 + i];
+          if (gated) u += b13[e * n1 + c.inter + i];
+        }
+        h[i] = round_to<T>(activation(act, g, u));
+      }
+      for (int64_t col = 0; col < c.hidden; ++col) {
+        double y = dot(h.data(), w2.ref.data() + (e * c.hidden + col) * c.inter, c.inter);
+        if (c.bias) y += b2[e * c.hidden + col];
+        sum[col] += weights[t * c.top_k + j] * y;
+      }
+    }
+    for (int64_t col = 0; col < c.hidden; ++col) {
+      ref.push_back(sum[col]);
+      got.push_back(to_f32(out[t * c.hidden + col]));
+      gemm.push_back(to_f32(out_gemm[t * c.hidden + col]));
+    }
+  }
+  if (zero_token) {
+    for (int64_t col = 0; col < c.hidden; ++col) {
+      ASSERT_EQ(got[(tokens - 1) * c.hidden + col], 0.0) << "a token without local experts";
+    }
+  }
+  // The intermediate is rounded to T by both; one ulp apart across a rounding boundary is
+  // possible, so the bounds are those of the existing MLP test.
+  std::string why = compare(got, ref, 1.0 / 64, 1.0 / 64, 1e-2);
+  EXPECT_TRUE(why.empty()) << "decode vs reference: " << why;
+  why = compare(got, gemm, 1.0 / 64, 1.0 / 64, 1e-2);
+  EXPECT_TRUE(why.empty()) << "decode vs the grouped GEMM path: " << why;
+}
+
+std::vector<DecodeCase> decode_cases() {
+  std::vector<DecodeCase> cases;
+  const auto add = [&](Kind kind, int64_t group, bool symmetric, int64_t E, int64_t top_k,
+                       int64_t H, int64_t I, MoEActKind act, bool bias) {
+    DecodeCase c;
+    c.kind = kind;
+    c.group = group;
+    c.symmetric = symmetric;
+    c.experts = E;
+    c.top_k = top_k;
+    c.hidden = H;
+    c.inter = I;
+    c.act = act;
+    c.bias = bias;
+    cases.push_back(c);
+  };
+  // INT4 / INT8: K must be a multiple of the group (I 160 = 5 x 32; channel-wise H 328, 72).
+  add(Kind::kInt4, 128, true, 8, 4, 384, 256, MoEActKind::kSiluGated, false);
+  add(Kind::kInt4, 32, false, 8, 2, 384, 160, MoEActKind::kGelu, true);
+  add(Kind::kInt4, -1, false, 6, 2, 72, 136, MoEActKind::kReluSquared, false);
+  add(Kind::kInt8, -1, false, 8, 2, 328, 136, MoEActKind::kSwigluOai, true);
+  add(Kind::kInt8, 128, true, 8, 4, 256, 384, MoEActKind::kGeluTanhGated, false);
+  add(Kind::kInt8, 32, false, 5, 2, 128, 160, MoEActKind::kSilu, true);
+  // FP4: a partial last scale group is fine (H 72, 328; I 136, 200, 2056).
+  add(Kind::kMxfp4, 32, true, 8, 4, 72, 136, MoEActKind::kSwigluOai, true);
+  add(Kind::kMxfp4, 32, true, 4, 2, 256, 2056, MoEActKind::kSiluGated, false);
+  add(Kind::kNvfp4, 16, true, 8, 2, 328, 136, MoEActKind::kSiluGated, true);
+  add(Kind::kNvfp4, 16, true, 6, 4, 256, 200, MoEActKind::kSilu, false);
+  return cases;
+}
+
+TEST(CudaWna16Decode, MatchesReferenceAndGemmPath) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 7000;
+  for (const DecodeCase& c : decode_cases()) {
+    for (const int64_t tokens : {1, 2, 3, 5, 8, 16}) {
+      check_decode<__nv_bfloat16>(c, tokens, ++seed);
+      check_decode<__half>(c, tokens, ++seed);
+    }
+  }
+}
+
+TEST(CudaWna16Decode, RefusesWhatItCannotTake) {
+  MG_REQUIRE_GPU();
+  std::mt19937 rng(1);
+  const PackedMatrix w13 = make_matrix<__nv_bfloat16>(Kind::kInt4, 2, 256, 128, 128, true, 2, rng);
+  const PackedMatrix w2 = make_matrix<__nv_bfloat16>(Kind::kInt4, 2, 128, 128, 128, true, 1, rng);
+  DeviceBuffer scratch(1 << 16);
+  cuda::Wna16DecodeArgs a;
+  a.x = a.act_scratch = a.out = scratch.as<void>();
+  a.topk_ids = scratch.as<int32_t>();
+  a.topk_weights = scratch.as<float>();
+  a.expert_map = scratch.as<int32_t>();
+  a.w13 = w13.view;
+  a.w2 = w2.view;
+  a.top_k = 2;
+  a.hidden = 128;
+  a.inter = 128;
+  a.num_tokens = cuda::kWna16DecodeMaxTokens + 1;
+  EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, {}, nullptr), Error);
+  a.num_tokens = 1;
+  a.act.kind = MoEActKind::kGelu;  // plain, but w13 is packed in two parts
+  EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, {}, nullptr), Error);
+  a.act.kind = MoEActKind::kSiluGated;
+  a.hidden = 256;  // w13's K steps do not fit
+  EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, {}, nullptr), Error);
+}
+
+// ---- 2. Timing (MG_WNA16_TIMING=1; prints, asserts nothing) ---------------------------------
+
+// Microseconds per replay of `run` captured in a CUDA graph (host launch costs out, as a decode
+// step runs).
+template <typename Run>
+double graph_us(const Run& run) {
+  cudaStream_t stream;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  run(stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  run(stream);
+  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 10; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  cudaEvent_t start, stop;
+  MG_CUDA_CHECK(cudaEventCreate(&start));
+  MG_CUDA_CHECK(cudaEventCreate(&stop));
+  const int iters = 200;
+  MG_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MG_CUDA_CHECK(cudaEventRecord(stop, stream));
+  MG_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  MG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  MG_CUDA_CHECK(cudaEventDestroy(start));
+  MG_CUDA_CHECK(cudaEventDestroy(stop));
+  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MG_CUDA_CHECK(cudaGraphDestroy(graph));
+  MG_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 1000.0 * ms / iters;
+}
+
+// A random packed matrix made on the GPU: uniform words; integer pairs from
+// launch_wna16_random_fill; MXFP4 scale bytes all 120 (2^-7).
+struct RandomMatrix {
+  std::unique_ptr<DeviceBuffer> words, params, scale_bytes;
+  cuda::Wna16Weights view;
+  double bytes_per_expert = 0.0;
+};
+
+RandomMatrix random_matrix(Kind kind, int64_t E, int64_t rows, int64_t cols, int64_t group,
+                           int64_t parts, uint64_t seed) {
+  const bool fp4 = kind == Kind::kMxfp4;
+  const cuda::Wna16PackedHost p =
+      fp4 ? cuda::wna16_layout_e2m1(Wna16Codes::kMxfp4, E, rows, cols, parts)
+          : cuda::wna16_layout(E, rows, cols, kind == Kind::kInt4 ? 4 : 8, group, parts);
+  RandomMatrix m;
+  m.words = std::make_unique<DeviceBuffer>(p.word_count() * 4);
+  m.params = std::make_unique<DeviceBuffer>(std::max<int64_t>(p.param_count() * 4, 16));
+  m.scale_bytes = std::make_unique<DeviceBuffer>(std::max<int64_t>(p.scale_byte_count(), 16));
+  cuda::launch_wna16_random_fill(m.words->as<uint32_t>(), p.word_count(), m.params->as<float>(),
+                                 p.param_count(), p.bits, 0.01f, seed, nullptr);
+  if (fp4) MG_CUDA_CHECK(cudaMemset(m.scale_bytes->as<void>(), 120, p.scale_byte_count()));
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  m.view =
+      cuda::wna16_weights_view(p, m.words->as<uint32_t>(), fp4 ? nullptr : m.params->as<float>(),
+                               fp4 ? m.scale_bytes->as<uint8_t>() : nullptr);
+  m.bytes_per_expert = p.bytes_per_expert();
+  return m;
+}
+
+// The decode path (up + down) against the current path (align -> GEMM1 + act -> GEMM2 ->
+// combine, the GEMM tile the backend picks) with the same routed ids (routing excluded from
+// both), and the floor: the packed bytes of the touched experts at 3.0 TB/s. Run on an H100 with
+//   MG_WNA16_TIMING=1 build/tests/mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'
+TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
+  MG_REQUIRE_GPU();
+  if (std::getenv("MG_WNA16_TIMING") == nullptr) GTEST_SKIP() << "set MG_WNA16_TIMING=1 to time";
+  using T = __nv_bfloat16;
+  struct Shape {
+    const char* name;
+    Kind kind;
+    int64_t group, E, H, I, top_k;
+    MoEActKind act;
+  };
+  for (const Shape& sh :
+       {Shape{"qwen3-30b-a3b", Kind::kInt4, 128, 128, 2048, 768, 8, MoEActKind::kSiluGated},
+        Shape{"gpt-oss-120b", Kind::kMxfp4, 32, 128, 2880, 2880, 4, MoEActKind::kSwigluOai}}) {
+    const RandomMatrix w13 = random_matrix(sh.kind, sh.E, 2 * sh.I, sh.H, sh.group, 2, 11);
+    const RandomMatrix w2 = random_matrix(sh.kind, sh.E, sh.H, sh.I, sh.group, 1, 12);
+    std::mt19937 rng(5);
+    for (const int64_t M : {1, 2, 4, 8, 16}) {
+      const int64_t pairs = M * sh.top_k;
+      std::vector<int32_t> ids(pairs), map(sh.E);
+      std::vector<float> weights(pairs, 1.0f / static_cast<float>(sh.top_k));
+      for (int64_t e = 0; e < sh.E; ++e) map[e] = static_cast<int32_t>(e);
+      std::vector<bool> touched(sh.E, false);
+      for (int64_t t = 0; t < M; ++t) {
+        std::vector<int32_t> perm(sh.E);
+        for (int64_t e = 0; e < sh.E; ++e) perm[e] = static_cast<int32_t>(e);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int64_t j = 0; j < sh.top_k; ++j) {
+          ids[t * sh.top_k + j] = perm[j];
+          touched[perm[j]] = true;
+        }
+      }
+      const int64_t distinct = std::count(touched.begin(), touched.end(), true);
+      std::vector<T> x(M * sh.H);
+      std::uniform_real_distribution<float> xv(-1.0f, 1.0f);
+      for (T& v : x) v = from_f32<T>(xv(rng));
+      const std::unique_ptr<DeviceBuffer> d_x = device_copy(x);
+      auto d_ids = device_copy(ids);
+      auto d_w = device_copy(weights);
+      auto d_map = device_copy(map);
+      DeviceBuffer d_counts(sh.E * 4), d_offsets((sh.E + 1) * 4), d_p2r(pairs * 4),
+          d_r2p(pairs * 4), d_h(cuda::wna16_expert_mlp_scratch_bytes(pairs, sh.I, sizeof(T))),
+          d_y(pairs * sh.H * sizeof(T)), d_out(M * sh.H * sizeof(T));
+      MoEActParams act;
+      act.kind = sh.act;
+      if (sh.act == MoEActKind::kSwigluOai) {
+        act.swiglu_alpha = 1.702f;
+        act.swiglu_limit = 7.0f;
+      }
+
+      cuda::MoEAlignment align;
+      align.expert_counts = d_counts.as<int32_t>();
+      align.expert_offsets = d_offsets.as<int32_t>();
+      align.pair_to_row = d_p2r.as<int32_t>();
+      align.row_to_pair = d_r2p.as<int32_t>();
+      cuda::Wna16ExpertMlpArgs mlp;
+      mlp.x = d_x->as<void>();
+      mlp.row_to_pair = align.row_to_pair;
+      mlp.top_k = sh.top_k;
+      mlp.expert_offsets = align.expert_offsets;
+      mlp.num_experts = sh.E;
+      mlp.max_rows = pairs;
+      mlp.hidden = sh.H;
+      mlp.inter = sh.I;
+      mlp.w13 = w13.view;
+      mlp.w2 = w2.view;
+      mlp.act = act;
+      mlp.h = d_h.as<void>();
+      mlp.out = d_y.as<void>();
+      const cuda::Wna16GemmKernel kernel = cuda::choose_wna16_gemm_kernel(pairs, sh.E);
+      const double gemm_us = graph_us([&](cudaStream_t s) {
+        cuda::launch_moe_align(d_ids->as<int32_t>(), pairs, d_map->as<int32_t>(), sh.E, sh.E, align,
+                               s);
+        cuda::launch_wna16_expert_mlp<T>(mlp, kernel, s);
+        cuda::launch_moe_combine<T>(d_y.as<void>(), align, d_ids->as<int32_t>(), d_w->as<float>(),
+                                    d_map->as<int32_t>(), nullptr, M, sh.top_k, sh.H,
+                                    d_out.as<void>(), s);
+      });
+
+      cuda::Wna16DecodeArgs a;
+      a.x = d_x->as<void>();
+      a.topk_ids = d_ids->as<int32_t>();
+      a.topk_weights = d_w->as<float>();
+      a.expert_map = d_map->as<int32_t>();
+      a.w13 = w13.view;
+      a.w2 = w2.view;
+      a.act_scratch = d_h.as<void>();
+      a.out = d_out.as<void>();
+      a.num_tokens = M;
+      a.top_k = sh.top_k;
+      a.hidden = sh.H;
+      a.inter = sh.I;
+      a.act = act;
+      const double floor_us = distinct * (w13.bytes_per_expert + w2.bytes_per_expert) / 3.0e6;
+      std::cout << fmt::format(
+          "{} {} M {:>2} experts {:>3}: floor {:6.1f} us | grouped GEMM ({}) {:7.1f} us "
+          "({:3.0f}%)\n",
+          sh.name, kind_label(sh.kind), M, distinct, floor_us, cuda::wna16_gemm_kernel_name(kernel),
+          gemm_us, 100.0 * floor_us / gemm_us);
+      // The default tiles, then a few variants for tuning.
+      struct Variant {
+        const char* name;
+        cuda::Wna16DecodeTiles tiles;
+      };
+      std::vector<Variant> variants(6);
+      variants[0].name = "decode default";
+      variants[1].name = "decode slots 32";
+      variants[1].tiles.up_expert_slots = 32;
+      variants[2].name = "decode slots 8";
+      variants[2].tiles.up_expert_slots = 8;
+      variants[3].name = "decode down 2 blocks";
+      variants[3].tiles.down_blocks_per_cta = 2;
+      variants[4].name = "decode down 4 blocks";
+      variants[4].tiles.down_blocks_per_cta = 4;
+      variants[5].name = "decode no evict-first";
+      variants[5].tiles.evict_first = false;
+      for (const Variant& v : variants) {
+        const double us =
+            graph_us([&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(a, v.tiles, s); });
+        std::cout << fmt::format(
+            "    {:<22} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n", v.name, us,
+            100.0 * floor_us / us, gemm_us / us);
+      }
+    }
+  }
+}
+
+#endif  // MG_WITH_CUDA
+
+}  // namespace
+}  // namespace mg
