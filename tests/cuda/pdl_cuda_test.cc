@@ -11,6 +11,7 @@
 // The model: every kernel of the decode step is launched through launch_pdl; logits with PDL on
 // and off are bit for bit the same (prefill and decode, with and without CUDA graphs, MoE models
 // with and without shared experts on the side stream).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -51,6 +52,18 @@ bool device_has_pdl() {
   MG_CUDA_CHECK(cudaGetDevice(&device));
   MG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return major >= 9;
+}
+
+// No GPU needed: the switch's reading of MG_PDL.
+TEST(CudaPdl, MgPdlIsZeroOrOne) {
+  EXPECT_TRUE(cuda::pdl_requested_by(nullptr));
+  EXPECT_TRUE(cuda::pdl_requested_by("1"));
+  EXPECT_FALSE(cuda::pdl_requested_by("0"));
+  for (const char* bad : {"", "2", "on", "off", "00", "1 "}) {
+    EXPECT_THAT([&] { cuda::pdl_requested_by(bad); },
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("MG_PDL: expected 0 or 1")))
+        << "'" << bad << "'";
+  }
 }
 
 constexpr int kRounds = 200;

@@ -12,14 +12,6 @@
 namespace mg::cuda {
 namespace {
 
-bool pdl_from_environment() {
-  const char* text = std::getenv("MG_PDL");
-  if (text == nullptr) return true;
-  const std::string_view value(text);
-  MG_CHECK(value == "0" || value == "1", "MG_PDL: expected 0 or 1, got '{}'", value);
-  return value == "1";
-}
-
 // The devices of a process are one model (as multiprocessor_count assumes): the current device's
 // compute capability, read once.
 bool device_supports_pdl() {
@@ -33,11 +25,18 @@ bool device_supports_pdl() {
 }
 
 std::atomic<bool>& requested() {
-  static std::atomic<bool> value{pdl_from_environment()};
+  static std::atomic<bool> value{pdl_requested_by(std::getenv("MG_PDL"))};
   return value;
 }
 
 }  // namespace
+
+bool pdl_requested_by(const char* mg_pdl_value) {
+  if (mg_pdl_value == nullptr) return true;
+  const std::string_view value(mg_pdl_value);
+  MG_CHECK(value == "0" || value == "1", "MG_PDL: expected 0 or 1, got '{}'", value);
+  return value == "1";
+}
 
 bool pdl_enabled() {
   return requested().load(std::memory_order_relaxed) && device_supports_pdl();

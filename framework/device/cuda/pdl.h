@@ -18,4 +18,8 @@ namespace mg::cuda {
 bool pdl_enabled();
 void set_pdl_enabled(bool enabled);
 
+// What MG_PDL's value asks for: unset (null) or "1" on, "0" off; anything else is an mg::Error
+// naming the variable.
+bool pdl_requested_by(const char* mg_pdl_value);
+
 }  // namespace mg::cuda
