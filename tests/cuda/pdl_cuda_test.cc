@@ -6,7 +6,8 @@
 // memset, through a kernel that reads nothing (rule 2: every kernel waits) and across streams
 // joined by events. That the chains test anything: a consumer that reads before pdl_wait does
 // see stale values with PDL on (so the launches really overlap, in graphs too) and never with
-// MG_PDL off (the switch makes them ordinary launches).
+// MG_PDL off (the switch makes them ordinary launches). That one cannot pass under
+// compute-sanitizer, which runs kernels one after another (tools/gpu_check.sh leaves it out).
 //
 // The model: every kernel of the decode step is launched through launch_pdl; logits with PDL on
 // and off are bit for bit the same (prefill and decode, with and without CUDA graphs, MoE models
