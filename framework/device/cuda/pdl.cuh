@@ -9,8 +9,8 @@
 // of that kernel has called pdl_launch_dependents (or exited); it then waits in pdl_wait until
 // the previous kernel has completed and its writes are visible. Work placed before pdl_wait
 // (block setup, L2 prefetch of weights) overlaps the previous kernel's tail. Inside stream
-// capture the attribute becomes a programmatic edge of the CUDA graph. After a copy, a memset,
-// an event wait or a kernel launched without it (cuBLAS), the launch is an ordinary one.
+// capture the attribute becomes a programmatic edge of the CUDA graph. Copies, memsets, event
+// waits and kernels launched without it (cuBLAS) are waited for as before.
 //
 // THE RULE for a kernel launched with launch_pdl (a past bug: a kernel read its predecessor's
 // output before griddepcontrol.wait; compute-sanitizer's initcheck caught it):
