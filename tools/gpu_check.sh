@@ -9,7 +9,8 @@
 # and `bench e2e` on the bundled MoE model and a Qwen3-30B-A3B-shaped model of
 # MG_GPU_CHECK_QWEN3_LAYERS layers, default 48 (the whole model: a graph-only make-model run with
 # --random-weights, weights made on the GPU), with and without --cuda-graph and with the fuse-ops
-# pass off (--no-fuse) beside on, then its step profile both ways; and `bench gemv` (linear's GEMV
+# pass off (--no-fuse) beside on and with MG_PDL=0 (programmatic dependent launch off), then its
+# step profile both ways; and `bench gemv` (linear's GEMV
 # path against cuBLASLt on the decode step's projections). MG_GPU_CHECK_HF=1 also times
 # transformers' generate on the same model (tools/bench/hf_generate_bench.py; needs torch and
 # transformers on the machine).
@@ -81,9 +82,11 @@ if [ "${MG_GPU_CHECK_TESTS:-1}" = 1 ]; then
     # --kernel-name-exclude kns=nvjet the tool itself failed ("Internal Sanitizer Error").
     # The MoE kernels (routing, alignment, grouped GEMM, decode) share memory between threads too,
     # so racecheck covers their tests; the large-batch test (cuBLAS path, 2048-wide experts) is
-    # left out of both, too slow when every access is checked.
+    # left out of both, too slow when every access is checked. So is the PDL test that asserts
+    # that two launches overlap (a consumer reading before its wait sees stale values): the
+    # sanitizer runs kernels one after another.
     declare -A filters=(
-      [memcheck]="*-CudaAttention.LongContext*:CudaMoE.FusedBackendTakesTheCublasPath*:CudaGroupedGemm.LargeTiles*"
+      [memcheck]="*-CudaAttention.LongContext*:CudaMoE.FusedBackendTakesTheCublasPath*:CudaGroupedGemm.LargeTiles*:CudaPdl.AConsumerThatReadsBeforeWaiting*"
       [racecheck]="CudaOps.Embedding*:CudaOps.RmsNorm*:CudaOps.Rope*:CudaOps.Add*:CudaAttention.PrefillMatchesReference:CudaAttention.Chunked*:MoERoutingCuda.GroupedTopKByHand:MoEAlignCuda.*:CudaGroupedGemm.MatchesReference:DecodeExpertsCuda.HandCheckedTokens:DecodeExpertsCuda.MatchesReference:CudaMoE.SharedExperts*")
     declare -A limits=([memcheck]=200 [racecheck]=150)
     for tool in memcheck racecheck; do
@@ -122,6 +125,11 @@ if [ "${MG_GPU_CHECK_BENCH:-0}" = 1 ]; then
       --decode-tokens 128 $flags 2>&1 |
       sed "s/^/[bench e2e qwen3-shaped $flags] /" | tee -a "$out/summary.txt"
   done
+  # The graph decode again with programmatic dependent launch off (framework/device/cuda/pdl.h):
+  # what the launch overlap between the step's kernels is worth.
+  MG_PDL=0 timeout 200 "$build/moegraph" bench e2e "$qwen3" --random-weights 1 --prompt-tokens 512 \
+    --decode-tokens 128 --cuda-graph 2>&1 |
+    sed "s/^/[bench e2e qwen3-shaped --cuda-graph MG_PDL=0] /" | tee -a "$out/summary.txt"
   # Where a decode step's time goes: device time per op (events) and nodes (kernel launches) per
   # op, and the wall time around it; with the fuse-ops pass on (the default) and off.
   for fuse in "" "--no-fuse"; do

@@ -27,6 +27,7 @@
 #include "framework/core/error.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/moe/cuda/decode_experts_cuda.h"
 #include "ops/moe/cuda/moe_activation_cuda.cuh"
 
@@ -122,20 +123,6 @@ __device__ __forceinline__ void unpack<float>(const uint4& v, float (&f)[4]) {
   f[1] = __uint_as_float(v.y);
   f[2] = __uint_as_float(v.z);
   f[3] = __uint_as_float(v.w);
-}
-
-// Programmatic dependent launch (sm_90): the down kernel is launched while the up kernel's last
-// CTAs run, groups its pairs, and waits here only before it reads act. Without the launch
-// attribute both are no-ops.
-__device__ __forceinline__ void wait_for_previous_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_next_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 
 // The pairs of one launch grouped by local expert, in shared memory.
@@ -302,8 +289,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
   __shared__ PairGroups g;
   extern __shared__ uint4 x_stage[];  // [tokens, hidden] T (stage_all) or [NT, hidden] (stage_x)
 
-  wait_for_previous_grid();  // topk_ids / x come from the kernels before
-  allow_next_grid();
+  // Programmatic dependent launch (pdl.cuh): topk_ids / x come from the kernels before, so
+  // nothing is read before the wait; the expert of the weights to prefetch is not known earlier.
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t n1 = kGated ? 2 * static_cast<int64_t>(p.inter) : p.inter;
   const int unit_begin = static_cast<int>(blockIdx.x) * p.units_per_cta;
   const int unit_end = min(unit_begin + p.units_per_cta, p.inter);
@@ -435,7 +424,11 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
   __shared__ PairGroups g;
   extern __shared__ float partial[];  // [num_pairs, rows_per_cta]
 
-  // topk_ids and expert_map were complete before the up kernel started; act is its output.
+  // The one kernel that reads another kernel's output before pdl_wait (pdl.cuh, rule 3): it is
+  // launched right after the up kernel (launch_chunk), which calls pdl_launch_dependents only
+  // after its own pdl_wait, so the routing kernel that wrote topk_ids had completed before this
+  // kernel could start; nothing writes them since. act is the up kernel's output: read after the
+  // wait below. expert_map is a weight.
   group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
 
   const T* w2 = static_cast<const T*>(p.w2);
@@ -466,7 +459,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
       prefetch_l2(block + offset, static_cast<uint32_t>(min(kPrefetchPiece, block_bytes - offset)));
     }
   }
-  wait_for_previous_grid();
+  pdl_wait();
+  pdl_launch_dependents();  // the next kernel (the residual add + norm) may get resident
   const uint64_t policy = weight_policy(p.evict_first);
 
   // Work items (expert, pair group, row group) dealt round-robin to the warps.
@@ -578,23 +572,6 @@ inline int down_rows_per_cta(const Tiles& tiles, int64_t hidden, int rows_in_gro
   return static_cast<int>((rows + rows_in_group - 1) / rows_in_group * rows_in_group);
 }
 
-template <typename Params>
-void launch_kernel(void (*kernel)(Params), dim3 grid, size_t smem, bool pdl, cudaStream_t stream,
-                   const Params& params) {
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = pdl ? 1 : 0;
-  MG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
-  MG_CUDA_CHECK_LAUNCH();
-}
-
 // The parameters of one chunk of tokens [t0, t0 + tokens).
 template <typename T>
 UpParams up_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int nt,
@@ -651,13 +628,16 @@ DownParams down_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, i
   return p;
 }
 
+// Both kernels go through launch_pdl_if (pdl.cuh): with programmatic dependent launch unless
+// tiles.pdl is off or MG_PDL=0.
 template <typename T, int NT, int UW, int V, bool kGated>
 void launch_up(const UpParams& p, const Tiles& tiles, cudaStream_t stream) {
   const dim3 grid((p.inter + p.units_per_cta - 1) / p.units_per_cta,
                   std::min(p.num_pairs, tiles.up_expert_slots));
   const int64_t rows = p.stage_all ? p.num_pairs / p.top_k : p.stage_x ? NT : 0;
   const size_t smem = static_cast<size_t>(rows * p.hidden) * sizeof(T);
-  launch_kernel(decode_up_kernel<T, NT, UW, V, kGated>, grid, smem, tiles.pdl, stream, p);
+  launch_pdl_if(tiles.pdl, decode_up_kernel<T, NT, UW, V, kGated>, grid, dim3(kThreads), smem,
+                stream, p);
 }
 
 template <typename T, int NT, int R, int V>
@@ -668,7 +648,12 @@ void launch_down(const DownParams& p, const Tiles& tiles, cudaStream_t stream) {
            "decode experts: {} pairs x {} rows per down CTA need {} bytes of shared memory, more "
            "than 48 KB",
            p.num_pairs, p.rows_per_cta, smem);
-  launch_kernel(decode_down_kernel<T, NT, R, V>, grid, smem, tiles.pdl, stream, p);
+  // The down kernel reads topk_ids before its wait, which is sound only right after the up
+  // kernel (decode_down_kernel): alone (Parts::kDownOnly, the timing test) it is an ordinary
+  // launch.
+  const bool after_up = tiles.parts == Tiles::Parts::kBoth;
+  launch_pdl_if(tiles.pdl && after_up, decode_down_kernel<T, NT, R, V>, grid, dim3(kThreads), smem,
+                stream, p);
 }
 
 // The variants. Up: a warp item is one gated unit (gate and up row) or two plain units, of

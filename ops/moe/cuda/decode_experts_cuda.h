@@ -69,7 +69,9 @@ struct DecodeExpertsTiles {
   // Weight loads ask L2 to evict their lines first (each is read once per launch), which keeps
   // the prefetched W2 rows and the activations resident.
   bool evict_first = true;
-  bool pdl = true;  // launch both kernels with programmatic stream serialization
+  // Launch both kernels with programmatic dependent launch (launch_pdl_if, pdl.cuh; MG_PDL=0
+  // turns it off for the whole process).
+  bool pdl = true;
   // Which kernels run: both, or one alone (the timing test times each; alone they compute
   // nothing useful).
   enum class Parts { kBoth, kUpOnly, kDownOnly };

@@ -20,6 +20,7 @@
 #include "framework/core/error.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/moe/cuda/moe_routing_cuda.h"
 
 namespace mg::cuda {
@@ -119,13 +120,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   // Expert held in slot i of this lane (i is a compile-time constant in the unrolled loops).
   auto expert_of = [lane](int i) { return (i / V) * 32 * V + lane * V + i % V; };
 
-  // Programmatic dependent launch (sm_90): a next kernel launched with programmatic stream
-  // serialization (the decode experts' up kernel) may become resident now; it waits for this grid
-  // to complete before it reads ids or weights. A no-op for kernels launched without it. This
-  // kernel itself is launched the ordinary way, so its logits are complete when it starts.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  // Launched with launch_pdl (pdl.cuh): the logits are the router GEMV's output and ids/weights
+  // may still be read by the kernel before. The next kernel (the decode experts' up kernel) may
+  // then become resident; it waits for this grid to complete before it reads ids or weights.
+  pdl_wait();
+  pdl_launch_dependents();
 
   for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
        row < rows; row += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
@@ -316,10 +315,9 @@ void launch_route_chunks(const RouteParams& p, const T* logits, int64_t rows, co
                          int32_t* ids, float* weights, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(T);
   const bool vector_loads = p.num_experts % V == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
-  moe_route_kernel<T, kChunks>
-      <<<grid_stride_blocks(rows, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
-          p, logits, rows, bias, ids, weights, vector_loads);
-  MG_CUDA_CHECK_LAUNCH();
+  launch_pdl(moe_route_kernel<T, kChunks>, dim3(grid_stride_blocks(rows, kWarpsPerBlock)),
+             dim3(kWarpsPerBlock * 32), 0, stream, p, logits, rows, bias, ids, weights,
+             vector_loads);
 }
 
 }  // namespace route_detail

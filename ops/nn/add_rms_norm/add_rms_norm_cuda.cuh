@@ -8,6 +8,7 @@
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/add_rms_norm/add_rms_norm_cuda.h"
 #include "ops/nn/rms_norm/rms_norm_cuda.cuh"
 
@@ -31,6 +32,8 @@ __device__ __forceinline__ float add_row_part(const T* a, const T* b, T* sum, in
 template <typename T>
 __global__ void add_rms_norm_warp_kernel(const T* a, const T* b, const T* w, T* sum, T* y,
                                          int64_t rows, int64_t dim, float scale, float eps) {
+  pdl_wait();  // a and b are the kernels' before (launch_pdl, pdl.cuh)
+  pdl_launch_dependents();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRmsNormWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
@@ -47,6 +50,8 @@ __global__ void __launch_bounds__(kRmsNormBlockThreads)
     add_rms_norm_block_kernel(const T* a, const T* b, const T* w, T* sum, T* y, int64_t dim,
                               float scale, float eps) {
   __shared__ float scratch[32];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t off = static_cast<int64_t>(blockIdx.x) * dim;
   float sum_sq = add_row_part(a + off, b + off, sum + off, dim, scale, threadIdx.x, blockDim.x);
   sum_sq = block_sum(sum_sq, scratch);
@@ -64,15 +69,13 @@ void launch_add_rms_norm(const AddRmsNormArgs& p, cudaStream_t stream) {
   T* y = static_cast<T*>(p.y);
   if (p.dim <= kRmsNormWarpMaxGroup) {
     const int64_t blocks = (p.rows + kRmsNormWarpsPerBlock - 1) / kRmsNormWarpsPerBlock;
-    add_rms_norm_warp_kernel<T>
-        <<<static_cast<unsigned>(blocks), kRmsNormWarpsPerBlock * 32, 0, stream>>>(
-            a, b, w, sum, y, p.rows, p.dim, p.scale, p.eps);
+    launch_pdl(add_rms_norm_warp_kernel<T>, dim3(static_cast<unsigned>(blocks)),
+               dim3(kRmsNormWarpsPerBlock * 32), 0, stream, a, b, w, sum, y, p.rows, p.dim, p.scale,
+               p.eps);
   } else {
-    add_rms_norm_block_kernel<T>
-        <<<static_cast<unsigned>(p.rows), kRmsNormBlockThreads, 0, stream>>>(a, b, w, sum, y, p.dim,
-                                                                             p.scale, p.eps);
+    launch_pdl(add_rms_norm_block_kernel<T>, dim3(static_cast<unsigned>(p.rows)),
+               dim3(kRmsNormBlockThreads), 0, stream, a, b, w, sum, y, p.dim, p.scale, p.eps);
   }
-  MG_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mg::cuda

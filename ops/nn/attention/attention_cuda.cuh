@@ -43,6 +43,7 @@
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/attention/attention_cuda.h"
 
 namespace mg::cuda {
@@ -69,6 +70,8 @@ template <typename T>
 __global__ void kv_cache_write_kernel(const T* k, const T* v, const int32_t* positions, T* k_cache,
                                       T* v_cache, int64_t k_row, int64_t v_row, int64_t max_seq_len,
                                       KvBatch kv) {
+  pdl_wait();  // k, v and positions come from before; attention may still read the cache rows
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int64_t p = positions[t];
   if (p < 0 || p >= max_seq_len) return;
@@ -88,11 +91,10 @@ template <typename T>
 void launch_kv_cache_write(const AttentionDims& dims, const KvCacheWriteArgs& a,
                            cudaStream_t stream) {
   if (a.tokens <= 0) return;
-  kv_cache_write_kernel<T><<<static_cast<unsigned>(a.tokens), 128, 0, stream>>>(
-      static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.positions,
-      static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), dims.kv_heads * dims.head_dim,
-      dims.kv_heads * dims.v_head_dim, a.max_seq_len, a.kv);
-  MG_CUDA_CHECK_LAUNCH();
+  launch_pdl(kv_cache_write_kernel<T>, dim3(static_cast<unsigned>(a.tokens)), dim3(128), 0, stream,
+             static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.positions,
+             static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), dims.kv_heads * dims.head_dim,
+             dims.kv_heads * dims.v_head_dim, a.max_seq_len, a.kv);
 }
 
 template <typename T, int kChunks, int kWarps>
@@ -102,6 +104,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ float warp_max_s[kWarps];
   __shared__ float warp_denom_s[kWarps];
   __shared__ float warp_acc_s[kWarps][kChunks * 32];
+  pdl_wait();  // q, positions and the cache come from before (launch_pdl, pdl.cuh)
+  pdl_launch_dependents();
 
   const int64_t h = blockIdx.x;
   const int64_t t = blockIdx.y;
@@ -197,11 +201,10 @@ template <typename T, int kChunks, int kWarps>
 void launch_attention_warps(const AttentionDims& dims, const AttentionArgs& a,
                             cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(dims.heads), static_cast<unsigned>(a.tokens));
-  attention_kernel<T, kChunks, kWarps><<<grid, kWarps * 32, 0, stream>>>(
-      dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
-      static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks), static_cast<T*>(a.out),
-      a.max_seq_len, a.kv);
-  MG_CUDA_CHECK_LAUNCH();
+  launch_pdl(attention_kernel<T, kChunks, kWarps>, grid, dim3(kWarps * 32), 0, stream, dims,
+             static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
+             static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks),
+             static_cast<T*>(a.out), a.max_seq_len, a.kv);
 }
 
 template <typename T, int kChunks>
@@ -334,6 +337,10 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int64_t left = group - head_tile * kSplitKvMaxHeads;
   const int nh = left < kHeads ? static_cast<int>(left) : kHeads;  // heads of this block
 
+  // Everything below reads what the kernels before wrote (q, the cache rows, the positions, the
+  // counters) or writes what they may still read (the partials): launch_pdl, pdl.cuh.
+  pdl_wait();
+  pdl_launch_dependents();
   // The position, then q of the block's heads (zeros past nh): p is first used after q's loop,
   // so both loads wait on one memory latency; one 16-byte load of q per thread where aligned.
   const int p = __ldg(positions + t);
@@ -643,12 +650,11 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
     MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(shared)));
   }
-  kernel<<<grid, kSplitKvThreads, shared, stream>>>(
-      dims, static_cast<const T*>(a.q), a.positions, static_cast<const T*>(a.k_cache),
-      static_cast<const T*>(a.v_cache), static_cast<const T*>(a.sinks), static_cast<T*>(a.out),
-      a.max_seq_len, a.kv, static_cast<int>(splits), static_cast<int>(head_tiles),
-      static_cast<int>(tile), part_acc, part_stats, a.split_counters);
-  MG_CUDA_CHECK_LAUNCH();
+  launch_pdl(kernel, grid, dim3(kSplitKvThreads), shared, stream, dims, static_cast<const T*>(a.q),
+             a.positions, static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache),
+             static_cast<const T*>(a.sinks), static_cast<T*>(a.out), a.max_seq_len, a.kv,
+             static_cast<int>(splits), static_cast<int>(head_tiles), static_cast<int>(tile),
+             part_acc, part_stats, a.split_counters);
 }
 
 // The split kernel's 16-byte copies and 8/16-byte stores need the caches, the output and the

@@ -4,6 +4,7 @@
 #include "framework/core/error.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/linear/linear_gemv_cuda.h"
 
 namespace mg::cuda {
@@ -99,11 +100,34 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __r
   }
 }
 
+// The start of every GEMV block under programmatic dependent launch (pdl.cuh): the block's
+// weight rows (features_per_block consecutive rows of w, immutable) are asked of L2 while the
+// kernel before may still run, then the block waits for it (x is its output; y may be its input)
+// and lets the next kernel's blocks get resident. Only with 16-byte rows (the bulk prefetch
+// needs 16-byte aligned pieces).
+template <typename T, bool kVector>
+__device__ __forceinline__ void gemv_prefetch_then_wait(const T* __restrict__ w, int64_t in,
+                                                        int64_t out, int warps_per_feature,
+                                                        int64_t block) {
+  if constexpr (kVector) {
+    const int64_t features_per_block = kGemvWarps / warps_per_feature;
+    const int64_t first = block * features_per_block;
+    const int64_t features = out - first < features_per_block ? out - first : features_per_block;
+    if (features > 0) {
+      pdl_prefetch_l2(w + first * in, features * in * static_cast<int64_t>(sizeof(T)),
+                      static_cast<int>(threadIdx.x), kGemvThreads);
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
 template <typename T, typename TOut, int kMaxRows, bool kVector>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const TOut* __restrict__ bias,
                 TOut* __restrict__ y, int rows, int64_t in, int64_t out, float alpha,
                 int warps_per_feature) {
+  gemv_prefetch_then_wait<T, kVector>(w, in, out, warps_per_feature, blockIdx.x);
   gemv_block<T, TOut, kMaxRows, kVector>(x, w, bias, y, rows, in, out, alpha, warps_per_feature,
                                          blockIdx.x);
 }
@@ -128,6 +152,9 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int64_t cuda_block = blockIdx.x;
   int b = 0;  // uniform over the CUDA block: every thread takes the same weight block
   while (b + 1 < blocks.num_blocks && cuda_block >= blocks.first_cuda_block[b + 1]) ++b;
+  gemv_prefetch_then_wait<T, kVector>(w + blocks.first_row[b] * in, in, blocks.out[b],
+                                      blocks.warps_per_feature[b],
+                                      cuda_block - blocks.first_cuda_block[b]);
   gemv_block<T, T, kMaxRows, kVector>(x, w + blocks.first_row[b] * in, blocks.bias[b], blocks.y[b],
                                       rows, in, blocks.out[b], alpha, blocks.warps_per_feature[b],
                                       cuda_block - blocks.first_cuda_block[b]);
@@ -147,16 +174,10 @@ void launch_gemv_rows(const GemvArgs& a, cudaStream_t stream) {
   const TOut* bias = static_cast<const TOut*>(a.bias);
   TOut* y = static_cast<TOut*>(a.y);
   const int rows = static_cast<int>(a.rows);
-  if (vector) {
-    gemv_kernel<T, TOut, kMaxRows, true>
-        <<<static_cast<unsigned>(blocks), kGemvThreads, 0, stream>>>(x, w, bias, y, rows, a.in,
-                                                                     a.out, a.alpha, wpf);
-  } else {
-    gemv_kernel<T, TOut, kMaxRows, false>
-        <<<static_cast<unsigned>(blocks), kGemvThreads, 0, stream>>>(x, w, bias, y, rows, a.in,
-                                                                     a.out, a.alpha, wpf);
-  }
-  MG_CUDA_CHECK_LAUNCH();
+  const auto kernel =
+      vector ? gemv_kernel<T, TOut, kMaxRows, true> : gemv_kernel<T, TOut, kMaxRows, false>;
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, stream, x, w, bias,
+             y, rows, a.in, a.out, a.alpha, wpf);
 }
 
 template <typename T, int kMaxRows>
@@ -188,16 +209,10 @@ void launch_gemv_split_rows(const GemvSplitArgs& a, cudaStream_t stream) {
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.w);
   const int rows = static_cast<int>(a.rows);
-  if (vector) {
-    gemv_split_kernel<T, kMaxRows, true>
-        <<<static_cast<unsigned>(cuda_blocks), kGemvThreads, 0, stream>>>(x, w, rows, a.in, a.alpha,
-                                                                          blocks);
-  } else {
-    gemv_split_kernel<T, kMaxRows, false>
-        <<<static_cast<unsigned>(cuda_blocks), kGemvThreads, 0, stream>>>(x, w, rows, a.in, a.alpha,
-                                                                          blocks);
-  }
-  MG_CUDA_CHECK_LAUNCH();
+  const auto kernel =
+      vector ? gemv_split_kernel<T, kMaxRows, true> : gemv_split_kernel<T, kMaxRows, false>;
+  launch_pdl(kernel, dim3(static_cast<unsigned>(cuda_blocks)), dim3(kGemvThreads), 0, stream, x, w,
+             rows, a.in, a.alpha, blocks);
 }
 
 template <typename T>

@@ -13,7 +13,10 @@
 // 4 F32 elements; scalar loads when the row or a pointer is not 16-byte aligned: odd `in`),
 // accumulating all rows of x at once in fp32 (x is small and stays in L1); when there are few
 // output features (k/v projections), up to 8 warps split one row's `in` (split-K within a block,
-// reduced through shared memory) so the whole GPU has loads in flight.
+// reduced through shared memory) so the whole GPU has loads in flight. Launched with
+// programmatic dependent launch (framework/device/cuda/pdl.cuh): each block asks L2 for its
+// weight rows before it waits for the kernel that wrote x, so its first weight bytes stream
+// during that kernel's tail.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -12,6 +12,7 @@
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/qk_norm_rope/qk_norm_rope_cuda.h"
 #include "ops/nn/rms_norm/rms_norm_cuda.cuh"
 #include "ops/nn/rope/rope_cuda.cuh"
@@ -35,6 +36,8 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   T* head = reinterpret_cast<T*>(smem + a.rotary_dim) + warp * a.head_dim;
   const int64_t t = blockIdx.x;
+  pdl_wait();  // positions, q and k come from before (launch_pdl, pdl.cuh)
+  pdl_launch_dependents();
   rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
   __syncthreads();
 
@@ -72,8 +75,8 @@ void launch_qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
   const int warps = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>({kQkNormRopeMaxWarps, a.q_heads + a.k_heads, fit})));
   const size_t shared = table + static_cast<size_t>(warps) * per_warp;
-  qk_norm_rope_kernel<T><<<static_cast<unsigned>(a.tokens), warps * 32, shared, stream>>>(a);
-  MG_CUDA_CHECK_LAUNCH();
+  launch_pdl(qk_norm_rope_kernel<T>, dim3(static_cast<unsigned>(a.tokens)), dim3(warps * 32),
+             shared, stream, a);
 }
 
 }  // namespace mg::cuda

@@ -7,6 +7,7 @@
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/rms_norm/rms_norm_cuda.h"
 
 namespace mg::cuda {
@@ -41,6 +42,8 @@ __device__ __forceinline__ void rms_norm_store(const T* xs, const T* w, T* ys, i
 template <typename T>
 __global__ void rms_norm_warp_kernel(const T* x, const T* w, T* y, int64_t units, int64_t group,
                                      float eps) {
+  pdl_wait();  // x is the kernel's before (launch_pdl, pdl.cuh)
+  pdl_launch_dependents();
   const int64_t unit = static_cast<int64_t>(blockIdx.x) * kRmsNormWarpsPerBlock + threadIdx.x / 32;
   if (unit >= units) return;
   const int lane = threadIdx.x & 31;
@@ -54,6 +57,8 @@ template <typename T>
 __global__ void __launch_bounds__(kRmsNormBlockThreads)
     rms_norm_block_kernel(const T* x, const T* w, T* y, int64_t group, float eps) {
   __shared__ float scratch[32];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t unit = blockIdx.x;
   const T* xs = x + unit * group;
   const float sum_sq = block_sum(rms_norm_sum_sq(xs, group, threadIdx.x, blockDim.x), scratch);
@@ -70,14 +75,12 @@ void launch_rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
   T* y = static_cast<T*>(a.y);
   if (a.group <= kRmsNormWarpMaxGroup) {
     const int64_t blocks = (units + kRmsNormWarpsPerBlock - 1) / kRmsNormWarpsPerBlock;
-    rms_norm_warp_kernel<T>
-        <<<static_cast<unsigned>(blocks), kRmsNormWarpsPerBlock * 32, 0, stream>>>(x, w, y, units,
-                                                                                   a.group, a.eps);
+    launch_pdl(rms_norm_warp_kernel<T>, dim3(static_cast<unsigned>(blocks)),
+               dim3(kRmsNormWarpsPerBlock * 32), 0, stream, x, w, y, units, a.group, a.eps);
   } else {
-    rms_norm_block_kernel<T><<<static_cast<unsigned>(units), kRmsNormBlockThreads, 0, stream>>>(
-        x, w, y, a.group, a.eps);
+    launch_pdl(rms_norm_block_kernel<T>, dim3(static_cast<unsigned>(units)),
+               dim3(kRmsNormBlockThreads), 0, stream, x, w, y, a.group, a.eps);
   }
-  MG_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mg::cuda

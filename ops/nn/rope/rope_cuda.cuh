@@ -8,6 +8,7 @@
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/rope/rope_cuda.h"
 
 namespace mg::cuda {
@@ -54,6 +55,8 @@ __global__ void rope_kernel(RopeArgs a) {
   float* cos_f = cos_sin;
   float* sin_f = cos_sin + half;
   const int64_t t = blockIdx.x;
+  pdl_wait();  // positions and x come from before (launch_pdl, pdl.cuh)
+  pdl_launch_dependents();
   rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
   __syncthreads();
 
@@ -78,8 +81,8 @@ void launch_rope(const RopeArgs& args, cudaStream_t stream) {
   const int64_t width = args.heads * args.head_dim;
   const int threads = width >= 256 ? 256 : 32 * static_cast<int>((width + 31) / 32);
   const size_t shared = static_cast<size_t>(args.rotary_dim) * sizeof(float);
-  rope_kernel<T><<<static_cast<unsigned>(args.tokens), threads, shared, stream>>>(args);
-  MG_CUDA_CHECK_LAUNCH();
+  launch_pdl(rope_kernel<T>, dim3(static_cast<unsigned>(args.tokens)), dim3(threads), shared,
+             stream, args);
 }
 
 }  // namespace mg::cuda
