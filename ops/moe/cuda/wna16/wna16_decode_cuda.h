@@ -59,11 +59,12 @@ inline constexpr int64_t kWna16DecodeMaxTokens = 16;
 
 // The experts backends (cuda_wna16, cuda_fp4) take the decode path at M <= this many tokens
 // unless a kernel is forced (`:wna16_decode` forces it up to kWna16DecodeMaxTokens,
-// `:wna16_mma16|wna16_mma64` the grouped GEMMs). 8 is the first guess of the issue (the BF16
-// decode path's crossover); re-measure with
+// `:wna16_mma16|wna16_mma64` the grouped GEMMs). Set by the H100 timing
 //   MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'
-// and set it where the decode path stops beating the grouped GEMM.
-inline constexpr int64_t kWna16DecodeThreshold = 8;
+// (session 9): the decode path beats the grouped GEMM at M = 1 on both shapes (qwen3-30b-a3b
+// int4-g128 33.1 vs 37.6 us, gpt-oss-120b MXFP4 91.7 vs 97.3), at M = 2 only on qwen3 int4 (51.6
+// vs 54.5) and not on gpt-oss MXFP4 (176.8 vs 133.6), and loses from M = 4 on.
+inline constexpr int64_t kWna16DecodeThreshold = 1;
 
 // Bytes of act_scratch for M tokens: [M * k, I] T, rounded up to 256.
 inline size_t wna16_decode_scratch_bytes(int64_t tokens, int64_t top_k, int64_t inter,
