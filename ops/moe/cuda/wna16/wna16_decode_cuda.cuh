@@ -54,6 +54,7 @@
 #include "framework/core/error.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/pdl.cuh"
 #include "ops/moe/cuda/decode_experts_cuda.cuh"
 #include "ops/moe/cuda/moe_activation_cuda.cuh"
 #include "ops/moe/cuda/wna16/wna16_decode_cuda.h"
@@ -229,8 +230,10 @@ template <typename T, int Bits, Wna16Codes Codes, bool Gated>
 __global__ void __launch_bounds__(kThreads) wna16_decode_up_kernel(const UpParams p) {
   constexpr int kParts = Gated ? 2 : 1;
   __shared__ decode::PairGroups g;
-  decode::wait_for_previous_grid();  // topk_ids / x come from the kernels before
-  decode::allow_next_grid();
+  // Programmatic dependent launch (framework/device/cuda/pdl.cuh): topk_ids / x come from the
+  // kernels before.
+  pdl_wait();
+  pdl_launch_dependents();
   decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
 
   const int warp = static_cast<int>(threadIdx.x / 32);
@@ -307,9 +310,12 @@ template <typename T, int Bits, Wna16Codes Codes>
 __global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownParams p) {
   __shared__ decode::PairGroups g;
   extern __shared__ float partial[];  // [num_pairs, rows_per_cta]
-  // topk_ids and expert_map were complete before the up kernel started; act is its output.
+  // topk_ids and expert_map were complete before the up kernel triggered this launch (it does so
+  // only after its own pdl_wait: pdl.cuh's one exception, as the BF16 down kernel); act is its
+  // output.
   decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
-  decode::wait_for_previous_grid();
+  pdl_wait();
+  pdl_launch_dependents();  // the next kernel (the residual add + norm) may get resident
 
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -378,18 +384,7 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownP
 template <typename Params>
 void launch_kernel(void (*kernel)(Params), dim3 grid, size_t smem, bool pdl, cudaStream_t stream,
                    const Params& params) {
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = pdl ? 1 : 0;
-  MG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
-  MG_CUDA_CHECK_LAUNCH();
+  launch_pdl_if(pdl, kernel, grid, dim3(kThreads), smem, stream, params);
 }
 
 // "" when `w` holds a [E, parts x rows, cols] matrix the kernels can read, else the reason.
