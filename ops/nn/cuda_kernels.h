@@ -44,6 +44,14 @@ std::unique_ptr<OpKernel> make_linear_int_cuda_kernel(const KernelContext& ctx, 
                                                       float scale, const WeightQuantization& quant);
 // A warning, once per process per reason, that a linear's integer codes are dequantized at build.
 void log_int_dequantize_fallback_once(const std::string& reason);
+// The integer linear's device layout built on the host (ops/nn/linear/int_linear_cuda.h): codes U8
+// [out, row_bytes] shifted to unsigned, params F32 [out, groups, 2] = {s, 2^23 + z}. Host `codes`
+// in the canonical layout; the tests decode it against dequantize_int_cpu.
+struct IntLinearCudaLayout {
+  Tensor codes;
+  Tensor params;
+};
+IntLinearCudaLayout int_linear_cuda_layout(const Tensor& codes, const WeightQuantization& quant);
 std::unique_ptr<OpKernel> make_rope_cuda_kernel(const KernelContext& ctx,
                                                 const proto::RopeParams& params);
 std::unique_ptr<OpKernel> make_attention_cuda_kernel(const KernelContext& ctx,

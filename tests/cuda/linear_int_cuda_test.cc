@@ -9,9 +9,11 @@
 // bits; act-order g_idx and F32 activations keep the dequantize-at-build linear and still match;
 // the weight-only HF fixtures (AWQ, compressed-tensors int4 / int8, GPTQ act-order) on CUDA
 // against the CPU; and a timing of the Qwen3-30B-A3B attention shapes (MG_WNA16_TIMING=1).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -24,6 +26,7 @@
 #include "framework/runtime/session.h"
 #include "tests/cuda/cuda_test_util.h"
 #ifdef MG_WITH_CUDA
+#include "ops/nn/cuda_kernels.h"
 #include "ops/nn/linear/int_linear_cuda.h"
 #include "ops/nn/linear/linear_gemm_cuda.h"
 #endif
@@ -120,6 +123,87 @@ std::vector<float> run_gpu(OpKernel& kernel, const Tensor& x, int64_t out, DType
 double tolerance_of(DType dtype) {
   return dtype == DType::kBF16 ? 1e-2 : 2e-3;
 }
+
+// ---- No GPU needed: the device layout and the refusals ---------------------------------------
+
+// The layout the kernels read, decoded on the host exactly as they do (the float with bits
+// 0x4B000000 | u minus 2^23 + z, times s), equals the CPU's dequantized weight bit for bit.
+TEST(CudaLinearInt, DeviceLayoutDecodesToTheCpuWeights) {
+  struct Case {
+    QuantElement element;
+    int64_t group;
+    bool signed_zero;  // a signed element with zero points (the CPU subtracts them too)
+  };
+  const Case cases[] = {{QuantElement::kInt4, 32, false}, {QuantElement::kUInt4, 128, false},
+                        {QuantElement::kInt8, -1, false}, {QuantElement::kUInt8, 16, false},
+                        {QuantElement::kInt8, 32, true},  {QuantElement::kInt4, 48, true}};
+  uint32_t seed = 1100;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} group {}{}", quant_element_name(c.element), c.group,
+                             c.signed_zero ? " signed zeros" : ""));
+    const int64_t out = 19, in = 97;  // odd in: the last 4-bit byte half empty
+    IntWeight w = random_weight(out, in, c.element, c.group, seed += 3);
+    if (c.signed_zero) {
+      w.quant.zero_point = Tensor::empty_cpu(DType::kF32, w.quant.scale.shape());
+      for (int64_t i = 0; i < w.quant.zero_point.numel(); ++i) {
+        w.quant.zero_point.data<float>()[i] = static_cast<float>(i % 5) - 2.0f;
+      }
+    }
+    const IntLinearCudaLayout layout = int_linear_cuda_layout(w.codes, w.quant);
+    const Tensor want = dequantize_cpu(w.codes, w.quant);
+    const int64_t groups = w.quant.scale.dim(1), gc = w.quant.group.cols_in(in);
+    const int64_t row_bytes = layout.codes.dim(1);
+    const auto* codes = static_cast<const uint8_t*>(layout.codes.raw());
+    const float* params = layout.params.data<float>();
+    const bool four = quant_element_bits(c.element) == 4;
+    int64_t mismatches = 0;
+    for (int64_t r = 0; r < out; ++r) {
+      for (int64_t k = 0; k < in; ++k) {
+        const uint8_t byte = codes[r * row_bytes + (four ? k / 2 : k)];
+        const uint32_t u = four ? (byte >> ((k & 1) * 4)) & 0xFu : byte;
+        const float* sz = params + 2 * (r * groups + k / gc);
+        const float got = (std::bit_cast<float>(0x4B000000u | u) - sz[1]) * sz[0];
+        mismatches += got != want.data<float>()[r * in + k];
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
+TEST(CudaLinearInt, RefusalsNameTheReason) {
+  const auto refusal = [](const IntWeight& w, DType dtype) {
+    const int64_t out = w.quant.logical_shape[0], in = w.quant.logical_shape[1];
+    const proto::Node node = linear_node(false, 1.0f);
+    CompileOptions options;
+    options.device = Device::cuda(0);
+    options.activation_dtype = dtype;
+    const std::vector<std::optional<ValueType>> types = {
+        ValueType{DType::kF32, {kTokens, in}},
+        ValueType{int_codes_dtype(w.quant.element), {out, in}, w.quant.group, w.quant.element},
+        std::nullopt};
+    const std::vector<Tensor> weights = {Tensor(), w.codes, Tensor()};
+    const std::vector<WeightQuantization> quant = {{}, w.quant, {}};
+    const KernelContext ctx{node, options, types, weights, quant};
+    return linear_int_cuda_refusal(ctx, w.quant);
+  };
+  const IntWeight plain = random_weight(40, 256, QuantElement::kUInt4, 128, 1150);
+  EXPECT_EQ(refusal(plain, DType::kBF16), "");
+  EXPECT_EQ(refusal(plain, DType::kF16), "");
+  EXPECT_THAT(refusal(plain, DType::kF32), ::testing::HasSubstr("BF16 and F16 activations"));
+  IntWeight act = plain;
+  act.quant.g_idx = Tensor::empty_cpu(DType::kI32, {1, 256});
+  for (int i = 0; i < 256; ++i) act.quant.g_idx.data<int32_t>()[i] = (i * 7) % 2;
+  EXPECT_THAT(refusal(act, DType::kBF16), ::testing::HasSubstr("act-order g_idx"));
+  IntWeight half_zero = random_weight(40, 256, QuantElement::kUInt4, 128, 1151);
+  half_zero.quant.zero_point = Tensor::empty_cpu(DType::kF32, half_zero.quant.scale.shape());
+  for (int64_t i = 0; i < half_zero.quant.zero_point.numel(); ++i) {
+    half_zero.quant.zero_point.data<float>()[i] = i == 5 ? 7.5f : 8.0f;
+  }
+  EXPECT_THAT(refusal(half_zero, DType::kBF16),
+              ::testing::HasSubstr("zero point 7.5 is not an integer (group 1 of row 2)"));
+}
+
+// ---- On the GPU ------------------------------------------------------------------------------
 
 constexpr int64_t kRowCounts[] = {1, 2, 3, 8, 9, 64, 300};
 

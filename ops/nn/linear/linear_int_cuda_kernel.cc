@@ -54,6 +54,36 @@ float effective_zero(const WeightQuantization& quant, const float* zero, int64_t
   return zero != nullptr ? zero[i] : mid;
 }
 
+}  // namespace
+
+IntLinearCudaLayout int_linear_cuda_layout(const Tensor& codes, const WeightQuantization& quant) {
+  MG_ASSERT(codes.device().is_cpu() && quant.is_integer() && quant.logical_shape.size() == 2 &&
+                codes.shape() == int_codes_shape(quant.element, quant.logical_shape),
+            "int linear layout: {} codes {} for logical {}", quant_element_name(quant.element),
+            codes.str(), shape_str(quant.logical_shape));
+  const int64_t out = quant.logical_shape[0], groups = quant.scale.dim(1);
+  const int bits = quant_element_bits(quant.element);
+  IntLinearCudaLayout layout;
+  // Codes: the canonical rows with the top bit of every signed code flipped (q -> q + 2^(b-1)).
+  layout.codes = Tensor::empty_cpu(DType::kU8, codes.shape());
+  const auto* src = static_cast<const uint8_t*>(codes.raw());
+  auto* dst = static_cast<uint8_t*>(layout.codes.raw());
+  const uint8_t flip = !quant_element_signed(quant.element) ? 0x00 : (bits == 4 ? 0x88 : 0x80);
+  for (int64_t i = 0; i < codes.numel(); ++i) dst[i] = src[i] ^ flip;
+  // {s, 2^23 + z} per row and group.
+  layout.params = Tensor::empty_cpu(DType::kF32, {out, groups, 2});
+  const float* scale = quant.scale.data<float>();
+  const float* zero = quant.zero_point.defined() ? quant.zero_point.data<float>() : nullptr;
+  float* params = layout.params.data<float>();
+  for (int64_t i = 0; i < out * groups; ++i) {
+    params[2 * i] = scale[i];
+    params[2 * i + 1] = 8388608.0f + effective_zero(quant, zero, i);
+  }
+  return layout;
+}
+
+namespace {
+
 class LinearIntCudaKernel final : public OpKernel {
  public:
   LinearIntCudaKernel(const KernelContext& ctx, DType dtype, const WeightQuantization& quant,
@@ -67,25 +97,9 @@ class LinearIntCudaKernel final : public OpKernel {
     const int64_t out = quant.logical_shape[0], in = quant.logical_shape[1];
     const int bits = quant_element_bits(quant.element);
     const int64_t groups = quant.scale.dim(1);
-
-    // Codes: the canonical rows with the top bit of every signed code flipped (q -> q + 2^(b-1)).
-    Tensor codes = Tensor::empty_cpu(DType::kU8, ctx.weights[1].shape());
-    const Tensor src = to_host(ctx.weights[1]);
-    const auto* s = static_cast<const uint8_t*>(src.raw());
-    auto* d = static_cast<uint8_t*>(codes.raw());
-    const uint8_t flip = !quant_element_signed(quant.element) ? 0x00 : (bits == 4 ? 0x88 : 0x80);
-    for (int64_t i = 0; i < codes.numel(); ++i) d[i] = s[i] ^ flip;
-    codes_ = to_device(codes, device);
-
-    // {s, 2^23 + z} per row and group.
-    Tensor params = Tensor::empty_cpu(DType::kF32, {out, groups, 2});
-    const float* sc = quant.scale.data<float>();
-    const float* zero = quant.zero_point.defined() ? quant.zero_point.data<float>() : nullptr;
-    for (int64_t i = 0; i < out * groups; ++i) {
-      params.data<float>()[2 * i] = sc[i];
-      params.data<float>()[2 * i + 1] = 8388608.0f + effective_zero(quant, zero, i);
-    }
-    params_ = to_device(params, device);
+    const IntLinearCudaLayout layout = int_linear_cuda_layout(to_host(ctx.weights[1]), quant);
+    codes_ = to_device(layout.codes, device);
+    params_ = to_device(layout.params, device);
 
     if (has_bias) {
       // bias * scale, rounded once to the compute dtype (as the BF16 linear's epilogue bias).
