@@ -34,6 +34,24 @@ std::unique_ptr<OpKernel> make_linear_fp8_cuda_kernel(const KernelContext& ctx, 
                                                       float scale, const WeightQuantization& quant);
 // A warning, once per process per (op, reason), that FP8 weights run W8A16 on CUDA.
 void log_fp8_w8a16_fallback_once(std::string_view op, const std::string& reason);
+// Weight-only integer codes (ctx.weights[1], canonical INT4 / INT8 layout of
+// framework/core/int_quant.h) with `quant`, kept packed on the GPU: a GEMV that dequantizes in
+// registers up to kIntGemvMaxRows rows, dequantize-into-workspace + cuBLASLt above
+// (linear_int_cuda_kernel.cc). linear_int_cuda_refusal says first why it cannot ("" when it can:
+// BF16/F16 activations, groups that are runs of columns (no act-order g_idx), integer zeros).
+std::string linear_int_cuda_refusal(const KernelContext& ctx, const WeightQuantization& quant);
+std::unique_ptr<OpKernel> make_linear_int_cuda_kernel(const KernelContext& ctx, bool has_bias,
+                                                      float scale, const WeightQuantization& quant);
+// A warning, once per process per reason, that a linear's integer codes are dequantized at build.
+void log_int_dequantize_fallback_once(const std::string& reason);
+// The integer linear's device layout built on the host (ops/nn/linear/int_linear_cuda.h): codes U8
+// [out, row_bytes] shifted to unsigned, params F32 [out, groups, 2] = {s, 2^23 + z}. Host `codes`
+// in the canonical layout; the tests decode it against dequantize_int_cpu.
+struct IntLinearCudaLayout {
+  Tensor codes;
+  Tensor params;
+};
+IntLinearCudaLayout int_linear_cuda_layout(const Tensor& codes, const WeightQuantization& quant);
 std::unique_ptr<OpKernel> make_rope_cuda_kernel(const KernelContext& ctx,
                                                 const proto::RopeParams& params);
 std::unique_ptr<OpKernel> make_attention_cuda_kernel(const KernelContext& ctx,

@@ -5,9 +5,12 @@
 // (W8A8, as HF's FP8Linear; or with the checkpoint's static scale); CUDA runs W8A8 on cuBLASLt's
 // FP8 GEMM (linear_fp8_cuda_kernel.cc) and, where that refuses the size or dtype, dequantizes the
 // weight once at build (W8A16, logged once).
-// Weight-only integer codes (INT4 / INT8) run through cpu_int_gemm_xwt on the CPU and are
-// dequantized once at build on CUDA, like FP8's W8A16. FP4 E2M1 codes (NVFP4 / MXFP4 dense
-// layers) likewise: cpu_fp4_gemm_xwt on the CPU, dequantized once at build on CUDA.
+// Weight-only integer codes (INT4 / INT8: GPTQ, AWQ, compressed-tensors dense layers) run through
+// cpu_int_gemm_xwt on the CPU; on CUDA they stay packed (linear_int_cuda_kernel.cc: a GEMV that
+// dequantizes in registers up to 8 rows, the weight dequantized into the workspace for cuBLASLt
+// above) with BF16/F16 activations, and are dequantized once at build, logged once with the
+// reason, for F32 activations, act-order g_idx and non-integer zero points. FP4 E2M1 codes
+// (NVFP4 / MXFP4 dense layers): cpu_fp4_gemm_xwt on the CPU, dequantized once at build on CUDA.
 // With LinearParams.output_features (unquantized weights only: what the fuse-ops pass writes for
 // a layer's q/k/v projections, linear_fusion.cc) the node has one output per row block of the
 // weight; each device computes every block exactly as a linear of that block alone would.
@@ -286,6 +289,11 @@ class LinearOp final : public OpDef {
         const std::string why = linear_fp8_cuda_refusal(ctx, quant);
         if (why.empty()) return make_linear_fp8_cuda_kernel(ctx, p.has_bias(), scale, quant);
         log_fp8_w8a16_fallback_once("linear", why);
+      }
+      if (quant.is_integer()) {
+        const std::string why = linear_int_cuda_refusal(ctx, quant);
+        if (why.empty()) return make_linear_int_cuda_kernel(ctx, p.has_bias(), scale, quant);
+        log_int_dequantize_fallback_once(why);
       }
       const Tensor dequantized =
           cast_cpu(dequantize_cpu(ctx.weights[1], quant), activation_dtype_of(ctx.options));
