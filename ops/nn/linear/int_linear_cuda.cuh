@@ -215,8 +215,7 @@ template <typename T, int kBits>
 void launch_int_gemv_bits(const IntLinearWeights& w, const IntGemvArgs& a, cudaStream_t stream) {
   if (a.rows == 1) return launch_int_gemv_rows<T, kBits, 1>(w, a, stream);
   if (a.rows == 2) return launch_int_gemv_rows<T, kBits, 2>(w, a, stream);
-  if (a.rows <= 4) return launch_int_gemv_rows<T, kBits, 4>(w, a, stream);
-  return launch_int_gemv_rows<T, kBits, 8>(w, a, stream);
+  return launch_int_gemv_rows<T, kBits, 4>(w, a, stream);  // 3 or 4 (kIntGemvMaxRows)
 }
 
 template <typename T>

@@ -27,7 +27,11 @@ namespace mg::cuda {
 // Rows of x up to which the linear takes the GEMV (decode steps); above it the dequantize + GEMM
 // path. Both kernels read the weight once per call, the GEMV 0.5 (INT4) or 1 (INT8) byte per
 // element, the dequantize path that plus the activation-dtype copy written and read again.
-constexpr int64_t kIntGemvMaxRows = 8;
+// 4: the H100 timing (MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaLinearInt.Timing*',
+// session 9, int4 g128 on Qwen3-30B-A3B's qkv 5120x2048 / o 2048x4096) timed the GEMV at
+// 6.85 / 5.86 us at 1 row (BF16 linear 6.95 / 6.66), 15.08 / 10.25 at 4, but 34-38 us at 5-8 rows,
+// where its 8-row variant needs ~230 registers a thread (one block per SM).
+constexpr int64_t kIntGemvMaxRows = 4;
 
 struct IntLinearWeights {
   const uint8_t* codes = nullptr;  // [out, row_bytes], unsigned codes (above)

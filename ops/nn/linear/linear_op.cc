@@ -7,7 +7,7 @@
 // weight once at build (W8A16, logged once).
 // Weight-only integer codes (INT4 / INT8: GPTQ, AWQ, compressed-tensors dense layers) run through
 // cpu_int_gemm_xwt on the CPU; on CUDA they stay packed (linear_int_cuda_kernel.cc: a GEMV that
-// dequantizes in registers up to 8 rows, the weight dequantized into the workspace for cuBLASLt
+// dequantizes in registers up to 4 rows, the weight dequantized into the workspace for cuBLASLt
 // above) with BF16/F16 activations, and are dequantized once at build, logged once with the
 // reason, for F32 activations, act-order g_idx and non-integer zero points. FP4 E2M1 codes
 // (NVFP4 / MXFP4 dense layers): cpu_fp4_gemm_xwt on the CPU, dequantized once at build on CUDA.
