@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -121,6 +122,38 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
 };
+
+// Runs `launch(stream)` on a fresh stream, then again captured in a CUDA graph and replayed, `out`
+// poisoned (0xff bytes) before each; the replay must reproduce the eager output bit for bit.
+// Returns the eager bytes.
+template <typename Launch>
+std::vector<uint8_t> run_eager_and_graph(const Launch& launch, const DeviceBuffer& out,
+                                         size_t out_bytes) {
+  cudaStream_t stream;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
+  launch(stream);
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint8_t> eager(out_bytes), replay(out_bytes);
+  out.download(eager.data(), out_bytes);
+
+  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launch(stream);
+  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.download(replay.data(), out_bytes);
+  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MG_CUDA_CHECK(cudaGraphDestroy(graph));
+  MG_CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_TRUE(eager == replay) << "the graph replay differs from the eager run";
+  return eager;
+}
 
 // A host tensor on the GPU: floats cast to `dtype`, anything else (I32 ids) as it is.
 inline Tensor upload(const Tensor& host, DType dtype, Stream* stream) {

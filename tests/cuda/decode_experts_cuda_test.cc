@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/moe_kernel_test_util.h"
 #include "tests/testing/test_util.h"
 #ifdef MG_WITH_CUDA
 #include <cuda_bf16.h>
@@ -34,39 +35,13 @@ using cuda::MoEActKind;
 using testing::cuda_dtypes;
 using testing::DeviceBuffer;
 using testing::DtypeTolerance;
+using testing::reference_activation;
 using testing::round_through;
 
 constexpr MoEActKind kAllKinds[] = {MoEActKind::kSiluGated,     MoEActKind::kGeluGated,
                                     MoEActKind::kGeluTanhGated, MoEActKind::kSwigluOai,
                                     MoEActKind::kReluSquared,   MoEActKind::kSilu,
                                     MoEActKind::kGelu};
-
-// The activations in fp64, same formulas as ops/moe/cuda/moe_activation_cuda.cuh.
-double activation(const cuda::MoEActParams& p, double g, double u) {
-  const auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
-  const auto gelu = [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); };
-  switch (p.kind) {
-    case MoEActKind::kSiluGated:
-      return silu(g) * u;
-    case MoEActKind::kGeluGated:
-      return gelu(g) * u;
-    case MoEActKind::kGeluTanhGated:
-      return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
-    case MoEActKind::kSwigluOai: {
-      const double limit = p.swiglu_limit;
-      g = std::min(g, limit);
-      u = std::clamp(u, -limit, limit);
-      return (u + 1.0) * g / (1.0 + std::exp(-static_cast<double>(p.swiglu_alpha) * g));
-    }
-    case MoEActKind::kReluSquared:
-      return g > 0.0 ? g * g : 0.0;
-    case MoEActKind::kSilu:
-      return silu(g);
-    case MoEActKind::kGelu:
-      return gelu(g);
-  }
-  return 0.0;
-}
 
 // One decode-experts problem on the host (F32 values already rounded through the dtype).
 struct Problem {
@@ -110,7 +85,7 @@ std::vector<float> reference(const Problem& p) {
           g += p.b13.data<float>()[e * N1 + i];
           if (gated) u += p.b13.data<float>()[e * N1 + I + i];
         }
-        a[i] = activation(p.act, g, u);
+        a[i] = reference_activation(p.act, g, u);
       }
       for (int64_t h = 0; h < H; ++h) {
         double y = 0.0;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/moe_kernel_test_util.h"
 
 #ifdef MG_WITH_CUDA
 #include <cuda_bf16.h>
@@ -51,7 +52,11 @@ namespace {
 using cuda::MoEActKind;
 using cuda::MoEActParams;
 using cuda::Wna16Codes;
+using testing::compare_bounded;
+using testing::device_copy;
 using testing::DeviceBuffer;
+using testing::reference_activation;
+using testing::run_eager_and_graph;
 
 float to_f32(__half x) {
   return __half2float(x);
@@ -70,64 +75,6 @@ T from_f32(float x) {
 template <typename T>
 float round_to(double x) {
   return to_f32(from_f32<T>(static_cast<float>(x)));
-}
-
-double activation(const MoEActParams& p, double g, double u) {
-  const auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
-  const auto gelu = [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); };
-  switch (p.kind) {
-    case MoEActKind::kSiluGated:
-      return g * sigmoid(g) * u;
-    case MoEActKind::kGeluGated:
-      return gelu(g) * u;
-    case MoEActKind::kGeluTanhGated:
-      return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
-    case MoEActKind::kSwigluOai: {
-      g = std::min<double>(g, p.swiglu_limit);
-      u = std::clamp<double>(u, -p.swiglu_limit, p.swiglu_limit);
-      return (u + 1.0) * g * sigmoid(p.swiglu_alpha * g);
-    }
-    case MoEActKind::kReluSquared:
-      return g > 0.0 ? g * g : 0.0;
-    case MoEActKind::kSilu:
-      return g * sigmoid(g);
-    case MoEActKind::kGelu:
-      return gelu(g);
-  }
-  return 0.0;
-}
-
-template <typename V>
-std::unique_ptr<DeviceBuffer> device_copy(const std::vector<V>& v) {
-  auto d = std::make_unique<DeviceBuffer>(std::max<size_t>(v.size() * sizeof(V), 16));
-  if (!v.empty()) d->upload(v.data(), v.size() * sizeof(V));
-  return d;
-}
-
-// |got - ref| <= rel |ref| + abs_frac rms(ref) elementwise and the normalised L2 error; "" or why.
-std::string compare(const std::vector<double>& got, const std::vector<double>& ref, double rel,
-                    double abs_frac, double l2_limit) {
-  double ref2 = 0.0, err2 = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    ref2 += ref[i] * ref[i];
-    err2 += (got[i] - ref[i]) * (got[i] - ref[i]);
-  }
-  if (ref.empty()) return "";
-  const double rms = std::sqrt(ref2 / static_cast<double>(ref.size()));
-  int bad = 0;
-  std::string first;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double err = std::fabs(got[i] - ref[i]);
-    if (!(err <= rel * std::fabs(ref[i]) + abs_frac * rms)) {
-      if (bad++ == 0) first = fmt::format("element {}: got {} want {}", i, got[i], ref[i]);
-    }
-  }
-  const double l2 = ref2 == 0.0 ? std::sqrt(err2) : std::sqrt(err2 / ref2);
-  if (bad > 0 || !(l2 < l2_limit)) {
-    return fmt::format("{} of {} elements out of bounds (first: {}), normalised L2 {} (limit {})",
-                       bad, ref.size(), first, l2, l2_limit);
-  }
-  return "";
 }
 
 // ---- Packed matrices of every code kind ------------------------------------------------------
@@ -220,37 +167,6 @@ double dot(const float* x, const float* w, int64_t k) {
   double s = 0.0;
   for (int64_t i = 0; i < k; ++i) s += static_cast<double>(x[i]) * w[i];
   return s;
-}
-
-// Runs `launch` on a fresh stream eagerly and replayed from a CUDA graph (out set to 0xff bytes
-// before each), expects both to agree bit for bit, and returns the eager bytes.
-template <typename Launch>
-std::vector<uint8_t> run_eager_and_graph(const Launch& launch, const DeviceBuffer& out,
-                                         size_t out_bytes) {
-  cudaStream_t stream;
-  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
-  launch(stream);
-  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<uint8_t> eager(out_bytes), replay(out_bytes);
-  out.download(eager.data(), out_bytes);
-
-  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
-  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch(stream);
-  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  out.download(replay.data(), out_bytes);
-  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MG_CUDA_CHECK(cudaGraphDestroy(graph));
-  MG_CUDA_CHECK(cudaStreamDestroy(stream));
-  EXPECT_TRUE(eager == replay) << "the graph replay differs from the eager run";
-  return eager;
 }
 
 // ---- 1. The decode kernels against the reference and the grouped GEMM path --------------------
@@ -411,7 +327,7 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed) {
           g += b13[e * n1 + i];
           if (gated) u += b13[e * n1 + c.inter + i];
         }
-        h[i] = round_to<T>(activation(act, g, u));
+        h[i] = round_to<T>(reference_activation(act, g, u));
       }
       for (int64_t col = 0; col < c.hidden; ++col) {
         double y = dot(h.data(), w2.ref.data() + (e * c.hidden + col) * c.inter, c.inter);
@@ -432,9 +348,9 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed) {
   }
   // The intermediate is rounded to T by both; one ulp apart across a rounding boundary is
   // possible, so the bounds are those of the existing MLP test.
-  std::string why = compare(got, ref, 1.0 / 64, 1.0 / 64, 1e-2);
+  std::string why = compare_bounded(got, ref, 1.0 / 64, 1.0 / 64, 1e-2);
   EXPECT_TRUE(why.empty()) << "decode vs reference: " << why;
-  why = compare(got, gemm, 1.0 / 64, 1.0 / 64, 1e-2);
+  why = compare_bounded(got, gemm, 1.0 / 64, 1.0 / 64, 1e-2);
   EXPECT_TRUE(why.empty()) << "decode vs the grouped GEMM path: " << why;
 }
 

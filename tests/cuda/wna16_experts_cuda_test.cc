@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/moe_kernel_test_util.h"
 
 #ifdef MG_WITH_CUDA
 #include <cuda_bf16.h>
@@ -50,7 +51,11 @@ using cuda::GroupedEpilogue;
 using cuda::MoEActKind;
 using cuda::MoEActParams;
 using cuda::Wna16GemmKernel;
+using testing::compare_bounded;
+using testing::device_copy;
 using testing::DeviceBuffer;
+using testing::reference_activation;
+using testing::run_eager_and_graph;
 
 // ---- Host values ---------------------------------------------------------------------------
 
@@ -84,31 +89,6 @@ void for_each_dtype(const F& f) {
   }
 }
 
-double activation(const MoEActParams& p, double g, double u) {
-  const auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
-  const auto gelu = [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); };
-  switch (p.kind) {
-    case MoEActKind::kSiluGated:
-      return g * sigmoid(g) * u;
-    case MoEActKind::kGeluGated:
-      return gelu(g) * u;
-    case MoEActKind::kGeluTanhGated:
-      return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
-    case MoEActKind::kSwigluOai: {
-      g = std::min<double>(g, p.swiglu_limit);
-      u = std::clamp<double>(u, -p.swiglu_limit, p.swiglu_limit);
-      return (u + 1.0) * g * sigmoid(p.swiglu_alpha * g);
-    }
-    case MoEActKind::kReluSquared:
-      return g > 0.0 ? g * g : 0.0;
-    case MoEActKind::kSilu:
-      return g * sigmoid(g);
-    case MoEActKind::kGelu:
-      return gelu(g);
-  }
-  return 0.0;
-}
-
 template <typename T>
 std::vector<float> random_activations(int64_t rows, int64_t k, float range, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-range, range);
@@ -122,39 +102,6 @@ std::vector<T> to_dtype(const std::vector<float>& x) {
   std::vector<T> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = from_f32<T>(x[i]);
   return out;
-}
-
-template <typename V>
-std::unique_ptr<DeviceBuffer> device_copy(const std::vector<V>& v) {
-  auto d = std::make_unique<DeviceBuffer>(v.size() * sizeof(V));
-  d->upload(v.data(), v.size() * sizeof(V));
-  return d;
-}
-
-// |got - ref| <= rel |ref| + abs_frac rms(ref) elementwise and the normalised L2 error; "" or why.
-std::string compare(const std::vector<double>& got, const std::vector<double>& ref, double rel,
-                    double abs_frac, double l2_limit) {
-  double ref2 = 0.0, err2 = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    ref2 += ref[i] * ref[i];
-    err2 += (got[i] - ref[i]) * (got[i] - ref[i]);
-  }
-  if (ref.empty()) return "";
-  const double rms = std::sqrt(ref2 / static_cast<double>(ref.size()));
-  int bad = 0;
-  std::string first;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double err = std::fabs(got[i] - ref[i]);
-    if (!(err <= rel * std::fabs(ref[i]) + abs_frac * rms)) {
-      if (bad++ == 0) first = fmt::format("element {}: got {} want {}", i, got[i], ref[i]);
-    }
-  }
-  const double l2 = ref2 == 0.0 ? std::sqrt(err2) : std::sqrt(err2 / ref2);
-  if (bad > 0 || !(l2 < l2_limit)) {
-    return fmt::format("{} of {} elements out of bounds (first: {}), normalised L2 {} (limit {})",
-                       bad, ref.size(), first, l2, l2_limit);
-  }
-  return "";
 }
 
 template <typename T>
@@ -403,12 +350,13 @@ void check_gemm(const GemmCase& c, Wna16GemmKernel kernel, uint32_t seed) {
       }
       MoEActParams act;
       act.kind = c.kind;
-      ref.push_back(c.epilogue == GroupedEpilogue::kBias ? g : activation(act, g, u));
+      ref.push_back(c.epilogue == GroupedEpilogue::kBias ? g : reference_activation(act, g, u));
       got.push_back(to_f32(out[row * c.n + col]));
     }
   }
   EXPECT_TRUE(untouched) << "a row outside the experts' rows was written";
-  const std::string why = compare(got, ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2);
+  const std::string why =
+      compare_bounded(got, ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2);
   EXPECT_TRUE(why.empty()) << why;
 }
 
@@ -472,35 +420,6 @@ TEST(CudaWna16Experts, GroupedGemmEveryKernelMatchesReference) {
 }
 
 // ---- 3. Expert MLP: align -> GEMM1 + act -> GEMM2 -> combine -------------------------------
-
-template <typename Launch>
-std::vector<uint8_t> run_eager_and_graph(const Launch& launch, const DeviceBuffer& out,
-                                         size_t out_bytes) {
-  cudaStream_t stream;
-  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
-  launch(stream);
-  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<uint8_t> eager(out_bytes), replay(out_bytes);
-  out.download(eager.data(), out_bytes);
-
-  MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
-  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch(stream);
-  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  out.download(replay.data(), out_bytes);
-  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MG_CUDA_CHECK(cudaGraphDestroy(graph));
-  MG_CUDA_CHECK(cudaStreamDestroy(stream));
-  EXPECT_TRUE(eager == replay) << "the graph replay differs from the eager run";
-  return eager;
-}
 
 struct MlpCase {
   int64_t tokens = 1, top_k = 2, experts = 5, hidden = 256, inter = 128;
@@ -616,7 +535,7 @@ void check_mlp(const MlpCase& c, Wna16GemmKernel kernel, uint32_t seed) {
           g += b13[e * n1 + i];
           if (gated) u += b13[e * n1 + c.inter + i];
         }
-        h[i] = round_to<T>(activation(act, g, u));
+        h[i] = round_to<T>(reference_activation(act, g, u));
       }
       for (int64_t col = 0; col < c.hidden; ++col) {
         double y = dot(h.data(), w2.ref.data() + (e * c.hidden + col) * c.inter, c.inter);
@@ -636,7 +555,7 @@ void check_mlp(const MlpCase& c, Wna16GemmKernel kernel, uint32_t seed) {
   }
   // The intermediate h is rounded to T by both; one ulp apart across a rounding boundary is
   // possible, so the bounds are looser than one GEMM's (as the FP8 MLP test's).
-  const std::string why = compare(got, ref, 1.0 / 64, 1.0 / 64, 1e-2);
+  const std::string why = compare_bounded(got, ref, 1.0 / 64, 1.0 / 64, 1e-2);
   EXPECT_TRUE(why.empty()) << why;
 }
 
@@ -815,11 +734,12 @@ TEST(CudaWna16Experts, RandomFillRunsThroughTheGemm) {
         for (int64_t col = 0; col < n; ++col) {
           const double g = dot(x.data() + row * K, w.data() + (e * 2 * n + col) * K, K);
           const double u = dot(x.data() + row * K, w.data() + (e * 2 * n + n + col) * K, K);
-          ref.push_back(activation(args.act, g, u));
+          ref.push_back(reference_activation(args.act, g, u));
           got.push_back(to_f32(out[row * n + col]));
         }
       }
-      const std::string why = compare(got, ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2);
+      const std::string why =
+          compare_bounded(got, ref, Bounds<T>::kRel, Bounds<T>::kAbs, Bounds<T>::kL2);
       EXPECT_TRUE(why.empty()) << why;
     }
   }
