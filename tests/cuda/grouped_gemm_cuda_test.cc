@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/moe_kernel_test_util.h"
 
 #ifdef MG_WITH_CUDA
 #include <cuda_bf16.h>
@@ -38,6 +39,7 @@ using cuda::MoEActKind;
 using cuda::MoEActParams;
 
 using testing::DeviceBuffer;
+using testing::reference_activation;
 
 // Host element conversions of the three dtypes (round to nearest even).
 float to_f32(float x) {
@@ -58,32 +60,6 @@ T from_f32(float x) {
   } else {
     return x;
   }
-}
-
-// The activations of ops/nn/activation.h in fp64.
-double reference_activation(const MoEActParams& p, double g, double u) {
-  const auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
-  const auto gelu = [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); };
-  switch (p.kind) {
-    case MoEActKind::kSiluGated:
-      return g * sigmoid(g) * u;
-    case MoEActKind::kGeluGated:
-      return gelu(g) * u;
-    case MoEActKind::kGeluTanhGated:
-      return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
-    case MoEActKind::kSwigluOai: {
-      g = std::min<double>(g, p.swiglu_limit);
-      u = std::clamp<double>(u, -p.swiglu_limit, p.swiglu_limit);
-      return (u + 1.0) * g * sigmoid(p.swiglu_alpha * g);
-    }
-    case MoEActKind::kReluSquared:
-      return g > 0.0 ? g * g : 0.0;
-    case MoEActKind::kSilu:
-      return g * sigmoid(g);
-    case MoEActKind::kGelu:
-      return gelu(g);
-  }
-  return 0.0;
 }
 
 struct GemmCase {
