@@ -38,16 +38,9 @@ int add_value(ExecutionPlan& plan, const Graph& graph, const std::string& name) 
   return static_cast<int>(plan.values.size()) - 1;
 }
 
-Tensor to_device(const Tensor& host, Device device) {
-  if (device.is_cpu()) return host;
-  Tensor out = empty_tensor(device, host.dtype(), host.shape());
-  copy_tensor(out, host);
-  return out;
-}
-
 // `raw` (host, or already on `device` for large random weights) as `dtype` on `device`.
 Tensor place_for_compute(const Tensor& raw, DType dtype, Device device) {
-  if (raw.device().is_cpu()) return to_device(cast_cpu(raw, dtype), device);
+  if (raw.device().is_cpu()) return to_device_tensor(cast_cpu(raw, dtype), device);
   if (raw.dtype() == dtype) return raw;
   Tensor out = empty_tensor(device, dtype, raw.shape());
   convert_tensor(out, raw, nullptr);

@@ -31,6 +31,9 @@ void copy_tensor(const Tensor& dst, const Tensor& src, Stream* stream = nullptr)
 // `t` in host memory: itself when it is there (or undefined), else a blocking copy.
 Tensor to_host_tensor(const Tensor& t);
 
+// `t` on `device`: itself when it is there (or undefined), else a blocking copy.
+Tensor to_device_tensor(const Tensor& t, Device device);
+
 // Blocks until all work queued on `device`, on every stream, is done (no-op for the CPU). Kernel
 // builds queue weight copies on the legacy default stream, which the non-blocking streams that run
 // kernels do not wait for; compile ends with this call so the first forward reads whole weights.

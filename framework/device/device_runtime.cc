@@ -127,6 +127,13 @@ Tensor to_host_tensor(const Tensor& t) {
   return out;
 }
 
+Tensor to_device_tensor(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return t;
+  Tensor out = empty_tensor(device, t.dtype(), t.shape());
+  copy_tensor(out, t);
+  return out;
+}
+
 void synchronize_device(Device device) {
   if (!device.is_cuda()) return;
 #ifdef MG_WITH_CUDA

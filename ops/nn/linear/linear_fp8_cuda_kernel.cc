@@ -36,12 +36,6 @@ size_t aligned(size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
-Tensor to_device(const Tensor& host, Device device) {
-  Tensor out = empty_tensor(device, host.dtype(), host.shape());
-  copy_tensor(out, host);
-  return out;
-}
-
 class LinearFp8CudaKernel final : public OpKernel {
  public:
   LinearFp8CudaKernel(const KernelContext& ctx, DType dtype, const WeightQuantization& quant,
@@ -55,13 +49,13 @@ class LinearFp8CudaKernel final : public OpKernel {
         activation_(quant.activation),
         gemm_(in_, out_, dtype, ctx.options.device.index) {
     const Device device = ctx.options.device;
-    codes_ = ctx.weights[1].device() == device ? ctx.weights[1] : to_device(ctx.weights[1], device);
-    w_scales_ =
-        to_device(cuda::lt_fp8_vec128_weight_scales(quant.scale, quant, 1, out_, in_), device);
+    codes_ = to_device_tensor(ctx.weights[1], device);
+    w_scales_ = to_device_tensor(
+        cuda::lt_fp8_vec128_weight_scales(quant.scale, quant, 1, out_, in_), device);
     if (quant.activation == ActivationQuant::kStatic) {
       Tensor host = Tensor::empty_cpu(DType::kF32, {1});
       host.data<float>()[0] = fp8_activation_quant(quant).static_scale;  // the largest part's
-      static_scale_ = to_device(host, device);
+      static_scale_ = to_device_tensor(host, device);
     }
     if (has_bias) {
       // bias * scale, rounded once to the compute dtype (as the BF16 linear's epilogue bias).
@@ -69,7 +63,7 @@ class LinearFp8CudaKernel final : public OpKernel {
       copy_tensor(host, ctx.weights[2]);
       Tensor f32 = to_f32_cpu(host);
       for (int64_t i = 0; i < f32.numel(); ++i) f32.data<float>()[i] *= scale;
-      bias_ = to_device(cast_cpu(f32, dtype), device);
+      bias_ = to_device_tensor(cast_cpu(f32, dtype), device);
     }
   }
 

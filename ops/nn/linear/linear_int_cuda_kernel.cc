@@ -33,19 +33,6 @@ size_t aligned(size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
-Tensor to_device(const Tensor& host, Device device) {
-  Tensor out = empty_tensor(device, host.dtype(), host.shape());
-  copy_tensor(out, host);
-  return out;
-}
-
-Tensor to_host(const Tensor& t) {
-  if (t.device().is_cpu()) return t;
-  Tensor host = Tensor::empty_cpu(t.dtype(), t.shape());
-  copy_tensor(host, t);
-  return host;
-}
-
 // The zero in code units of every group, after the signed codes are shifted to unsigned ones
 // (int_linear_cuda.h): u = q + 2^(bits-1).
 float effective_zero(const WeightQuantization& quant, const float* zero, int64_t i) {
@@ -97,15 +84,16 @@ class LinearIntCudaKernel final : public OpKernel {
     const int64_t out = quant.logical_shape[0], in = quant.logical_shape[1];
     const int bits = quant_element_bits(quant.element);
     const int64_t groups = quant.scale.dim(1);
-    const IntLinearCudaLayout layout = int_linear_cuda_layout(to_host(ctx.weights[1]), quant);
-    codes_ = to_device(layout.codes, device);
-    params_ = to_device(layout.params, device);
+    const IntLinearCudaLayout layout =
+        int_linear_cuda_layout(to_host_tensor(ctx.weights[1]), quant);
+    codes_ = to_device_tensor(layout.codes, device);
+    params_ = to_device_tensor(layout.params, device);
 
     if (has_bias) {
       // bias * scale, rounded once to the compute dtype (as the BF16 linear's epilogue bias).
-      Tensor f32 = to_f32_cpu(to_host(ctx.weights[2]));
+      Tensor f32 = to_f32_cpu(to_host_tensor(ctx.weights[2]));
       for (int64_t i = 0; i < f32.numel(); ++i) f32.data<float>()[i] *= scale;
-      bias_ = to_device(cast_cpu(f32, dtype), device);
+      bias_ = to_device_tensor(cast_cpu(f32, dtype), device);
     }
 
     w_.codes = static_cast<const uint8_t*>(codes_.raw());
