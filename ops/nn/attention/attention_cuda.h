@@ -1,8 +1,11 @@
 // CUDA attention launchers: the KV-cache write and causal GQA attention over the cache, with
 // sliding window, chunks, sinks and v_head_dim != head_dim (semantics in attention.h).
 //
-// Two attention paths (attention_cuda.cuh has the kernels):
-//  - per query (prefill): one block per (head, query row); many rows fill the GPU by themselves.
+// Three attention paths (attention_cuda.cuh and attention_flash_cuda.cuh have the kernels):
+//  - flash prefill (BF16/F16, head_dim == v_head_dim in {64, 128}, contiguous cache): a block per
+//    (64 query rows, head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers.
+//  - per query (everything else that is not decode): one block per (head, query row); many rows
+//    fill the GPU by themselves.
 //  - split-KV (decode, flash-decoding): few query rows would launch only heads × rows blocks, so
 //    each (row, KV head) splits its visible keys over several blocks; one block scores its keys
 //    against every query head of the GQA group (K and V read once per group, copied to shared
@@ -14,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,8 +40,9 @@ struct KvCacheWriteArgs {
 };
 
 // Which attention kernel a launch takes. kAuto: split-KV when split_kv_chosen() says so, else
-// per query; the others force a path (tests compare the two on the same inputs).
-enum class AttentionPath { kAuto, kPerQuery, kSplitKv };
+// flash prefill where flash_prefill_unsupported() has no objection, else per query; the others
+// force a path (tests compare them on the same inputs).
+enum class AttentionPath { kAuto, kPerQuery, kSplitKv, kFlashPrefill };
 
 // Split-KV bounds. Up to kSplitKvMaxTokens query rows take it (decode, batched decode with one
 // new token per sequence, short chunks): beyond, rows × heads blocks already fill the GPU.
@@ -184,6 +189,33 @@ inline size_t split_kv_workspace_bound(const AttentionDims& dims, size_t element
     most = std::max(most, split_kv_workspace_bytes(dims, t, splits));
   }
   return most;
+}
+
+// Flash prefill tiles: query rows per block (4 warps of 16) and keys per shared-memory tile.
+constexpr int64_t kFlashRows = 64;
+constexpr int64_t kFlashKeys = 64;
+
+// Why the flash prefill kernel cannot take this launch, or null when it can (the auto rule then
+// takes it for every launch split-KV does not). Host only: the launch's pointers and shape.
+inline const char* flash_prefill_unsupported(const AttentionDims& dims, size_t element_bytes,
+                                             const AttentionArgs& a) {
+  const auto aligned = [](const void* p, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  if (element_bytes != 2) return "not BF16/F16 (the mma.sync tensor-core path)";
+  if (dims.head_dim != dims.v_head_dim) return "v_head_dim != head_dim";
+  if (dims.head_dim != 64 && dims.head_dim != 128) return "head_dim not 64 or 128";
+  if (a.kv.block_tables != nullptr) {
+    return "paged KV cache (a block's 64 rows may belong to different sequences)";
+  }
+  if (a.max_seq_len > INT32_MAX) return "positions beyond int32";
+  if ((a.tokens + kFlashRows - 1) / kFlashRows > 65535) return "more than 65535 query tiles";
+  if (dims.heads > 65535) return "more than 65535 heads";
+  if (!aligned(a.q, 16) || !aligned(a.k_cache, 16) || !aligned(a.v_cache, 16) ||
+      !aligned(a.out, 4)) {
+    return "q, k_cache or v_cache not 16-byte aligned, or out not 4-byte aligned";
+  }
+  return nullptr;
 }
 
 // Writes row t of k and v at the cache row of (its slot, positions[t]) (kv_batch.h). Positions
