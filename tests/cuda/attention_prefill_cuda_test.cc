@@ -6,8 +6,8 @@
 // explicit scale, rows in reverse position order and a row whose position lies outside the cache
 // (NaN row), BF16 and F16; every output element must be written (poisoned first). Also: the auto
 // rule takes the flash kernel for prefill rows, the rule's reasons for what it does not take
-// (host only), a CUDA-graph replay, and (MG_ATTN_TIMING=1) the Qwen3-30B-A3B prefill shape timed
-// through both kernels with its FLOP rate.
+// (host only) and MG_FLASH_PREFILL=0 turning it off, a CUDA-graph replay, and (MG_ATTN_TIMING=1)
+// the Qwen3-30B-A3B prefill shape timed through both kernels with its FLOP rate.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -231,8 +231,10 @@ class PrefillProblem {
   // Runs `path` over a NaN-poisoned output (directly, or captured into a CUDA graph and replayed
   // twice with the output poisoned between); returns the output as host floats. The split-KV
   // workspace and counters of the auto rule are given, as the op gives them.
-  std::vector<float> run(cuda::AttentionPath path, bool graph = false) const {
+  std::vector<float> run(cuda::AttentionPath path, bool graph = false,
+                         bool flash_prefill = true) const {
     cuda::AttentionArgs a = args(path);
+    a.flash_prefill = flash_prefill;
     const size_t ws_bytes =
         cuda::split_kv_workspace_bound(dims_, dtype_size(dtype_), tokens_, a.sm_count);
     DeviceBuffer workspace(ws_bytes);
@@ -339,11 +341,16 @@ TEST(CudaAttentionPrefill, FlashMatchesReferenceAndPerQueryKernel) {
       EXPECT_LT(
           testing::normalized_error(problem.sequence_rows(flash), problem.sequence_rows(per_query)),
           d.tolerance);
-      // Beyond the split-KV rows the auto rule is the flash kernel, bit for bit (NaN rows too).
+      // Beyond the split-KV rows the auto rule is the flash kernel, bit for bit (NaN rows too),
+      // and with flash_prefill off (MG_FLASH_PREFILL=0) the per-query kernel.
       if (problem.tokens() > cuda::kSplitKvMaxTokens) {
         const std::vector<float> chosen = problem.run(cuda::AttentionPath::kAuto);
         ASSERT_EQ(chosen.size(), flash.size());
         EXPECT_EQ(std::memcmp(chosen.data(), flash.data(), chosen.size() * sizeof(float)), 0);
+        const std::vector<float> off =
+            problem.run(cuda::AttentionPath::kAuto, /*graph=*/false, /*flash_prefill=*/false);
+        ASSERT_EQ(off.size(), per_query.size());
+        EXPECT_EQ(std::memcmp(off.data(), per_query.data(), off.size() * sizeof(float)), 0);
       }
     }
   }
@@ -487,6 +494,11 @@ TEST(CudaAttentionPrefill, FlashRuleNamesWhatItDoesNotTake) {
   cuda::AttentionArgs odd = a;
   odd.k_cache = buffer + 2;
   EXPECT_NE(cuda::flash_prefill_unsupported(qwen3, 2, odd), nullptr);
+  // MG_FLASH_PREFILL: unset or 1 lets the auto rule take it, 0 keeps the per-query kernel.
+  EXPECT_TRUE(cuda::flash_prefill_requested_by(nullptr));
+  EXPECT_TRUE(cuda::flash_prefill_requested_by("1"));
+  EXPECT_FALSE(cuda::flash_prefill_requested_by("0"));
+  EXPECT_THROW(cuda::flash_prefill_requested_by("yes"), Error);
   cuda::AttentionArgs huge = a;
   huge.max_seq_len = int64_t{1} << 32;
   EXPECT_NE(cuda::flash_prefill_unsupported(qwen3, 2, huge), nullptr);

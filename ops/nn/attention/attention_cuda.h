@@ -20,7 +20,9 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "framework/core/error.h"
 #include "ops/nn/attention/attention_cpu.h"
 
 namespace mg::cuda {
@@ -89,6 +91,8 @@ struct AttentionArgs {
   AttentionPath path = AttentionPath::kAuto;
   int64_t splits = 0;     // split-KV: splits per (row, KV head); 0: split_kv_splits()'s rule
   int64_t tile_keys = 0;  // split-KV: keys per shared-memory tile; 0: split_kv_tile_keys()'s rule
+  // kAuto may take the flash prefill kernel (the op turns it off under MG_FLASH_PREFILL=0).
+  bool flash_prefill = true;
 };
 
 // Whether the split-KV kernel takes these dims for elements of `element_bytes`: K and V rows
@@ -216,6 +220,16 @@ inline const char* flash_prefill_unsupported(const AttentionDims& dims, size_t e
     return "q, k_cache or v_cache not 16-byte aligned, or out not 4-byte aligned";
   }
   return nullptr;
+}
+
+// What MG_FLASH_PREFILL's value asks for: unset (null) or "1": the auto rule may take the flash
+// prefill kernel; "0": it never does (the per-query kernel as before it: A/B timing of whole
+// models, a suspected flash bug). Anything else is an mg::Error naming the variable.
+inline bool flash_prefill_requested_by(const char* value) {
+  if (value == nullptr) return true;
+  const std::string text(value);
+  MG_CHECK(text == "0" || text == "1", "MG_FLASH_PREFILL must be 0 or 1, got '{}'", text);
+  return text == "1";
 }
 
 // Writes row t of k and v at the cache row of (its slot, positions[t]) (kv_batch.h). Positions
