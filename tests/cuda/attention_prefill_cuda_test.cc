@@ -3,11 +3,12 @@
 // per-query kernel on the same inputs: 1, 17, 64, 65, 127, 300 and 1000 query rows (tails of the
 // 64-row query tiles and 64-key tiles), prompts from position 0 and chunks after cached keys (300
 // rows after 700 keys), head dims 64 and 128, GQA 1, 4 and 8, sliding window, chunks, sinks, an
-// explicit scale, rows in reverse position order and a row whose position lies outside the cache
-// (NaN row), BF16 and F16; every output element must be written (poisoned first). Also: the auto
-// rule takes the flash kernel for prefill rows, the rule's reasons for what it does not take
-// (host only) and MG_FLASH_PREFILL=0 turning it off, a CUDA-graph replay, and (MG_ATTN_TIMING=1)
-// the Qwen3-30B-A3B prefill shape timed through both kernels with its FLOP rate.
+// explicit scale, rows in reverse position order, paged caches with several sequences in one
+// batch (prompt chunks and decode rows mixed, as the Engine's steps) and a row whose position lies
+// outside the cache (NaN row), BF16 and F16; every output element must be written (poisoned first).
+// Also: the auto rule takes the flash kernel for prefill rows, the rule's reasons for what it does
+// not take (host only) and MG_FLASH_PREFILL=0 turning it off, a CUDA-graph replay, and
+// (MG_ATTN_TIMING=1) the Qwen3-30B-A3B prefill shape timed through both kernels with its FLOP rate.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +17,9 @@
 #include <cstring>
 #include <iostream>
 #include <numeric>
+#include <random>
 #include <span>
+#include <utility>
 
 #include "ops/nn/attention/attention.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -47,7 +50,18 @@ struct PrefillCase {
   float scale = 0.0f;             // 0: 1/sqrt(head_dim)
   bool reversed = false;          // rows in descending position order
   bool out_of_range_row = false;  // one more row at the first position outside the cache
+  // Paged (block_size > 0): these sequences, each {cached, rows}, their rows one after another
+  // in the batch (cached and rows above are then unused); blocks handed out shuffled, sequence i
+  // in slot count - 1 - i.
+  int64_t block_size = 0;
+  std::vector<std::pair<int64_t, int64_t>> paged = {};
 };
+
+// The case's sequences as {cached, rows}.
+std::vector<std::pair<int64_t, int64_t>> sequences_of(const PrefillCase& c) {
+  if (c.block_size > 0) return c.paged;
+  return {{c.cached, c.rows}};
+}
 
 std::vector<PrefillCase> prefill_cases() {
   std::vector<PrefillCase> out;
@@ -105,6 +119,24 @@ std::vector<PrefillCase> prefill_cases() {
                  .sinks = true,
                  .scale = 0.3f,
                  .reversed = true});
+  // Paged: a prompt chunk after cached keys, a whole prompt, decode rows and a short chunk of
+  // other sequences in one batch (the Engine's mixed steps), so that 64-row tiles span several
+  // sequences (one pass per sequence) and one sequence's rows span several tiles.
+  out.push_back({.name = "paged16_gqa8_d128_mixed",
+                 .heads = 8,
+                 .kv_heads = 1,
+                 .head_dim = 128,
+                 .out_of_range_row = true,
+                 .block_size = 16,
+                 .paged = {{700, 90}, {0, 130}, {40, 1}, {300, 1}, {5, 17}}});
+  out.push_back({.name = "paged32_gqa4_d64_window50_sinks",
+                 .heads = 4,
+                 .kv_heads = 1,
+                 .head_dim = 64,
+                 .sliding_window = 50,
+                 .sinks = true,
+                 .block_size = 32,
+                 .paged = {{0, 100}, {129, 70}}});
   return out;
 }
 
@@ -169,16 +201,46 @@ class PrefillProblem {
  public:
   PrefillProblem(const PrefillCase& c, DType dtype, uint32_t seed, bool with_reference = true)
       : case_(c), dims_(dims_of(c)), dtype_(dtype) {
-    const int64_t len = c.cached + c.rows;
+    const std::vector<std::pair<int64_t, int64_t>> seqs = sequences_of(c);
+    const int64_t count = static_cast<int64_t>(seqs.size());
     const int64_t kd = c.kv_heads * c.head_dim;
-    const int64_t cache_rows = len + 5;
-    max_positions_ = cache_rows;
-    tokens_ = c.rows + (c.out_of_range_row ? 1 : 0);
+    const bool paged = c.block_size > 0;
+    MG_ASSERT(paged || count == 1, "a contiguous cache holds one sequence");
+    int64_t longest = 0;
+    rows_ = 0;
+    for (const auto& [cached, rows] : seqs) {
+      longest = std::max(longest, cached + rows);
+      rows_ += rows;
+    }
+    int64_t cache_rows = longest + 5;  // contiguous: 5 zero rows past the sequence
+    std::vector<int32_t> tables;
+    if (paged) {
+      max_blocks_ = (longest + c.block_size - 1) / c.block_size + 1;
+      num_blocks_ = 3;
+      for (const auto& [cached, rows] : seqs) {
+        num_blocks_ += (cached + rows + c.block_size - 1) / c.block_size;
+      }
+      cache_rows = num_blocks_ * c.block_size;
+      max_positions_ = max_blocks_ * c.block_size;
+      std::vector<int32_t> pool(static_cast<size_t>(num_blocks_));
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
+      tables.assign(static_cast<size_t>(count * max_blocks_), -1);
+      size_t next = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t slot = count - 1 - i;
+        const int64_t len =
+            seqs[static_cast<size_t>(i)].first + seqs[static_cast<size_t>(i)].second;
+        for (int64_t b = 0; b * c.block_size < len; ++b) {
+          tables[static_cast<size_t>(slot * max_blocks_ + b)] = pool[next++];
+        }
+      }
+    } else {
+      max_positions_ = cache_rows;
+    }
+    tokens_ = rows_ + (c.out_of_range_row ? 1 : 0);
     const Tensor q = testing::round_through(
         testing::random_tensor({tokens_, c.heads * c.head_dim}, seed, -3.0f, 3.0f), dtype);
-    const Tensor k_seq =
-        testing::round_through(testing::random_tensor({len, kd}, seed + 1, -2.0f, 2.0f), dtype);
-    const Tensor v_seq = testing::round_through(testing::random_tensor({len, kd}, seed + 2), dtype);
     if (c.sinks) {
       sinks_ =
           testing::round_through(testing::random_tensor({c.heads}, seed + 3, -2.0f, 4.0f), dtype);
@@ -187,20 +249,48 @@ class PrefillProblem {
     Tensor v_cache = Tensor::empty_cpu(DType::kF32, {cache_rows, kd});
     std::fill_n(k_cache.data<float>(), cache_rows * kd, 0.0f);
     std::fill_n(v_cache.data<float>(), cache_rows * kd, 0.0f);
-    std::copy_n(k_seq.data<float>(), len * kd, k_cache.data<float>());
-    std::copy_n(v_seq.data<float>(), len * kd, v_cache.data<float>());
 
     std::vector<int32_t> positions;
-    for (int64_t i = 0; i < c.rows; ++i) {
-      positions.push_back(static_cast<int32_t>(c.reversed ? len - 1 - i : c.cached + i));
+    std::vector<int32_t> slots;
+    const int64_t width = c.heads * c.head_dim;
+    if (with_reference) reference_.assign(static_cast<size_t>(rows_ * width), 0.0f);
+    int64_t row0 = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const auto [cached, rows] = seqs[static_cast<size_t>(i)];
+      const int64_t len = cached + rows;
+      const uint32_t seq_seed = seed + 10 + 2 * static_cast<uint32_t>(i);
+      const Tensor k_seq =
+          testing::round_through(testing::random_tensor({len, kd}, seq_seed, -2.0f, 2.0f), dtype);
+      const Tensor v_seq =
+          testing::round_through(testing::random_tensor({len, kd}, seq_seed + 1), dtype);
+      const int64_t slot = count - 1 - i;
+      KvBatch host_kv;
+      host_kv.block_tables = paged ? tables.data() : nullptr;
+      host_kv.max_blocks_per_seq = max_blocks_;
+      host_kv.block_size = c.block_size;
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t row = kv_cache_row(&host_kv, slot, j);
+        std::copy_n(k_seq.data<float>() + j * kd, kd, k_cache.data<float>() + row * kd);
+        std::copy_n(v_seq.data<float>() + j * kd, kd, v_cache.data<float>() + row * kd);
+      }
+      std::vector<int32_t> seq_positions;
+      for (int64_t r = 0; r < rows; ++r) {
+        seq_positions.push_back(static_cast<int32_t>(c.reversed ? len - 1 - r : cached + r));
+        slots.push_back(static_cast<int32_t>(slot));
+      }
+      positions.insert(positions.end(), seq_positions.begin(), seq_positions.end());
+      if (with_reference) {
+        attention_reference(params_of(c), q.data<float>() + row0 * width, seq_positions.data(),
+                            rows, k_seq.data<float>(), v_seq.data<float>(), len,
+                            c.sinks ? sinks_.data<float>() : nullptr,
+                            reference_.data() + row0 * width);
+      }
+      row0 += rows;
     }
-    if (with_reference) {
-      reference_.assign(static_cast<size_t>(c.rows * c.heads * c.head_dim), 0.0f);
-      attention_reference(params_of(c), q.data<float>(), positions.data(), c.rows,
-                          k_seq.data<float>(), v_seq.data<float>(), len,
-                          c.sinks ? sinks_.data<float>() : nullptr, reference_.data());
+    if (c.out_of_range_row) {
+      positions.push_back(static_cast<int32_t>(max_positions_));
+      slots.push_back(0);
     }
-    if (c.out_of_range_row) positions.push_back(static_cast<int32_t>(max_positions_));
 
     q_ = upload_as(q, dtype);
     k_cache_ = upload_as(k_cache, dtype);
@@ -208,7 +298,13 @@ class PrefillProblem {
     positions_ = std::make_unique<DeviceBuffer>(positions.size() * sizeof(int32_t));
     positions_->upload(positions.data(), positions.size() * sizeof(int32_t));
     if (c.sinks) sinks_device_ = upload_as(sinks_, dtype);
-    out_bytes_ = static_cast<size_t>(tokens_ * c.heads * c.head_dim) * dtype_size(dtype);
+    if (paged) {
+      tables_ = std::make_unique<DeviceBuffer>(tables.size() * sizeof(int32_t));
+      tables_->upload(tables.data(), tables.size() * sizeof(int32_t));
+      slots_ = std::make_unique<DeviceBuffer>(slots.size() * sizeof(int32_t));
+      slots_->upload(slots.data(), slots.size() * sizeof(int32_t));
+    }
+    out_bytes_ = static_cast<size_t>(tokens_ * width) * dtype_size(dtype);
     out_ = std::make_unique<DeviceBuffer>(out_bytes_);
   }
 
@@ -223,6 +319,13 @@ class PrefillProblem {
     a.out = out_->as<void>();
     a.tokens = tokens_;
     a.max_seq_len = max_positions_;
+    if (case_.block_size > 0) {
+      a.kv.row_slots = slots_->as<int32_t>();
+      a.kv.block_tables = tables_->as<int32_t>();
+      a.kv.max_blocks_per_seq = max_blocks_;
+      a.kv.block_size = case_.block_size;
+      a.kv.num_blocks = num_blocks_;
+    }
     a.sm_count = device_sm_count();
     a.path = path;
     return a;
@@ -281,7 +384,7 @@ class PrefillProblem {
   // The rows with positions in the cache (the out-of-range row, last, is checked apart).
   std::span<const float> sequence_rows(const std::vector<float>& out) const {
     return std::span<const float>(out).first(
-        static_cast<size_t>(case_.rows * case_.heads * case_.head_dim));
+        static_cast<size_t>(rows_ * case_.heads * case_.head_dim));
   }
   std::span<const float> reference() const { return reference_; }
 
@@ -303,12 +406,16 @@ class PrefillProblem {
   PrefillCase case_;
   AttentionDims dims_;
   DType dtype_;
-  int64_t tokens_ = 0;
+  int64_t rows_ = 0;    // rows with positions in the cache
+  int64_t tokens_ = 0;  // rows_ and the out-of-range row
   int64_t max_positions_ = 0;
+  int64_t max_blocks_ = 0;
+  int64_t num_blocks_ = 0;
   Tensor sinks_;
   std::vector<float> reference_;
   size_t out_bytes_ = 0;
-  std::unique_ptr<DeviceBuffer> q_, k_cache_, v_cache_, positions_, sinks_device_, out_;
+  std::unique_ptr<DeviceBuffer> q_, k_cache_, v_cache_, positions_, sinks_device_, tables_, slots_,
+      out_;
 };
 
 // The 16-bit dtypes of cuda_dtypes() (the flash kernel's; MG_TEST_DTYPES may narrow them).
@@ -490,6 +597,10 @@ TEST(CudaAttentionPrefill, FlashRuleNamesWhatItDoesNotTake) {
   cuda::AttentionArgs paged = a;
   static const int32_t table[1] = {0};
   paged.kv.block_tables = table;
+  paged.kv.block_size = 16;
+  paged.kv.max_blocks_per_seq = 2560;
+  EXPECT_EQ(cuda::flash_prefill_unsupported(qwen3, 2, paged), nullptr);
+  paged.kv.max_blocks_per_seq = int64_t{1} << 28;  // 2^32 positions
   EXPECT_NE(cuda::flash_prefill_unsupported(qwen3, 2, paged), nullptr);
   cuda::AttentionArgs odd = a;
   odd.k_cache = buffer + 2;

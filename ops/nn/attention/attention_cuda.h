@@ -2,8 +2,9 @@
 // sliding window, chunks, sinks and v_head_dim != head_dim (semantics in attention.h).
 //
 // Three attention paths (attention_cuda.cuh and attention_flash_cuda.cuh have the kernels):
-//  - flash prefill (BF16/F16, head_dim == v_head_dim in {64, 128}, contiguous cache): a block per
-//    (64 query rows, head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers.
+//  - flash prefill (BF16/F16, head_dim == v_head_dim in {64, 128}): a block per (64 query rows,
+//    head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers; with a paged
+//    cache one pass over the keys per sequence among the block's rows.
 //  - per query (everything else that is not decode): one block per (head, query row); many rows
 //    fill the GPU by themselves.
 //  - split-KV (decode, flash-decoding): few query rows would launch only heads × rows blocks, so
@@ -209,10 +210,11 @@ inline const char* flash_prefill_unsupported(const AttentionDims& dims, size_t e
   if (element_bytes != 2) return "not BF16/F16 (the mma.sync tensor-core path)";
   if (dims.head_dim != dims.v_head_dim) return "v_head_dim != head_dim";
   if (dims.head_dim != 64 && dims.head_dim != 128) return "head_dim not 64 or 128";
-  if (a.kv.block_tables != nullptr) {
-    return "paged KV cache (a block's 64 rows may belong to different sequences)";
-  }
   if (a.max_seq_len > INT32_MAX) return "positions beyond int32";
+  if (a.kv.block_tables != nullptr &&
+      (a.kv.block_size <= 0 || a.kv.max_blocks_per_seq * a.kv.block_size > INT32_MAX)) {
+    return "paged cache positions beyond int32";
+  }
   if ((a.tokens + kFlashRows - 1) / kFlashRows > 65535) return "more than 65535 query tiles";
   if (dims.heads > 65535) return "more than 65535 heads";
   if (!aligned(a.q, 16) || !aligned(a.k_cache, 16) || !aligned(a.v_cache, 16) ||
