@@ -4,7 +4,8 @@
 // 64-row query tiles and 64-key tiles), prompts from position 0 and chunks after cached keys (300
 // rows after 700 keys), head dims 64 and 128, GQA 1, 4 and 8, sliding window, chunks, sinks, an
 // explicit scale, rows in reverse position order, paged caches with several sequences in one
-// batch (prompt chunks and decode rows mixed, as the Engine's steps) and a row whose position lies
+// batch (prompt chunks and decode rows mixed, as the Engine's steps; forced only: the auto rule
+// keeps paged batches on the per-query kernel) and a row whose position lies
 // outside the cache (NaN row), BF16 and F16; every output element must be written (poisoned first).
 // Also: the auto rule takes the flash kernel for prefill rows, the rule's reasons for what it does
 // not take (host only) and MG_FLASH_PREFILL=0 turning it off, a CUDA-graph replay, and
@@ -448,12 +449,16 @@ TEST(CudaAttentionPrefill, FlashMatchesReferenceAndPerQueryKernel) {
       EXPECT_LT(
           testing::normalized_error(problem.sequence_rows(flash), problem.sequence_rows(per_query)),
           d.tolerance);
-      // Beyond the split-KV rows the auto rule is the flash kernel, bit for bit (NaN rows too),
-      // and with flash_prefill off (MG_FLASH_PREFILL=0) the per-query kernel.
+      // Beyond the split-KV rows the auto rule is the flash kernel on a contiguous cache and the
+      // per-query kernel on a paged one (flash_prefill_chosen), bit for bit (NaN rows too), and
+      // with flash_prefill off (MG_FLASH_PREFILL=0) the per-query kernel.
       if (problem.tokens() > cuda::kSplitKvMaxTokens) {
+        EXPECT_EQ(cuda::flash_prefill_chosen(problem.dims(), dtype_size(d.dtype), a),
+                  c.block_size == 0);
         const std::vector<float> chosen = problem.run(cuda::AttentionPath::kAuto);
-        ASSERT_EQ(chosen.size(), flash.size());
-        EXPECT_EQ(std::memcmp(chosen.data(), flash.data(), chosen.size() * sizeof(float)), 0);
+        const std::vector<float>& expected = c.block_size == 0 ? flash : per_query;
+        ASSERT_EQ(chosen.size(), expected.size());
+        EXPECT_EQ(std::memcmp(chosen.data(), expected.data(), chosen.size() * sizeof(float)), 0);
         const std::vector<float> off =
             problem.run(cuda::AttentionPath::kAuto, /*graph=*/false, /*flash_prefill=*/false);
         ASSERT_EQ(off.size(), per_query.size());
@@ -600,6 +605,12 @@ TEST(CudaAttentionPrefill, FlashRuleNamesWhatItDoesNotTake) {
   paged.kv.block_size = 16;
   paged.kv.max_blocks_per_seq = 2560;
   EXPECT_EQ(cuda::flash_prefill_unsupported(qwen3, 2, paged), nullptr);
+  // The kernel takes it, but the auto rule does not (one pass per sequence of a block's rows).
+  EXPECT_TRUE(cuda::flash_prefill_chosen(qwen3, 2, a));
+  EXPECT_FALSE(cuda::flash_prefill_chosen(qwen3, 2, paged));
+  cuda::AttentionArgs off = a;
+  off.flash_prefill = false;
+  EXPECT_FALSE(cuda::flash_prefill_chosen(qwen3, 2, off));
   paged.kv.max_blocks_per_seq = int64_t{1} << 28;  // 2^32 positions
   EXPECT_NE(cuda::flash_prefill_unsupported(qwen3, 2, paged), nullptr);
   cuda::AttentionArgs odd = a;

@@ -717,7 +717,7 @@ void launch_attention(const AttentionDims& dims, const AttentionArgs& a, cudaStr
                           a.workspace != nullptr ? a.workspace_bytes : 0)) {
         return launch_attention_split_kv<T>(dims, a, stream);
       }
-      if (a.flash_prefill && flash_prefill_unsupported(dims, sizeof(T), a) == nullptr) {
+      if (flash_prefill_chosen(dims, sizeof(T), a)) {
         return launch_attention_flash<T>(dims, a, stream);
       }
       break;

@@ -3,8 +3,9 @@
 //
 // Three attention paths (attention_cuda.cuh and attention_flash_cuda.cuh have the kernels):
 //  - flash prefill (BF16/F16, head_dim == v_head_dim in {64, 128}): a block per (64 query rows,
-//    head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers; with a paged
-//    cache one pass over the keys per sequence among the block's rows.
+//    head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers; contiguous
+//    caches under the auto rule (a paged cache: one pass over the keys per sequence among the
+//    block's rows; only when forced, flash_prefill_chosen says why).
 //  - per query (everything else that is not decode): one block per (head, query row); many rows
 //    fill the GPU by themselves.
 //  - split-KV (decode, flash-decoding): few query rows would launch only heads × rows blocks, so
@@ -43,7 +44,7 @@ struct KvCacheWriteArgs {
 };
 
 // Which attention kernel a launch takes. kAuto: split-KV when split_kv_chosen() says so, else
-// flash prefill where flash_prefill_unsupported() has no objection, else per query; the others
+// flash prefill when flash_prefill_chosen() says so, else per query; the others
 // force a path (tests compare them on the same inputs).
 enum class AttentionPath { kAuto, kPerQuery, kSplitKv, kFlashPrefill };
 
@@ -200,8 +201,8 @@ inline size_t split_kv_workspace_bound(const AttentionDims& dims, size_t element
 constexpr int64_t kFlashRows = 64;
 constexpr int64_t kFlashKeys = 64;
 
-// Why the flash prefill kernel cannot take this launch, or null when it can (the auto rule then
-// takes it for every launch split-KV does not). Host only: the launch's pointers and shape.
+// Why the flash prefill kernel cannot take this launch, or null when it can (forced, or chosen
+// by flash_prefill_chosen). Host only: the launch's pointers and shape.
 inline const char* flash_prefill_unsupported(const AttentionDims& dims, size_t element_bytes,
                                              const AttentionArgs& a) {
   const auto aligned = [](const void* p, uintptr_t bytes) {
@@ -222,6 +223,19 @@ inline const char* flash_prefill_unsupported(const AttentionDims& dims, size_t e
     return "q, k_cache or v_cache not 16-byte aligned, or out not 4-byte aligned";
   }
   return nullptr;
+}
+
+// The auto rule's choice of the flash prefill kernel (for launches split-KV does not take): the
+// caller allows it (AttentionArgs::flash_prefill, MG_FLASH_PREFILL), flash_prefill_unsupported has
+// no objection, and the cache is contiguous. Paged batches keep the per-query kernel for now: the
+// flash kernel makes one pass over the keys per sequence among a block's 64 rows, and the op
+// cannot see a batch's make-up on the host (the Engine's 128 decode rows of 128 sequences would
+// be 64 serial passes per block, where the per-query kernel runs 128 × heads blocks at once).
+// Forced (AttentionPath::kFlashPrefill) it is right for any batch.
+inline bool flash_prefill_chosen(const AttentionDims& dims, size_t element_bytes,
+                                 const AttentionArgs& a) {
+  return a.flash_prefill && a.kv.block_tables == nullptr &&
+         flash_prefill_unsupported(dims, element_bytes, a) == nullptr;
 }
 
 // What MG_FLASH_PREFILL's value asks for: unset (null) or "1": the auto rule may take the flash
