@@ -12,7 +12,8 @@
 // decode attention went from 174 µs to the figure in docs/performance.md), otherwise
 // kAttentionWarps (many blocks already fill the GPU). With a paged cache (kv_batch.h) key j's
 // row comes from the query's block table (one more load per key, cached in L1). K/V rows are still
-// re-read by every head of a KV group (the L2 catches most of it). This kernel serves prefill.
+// re-read by every head of a KV group (the L2 catches most of it). This kernel serves the
+// prefill launches the flash prefill kernel (attention_flash_cuda.cuh) does not take.
 //
 // Split-KV decode (flash-decoding; attention_split_kv_kernel): for few query rows
 // (split_kv_chosen in attention_cuda.h) the grid is (split, KV head × head tile, row). A block
@@ -45,6 +46,7 @@
 #include "framework/device/cuda/cuda_utils.cuh"
 #include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/attention/attention_cuda.h"
+#include "ops/nn/attention/attention_flash_cuda.cuh"
 
 namespace mg::cuda {
 
@@ -715,9 +717,14 @@ void launch_attention(const AttentionDims& dims, const AttentionArgs& a, cudaStr
                           a.workspace != nullptr ? a.workspace_bytes : 0)) {
         return launch_attention_split_kv<T>(dims, a, stream);
       }
+      if (flash_prefill_chosen(dims, sizeof(T), a)) {
+        return launch_attention_flash<T>(dims, a, stream);
+      }
       break;
     case AttentionPath::kSplitKv:
       return launch_attention_split_kv<T>(dims, a, stream);
+    case AttentionPath::kFlashPrefill:
+      return launch_attention_flash<T>(dims, a, stream);
     case AttentionPath::kPerQuery:
       break;
   }

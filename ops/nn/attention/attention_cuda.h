@@ -1,8 +1,13 @@
 // CUDA attention launchers: the KV-cache write and causal GQA attention over the cache, with
 // sliding window, chunks, sinks and v_head_dim != head_dim (semantics in attention.h).
 //
-// Two attention paths (attention_cuda.cuh has the kernels):
-//  - per query (prefill): one block per (head, query row); many rows fill the GPU by themselves.
+// Three attention paths (attention_cuda.cuh and attention_flash_cuda.cuh have the kernels):
+//  - flash prefill (BF16/F16, head_dim == v_head_dim in {64, 128}): a block per (64 query rows,
+//    head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers; contiguous
+//    caches under the auto rule (a paged cache: one pass over the keys per sequence among the
+//    block's rows; only when forced, flash_prefill_chosen says why).
+//  - per query (everything else that is not decode): one block per (head, query row); many rows
+//    fill the GPU by themselves.
 //  - split-KV (decode, flash-decoding): few query rows would launch only heads × rows blocks, so
 //    each (row, KV head) splits its visible keys over several blocks; one block scores its keys
 //    against every query head of the GQA group (K and V read once per group, copied to shared
@@ -14,9 +19,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "framework/core/error.h"
 #include "ops/nn/attention/attention_cpu.h"
 
 namespace mg::cuda {
@@ -36,8 +44,9 @@ struct KvCacheWriteArgs {
 };
 
 // Which attention kernel a launch takes. kAuto: split-KV when split_kv_chosen() says so, else
-// per query; the others force a path (tests compare the two on the same inputs).
-enum class AttentionPath { kAuto, kPerQuery, kSplitKv };
+// flash prefill when flash_prefill_chosen() says so, else per query; the others
+// force a path (tests compare them on the same inputs).
+enum class AttentionPath { kAuto, kPerQuery, kSplitKv, kFlashPrefill };
 
 // Split-KV bounds. Up to kSplitKvMaxTokens query rows take it (decode, batched decode with one
 // new token per sequence, short chunks): beyond, rows × heads blocks already fill the GPU.
@@ -84,6 +93,8 @@ struct AttentionArgs {
   AttentionPath path = AttentionPath::kAuto;
   int64_t splits = 0;     // split-KV: splits per (row, KV head); 0: split_kv_splits()'s rule
   int64_t tile_keys = 0;  // split-KV: keys per shared-memory tile; 0: split_kv_tile_keys()'s rule
+  // kAuto may take the flash prefill kernel (the op turns it off under MG_FLASH_PREFILL=0).
+  bool flash_prefill = true;
 };
 
 // Whether the split-KV kernel takes these dims for elements of `element_bytes`: K and V rows
@@ -184,6 +195,57 @@ inline size_t split_kv_workspace_bound(const AttentionDims& dims, size_t element
     most = std::max(most, split_kv_workspace_bytes(dims, t, splits));
   }
   return most;
+}
+
+// Flash prefill tiles: query rows per block (4 warps of 16) and keys per shared-memory tile.
+constexpr int64_t kFlashRows = 64;
+constexpr int64_t kFlashKeys = 64;
+
+// Why the flash prefill kernel cannot take this launch, or null when it can (forced, or chosen
+// by flash_prefill_chosen). Host only: the launch's pointers and shape.
+inline const char* flash_prefill_unsupported(const AttentionDims& dims, size_t element_bytes,
+                                             const AttentionArgs& a) {
+  const auto aligned = [](const void* p, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  if (element_bytes != 2) return "not BF16/F16 (the mma.sync tensor-core path)";
+  if (dims.head_dim != dims.v_head_dim) return "v_head_dim != head_dim";
+  if (dims.head_dim != 64 && dims.head_dim != 128) return "head_dim not 64 or 128";
+  if (a.max_seq_len > INT32_MAX) return "positions beyond int32";
+  if (a.kv.block_tables != nullptr &&
+      (a.kv.block_size <= 0 || a.kv.max_blocks_per_seq * a.kv.block_size > INT32_MAX)) {
+    return "paged cache positions beyond int32";
+  }
+  if ((a.tokens + kFlashRows - 1) / kFlashRows > 65535) return "more than 65535 query tiles";
+  if (dims.heads > 65535) return "more than 65535 heads";
+  if (!aligned(a.q, 16) || !aligned(a.k_cache, 16) || !aligned(a.v_cache, 16) ||
+      !aligned(a.out, 4)) {
+    return "q, k_cache or v_cache not 16-byte aligned, or out not 4-byte aligned";
+  }
+  return nullptr;
+}
+
+// The auto rule's choice of the flash prefill kernel (for launches split-KV does not take): the
+// caller allows it (AttentionArgs::flash_prefill, MG_FLASH_PREFILL), flash_prefill_unsupported has
+// no objection, and the cache is contiguous. Paged batches keep the per-query kernel for now: the
+// flash kernel makes one pass over the keys per sequence among a block's 64 rows, and the op
+// cannot see a batch's make-up on the host (the Engine's 128 decode rows of 128 sequences would
+// be 64 serial passes per block, where the per-query kernel runs 128 × heads blocks at once).
+// Forced (AttentionPath::kFlashPrefill) it is right for any batch.
+inline bool flash_prefill_chosen(const AttentionDims& dims, size_t element_bytes,
+                                 const AttentionArgs& a) {
+  return a.flash_prefill && a.kv.block_tables == nullptr &&
+         flash_prefill_unsupported(dims, element_bytes, a) == nullptr;
+}
+
+// What MG_FLASH_PREFILL's value asks for: unset (null) or "1": the auto rule may take the flash
+// prefill kernel; "0": it never does (the per-query kernel as before it: A/B timing of whole
+// models, a suspected flash bug). Anything else is an mg::Error naming the variable.
+inline bool flash_prefill_requested_by(const char* value) {
+  if (value == nullptr) return true;
+  const std::string text(value);
+  MG_CHECK(text == "0" || text == "1", "MG_FLASH_PREFILL must be 0 or 1, got '{}'", text);
+  return text == "1";
 }
 
 // Writes row t of k and v at the cache row of (its slot, positions[t]) (kv_batch.h). Positions

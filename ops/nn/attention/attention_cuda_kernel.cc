@@ -1,7 +1,10 @@
 // The CUDA attention kernel: the per-session KV cache in device memory (activation dtype,
 // zero-filled like the CPU's; contiguous or paged as StateOptions say) and the adapter to
 // launch_kv_cache_write + launch_attention (which picks split-KV for decode-sized calls: the
-// workspace is planned for it, and the state holds its counters, see attention_cuda.h).
+// workspace is planned for it, and the state holds its counters, see attention_cuda.h; and the
+// flash prefill kernel for longer calls unless MG_FLASH_PREFILL=0).
+#include <cstdlib>
+
 #include "framework/device/allocator.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_device.h"
@@ -40,8 +43,8 @@ class AttentionCudaState final : public OpState {
 
 class AttentionCudaKernel final : public OpKernel {
  public:
-  AttentionCudaKernel(DType dtype, const AttentionDims& dims, int sm_count)
-      : dtype_(dtype), dims_(dims), sm_count_(sm_count) {}
+  AttentionCudaKernel(DType dtype, const AttentionDims& dims, int sm_count, bool flash_prefill)
+      : dtype_(dtype), dims_(dims), sm_count_(sm_count), flash_prefill_(flash_prefill) {}
 
   // inputs: q [T, H*D], k [T, KV*D], v [T, KV*Dv], positions [T] I32, sinks [H] (optional).
   // outputs: out [T, H*Dv].
@@ -90,6 +93,7 @@ class AttentionCudaKernel final : public OpKernel {
     attend.split_counters = static_cast<unsigned*>(state->split_counters.raw());
     attend.split_counter_count = state->split_counters.numel();
     attend.sm_count = sm_count_;
+    attend.flash_prefill = flash_prefill_;
 
     cuda::dispatch_float_dtype(dtype_, [&](auto tag) {
       using T = decltype(tag);
@@ -116,6 +120,7 @@ class AttentionCudaKernel final : public OpKernel {
   DType dtype_;
   AttentionDims dims_;
   int sm_count_;
+  bool flash_prefill_;  // MG_FLASH_PREFILL (attention_cuda.h)
 };
 
 }  // namespace
@@ -129,7 +134,9 @@ std::unique_ptr<OpKernel> make_attention_cuda_kernel(const KernelContext& ctx,
   int sm_count = 0;
   MG_CUDA_CHECK(
       cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, ctx.options.device.index));
-  return std::make_unique<AttentionCudaKernel>(activation_dtype_of(ctx.options), dims, sm_count);
+  return std::make_unique<AttentionCudaKernel>(
+      activation_dtype_of(ctx.options), dims, sm_count,
+      cuda::flash_prefill_requested_by(std::getenv("MG_FLASH_PREFILL")));
 }
 
 }  // namespace mg
