@@ -310,6 +310,7 @@ std::vector<TileVariant> tile_variants() {
     t.down_warps = 3;
     t.down_blocks_per_cta = 3;
   });
+  add("down L2 prefetch", [](cuda::Wna16DecodeTiles& t) { t.down_prefetch_l2 = true; });
   add("no evict-first", [](cuda::Wna16DecodeTiles& t) { t.evict_first = false; });
   add("no PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = false; });
   return v;

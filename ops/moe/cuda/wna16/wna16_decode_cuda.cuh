@@ -365,6 +365,7 @@ struct DownParams {
   int num_pairs = 0, num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   int blocks_per_cta = 1;  // 8-row blocks of output columns h per CTA
   int k_slices = 1;        // K slices per (expert, pair group, block) item
+  bool prefetch_l2 = false;
   bool evict_first = true;
 };
 
@@ -377,8 +378,6 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const Do
   // only after its own pdl_wait: pdl.cuh's one exception, as the BF16 down kernel); act is its
   // output.
   decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
-  pdl_wait();
-  pdl_launch_dependents();  // the next kernel (the residual add + norm) may get resident
 
   const int warps = static_cast<int>(blockDim.x / 32);
   const int warp = static_cast<int>(threadIdx.x / 32);
@@ -389,6 +388,31 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const Do
   const int rows = min(rows_per_cta, p.hidden - h0);
   const int blocks = (rows + 7) / 8;
   const int k_steps = static_cast<int>(p.w2.k_steps);
+
+  // The weights do not depend on the up kernel: while it still streams W13, ask L2 for this
+  // CTA's blocks of each touched expert, which the layout keeps contiguous (codes; scale bytes or
+  // the rows' F32 pairs), one thread per expert. Weights only before pdl_wait (pdl.cuh).
+  if (p.prefetch_l2) {
+    constexpr int kStepBytes = 32 * (Bits == 4 ? 4 : 8) * 4;
+    for (int u = static_cast<int>(threadIdx.x); u < g.num_experts;
+         u += static_cast<int>(blockDim.x)) {
+      const int64_t first_block = g.expert[u] * (p.w2.part_rows / 8) + block0;
+      pdl_prefetch_l2(
+          reinterpret_cast<const char*>(p.w2.words) + first_block * k_steps * kStepBytes,
+          static_cast<int64_t>(blocks) * k_steps * kStepBytes, 0, 1);
+      if constexpr (Codes == Wna16Codes::kInteger) {
+        const int64_t pair_bytes = 2 * sizeof(float) * p.w2.groups;
+        pdl_prefetch_l2(reinterpret_cast<const char*>(p.w2.params) + first_block * 8 * pair_bytes,
+                        static_cast<int64_t>(rows) * pair_bytes, 0, 1);
+      } else {
+        constexpr int kScaleStepBytes = 8 * kScaleBytesPerStep<Codes>;
+        pdl_prefetch_l2(p.w2.scale_bytes + first_block * k_steps * kScaleStepBytes,
+                        static_cast<int64_t>(blocks) * k_steps * kScaleStepBytes, 0, 1);
+      }
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();  // the next kernel (the residual add + norm) may get resident
   const uint64_t policy = decode::weight_policy(p.evict_first);
   const T* act = static_cast<const T*>(p.act);
 
@@ -639,6 +663,7 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
   down.hidden = static_cast<int>(a.hidden);
   down.inter = static_cast<int>(a.inter);
   down.evict_first = tiles.evict_first;
+  down.prefetch_l2 = tiles.down_prefetch_l2;
   if (tiles.down_blocks_per_cta > 0) {
     down.blocks_per_cta = tiles.down_blocks_per_cta;
   } else {

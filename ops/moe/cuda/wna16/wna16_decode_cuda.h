@@ -61,6 +61,9 @@ struct Wna16DecodeTiles {
   int down_warps = 0;
   // 8-row blocks of output columns per down CTA; 0: as few as keep four CTAs on every SM.
   int down_blocks_per_cta = 0;
+  // Down kernel: before its pdl_wait (while the up kernel still streams W13) each CTA asks L2
+  // for its blocks of every touched expert's W2 (codes and scales). Off until timed.
+  bool down_prefetch_l2 = false;
   // Weight loads ask L2 to evict their lines first (each is read once per launch).
   bool evict_first = true;
   bool pdl = true;  // launch both kernels with programmatic stream serialization
