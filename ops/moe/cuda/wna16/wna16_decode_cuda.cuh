@@ -143,6 +143,21 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
   [[maybe_unused]] int group = w.groups == 1 ? 0 : 4 * s_begin / units_per_group;
   [[maybe_unused]] int units_left =
       w.groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
+  if constexpr (!kFp4) {
+    // The slice's pairs of this lane's row are contiguous (groups g_first .. g_last): ask L1 for
+    // their lines before the weight loads, so the per-unit __ldg below hits L1 instead of
+    // waiting on L2 in the middle of the dequantization (no registers held for them).
+    const int g_first = min(group, last_group);
+    const int g_last = w.groups == 1 ? 0 : min((4 * s_end - 1) / units_per_group, last_group);
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(pp[p] + g_first) & ~uintptr_t{127};
+      const uintptr_t last = reinterpret_cast<uintptr_t>(pp[p] + g_last);
+      for (uintptr_t line = first; line <= last; line += 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
+      }
+    }
+  }
 
   for (int s0 = s_begin; s0 < s_end; s0 += kV) {
     uint4 wv[kV][Parts][kVecs];
