@@ -75,8 +75,13 @@ namespace mg::cuda::wna16_decode {
 inline constexpr int kMaxWarps = 16;
 inline constexpr int kMaxThreads = 32 * kMaxWarps;
 
-// Rows of one m16n8k16 A operand: the pairs of an expert multiplied at once.
-inline constexpr int kPairRows = 16;
+// Pairs of an expert multiplied at once (A rows of one m16n8k16): each kernel comes in two
+// variants, PairRows 16 (rows g and g + 8 both loaded) and PairRows 8 (rows 8..15 zeros, no
+// loads for them, fewer registers: ptxas gives a kernel the registers of its hungriest path).
+// Both are correct for any grouping (an expert's pairs run in groups of PairRows); the host takes
+// 8 up to 8 tokens, where routing (a token's top-k experts are distinct) gives no expert more
+// than 8 pairs.
+inline constexpr int kMaxPairRows = 16;
 
 // K steps whose weights a lane loads before it uses the first: 128 bytes a lane (4 KB a warp)
 // over the parts it streams (gated: gate and up): INT4 / FP4 8 steps of 16 bytes (gated 4), INT8
@@ -273,8 +278,9 @@ struct UpParams {
 // Warp w is slice w % k_slices of block blockIdx.x * blocks_per_cta + w / k_slices; the slices
 // of a block leave their gate and up accumulators in shared memory and the block's slice-0 warp
 // sums them in slice order, then applies the activation.
-template <typename T, int Bits, Wna16Codes Codes, bool Gated>
+template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows>
 __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpParams p) {
+  static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   constexpr int kParts = Gated ? 2 : 1;
   __shared__ decode::PairGroups g;
   // [warp][part][c][lane]: a warp's C fragments, each element written and read by one lane
@@ -302,13 +308,13 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
   for (int u = static_cast<int>(blockIdx.y); u < g.num_experts; u += static_cast<int>(gridDim.y)) {
     const int e = g.expert[u];
     const int group_end = g.offset[u + 1];
-    for (int first = g.offset[u]; first < group_end; first += kPairRows) {
-      const LanePairs lp = lane_pairs(g, first, min(kPairRows, group_end - first));
+    for (int first = g.offset[u]; first < group_end; first += PairRows) {
+      const LanePairs lp = lane_pairs(g, first, min(PairRows, group_end - first));
       const T* a_lo = lp.lo < 0 ? nullptr : x + static_cast<int64_t>(lp.lo / p.top_k) * p.hidden;
       const T* a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
-        if (group_end - first > 8) {
+        if (PairRows > 8 && group_end - first > 8) {
           warp_block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, steps.begin,
                                                         steps.end, a_lo, a_hi, p.hidden, policy);
         } else {
@@ -385,8 +391,9 @@ struct DownParams {
 };
 
 // out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
-template <typename T, int Bits, Wna16Codes Codes>
+template <typename T, int Bits, Wna16Codes Codes, int PairRows>
 __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const DownParams p) {
+  static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   __shared__ decode::PairGroups g;
   extern __shared__ float partial[];  // [k_slices, num_pairs, rows_per_cta]
   // topk_ids and expert_map were complete before the up kernel triggered this launch (it does so
@@ -437,17 +444,17 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const Do
   for (int u = 0; u < g.num_experts; ++u) {
     const int e = g.expert[u];
     const int group_end = g.offset[u + 1];
-    for (int first = g.offset[u]; first < group_end; first += kPairRows) {
+    for (int first = g.offset[u]; first < group_end; first += PairRows) {
       for (int b = 0; b < blocks; ++b) {
         for (int ks = 0; ks < p.k_slices; ++ks, ++item) {
           if (item % warps != warp) continue;
-          const LanePairs lp = lane_pairs(g, first, min(kPairRows, group_end - first));
+          const LanePairs lp = lane_pairs(g, first, min(PairRows, group_end - first));
           const T* a_lo = lp.lo < 0 ? nullptr : act + static_cast<int64_t>(lp.lo) * p.inter;
           const T* a_hi = lp.hi < 0 ? nullptr : act + static_cast<int64_t>(lp.hi) * p.inter;
           const StepRange steps = slice_steps(k_steps, p.k_slices, ks);
           float acc[1][4] = {};
           if (steps.begin < steps.end) {  // uniform over the warp
-            if (group_end - first > 8) {
+            if (PairRows > 8 && group_end - first > 8) {
               warp_block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
                                                        steps.end, a_lo, a_hi, p.inter, policy);
             } else {
@@ -561,12 +568,15 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   // The slices' accumulators (up_kernel's partial), only when a block is split.
   const size_t smem =
       p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
+  const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
   if (gated) {
-    launch_kernel(wna16_decode_up_kernel<T, Bits, Codes, true>, grid, warps, smem, tiles.pdl,
-                  stream, p);
+    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, true, 16>
+                         : wna16_decode_up_kernel<T, Bits, Codes, true, 8>,
+                  grid, warps, smem, tiles.pdl, stream, p);
   } else {
-    launch_kernel(wna16_decode_up_kernel<T, Bits, Codes, false>, grid, warps, smem, tiles.pdl,
-                  stream, p);
+    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
+                         : wna16_decode_up_kernel<T, Bits, Codes, false, 8>,
+                  grid, warps, smem, tiles.pdl, stream, p);
   }
 }
 
@@ -587,7 +597,10 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
            p.num_pairs, p.blocks_per_cta * 8, smem);
   const int64_t row_blocks = (p.hidden + 7) / 8;
   const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
-  launch_kernel(wna16_decode_down_kernel<T, Bits, Codes>, grid, warps, smem, tiles.pdl, stream, p);
+  const bool rows16 = p.num_tokens > 8;  // as launch_up's
+  launch_kernel(rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16>
+                       : wna16_decode_down_kernel<T, Bits, Codes, 8>,
+                grid, warps, smem, tiles.pdl, stream, p);
 }
 
 // The kernels of the packed matrix's code kind and width.

@@ -71,7 +71,8 @@ struct Wna16DecodeTiles {
 
 // The most tokens the kernels take: a (16-row) m16n8k16 A operand holds the pairs of one expert,
 // and a token's top-k experts are distinct, so an expert has at most M pairs (more pairs of one
-// expert, which routing never makes, are run in groups of 16 and stay correct). The pairs
+// expert, which routing never makes, are run in groups of 16 and stay correct; up to 8 tokens the
+// kernels use groups of 8, half the A operand, in a variant with fewer registers). The pairs
 // (M * k <= 256) are grouped in shared memory.
 inline constexpr int64_t kWna16DecodeMaxTokens = 16;
 
