@@ -46,8 +46,10 @@
 // What may bound it short of the bandwidth (to check with the timing test before tuning): the
 // dequantization keeps the grouped GEMM's exact fp32 form (shift-or, subtract, fma, half a
 // conversion per value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at
-// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); registers (ptxas puts
-// the kernels at 96-128 a thread, up to 16 warps an SM at 128); the group_pairs prologue every
+// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); registers (ptxas, CUDA
+// 13.0 here: 96-127 a thread for the PairRows 8 kernels, up to 128 with a few spilled bytes for
+// PairRows 16; 16 warps an SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5
+// waves); the group_pairs prologue every
 // CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
 #pragma once
 
@@ -326,8 +328,9 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
 #pragma unroll
         for (int q = 0; q < kParts; ++q) {
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
+          for (int c = 0; c < 4; ++c) {
             partial[((warp * kParts + q) * 4 + c) * 32 + lane] = acc[q][c];
+          }
         }
         __syncthreads();
         if (slice == 0) {
