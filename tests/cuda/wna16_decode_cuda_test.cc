@@ -185,10 +185,58 @@ struct DecodeCase {
   }
 };
 
+// The tile choices the timing test sweeps, each one checked by EveryTileVariantMatches (0 fields
+// are the launcher's defaults).
+struct TileVariant {
+  const char* name;
+  cuda::Wna16DecodeTiles tiles;
+};
+
+std::vector<TileVariant> tile_variants() {
+  std::vector<TileVariant> v;
+  const auto add = [&](const char* name, const auto& set) {
+    TileVariant t{name, {}};
+    set(t.tiles);
+    v.push_back(t);
+  };
+  add("default", [](cuda::Wna16DecodeTiles&) {});
+  add("up slices 1", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 1; });
+  add("up slices 2", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 2; });
+  add("up slices 4", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 4; });
+  add("up slices 8", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 8; });
+  add("up 1 block per CTA", [](cuda::Wna16DecodeTiles& t) { t.up_blocks_per_cta = 1; });
+  add("up 4 slices x 4 blocks", [](cuda::Wna16DecodeTiles& t) {
+    t.up_k_slices = 4;
+    t.up_blocks_per_cta = 4;
+  });
+  add("up slots 8", [](cuda::Wna16DecodeTiles& t) { t.up_expert_slots = 8; });
+  add("up slots 64", [](cuda::Wna16DecodeTiles& t) { t.up_expert_slots = 64; });
+  add("down slices 1", [](cuda::Wna16DecodeTiles& t) { t.down_k_slices = 1; });
+  add("down slices 2", [](cuda::Wna16DecodeTiles& t) { t.down_k_slices = 2; });
+  add("down slices 4", [](cuda::Wna16DecodeTiles& t) { t.down_k_slices = 4; });
+  add("down warps 4", [](cuda::Wna16DecodeTiles& t) { t.down_warps = 4; });
+  add("down warps 16", [](cuda::Wna16DecodeTiles& t) { t.down_warps = 16; });
+  add("down 2 blocks", [](cuda::Wna16DecodeTiles& t) { t.down_blocks_per_cta = 2; });
+  // Odd everything: partial last CTAs and slices, warps that get no item.
+  add("odd 3s", [](cuda::Wna16DecodeTiles& t) {
+    t.up_k_slices = 3;
+    t.up_blocks_per_cta = 3;
+    t.up_expert_slots = 3;
+    t.down_k_slices = 3;
+    t.down_warps = 3;
+    t.down_blocks_per_cta = 3;
+  });
+  add("down L2 prefetch", [](cuda::Wna16DecodeTiles& t) { t.down_prefetch_l2 = true; });
+  add("no evict-first", [](cuda::Wna16DecodeTiles& t) { t.evict_first = false; });
+  add("no PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = false; });
+  return v;
+}
+
 template <typename T>
-void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed) {
-  SCOPED_TRACE(
-      fmt::format("{} M {} {}", std::is_same_v<T, __half> ? "F16" : "BF16", tokens, c.describe()));
+void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
+                  const TileVariant& variant = TileVariant{"default", {}}) {
+  SCOPED_TRACE(fmt::format("{} M {} {} tiles {}", std::is_same_v<T, __half> ? "F16" : "BF16",
+                           tokens, c.describe(), variant.name));
   std::mt19937 rng(seed);
   MoEActParams act;
   act.kind = c.act;
@@ -264,14 +312,8 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed) {
   args.hidden = c.hidden;
   args.inter = c.inter;
   args.act = act;
-  // Small down tiles on odd seeds: several CTAs, partial last blocks.
-  cuda::Wna16DecodeTiles tiles;
-  if (seed % 2 == 1) {
-    tiles.down_blocks_per_cta = 3;
-    tiles.up_expert_slots = 3;
-  }
   const std::vector<uint8_t> bytes = run_eager_and_graph(
-      [&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(args, tiles, s); }, d_out,
+      [&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(args, variant.tiles, s); }, d_out,
       out_bytes);
   std::vector<T> out(tokens * c.hidden);
   std::memcpy(out.data(), bytes.data(), out_bytes);
@@ -396,6 +438,20 @@ TEST(CudaWna16Decode, MatchesReferenceAndGemmPath) {
   }
 }
 
+// Every tile choice the timing test sweeps (the K split of both kernels, warps and blocks per CTA,
+// expert slots) on every case and token count, BF16: the same checks as above.
+TEST(CudaWna16Decode, EveryTileVariantMatches) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 9000;
+  for (const TileVariant& v : tile_variants()) {
+    for (const DecodeCase& c : decode_cases()) {
+      for (const int64_t tokens : {1, 2, 3, 5, 8, 16}) {
+        check_decode<__nv_bfloat16>(c, tokens, ++seed, v);
+      }
+    }
+  }
+}
+
 TEST(CudaWna16Decode, RefusesWhatItCannotTake) {
   MG_REQUIRE_GPU();
   std::mt19937 rng(1);
@@ -420,6 +476,17 @@ TEST(CudaWna16Decode, RefusesWhatItCannotTake) {
   a.act.kind = MoEActKind::kSiluGated;
   a.hidden = 256;  // w13's K steps do not fit
   EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, {}, nullptr), Error);
+  a.hidden = 128;
+  cuda::Wna16DecodeTiles tiles;
+  tiles.up_k_slices = 1;
+  tiles.up_blocks_per_cta = 17;  // 17 warps
+  EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, tiles, nullptr), Error);
+  tiles = {};
+  tiles.down_warps = 17;
+  EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, tiles, nullptr), Error);
+  tiles = {};
+  tiles.down_k_slices = -1;
+  EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, tiles, nullptr), Error);
 }
 
 // ---- 2. Timing (MG_WNA16_TIMING=1; prints, asserts nothing) ---------------------------------
@@ -587,28 +654,13 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
           "({:3.0f}%)\n",
           sh.name, kind_label(sh.kind), M, distinct, floor_us, cuda::wna16_gemm_kernel_name(kernel),
           gemm_us, 100.0 * floor_us / gemm_us);
-      // The default tiles, then a few variants for tuning.
-      struct Variant {
-        const char* name;
-        cuda::Wna16DecodeTiles tiles;
-      };
-      std::vector<Variant> variants(6);
-      variants[0].name = "decode default";
-      variants[1].name = "decode slots 32";
-      variants[1].tiles.up_expert_slots = 32;
-      variants[2].name = "decode slots 8";
-      variants[2].tiles.up_expert_slots = 8;
-      variants[3].name = "decode down 2 blocks";
-      variants[3].tiles.down_blocks_per_cta = 2;
-      variants[4].name = "decode down 4 blocks";
-      variants[4].tiles.down_blocks_per_cta = 4;
-      variants[5].name = "decode no evict-first";
-      variants[5].tiles.evict_first = false;
-      for (const Variant& v : variants) {
+      // The default tiles, then the variants for tuning (each checked by EveryTileVariantMatches).
+      const std::vector<TileVariant> variants = tile_variants();
+      for (const TileVariant& v : variants) {
         const double us =
             graph_us([&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(a, v.tiles, s); });
         std::cout << fmt::format(
-            "    {:<22} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n", v.name, us,
+            "    {:<24} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n", v.name, us,
             100.0 * floor_us / us, gemm_us / us);
       }
     }

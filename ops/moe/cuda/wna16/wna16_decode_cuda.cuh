@@ -1,17 +1,20 @@
 // Kernels of wna16_decode_cuda.h, included by wna16_decode_<dtype>.cu. nvcc only.
 //
 // Decode is bound by weight bytes: at M = 1 the up kernel reads k experts' packed W13 to produce
-// k * I numbers. Both kernels are cut into warp items of ONE 8-row block of one expert over ALL
-// of K: per 128-wide K step the packed layout gives the warp its block's 512 (INT8: 1024)
+// k * I numbers, so what sets the time is how many bytes are in flight at once. Both kernels are
+// cut into warp items of ONE 8-row block of one expert over a SLICE of K (a contiguous run of
+// 128-wide steps): per step the packed layout gives the warp its block's 512 (INT8: 1024)
 // contiguous bytes, one 16-byte load per lane (two for INT8), which is already the lane's
-// mma.sync B fragment for the whole step. A lane keeps kStepsInFlight steps of loads in flight
-// (evict-first, L1::no_allocate: each weight line is read once per launch), dequantizes in
-// registers with the grouped GEMM's policies (Dequant in wna16_gemm.cuh: INT4/INT8 {s, -z·s}
-// pairs, MXFP4 E8M0 and NVFP4 E4M3 scale bytes, NVFP4's global applied to the accumulator), and
-// multiplies with mma.sync m16n8k16 whose A operand is the (up to 16) pairs of the expert: rows
-// g and g + 8 of lane (g, t) are the x (act) rows of pairs g and g + 8, read as 32-bit pairs of
-// T through L1 (x and act are a few KB to a few hundred KB and are re-read by every warp), zero
-// for rows past the pairs and columns past K.
+// mma.sync B fragment for the whole step. A lane issues the loads of up to kStepsInFlight steps
+// (4 KB a warp; evict-first, L1::no_allocate: each weight line is read once per launch) before it
+// uses the first, and by default a slice is at most that many steps, so a warp's whole item is
+// one round of loads and at M = 1 the grid holds thousands of such warps (qwen3-30b-a3b up: 8
+// experts x 96 blocks x 4 slices). It dequantizes in registers with the grouped GEMM's policies
+// (Dequant in wna16_gemm.cuh: INT4/INT8 {s, -z·s} pairs, MXFP4 E8M0 and NVFP4 E4M3 scale bytes,
+// NVFP4's global applied to the accumulator), and multiplies with mma.sync m16n8k16 whose A
+// operand is the (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t) are the x (act)
+// rows of pairs g and g + 8, read as 32-bit pairs of T through L1 (x and act are a few KB to a
+// few hundred KB and are re-read by every warp), zero for rows past the pairs and columns past K.
 //
 // Why mma.sync and not plain FMAs: with FMAs every dequantized weight costs one FMA per pair
 // (8 at M = 8) on top of its ~4 dequantization instructions, which at INT4 rates (two values a
@@ -20,16 +23,21 @@
 // M <= 16, and the B fragment the layout hands each lane needs no shuffle. Rows past the pairs
 // are zeros (wasted tensor-core work, which is free here).
 //
-// Because a warp item spans all of K, no reduction across warps is needed:
-//   up    grid (ceil(I / 8 / kWarps), expert slots): warp w of CTA x owns act columns
-//         8 (kWarps x + w) .. +8 (gated: the gate block and the up block, two accumulators, so
-//         the activation is applied in registers) for the experts u = blockIdx.y,
-//         + gridDim.y, ...; lane (g, t) writes act[pair, 8 block + 2t .. +1] (one 32-bit store).
-//   down  grid (ceil(H / 8 / blocks_per_cta)): a CTA owns whole output rows h; items (expert,
-//         pair group, 8-row block) are dealt round-robin to its warps, each dot lands in shared
-//         memory partial[pair, h - h0] (written by exactly one lane), and after one barrier each
-//         out[t, h] = sum_j w[t, j] (partial + b2) is summed over j in order: no atomics, one
-//         rounding, deterministic, the weighted top-k sum fused (no combine launch).
+// The K slices of an item are summed in shared memory in slice order (fixed for given tiles: no
+// atomics, deterministic):
+//   up    grid (ceil(I / 8 / blocks_per_cta), expert slots), blocks_per_cta x k_slices warps:
+//         warp w is slice w % k_slices of act-column block blockIdx.x * blocks_per_cta +
+//         w / k_slices (gated: the gate block and the up block, two accumulators), for the
+//         experts u = blockIdx.y, + gridDim.y, ...; per (expert, pair group) every warp leaves
+//         its accumulators in shared memory, and after a barrier the block's slice-0 warp adds the
+//         other slices' in order, applies the activation (gate and up are both summed first) and
+//         writes act[pair, 8 block + 2t .. +1] (one 32-bit store per lane and pair).
+//   down  grid (ceil(H / 8 / blocks_per_cta)), `warps` warps: a CTA owns whole output rows h;
+//         items (expert, pair group, 8-row block, K slice) are dealt round-robin to its warps,
+//         each dot lands in shared memory partial[slice, pair, h - h0] (written by exactly one
+//         lane), and after one barrier each out[t, h] = sum_j w[t, j] (sum over slices in order of
+//         partial + b2) is summed over j in order: one rounding, the weighted top-k sum fused (no
+//         combine launch).
 // Every CTA groups the M * k pairs by local expert in shared memory first
 // (decode::group_pairs, the BF16 decode path's), so no permutation launch is needed. The down
 // kernel is launched with programmatic stream serialization and groups its pairs while the up
@@ -38,8 +46,11 @@
 // What may bound it short of the bandwidth (to check with the timing test before tuning): the
 // dequantization keeps the grouped GEMM's exact fp32 form (shift-or, subtract, fma, half a
 // conversion per value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at
-// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); a down item is one
-// block over K = I, so at small I a warp walks several short items.
+// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); registers (ptxas, CUDA
+// 13.0 here: 96-127 a thread for the PairRows 8 kernels, up to 128 with a few spilled bytes for
+// PairRows 16; 16 warps an SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5
+// waves); the group_pairs prologue every
+// CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -62,10 +73,17 @@
 
 namespace mg::cuda::wna16_decode {
 
-inline constexpr int kThreads = 128;
-inline constexpr int kWarps = kThreads / 32;
-// Rows of one m16n8k16 A operand: the pairs of an expert multiplied at once.
-inline constexpr int kPairRows = 16;
+// Warps of a CTA at most (the launch bound; the host checks the forced tiles against it).
+inline constexpr int kMaxWarps = 16;
+inline constexpr int kMaxThreads = 32 * kMaxWarps;
+
+// Pairs of an expert multiplied at once (A rows of one m16n8k16): each kernel comes in two
+// variants, PairRows 16 (rows g and g + 8 both loaded) and PairRows 8 (rows 8..15 zeros, no
+// loads for them, fewer registers: ptxas gives a kernel the registers of its hungriest path).
+// Both are correct for any grouping (an expert's pairs run in groups of PairRows); the host takes
+// 8 up to 8 tokens, where routing (a token's top-k experts are distinct) gives no expert more
+// than 8 pairs.
+inline constexpr int kMaxPairRows = 16;
 
 // K steps whose weights a lane loads before it uses the first: 128 bytes a lane (4 KB a warp)
 // over the parts it streams (gated: gate and up): INT4 / FP4 8 steps of 16 bytes (gated 4), INT8
@@ -87,13 +105,15 @@ __device__ __forceinline__ uint32_t a_pair(const T* row, int k, int len) {
 }
 
 // acc[part] += the 16 x 8 C fragment of A · W[expert] rows (part * part_rows + 8 block ..
-// + 8)ᵀ over all K = len: A row g is a_lo (pair g), row g + 8 is a_hi (pair g + 8), each a T row
-// of `len` elements or null (zeros). !kHi: no group has more than 8 pairs, a_hi is not read (the
-// A rows 8..15 are zeros without a load: M <= 8). Every lane of the warp calls it (mma.sync).
+// + 8)ᵀ over the K steps [s_begin, s_end) of K = len: A row g is a_lo (pair g), row g + 8 is a_hi
+// (pair g + 8), each a T row of `len` elements or null (zeros). !kHi: no group has more than 8
+// pairs, a_hi is not read (the A rows 8..15 are zeros without a load: M <= 8). Every lane of the
+// warp calls it (mma.sync).
 template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi>
 __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
-                                                int expert, int block, const T* a_lo, const T* a_hi,
-                                                int len, uint64_t policy) {
+                                                int expert, int block, int s_begin, int s_end,
+                                                const T* a_lo, const T* a_hi, int len,
+                                                uint64_t policy) {
   constexpr int kW = Bits == 4 ? 4 : 8;  // words per lane per step
   constexpr int kVecs = kW / 4;          // 16-byte loads per lane per step
   constexpr int kStepWords = 32 * kW;
@@ -123,14 +143,30 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
   // Integer codes: the scale group of each 32-wide unit, followed with a counter instead of a
   // division per unit (the units are visited in order): units_per_group units share a group
   // (G / 32: G is a multiple of 32 when there are several groups; channel-wise, one group of any
-  // K, never advances).
+  // K, never advances). The slice starts at unit 4 s_begin.
   [[maybe_unused]] const int units_per_group =
       w.groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
   [[maybe_unused]] const int last_group = static_cast<int>(w.groups) - 1;
-  [[maybe_unused]] int group = 0;
-  [[maybe_unused]] int units_left = units_per_group;
+  [[maybe_unused]] int group = w.groups == 1 ? 0 : 4 * s_begin / units_per_group;
+  [[maybe_unused]] int units_left =
+      w.groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
+  if constexpr (!kFp4) {
+    // The slice's pairs of this lane's row are contiguous (groups g_first .. g_last): ask L1 for
+    // their lines before the weight loads, so the per-unit __ldg below hits L1 instead of
+    // waiting on L2 in the middle of the dequantization (no registers held for them).
+    const int g_first = min(group, last_group);
+    const int g_last = w.groups == 1 ? 0 : min((4 * s_end - 1) / units_per_group, last_group);
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(pp[p] + g_first) & ~uintptr_t{127};
+      const uintptr_t last = reinterpret_cast<uintptr_t>(pp[p] + g_last);
+      for (uintptr_t line = first; line <= last; line += 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
+      }
+    }
+  }
 
-  for (int s0 = 0; s0 < k_steps; s0 += kV) {
+  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
     uint4 wv[kV][Parts][kVecs];
     [[maybe_unused]] uint2 sv[kFp4 ? kV : 1][Parts];
 #pragma unroll
@@ -140,14 +176,14 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
       for (int p = 0; p < Parts; ++p) {
 #pragma unroll
         for (int q = 0; q < kVecs; ++q) {
-          wv[v][p][q] = s < k_steps
+          wv[v][p][q] = s < s_end
                             ? decode::load_weights(
                                   wp[p] + static_cast<int64_t>(s) * kStepWords + q * 128, policy)
                             : make_uint4(0u, 0u, 0u, 0u);
         }
         if constexpr (kFp4) {
           const uint8_t* src = sp[p] + static_cast<int64_t>(s) * (8 * kScaleBytes);
-          if (s >= k_steps) {
+          if (s >= s_end) {
             sv[v][p] = make_uint2(0u, 0u);
           } else if constexpr (kScaleBytes == 4) {
             sv[v][p] = make_uint2(__ldg(reinterpret_cast<const unsigned int*>(src)), 0u);
@@ -160,7 +196,7 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int s = s0 + v;
-      if (s >= k_steps) break;  // uniform over the warp
+      if (s >= s_end) break;  // uniform over the warp
 #pragma unroll
       for (int unit = 0; unit < 4; ++unit) {
         float2 sc[Parts];
@@ -213,6 +249,19 @@ __device__ __forceinline__ LanePairs lane_pairs(const decode::PairGroups& g, int
   return lp;
 }
 
+// The 128-wide K steps [begin, end) of slice `slice` of `slices` (contiguous, equal but the
+// last; empty when past the steps).
+struct StepRange {
+  int begin = 0, end = 0;
+};
+__device__ __forceinline__ StepRange slice_steps(int k_steps, int slices, int slice) {
+  const int per = (k_steps + slices - 1) / slices;
+  StepRange r;
+  r.begin = min(k_steps, slice * per);
+  r.end = min(k_steps, r.begin + per);
+  return r;
+}
+
 struct UpParams {
   const void* x = nullptr;  // [tokens, hidden] T
   const int32_t* topk_ids = nullptr;
@@ -221,15 +270,24 @@ struct UpParams {
   const float* b13 = nullptr;  // [E, N1] F32
   void* act = nullptr;         // [num_pairs, inter] T
   int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
+  int k_slices = 1;        // warps per 8-row block, each a K slice
+  int blocks_per_cta = 1;  // 8-row blocks per CTA: blockDim.x = 32 * blocks_per_cta * k_slices
   bool evict_first = true;
   MoEActParams act_params;
 };
 
 // act[p, c] = act_fn(gate[p, c], up[p, c]) for the CTA's blocks of columns c and its experts.
-template <typename T, int Bits, Wna16Codes Codes, bool Gated>
-__global__ void __launch_bounds__(kThreads) wna16_decode_up_kernel(const UpParams p) {
+// Warp w is slice w % k_slices of block blockIdx.x * blocks_per_cta + w / k_slices; the slices
+// of a block leave their gate and up accumulators in shared memory and the block's slice-0 warp
+// sums them in slice order, then applies the activation.
+template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows>
+__global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpParams p) {
+  static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   constexpr int kParts = Gated ? 2 : 1;
   __shared__ decode::PairGroups g;
+  // [warp][part][c][lane]: a warp's C fragments, each element written and read by one lane
+  // (conflict-free); only when k_slices > 1.
+  extern __shared__ float partial[];
   // Programmatic dependent launch (framework/device/cuda/pdl.cuh): topk_ids / x come from the
   // kernels before.
   pdl_wait();
@@ -238,8 +296,11 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_up_kernel(const UpParam
 
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int block = static_cast<int>(blockIdx.x) * kWarps + warp;
-  if (block * 8 >= p.inter) return;  // no barrier follows
+  const int slice = warp % p.k_slices;
+  const int block = static_cast<int>(blockIdx.x) * p.blocks_per_cta + warp / p.k_slices;
+  // A warp past the last block still takes part in every barrier below (no early return).
+  const bool has_block = block * 8 < p.inter;
+  const StepRange steps = slice_steps(static_cast<int>(p.w13.k_steps), p.k_slices, slice);
   const uint64_t policy = decode::weight_policy(p.evict_first);
   const T* x = static_cast<const T*>(p.x);
   T* act = static_cast<T*>(p.act);
@@ -249,18 +310,43 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_up_kernel(const UpParam
   for (int u = static_cast<int>(blockIdx.y); u < g.num_experts; u += static_cast<int>(gridDim.y)) {
     const int e = g.expert[u];
     const int group_end = g.offset[u + 1];
-    for (int first = g.offset[u]; first < group_end; first += kPairRows) {
-      const LanePairs lp = lane_pairs(g, first, min(kPairRows, group_end - first));
+    for (int first = g.offset[u]; first < group_end; first += PairRows) {
+      const LanePairs lp = lane_pairs(g, first, min(PairRows, group_end - first));
       const T* a_lo = lp.lo < 0 ? nullptr : x + static_cast<int64_t>(lp.lo / p.top_k) * p.hidden;
       const T* a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
       float acc[kParts][4] = {};
-      if (group_end - first > 8) {  // uniform over the warp
-        warp_block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, a_lo, a_hi, p.hidden,
-                                                      policy);
-      } else {
-        warp_block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, a_lo, a_hi, p.hidden,
-                                                       policy);
+      if (has_block && steps.begin < steps.end) {  // uniform over the warp
+        if (PairRows > 8 && group_end - first > 8) {
+          warp_block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, steps.begin,
+                                                        steps.end, a_lo, a_hi, p.hidden, policy);
+        } else {
+          warp_block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, steps.begin,
+                                                         steps.end, a_lo, a_hi, p.hidden, policy);
+        }
       }
+      if (p.k_slices > 1) {  // uniform over the CTA: the barriers are reached by every thread
+#pragma unroll
+        for (int q = 0; q < kParts; ++q) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            partial[((warp * kParts + q) * 4 + c) * 32 + lane] = acc[q][c];
+          }
+        }
+        __syncthreads();
+        if (slice == 0) {
+          for (int s = 1; s < p.k_slices; ++s) {
+#pragma unroll
+            for (int q = 0; q < kParts; ++q) {
+#pragma unroll
+              for (int c = 0; c < 4; ++c) {
+                acc[q][c] += partial[(((warp + s) * kParts + q) * 4 + c) * 32 + lane];
+              }
+            }
+          }
+        }
+        __syncthreads();  // partial is rewritten by the next item
+      }
+      if (slice != 0 || !has_block) continue;
 
       // NVFP4: the accumulators hold sums of x · 2·e2m1 · e4m3; the part's global / 2 makes them
       // real.
@@ -302,21 +388,23 @@ struct DownParams {
   void* out = nullptr;        // [num_tokens, hidden] T
   int num_pairs = 0, num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   int blocks_per_cta = 1;  // 8-row blocks of output columns h per CTA
+  int k_slices = 1;        // K slices per (expert, pair group, block) item
+  bool prefetch_l2 = false;
   bool evict_first = true;
 };
 
 // out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
-template <typename T, int Bits, Wna16Codes Codes>
-__global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownParams p) {
+template <typename T, int Bits, Wna16Codes Codes, int PairRows>
+__global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const DownParams p) {
+  static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   __shared__ decode::PairGroups g;
-  extern __shared__ float partial[];  // [num_pairs, rows_per_cta]
+  extern __shared__ float partial[];  // [k_slices, num_pairs, rows_per_cta]
   // topk_ids and expert_map were complete before the up kernel triggered this launch (it does so
   // only after its own pdl_wait: pdl.cuh's one exception, as the BF16 down kernel); act is its
   // output.
   decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
-  pdl_wait();
-  pdl_launch_dependents();  // the next kernel (the residual add + norm) may get resident
 
+  const int warps = static_cast<int>(blockDim.x / 32);
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int rows_per_cta = p.blocks_per_cta * 8;
@@ -324,36 +412,72 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownP
   const int h0 = block0 * 8;
   const int rows = min(rows_per_cta, p.hidden - h0);
   const int blocks = (rows + 7) / 8;
+  const int k_steps = static_cast<int>(p.w2.k_steps);
+
+  // The weights do not depend on the up kernel: while it still streams W13, ask L2 for this
+  // CTA's blocks of each touched expert, which the layout keeps contiguous (codes; scale bytes or
+  // the rows' F32 pairs), one thread per expert. Weights only before pdl_wait (pdl.cuh).
+  if (p.prefetch_l2) {
+    constexpr int kStepBytes = 32 * (Bits == 4 ? 4 : 8) * 4;
+    for (int u = static_cast<int>(threadIdx.x); u < g.num_experts;
+         u += static_cast<int>(blockDim.x)) {
+      const int64_t first_block = g.expert[u] * (p.w2.part_rows / 8) + block0;
+      pdl_prefetch_l2(
+          reinterpret_cast<const char*>(p.w2.words) + first_block * k_steps * kStepBytes,
+          static_cast<int64_t>(blocks) * k_steps * kStepBytes, 0, 1);
+      if constexpr (Codes == Wna16Codes::kInteger) {
+        const int64_t pair_bytes = 2 * sizeof(float) * p.w2.groups;
+        pdl_prefetch_l2(reinterpret_cast<const char*>(p.w2.params) + first_block * 8 * pair_bytes,
+                        static_cast<int64_t>(rows) * pair_bytes, 0, 1);
+      } else {
+        constexpr int kScaleStepBytes = 8 * kScaleBytesPerStep<Codes>;
+        pdl_prefetch_l2(p.w2.scale_bytes + first_block * k_steps * kScaleStepBytes,
+                        static_cast<int64_t>(blocks) * k_steps * kScaleStepBytes, 0, 1);
+      }
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();  // the next kernel (the residual add + norm) may get resident
   const uint64_t policy = decode::weight_policy(p.evict_first);
   const T* act = static_cast<const T*>(p.act);
 
+  // Items (expert, pair group, block, K slice), dealt to the warps in turn; every slice of every
+  // item writes its partial sums (zeros for an empty slice), each element by exactly one lane.
   int item = 0;
   for (int u = 0; u < g.num_experts; ++u) {
     const int e = g.expert[u];
     const int group_end = g.offset[u + 1];
-    for (int first = g.offset[u]; first < group_end; first += kPairRows) {
-      for (int b = 0; b < blocks; ++b, ++item) {
-        if (item % kWarps != warp) continue;
-        const LanePairs lp = lane_pairs(g, first, min(kPairRows, group_end - first));
-        const T* a_lo = lp.lo < 0 ? nullptr : act + static_cast<int64_t>(lp.lo) * p.inter;
-        const T* a_hi = lp.hi < 0 ? nullptr : act + static_cast<int64_t>(lp.hi) * p.inter;
-        float acc[1][4] = {};
-        if (group_end - first > 8) {  // uniform over the warp
-          warp_block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, a_lo, a_hi, p.inter,
-                                                   policy);
-        } else {
-          warp_block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, a_lo, a_hi, p.inter,
-                                                    policy);
-        }
-        const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
-        const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
+    for (int first = g.offset[u]; first < group_end; first += PairRows) {
+      for (int b = 0; b < blocks; ++b) {
+        for (int ks = 0; ks < p.k_slices; ++ks, ++item) {
+          if (item % warps != warp) continue;
+          const LanePairs lp = lane_pairs(g, first, min(PairRows, group_end - first));
+          const T* a_lo = lp.lo < 0 ? nullptr : act + static_cast<int64_t>(lp.lo) * p.inter;
+          const T* a_hi = lp.hi < 0 ? nullptr : act + static_cast<int64_t>(lp.hi) * p.inter;
+          const StepRange steps = slice_steps(k_steps, p.k_slices, ks);
+          float acc[1][4] = {};
+          if (steps.begin < steps.end) {  // uniform over the warp
+            if (PairRows > 8 && group_end - first > 8) {
+              warp_block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
+                                                       steps.end, a_lo, a_hi, p.inter, policy);
+            } else {
+              warp_block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
+                                                        steps.end, a_lo, a_hi, p.inter, policy);
+            }
+          }
+          const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
+          const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
+          float* slice_partial = partial + static_cast<int64_t>(ks) * p.num_pairs * rows_per_cta;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int pair = half == 0 ? lp.lo : lp.hi;
-          if (pair < 0) continue;
+          for (int half = 0; half < 2; ++half) {
+            const int pair = half == 0 ? lp.lo : lp.hi;
+            if (pair < 0) continue;
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            if (r + c < rows) partial[pair * rows_per_cta + r + c] = acc[0][2 * half + c] * scale;
+            for (int c = 0; c < 2; ++c) {
+              if (r + c < rows) {
+                slice_partial[pair * rows_per_cta + r + c] = acc[0][2 * half + c] * scale;
+              }
+            }
           }
         }
       }
@@ -362,7 +486,9 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownP
   __syncthreads();
 
   T* out = static_cast<T*>(p.out);
-  for (int i = static_cast<int>(threadIdx.x); i < p.num_tokens * rows; i += kThreads) {
+  const int slice_stride = p.num_pairs * rows_per_cta;
+  for (int i = static_cast<int>(threadIdx.x); i < p.num_tokens * rows;
+       i += static_cast<int>(blockDim.x)) {
     const int t = i / rows;
     const int r = i - t * rows;
     const int64_t h = h0 + r;
@@ -372,6 +498,8 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownP
       const int e = g.local[pr];
       if (e < 0) continue;
       float y = partial[pr * rows_per_cta + r];
+      for (int ks = 1; ks < p.k_slices; ++ks)
+        y += partial[ks * slice_stride + pr * rows_per_cta + r];
       if (p.b2 != nullptr) y += p.b2[e * static_cast<int64_t>(p.hidden) + h];
       sum += p.topk_weights[pr] * y;
     }
@@ -382,9 +510,9 @@ __global__ void __launch_bounds__(kThreads) wna16_decode_down_kernel(const DownP
 // ---- Host side --------------------------------------------------------------------------------
 
 template <typename Params>
-void launch_kernel(void (*kernel)(Params), dim3 grid, size_t smem, bool pdl, cudaStream_t stream,
-                   const Params& params) {
-  launch_pdl_if(pdl, kernel, grid, dim3(kThreads), smem, stream, params);
+void launch_kernel(void (*kernel)(Params), dim3 grid, int warps, size_t smem, bool pdl,
+                   cudaStream_t stream, const Params& params) {
+  launch_pdl_if(pdl, kernel, grid, dim3(static_cast<unsigned>(32 * warps)), smem, stream, params);
 }
 
 // "" when `w` holds a [E, parts x rows, cols] matrix the kernels can read, else the reason.
@@ -415,27 +543,67 @@ inline std::string weights_check(const Wna16Weights& w, int64_t parts, int64_t r
   return "unknown codes";
 }
 
+// Slices of a K of k_steps 128-wide steps: `forced`, or (0) as many as leave no slice more than
+// `in_flight` steps (the steps a warp keeps in flight, so a slice is one round of loads), at most
+// 8; never more than the steps, and then as few as give the same slice length (no empty slice).
+inline int resolve_k_slices(int forced, int64_t k_steps, int in_flight) {
+  const int steps = static_cast<int>(std::max<int64_t>(1, k_steps));
+  int slices = forced > 0 ? forced : std::min(8, (steps + in_flight - 1) / in_flight);
+  slices = std::clamp(slices, 1, steps);
+  const int per = (steps + slices - 1) / slices;
+  return (steps + per - 1) / per;
+}
+
 template <typename T, int Bits, Wna16Codes Codes>
-void launch_up(const UpParams& p, const Wna16DecodeTiles& tiles, bool gated, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((p.inter / 8 + kWarps - 1) / kWarps),
+void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream_t stream) {
+  const int parts = gated ? 2 : 1;
+  const int in_flight = gated ? kStepsInFlight<Bits, 2> : kStepsInFlight<Bits, 1>;
+  p.k_slices = resolve_k_slices(tiles.up_k_slices, p.w13.k_steps, in_flight);
+  p.blocks_per_cta =
+      tiles.up_blocks_per_cta > 0 ? tiles.up_blocks_per_cta : std::max(1, 8 / p.k_slices);
+  const int warps = p.k_slices * p.blocks_per_cta;
+  MG_CHECK(warps <= kMaxWarps,
+           "WNA16 decode: {} K slices x {} blocks per up CTA are {} warps, at most {}", p.k_slices,
+           p.blocks_per_cta, warps, kMaxWarps);
+  const int blocks = (p.inter + 7) / 8;
+  const dim3 grid(static_cast<unsigned>((blocks + p.blocks_per_cta - 1) / p.blocks_per_cta),
                   static_cast<unsigned>(std::max(1, std::min(p.num_pairs, tiles.up_expert_slots))));
+  // The slices' accumulators (up_kernel's partial), only when a block is split.
+  const size_t smem =
+      p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
+  const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
   if (gated) {
-    launch_kernel(wna16_decode_up_kernel<T, Bits, Codes, true>, grid, 0, tiles.pdl, stream, p);
+    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, true, 16>
+                         : wna16_decode_up_kernel<T, Bits, Codes, true, 8>,
+                  grid, warps, smem, tiles.pdl, stream, p);
   } else {
-    launch_kernel(wna16_decode_up_kernel<T, Bits, Codes, false>, grid, 0, tiles.pdl, stream, p);
+    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
+                         : wna16_decode_up_kernel<T, Bits, Codes, false, 8>,
+                  grid, warps, smem, tiles.pdl, stream, p);
   }
 }
 
 template <typename T, int Bits, Wna16Codes Codes>
-void launch_down(const DownParams& p, const Wna16DecodeTiles& tiles, cudaStream_t stream) {
-  const int64_t row_blocks = (p.hidden + 7) / 8;
-  const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
-  const size_t smem = static_cast<size_t>(p.num_pairs) * p.blocks_per_cta * 8 * sizeof(float);
+void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t stream) {
+  const int warps = tiles.down_warps > 0 ? tiles.down_warps : 8;
+  p.k_slices = resolve_k_slices(tiles.down_k_slices, p.w2.k_steps, kStepsInFlight<Bits, 1>);
+  // The partial sums of all slices stay in shared memory: fewer slices when they would not fit.
+  const size_t slice_bytes =
+      static_cast<size_t>(p.num_pairs) * p.blocks_per_cta * 8 * sizeof(float);
+  while (p.k_slices > 1 && p.k_slices * slice_bytes > 32 * 1024) {
+    p.k_slices = resolve_k_slices(p.k_slices - 1, p.w2.k_steps, kStepsInFlight<Bits, 1>);
+  }
+  const size_t smem = p.k_slices * slice_bytes;
   MG_CHECK(smem <= 32 * 1024,
            "WNA16 decode: {} pairs x {} rows per down CTA need {} bytes of shared memory, more "
            "than 32 KB",
            p.num_pairs, p.blocks_per_cta * 8, smem);
-  launch_kernel(wna16_decode_down_kernel<T, Bits, Codes>, grid, smem, tiles.pdl, stream, p);
+  const int64_t row_blocks = (p.hidden + 7) / 8;
+  const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
+  const bool rows16 = p.num_tokens > 8;  // as launch_up's
+  launch_kernel(rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16>
+                       : wna16_decode_down_kernel<T, Bits, Codes, 8>,
+                grid, warps, smem, tiles.pdl, stream, p);
 }
 
 // The kernels of the packed matrix's code kind and width.
@@ -479,6 +647,14 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
   MG_CHECK(a.top_k >= 1 && a.num_tokens * a.top_k <= decode::kMaxPairs,
            "WNA16 decode: top_k {} x {} tokens must be 1 .. {} pairs", a.top_k, a.num_tokens,
            decode::kMaxPairs);
+  MG_CHECK(
+      tiles.up_k_slices >= 0 && tiles.up_k_slices <= kMaxWarps && tiles.up_blocks_per_cta >= 0 &&
+          tiles.up_blocks_per_cta <= kMaxWarps && tiles.down_k_slices >= 0 &&
+          tiles.down_warps >= 0 && tiles.down_warps <= kMaxWarps && tiles.down_blocks_per_cta >= 0,
+      "WNA16 decode: tiles up K slices {}, up blocks per CTA {}, down warps {} must be 0 .. {} "
+      "and down K slices {}, down blocks per CTA {} >= 0 (0: the default)",
+      tiles.up_k_slices, tiles.up_blocks_per_cta, tiles.down_warps, kMaxWarps, tiles.down_k_slices,
+      tiles.down_blocks_per_cta);
   const bool gated = is_gated(a.act.kind);
   std::string why = weights_check(a.w13, gated ? 2 : 1, a.inter, a.hidden);
   MG_CHECK(why.empty(), "WNA16 decode: w13: {}", why);
@@ -518,12 +694,13 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
   down.hidden = static_cast<int>(a.hidden);
   down.inter = static_cast<int>(a.inter);
   down.evict_first = tiles.evict_first;
+  down.prefetch_l2 = tiles.down_prefetch_l2;
   if (tiles.down_blocks_per_cta > 0) {
     down.blocks_per_cta = tiles.down_blocks_per_cta;
   } else {
-    // As few blocks as keep four CTAs (16 warps) on every SM in one wave (a CTA owns whole rows
-    // of all experts, so every CTA carries the same work; a lone extra wave would cost up to a
-    // third). qwen3 (H 2048) and gpt-oss (H 2880) get one block per CTA on an H100.
+    // As few blocks as keep four CTAs on every SM (a CTA owns whole rows of all experts, so
+    // every CTA carries the same work). qwen3 (H 2048) and gpt-oss (H 2880) get one block per CTA
+    // on an H100.
     const int64_t row_blocks = (a.hidden + 7) / 8;
     const int64_t ctas = 4 * static_cast<int64_t>(decode::multiprocessor_count());
     down.blocks_per_cta = static_cast<int>(std::max<int64_t>(1, (row_blocks + ctas - 1) / ctas));

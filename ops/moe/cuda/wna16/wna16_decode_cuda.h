@@ -40,12 +40,30 @@ struct Wna16DecodeArgs {
 };
 
 // How the kernels are cut (for sweeping them and for the tests); every choice computes the same
-// numbers.
+// numbers up to the fp32 summation order of the K slices (fixed for a given choice: every launch
+// with the same tiles is bit for bit the same). 0 picks the default, which the launcher derives
+// from the shapes (wna16_decode_cuda.cuh, "Host side").
 struct Wna16DecodeTiles {
+  // Up kernel: warps that split one 8-row block's K (each a contiguous slice of 128-wide steps,
+  // summed in shared memory in slice order); 0: as many as leave each warp at most the steps it
+  // keeps in flight, at most 8. At most the K steps (more would be empty).
+  int up_k_slices = 0;
+  // Up kernel: 8-row blocks (of each part) per CTA; the CTA has blocks x slices warps (at most
+  // 16). 0: 8 / slices (at least 1).
+  int up_blocks_per_cta = 0;
   // grid.y of the up kernel: CTAs per act-column tile that share the distinct experts.
   int up_expert_slots = 16;
+  // Down kernel: K (= I) slices per (expert, 8-row block) item; 0: as for up_k_slices. Fewer when
+  // the partial sums would not fit in 32 KB of shared memory.
+  int down_k_slices = 0;
+  // Down kernel: warps per CTA (1 .. 16), dealt the CTA's (expert, block, slice) items in turn;
+  // 0: 8.
+  int down_warps = 0;
   // 8-row blocks of output columns per down CTA; 0: as few as keep four CTAs on every SM.
   int down_blocks_per_cta = 0;
+  // Down kernel: before its pdl_wait (while the up kernel still streams W13) each CTA asks L2
+  // for its blocks of every touched expert's W2 (codes and scales). Off until timed.
+  bool down_prefetch_l2 = false;
   // Weight loads ask L2 to evict their lines first (each is read once per launch).
   bool evict_first = true;
   bool pdl = true;  // launch both kernels with programmatic stream serialization
@@ -53,7 +71,8 @@ struct Wna16DecodeTiles {
 
 // The most tokens the kernels take: a (16-row) m16n8k16 A operand holds the pairs of one expert,
 // and a token's top-k experts are distinct, so an expert has at most M pairs (more pairs of one
-// expert, which routing never makes, are run in groups of 16 and stay correct). The pairs
+// expert, which routing never makes, are run in groups of 16 and stay correct; up to 8 tokens the
+// kernels use groups of 8, half the A operand, in a variant with fewer registers). The pairs
 // (M * k <= 256) are grouped in shared memory.
 inline constexpr int64_t kWna16DecodeMaxTokens = 16;
 
