@@ -138,11 +138,12 @@ PrefillWork prefill_work(const proto::Model& model, DType activation_dtype, int6
   MG_CHECK(tokens > 0, "prefill floor: {} tokens", tokens);
   const double T = static_cast<double>(tokens);
   PrefillWork w;
-  w.bytes = weight_bytes(model, activation_dtype, [T](const proto::MoEParams& moe) {
-              const double E = static_cast<double>(std::max<int64_t>(1, moe.num_experts()));
-              const double k = std::min(static_cast<double>(moe.top_k()), E);
-              return 1.0 - std::pow(1.0 - k / E, T);
-            }).total();
+  w.bytes = decode_weight_bytes(model, activation_dtype).total();
+  w.bytes_uniform = weight_bytes(model, activation_dtype, [T](const proto::MoEParams& moe) {
+                      const double E = static_cast<double>(std::max<int64_t>(1, moe.num_experts()));
+                      const double k = std::min(static_cast<double>(moe.top_k()), E);
+                      return 1.0 - std::pow(1.0 - k / E, T);
+                    }).total();
 
   std::map<std::string, const proto::TensorInfo*> tensors;
   for (const proto::TensorInfo& t : model.tensors()) tensors[t.name()] = &t;

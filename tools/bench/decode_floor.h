@@ -26,9 +26,15 @@ struct DecodeWeightBytes {
 DecodeWeightBytes decode_weight_bytes(const proto::Model& model, DType activation_dtype);
 
 // The least work a prefill of one sequence of `tokens` prompt tokens does, from the graph:
-//   bytes  every dense weight once, and per MoE layer the experts that expect at least one of its
-//          tokens x top_k routed rows under uniform routing, E (1 - (1 - k/E)^tokens) of E, at
-//          the bytes decode_weight_bytes counts (quantized tensors at their stored bytes);
+//   bytes  every dense weight once, and per MoE layer the top_k experts that any token must read
+//          (a token's k experts are distinct, so at least min(k, E) of them are touched whatever
+//          the router does), at the bytes decode_weight_bytes counts (quantized tensors at their
+//          stored bytes): a true lower bound;
+//   bytes_uniform  the same with the experts expected to get at least one of the tokens x top_k
+//          routed rows under uniform routing, E (1 - (1 - k/E)^tokens) of E: what a prefill
+//          reads when the router spreads tokens as trained routers roughly do. It is not a bound:
+//          a router that sends the prompt's tokens to few experts (random weights often do, as
+//          `bench e2e --random-weights` on qwen3 at 512 tokens showed: 117% of it) reads less;
 //   flops  2 x rows x the logical elements of every weight matrix a node multiplies by: all
 //          tokens for linear, gated_mlp, the MoE router and shared experts; tokens x top_k / E
 //          rows per routed expert; one row for a linear that writes a graph output (the logits:
@@ -37,6 +43,7 @@ DecodeWeightBytes decode_weight_bytes(const proto::Model& model, DType activatio
 // Norms, rope, activations and the embedding lookup are left out (a few flops per element).
 struct PrefillWork {
   double bytes = 0;
+  double bytes_uniform = 0;
   double flops = 0;
 };
 PrefillWork prefill_work(const proto::Model& model, DType activation_dtype, int64_t tokens);

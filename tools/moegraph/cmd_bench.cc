@@ -245,8 +245,6 @@ struct BenchE2eArgs {
   bool ep = false;
 };
 
-// The weight-bandwidth floor of batch-1 decode (tools/bench/decode_floor.h) and `decode`
-// tokens/s as a share of it.
 // The floor of one sequence's prefill (tools/bench/decode_floor.h): its weight bytes over the
 // copy bandwidth or its flops over the GEMM rate, whichever is longer, and `prefill` tokens/s as a
 // share of it. Without a measured GEMM rate (the CPU) only the bytes bound is printed.
@@ -263,15 +261,23 @@ void print_prefill_floor(const PrefillWork& work, int64_t tokens, const DeviceCe
   }
   const double flops_s = work.flops / ceil.gemm_flops_per_s;
   const double floor_s = std::max(bytes_s, flops_s);
+  const double uniform_s = std::max(work.bytes_uniform / ceil.copy_bytes_per_s, flops_s);
   std::cout << fmt::format(
-      "prefill floor: {:.3f} GB of weights over {:.0f} GB/s ({:.3f} ms) or {:.2f} TFLOP over the "
-      "measured {:.1f} TFLOP/s GEMM rate ({:.3f} ms): {:.1f} tokens/s, {}-bound\n",
+      "prefill floor: {:.3f} GB of weights (dense + top-k experts a layer) over {:.0f} GB/s "
+      "({:.3f} ms) or {:.2f} TFLOP over the measured {:.1f} TFLOP/s GEMM rate ({:.3f} ms): {:.1f} "
+      "tokens/s, {}-bound\n",
       work.bytes / 1e9, ceil.copy_bytes_per_s / 1e9, bytes_s * 1e3, work.flops / 1e12,
       ceil.gemm_flops_per_s / 1e12, flops_s * 1e3, tokens / floor_s,
       flops_s > bytes_s ? "compute" : "bandwidth");
   std::cout << fmt::format("prefill at {:.1f}% of its floor\n", 100.0 * prefill * floor_s / tokens);
+  std::cout << fmt::format(
+      "prefill under uniform routing (not a bound: {:.3f} GB, the experts expected to get a "
+      "token): {:.1f} tokens/s, prefill at {:.1f}% of it\n",
+      work.bytes_uniform / 1e9, tokens / uniform_s, 100.0 * prefill * uniform_s / tokens);
 }
 
+// The weight-bandwidth floor of batch-1 decode (tools/bench/decode_floor.h) and `decode`
+// tokens/s as a share of it.
 void print_decode_floor(const DecodeWeightBytes& bytes, double bandwidth, double decode) {
   const double floor_tokens = bandwidth / bytes.total();
   std::cout << fmt::format(
