@@ -85,9 +85,24 @@ TEST(CudaMoEParallel, RanksOfTpAndEpLayoutsSumToTheReferenceOnEveryBackend) {
     // I and Is split over 2 and 4 ranks into sizes the grouped GEMMs and decode kernels take.
     const MoENode n = make_moe_node(family, seed++, /*E=*/8, /*k=*/2, /*H=*/128, /*I=*/256,
                                     /*Is=*/128);
-    for (const Layout layout :
-         {Layout{2, false}, Layout{2, true}, Layout{4, false}, Layout{4, true}}) {
-      for (const auto& d : testing::cuda_dtypes()) {
+    for (const auto& d : testing::cuda_dtypes()) {
+      // The inputs and their fp64 reference, once per dtype: the reference is the same for every
+      // layout and backend (computing it per case made this test take 96 s of host time).
+      struct Case {
+        int64_t M;
+        std::vector<Tensor> in;
+        std::vector<float> want;
+      };
+      std::vector<Case> cases;
+      // 1, 3: decode kernels; 17, 64: grouped; 300: past the side-stream threshold.
+      for (int64_t M : {1, 3, 17, 64, 300}) {
+        const Tensor x = testing::random_tensor({M, 128}, seed++);
+        std::vector<Tensor> in = rounded_inputs(n, x, d.dtype);
+        std::vector<float> want = reference::moe_forward(moe_config_from_params(n.node.moe()), in);
+        cases.push_back({M, std::move(in), std::move(want)});
+      }
+      for (const Layout layout :
+           {Layout{2, false}, Layout{2, true}, Layout{4, false}, Layout{4, true}}) {
         for (const char* backend : {"cuda_moe", "cuda_grouped", "cuda_cublas"}) {
           std::vector<std::unique_ptr<DeviceOp>> ranks;
           std::vector<std::unique_ptr<PartialSumComm>> comms;
@@ -98,22 +113,17 @@ TEST(CudaMoEParallel, RanksOfTpAndEpLayoutsSumToTheReferenceOnEveryBackend) {
             comms.push_back(std::make_unique<PartialSumComm>(r, layout.tp));
             ranks.back()->set_comm(comms.back().get());
           }
-          // 1, 3: decode kernels; 17, 64: grouped; 300: past the side-stream threshold.
-          for (int64_t M : {1, 3, 17, 64, 300}) {
-            const Tensor x = testing::random_tensor({M, 128}, seed++);
-            const std::vector<Tensor> in = rounded_inputs(n, x, d.dtype);
-            std::vector<float> sum(static_cast<size_t>(M * 128), 0.0f);
+          for (const Case& c : cases) {
+            std::vector<float> sum(static_cast<size_t>(c.M * 128), 0.0f);
             for (int r = 0; r < layout.tp; ++r) {
-              const Tensor out = ranks[r]->run(in)[0];
+              const Tensor out = ranks[r]->run(c.in)[0];
               for (size_t i = 0; i < sum.size(); ++i) sum[i] += out.data<float>()[i];
               EXPECT_GE(comms[r]->all_reduces, 1) << "rank " << r << ": the TP all-reduce";
               comms[r]->all_reduces = 0;
             }
-            const std::vector<float> want =
-                reference::moe_forward(moe_config_from_params(n.node.moe()), in);
-            EXPECT_LE(testing::normalized_error(sum, want), d.tolerance)
+            EXPECT_LE(testing::normalized_error(sum, c.want), d.tolerance)
                 << family << " tp=" << layout.tp << " ep=" << layout.ep << " " << backend << " "
-                << dtype_name(d.dtype) << " M=" << M;
+                << dtype_name(d.dtype) << " M=" << c.M;
           }
         }
       }
