@@ -88,8 +88,8 @@ void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* works
   }
   std::cout << fmt::format("\nq/k/v {} -> {} + {} + {}: three GEMVs vs one split GEMV\n", kIn,
                            outs[0], outs[1], outs[2]);
-  std::cout << fmt::format("{:>4} | {:>12} | {:>12} {:>8}\n", "rows", "3 gemvs us", "split us",
-                           "GB/s");
+  std::cout << fmt::format("{:>4} | {:>12} | {:>12} {:>8} | {:>12}\n", "rows", "3 gemvs us",
+                           "split us", "GB/s", "8 loads us");
   for (const int64_t rows : o.rows) {
     if (rows > cuda::kGemvMaxRows) continue;
     const double three_us = time_calls(stream, [&](int i) {
@@ -101,24 +101,30 @@ void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* works
         out += static_cast<size_t>(outs[b] * rows) * elem;
       }
     });
-    const double split_us = time_calls(stream, [&](int i) {
-      cuda::GemvSplitArgs args;
-      args.x = x.ptr;
-      args.w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
-      args.rows = rows;
-      args.in = kIn;
-      args.num_blocks = 3;
-      char* out = static_cast<char*>(y.ptr);
-      for (int b = 0; b < 3; ++b) {
-        args.blocks[b].y = out;
-        args.blocks[b].out = outs[b];
-        out += static_cast<size_t>(outs[b] * rows) * elem;
-      }
-      cuda::dispatch_float_dtype(
-          o.dtype, [&](auto tag) { cuda::launch_gemv_split<decltype(tag)>(args, stream); });
-    });
-    std::cout << fmt::format("{:>4} | {:>12.2f} | {:>12.2f} {:>8.0f}\n", rows, three_us, split_us,
-                             static_cast<double>(weight_bytes) / split_us / 1e3);
+    const auto split_call = [&](int loads) {
+      return [&, loads](int i) {
+        cuda::GemvSplitArgs args;
+        args.loads_in_flight = loads;
+        args.x = x.ptr;
+        args.w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
+        args.rows = rows;
+        args.in = kIn;
+        args.num_blocks = 3;
+        char* out = static_cast<char*>(y.ptr);
+        for (int b = 0; b < 3; ++b) {
+          args.blocks[b].y = out;
+          args.blocks[b].out = outs[b];
+          out += static_cast<size_t>(outs[b] * rows) * elem;
+        }
+        cuda::dispatch_float_dtype(
+            o.dtype, [&](auto tag) { cuda::launch_gemv_split<decltype(tag)>(args, stream); });
+      };
+    };
+    const double split_us = time_calls(stream, split_call(4));
+    const double split8_us = rows <= 2 ? time_calls(stream, split_call(8)) : 0.0;
+    std::cout << fmt::format("{:>4} | {:>12.2f} | {:>12.2f} {:>8.0f} | {:>12}\n", rows, three_us,
+                             split_us, static_cast<double>(weight_bytes) / split_us / 1e3,
+                             rows <= 2 ? fmt::format("{:.2f}", split8_us) : std::string("-"));
   }
 }
 
@@ -140,8 +146,9 @@ int run_gemv_bench(const GemvBenchOptions& o) {
   const size_t elem = dtype_size(o.dtype);
   cudaStream_t stream = nullptr;
   MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  std::cout << fmt::format("{:<10} {:>6} {:>7} {:>4} | {:>10} {:>8} | {:>10} {:>8} | {}\n", "shape",
-                           "in", "out", "rows", "gemv us", "GB/s", "cublas us", "GB/s", "faster");
+  std::cout << fmt::format(
+      "{:<10} {:>6} {:>7} {:>4} | {:>10} {:>8} | {:>10} {:>8} | {:<13} | {:>10}\n", "shape", "in",
+      "out", "rows", "gemv us", "GB/s", "cublas us", "GB/s", "faster", "8 loads us");
   void* workspace = nullptr;
   MG_CUDA_CHECK(cudaMalloc(&workspace, cuda::GemmXwt::kWorkspaceBytes));
   for (const GemvBenchShape& s : shapes) {
@@ -168,16 +175,39 @@ int run_gemv_bench(const GemvBenchOptions& o) {
       };
       const bool gemv_applies = rows <= cuda::kGemvMaxRows;
       const double gemv_us = gemv_applies ? time_calls(stream, call_of(gemv)) : 0.0;
+      // The same GEMV with 8 weight loads in flight per lane instead of kGemvLoadsInFlight (up to
+      // 2 rows, where the kernel takes 8): the A/B that sets the default.
+      const bool loads8_applies = rows <= 2 && (s.in * static_cast<int64_t>(elem)) % 16 == 0;
+      const double loads8_us =
+          loads8_applies ? time_calls(stream,
+                                      [&, rows](int i) {
+                                        cuda::GemvArgs args;
+                                        args.x = x.ptr;
+                                        args.w = static_cast<const char*>(weights.ptr) +
+                                                 (i % copies) * weight_bytes;
+                                        args.y = y.ptr;
+                                        args.rows = rows;
+                                        args.in = s.in;
+                                        args.out = s.out;
+                                        args.loads_in_flight = 8;
+                                        cuda::dispatch_float_dtype(o.dtype, [&](auto tag) {
+                                          using T = decltype(tag);
+                                          cuda::launch_gemv<T, T>(args, stream);
+                                        });
+                                      })
+                         : 0.0;
       const double cublas_us = time_calls(stream, call_of(cublas));
       const double bytes = static_cast<double>(weight_bytes);
       std::cout << fmt::format(
-          "{:<10} {:>6} {:>7} {:>4} | {:>10} {:>8} | {:>10.2f} {:>8.0f} | {}\n", s.name, s.in,
-          s.out, rows, gemv_applies ? fmt::format("{:.2f}", gemv_us) : std::string("-"),
+          "{:<10} {:>6} {:>7} {:>4} | {:>10} {:>8} | {:>10.2f} {:>8.0f} | {:<13} | {:>10}\n",
+          s.name, s.in, s.out, rows,
+          gemv_applies ? fmt::format("{:.2f}", gemv_us) : std::string("-"),
           gemv_applies ? fmt::format("{:.0f}", bytes / gemv_us / 1e3) : std::string("-"), cublas_us,
           bytes / cublas_us / 1e3,
           !gemv_applies          ? "cublas (only)"
           : gemv_us <= cublas_us ? "gemv"
-                                 : "cublas");
+                                 : "cublas",
+          loads8_applies ? fmt::format("{:.2f}", loads8_us) : std::string("-"));
     }
   }
   if (o.shapes.empty()) bench_qkv_split(o, stream, workspace);

@@ -16,8 +16,9 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 // gemv_split_kernel): output features [block · features_per_block, + features_per_block).
 // kMaxRows: the template's accumulator count (1, 2, 4 or 8); `rows` <= kMaxRows are computed.
 // kVector: 16-byte loads of w and x (rows are 16-byte multiples and both pointers aligned).
-// Every thread of the block must call it (it synchronises the block).
-template <typename T, typename TOut, int kMaxRows, bool kVector>
+// kLoads: 16-byte weight loads each lane issues before the first is used
+// (GemvArgs::loads_in_flight). Every thread of the block must call it (it synchronises the block).
+template <typename T, typename TOut, int kMaxRows, bool kVector, int kLoads>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __restrict__ w,
                                            const TOut* __restrict__ bias, TOut* __restrict__ y,
                                            int rows, int64_t in, int64_t out, float alpha,
@@ -54,18 +55,21 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __r
           }
         }
       };
-      // Four independent 16-byte weight loads in flight per lane before any math: the loop is
-      // bound by memory latency, not by the FMAs.
-      constexpr int kUnroll = 4;
-      int64_t c = part * 32 + lane;
-      for (; c + (kUnroll - 1) * stride < chunks; c += kUnroll * stride) {
-        uint4 wv[kUnroll];
+      // kLoads independent 16-byte weight loads in flight per lane before any math: the loop is
+      // bound by memory latency, not by the FMAs. A round past the row's end loads nothing for
+      // the missing chunks (a short row, or a feature split over several warps, is one round),
+      // and the chunks are summed in the same order whatever kLoads is.
+      for (int64_t c = part * 32 + lane; c < chunks; c += kLoads * stride) {
+        uint4 wv[kLoads];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w4 + c + u * stride);
+        for (int u = 0; u < kLoads; ++u) {
+          wv[u] = c + u * stride < chunks ? __ldcs(w4 + c + u * stride) : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) fma_chunk(wv[u], c + u * stride);
+        for (int u = 0; u < kLoads; ++u) {
+          if (c + u * stride < chunks) fma_chunk(wv[u], c + u * stride);
+        }
       }
-      for (; c < chunks; c += stride) fma_chunk(__ldcs(w4 + c), c);
     } else {
       for (int64_t k = part * 32 + lane; k < in; k += stride) {
         const float wk = to_float(wrow[k]);
@@ -122,14 +126,14 @@ __device__ __forceinline__ void gemv_prefetch_then_wait(const T* __restrict__ w,
   pdl_launch_dependents();
 }
 
-template <typename T, typename TOut, int kMaxRows, bool kVector>
+template <typename T, typename TOut, int kMaxRows, bool kVector, int kLoads>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const TOut* __restrict__ bias,
                 TOut* __restrict__ y, int rows, int64_t in, int64_t out, float alpha,
                 int warps_per_feature) {
   gemv_prefetch_then_wait<T, kVector>(w, in, out, warps_per_feature, blockIdx.x);
-  gemv_block<T, TOut, kMaxRows, kVector>(x, w, bias, y, rows, in, out, alpha, warps_per_feature,
-                                         blockIdx.x);
+  gemv_block<T, TOut, kMaxRows, kVector, kLoads>(x, w, bias, y, rows, in, out, alpha,
+                                                 warps_per_feature, blockIdx.x);
 }
 
 // GemvSplitArgs as the kernel reads it: per weight block its output, bias, rows, first weight
@@ -145,7 +149,7 @@ struct GemvSplitBlocks {
   int num_blocks;
 };
 
-template <typename T, int kMaxRows, bool kVector>
+template <typename T, int kMaxRows, bool kVector, int kLoads>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_split_kernel(const T* __restrict__ x, const T* __restrict__ w, int rows, int64_t in,
                       float alpha, const GemvSplitBlocks<T> blocks) {
@@ -155,9 +159,17 @@ __global__ void __launch_bounds__(kGemvThreads)
   gemv_prefetch_then_wait<T, kVector>(w + blocks.first_row[b] * in, in, blocks.out[b],
                                       blocks.warps_per_feature[b],
                                       cuda_block - blocks.first_cuda_block[b]);
-  gemv_block<T, T, kMaxRows, kVector>(x, w + blocks.first_row[b] * in, blocks.bias[b], blocks.y[b],
-                                      rows, in, blocks.out[b], alpha, blocks.warps_per_feature[b],
-                                      cuda_block - blocks.first_cuda_block[b]);
+  gemv_block<T, T, kMaxRows, kVector, kLoads>(
+      x, w + blocks.first_row[b] * in, blocks.bias[b], blocks.y[b], rows, in, blocks.out[b], alpha,
+      blocks.warps_per_feature[b], cuda_block - blocks.first_cuda_block[b]);
+}
+
+// The loads in flight a launch of up to kMaxRows rows takes: `requested` (0: kGemvLoadsInFlight),
+// 8 only up to 2 rows (more rows hold more x and accumulator registers; 4 rows and up keep 4).
+inline int gemv_loads(int requested, int max_rows) {
+  const int loads = requested > 0 ? requested : static_cast<int>(kGemvLoadsInFlight);
+  MG_ASSERT(loads == 4 || loads == 8, "gemv: {} loads in flight (4 or 8)", loads);
+  return max_rows <= 2 ? loads : 4;
 }
 
 template <typename T, typename TOut, int kMaxRows>
@@ -174,8 +186,10 @@ void launch_gemv_rows(const GemvArgs& a, cudaStream_t stream) {
   const TOut* bias = static_cast<const TOut*>(a.bias);
   TOut* y = static_cast<TOut*>(a.y);
   const int rows = static_cast<int>(a.rows);
-  const auto kernel =
-      vector ? gemv_kernel<T, TOut, kMaxRows, true> : gemv_kernel<T, TOut, kMaxRows, false>;
+  const auto kernel = !vector ? gemv_kernel<T, TOut, kMaxRows, false, 4>
+                      : gemv_loads(a.loads_in_flight, kMaxRows) == 8
+                          ? gemv_kernel<T, TOut, kMaxRows, true, 8>
+                          : gemv_kernel<T, TOut, kMaxRows, true, 4>;
   launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, stream, x, w, bias,
              y, rows, a.in, a.out, a.alpha, wpf);
 }
@@ -209,8 +223,10 @@ void launch_gemv_split_rows(const GemvSplitArgs& a, cudaStream_t stream) {
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.w);
   const int rows = static_cast<int>(a.rows);
-  const auto kernel =
-      vector ? gemv_split_kernel<T, kMaxRows, true> : gemv_split_kernel<T, kMaxRows, false>;
+  const auto kernel = !vector ? gemv_split_kernel<T, kMaxRows, false, 4>
+                      : gemv_loads(a.loads_in_flight, kMaxRows) == 8
+                          ? gemv_split_kernel<T, kMaxRows, true, 8>
+                          : gemv_split_kernel<T, kMaxRows, true, 4>;
   launch_pdl(kernel, dim3(static_cast<unsigned>(cuda_blocks)), dim3(kGemvThreads), 0, stream, x, w,
              rows, a.in, a.alpha, blocks);
 }

@@ -35,6 +35,10 @@ constexpr int64_t kGemvMaxRows = 8;
 // loads) cuBLAS wins at 1 row (in 2047 x out 1001: 9.30 vs 5.24 us).
 constexpr int64_t kGemvChosenRows = 2;
 
+// 16-byte weight loads each lane issues before it uses the first (4 or 8; 8 is taken up to 2 rows
+// of x). Not yet timed against 4 on the GPU: `moegraph bench gemv` prints both.
+constexpr int kGemvLoadsInFlight = 4;
+
 struct GemvArgs {
   const void* x = nullptr;     // [rows, in], T
   const void* w = nullptr;     // [out, in], T
@@ -44,6 +48,7 @@ struct GemvArgs {
   int64_t in = 0;
   int64_t out = 0;
   float alpha = 1.0f;
+  int loads_in_flight = 0;  // 0: kGemvLoadsInFlight; else 4 or 8 (bench gemv times both)
 };
 
 // T: float, __half or __nv_bfloat16; TOut: T, or float for 16-bit T (the MoE router's F32
@@ -65,7 +70,8 @@ struct GemvSplitArgs {
   int64_t rows = 0;         // 1..kGemvMaxRows
   int64_t in = 0;
   float alpha = 1.0f;
-  int num_blocks = 0;  // 1..kGemvMaxBlocks
+  int num_blocks = 0;       // 1..kGemvMaxBlocks
+  int loads_in_flight = 0;  // as GemvArgs::loads_in_flight
   struct Block {
     void* y = nullptr;           // [rows, out], T
     const void* bias = nullptr;  // [out], T, or null
