@@ -525,6 +525,12 @@ struct MlpPath {
   }
 };
 
+MlpPath mma_path(Wna16GemmKernel kernel) {
+  MlpPath path;
+  path.kernel = kernel;
+  return path;
+}
+
 template <typename T>
 void check_mlp(const MlpCase& c, const MlpPath& path, uint32_t seed) {
   SCOPED_TRACE(fmt::format("{} {} {}", dtype_label<T>(), path.describe(), c.describe()));
@@ -710,7 +716,7 @@ TEST(CudaWna16Experts, ExpertMlpEveryKernelMatchesReference) {
   }
   for (const MlpCase& c : cases) {
     for (const Wna16GemmKernel kernel : cuda::kAllWna16GemmKernels) {
-      for_each_dtype([&]<typename T>() { check_mlp<T>(c, MlpPath{kernel}, ++seed); });
+      for_each_dtype([&]<typename T>() { check_mlp<T>(c, mma_path(kernel), ++seed); });
     }
   }
 }
@@ -749,6 +755,28 @@ TEST(CudaWna16Experts, DequantChunksFitTheBudget) {
   EXPECT_EQ(c.experts_per_chunk, 5);
   c = cuda::wna16_dequant_chunks(0, 256, 128, true, 2, budget);
   EXPECT_EQ(c.chunks, 0);
+}
+
+// The bits of x rounded to T, and the value of T's bits.
+template <typename T>
+uint16_t f32_to_bits(float x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return static_cast<__half_raw>(__float2half_rn(x)).x;
+  } else {
+    return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
+  }
+}
+template <typename T>
+float bits_to_f32(uint16_t b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    __half_raw r;
+    r.x = b;
+    return __half2float(__half(r));
+  } else {
+    __nv_bfloat16_raw r;
+    r.x = b;
+    return __bfloat162float(__nv_bfloat16(r));
+  }
 }
 
 struct DequantCase {
@@ -836,12 +864,9 @@ TEST(CudaWna16Experts, DequantizeWritesTheMmaPathsWeights) {
                 continue;
               }
               const float want_f = m.unpacked[(e * rows + r) * c.k + col];
-              const T want = from_f32<T>(want_f);
-              const uint16_t want_bits = *reinterpret_cast<const uint16_t*>(&want);
+              const uint16_t want_bits = f32_to_bits<T>(want_f);
               if (nv) {
-                T got_t;
-                std::memcpy(&got_t, &got, 2);
-                const double diff = std::abs(static_cast<double>(to_f32(got_t)) - want_f);
+                const double diff = std::abs(static_cast<double>(bits_to_f32<T>(got)) - want_f);
                 if (diff > ulp * std::abs(want_f) * 1.001) ++wrong;
               } else if (got != want_bits) {
                 if (wrong < 5) {
@@ -855,14 +880,15 @@ TEST(CudaWna16Experts, DequantizeWritesTheMmaPathsWeights) {
             if (empty) {
               EXPECT_EQ(got_b, poison) << "the bias of an expert with no rows was written";
             } else {
-              const T want_b = from_f32<T>(bias[e * rows + r]);
-              EXPECT_EQ(got_b, *reinterpret_cast<const uint16_t*>(&want_b))
+              EXPECT_EQ(got_b, f32_to_bits<T>(bias[e * rows + r]))
                   << "bias of expert " << e << " row " << r;
             }
           }
         }
         EXPECT_EQ(wrong, 0);
-        if (skip_empty) EXPECT_EQ(poisoned, rows * c.k) << "an expert with no rows was written";
+        if (skip_empty) {
+          EXPECT_EQ(poisoned, rows * c.k) << "an expert with no rows was written";
+        }
         // Experts outside the range are not written either.
         for (int64_t i = count * rows * c.k; i < E * rows * c.k; ++i) {
           if (out[i] != poison) {
