@@ -1270,7 +1270,8 @@ double time_graph_us(const F& run, int iters = 50) {
 //            the backends take from kWna16DequantMinTokens on; 2 chunks of 64 experts)
 //   bf16     align -> gather -> BF16 grouped GEMMs -> combine over dense weights (cuda_moe's
 //            pipeline; the same weights, dequantized once before timing)
-// and the dequantization of all 128 experts alone. Replayed CUDA graphs. Run on an H100 with
+// and the dequantization of all 128 experts alone; the dequant path also with budgets of 256 and
+// 40 MiB (kWna16DequantBudgetBytes is 1 GiB). Replayed CUDA graphs. Run on an H100 with
 //   MG_WNA16_TIMING=1 build/tests/mg_cuda_tests --gtest_filter='CudaWna16Experts.TimingDequant*'
 TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
   MG_REQUIRE_GPU();
@@ -1423,6 +1424,18 @@ TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
         M, cuda::wna16_gemm_kernel_name(tile), mma_us, chunks.chunks,
         cuda::grouped_gemm_kernel_name(gemm1), cuda::grouped_gemm_kernel_name(gemm2), dequant_us,
         bf16_us, cuda::kWna16DequantMinTokens);
+    // Smaller budgets: more, smaller chunks whose dense weights may still be in L2 (50 MB on an
+    // H100) when the GEMMs read them, against more launches and GEMMs over fewer experts.
+    for (const int64_t budget : {int64_t{256} << 20, int64_t{40} << 20}) {
+      dq.budget_bytes = budget;
+      const double us = time_graph_us([&](cudaStream_t s) {
+        align_and_combine(
+            s, [&](cudaStream_t st) { cuda::launch_wna16_dequant_expert_mlp<T>(dq, st); });
+      });
+      std::cout << fmt::format(
+          "    dequant with a budget of {:>4} MiB ({:>2} chunks): {:8.1f} us\n", budget >> 20,
+          cuda::wna16_dequant_chunks(E, H, I, true, sizeof(T), budget).chunks, us);
+    }
   }
 }
 
