@@ -10,7 +10,8 @@
 //   random logits: MXFP4 and NVFP4, GPT-OSS's interleaved gate/up with biases and SwiGLU-OAI (at
 //   limit 7 and at a limit the values reach), a plain activation, odd expert counts, partial last
 //   groups, 1 / 8 / 300 tokens (1 token: most experts get none), BF16 and F16, the kernel chosen
-//   (the decode path at M <= 8) and the decode path and both GEMM tiles forced; NVFP4 with globals
+//   (the decode path at M <= 8) and the decode path, the large-M path (`wna16_dequant`:
+//   dequantize + the BF16 grouped GEMMs) and both GEMM tiles forced; NVFP4 with globals
 //   != 1 per expert and part and E4M3 scales all subnormal or all near 448. A wrong nibble, the
 //   other half's scale, a global missed or on the wrong part, or a swapped gate/up moves the
 //   results by tens of percent; BF16 rounding of the weights and the intermediate stays within
@@ -388,7 +389,8 @@ void expect_backend_matches_reference(const Fp4Case& c, uint32_t& seed, E4m3Rang
     s.dtype = kDtype;
     return s;
   }();
-  for (const char* kernel : {"auto", "wna16_decode", "wna16_mma16", "wna16_mma64"}) {
+  for (const char* kernel :
+       {"auto", "wna16_decode", "wna16_dequant", "wna16_mma16", "wna16_mma64"}) {
     ExpertsBuild build{config, shape, Device::cuda(0), CanonicalExpertWeights{}, Tensor()};
     build.kernel = kernel;
     build.quant = fp4_quant_config(config, raw, kDtype);

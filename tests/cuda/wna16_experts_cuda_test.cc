@@ -22,6 +22,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -37,7 +38,9 @@
 
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
+#include "ops/moe/experts/cuda_expert_common.h"
 #include "ops/moe/experts/cuda_wna16_experts.h"
+#include "ops/moe/heuristics/unquantized_kernel_choice.h"
 #include "ops/moe/reference/moe_reference.h"
 #include "tests/unit/moe/moe_test_util.h"
 #endif
@@ -133,7 +136,11 @@ struct QuantMatrix {
   cuda::Wna16HostCodes codes;
   std::vector<uint8_t> zeros_u8;
   std::vector<float> ref;  // [E, N, K] real weights rounded through T
+  // [E, N, K] the packed layout read back on the host (wna16_unpack_host): fma(q, s, -z·s) or
+  // e2m1 times its scale (and global), F32 before any rounding to T
+  std::vector<float> unpacked;
   std::unique_ptr<DeviceBuffer> words, params;
+  std::unique_ptr<DeviceBuffer> scale_bytes, globals;  // FP4 (make_fp4_matrix)
   cuda::Wna16Weights view;
 };
 
@@ -158,10 +165,67 @@ QuantMatrix make_matrix(int64_t experts, int64_t rows, int64_t cols, int bits, i
   m.ref = cuda::wna16_dequantize_host(view);
   for (float& v : m.ref) v = round_to<T>(v);
   const cuda::Wna16PackedHost packed = cuda::wna16_pack(view, parts);
+  m.unpacked = cuda::wna16_unpack_host(packed, rows);
   m.words = device_copy(packed.words);
   m.params = device_copy(packed.params);
   m.view = cuda::wna16_weights_view(packed, m.words->as<uint32_t>(), m.params->as<float>());
   return m;
+}
+
+// The E4M3 values random NVFP4 scales are drawn from (exact in E4M3), times their part's global.
+constexpr float kE4m3Values[] = {0.5f, 0.625f, 0.75f, 1.0f, 1.25f, 1.5f};
+
+// One FP4 E2M1 matrix [E, N, K] (K even) packed by wna16_pack_e2m1: uniform random codes (every
+// nibble, both signs), MXFP4 scales 2^-3 or 2^-4 per 32 columns, NVFP4 scales E4M3 times a global
+// of its own per (expert, part) (0.05, 0.1, 0.15, ...). `ref`: the layout read back on the host
+// (wna16_unpack_host: e2m1 times its scale, times NVFP4's global) rounded through T.
+template <typename T>
+QuantMatrix make_fp4_matrix(cuda::Wna16Codes codes, int64_t experts, int64_t rows, int64_t cols,
+                            int64_t group, int64_t parts, std::mt19937& rng) {
+  const bool nv = codes == cuda::Wna16Codes::kNvfp4;
+  const int64_t groups = (cols + group - 1) / group;
+  std::vector<uint8_t> packed(experts * rows * cols / 2);
+  std::uniform_int_distribution<int> byte(0, 255), pick(0, 5);
+  for (uint8_t& b : packed) b = static_cast<uint8_t>(byte(rng));
+  std::vector<float> globals(experts * parts);
+  for (size_t i = 0; i < globals.size(); ++i) globals[i] = 0.05f * static_cast<float>(1 + i % 4);
+  std::vector<float> scales(experts * rows * groups);
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t g = 0; g < groups; ++g) {
+        const int v = pick(rng);
+        scales[(e * rows + r) * groups + g] =
+            nv ? kE4m3Values[v] * globals[e * parts + r / (rows / parts)]
+               : std::ldexp(1.0f, v % 2 == 0 ? -3 : -4);
+      }
+    }
+  }
+  const cuda::Wna16PackedHost p =
+      cuda::wna16_pack_e2m1(codes, packed.data(), scales.data(), nv ? globals.data() : nullptr,
+                            experts, rows, cols, group, parts);
+  QuantMatrix m;
+  m.unpacked = cuda::wna16_unpack_host(p, rows);
+  m.ref = m.unpacked;
+  for (float& v : m.ref) v = round_to<T>(v);
+  m.words = device_copy(p.words);
+  m.scale_bytes = device_copy(p.scale_bytes);
+  m.globals = device_copy(p.globals);
+  m.view =
+      cuda::wna16_weights_view(p, m.words->as<uint32_t>(), nullptr, m.scale_bytes->as<uint8_t>(),
+                               nv ? m.globals->as<float>() : nullptr);
+  return m;
+}
+
+const char* codes_label(cuda::Wna16Codes codes) {
+  switch (codes) {
+    case cuda::Wna16Codes::kInteger:
+      return "int";
+    case cuda::Wna16Codes::kMxfp4:
+      return "mxfp4";
+    case cuda::Wna16Codes::kNvfp4:
+      return "nvfp4";
+  }
+  return "?";
 }
 
 double dot(const float* x, const float* w, int64_t k) {
@@ -428,17 +492,48 @@ struct MlpCase {
   Zeros zeros = Zeros::kSymmetric;
   MoEActKind kind = MoEActKind::kSiluGated;
   bool bias = false;
+  // FP4 codes (make_fp4_matrix: bits 4, `group` columns a scale, zeros unused) or integers.
+  cuda::Wna16Codes codes = cuda::Wna16Codes::kInteger;
   std::string describe() const {
-    return fmt::format("M {} top_k {} E {} H {} I {} int{} group {} {} act {} bias {}", tokens,
-                       top_k, experts, hidden, inter, bits, group, zeros_label(zeros),
-                       static_cast<int>(kind), bias);
+    return fmt::format("M {} top_k {} E {} H {} I {} {}{} group {} {} act {} bias {}", tokens,
+                       top_k, experts, hidden, inter, codes_label(codes), bits, group,
+                       zeros_label(zeros), static_cast<int>(kind), bias);
   }
 };
 
 template <typename T>
-void check_mlp(const MlpCase& c, Wna16GemmKernel kernel, uint32_t seed) {
-  SCOPED_TRACE(fmt::format("{} {} {}", dtype_label<T>(), cuda::wna16_gemm_kernel_name(kernel),
-                           c.describe()));
+QuantMatrix make_case_matrix(const MlpCase& c, int64_t rows, int64_t cols, int64_t parts,
+                             std::mt19937& rng) {
+  if (c.codes != cuda::Wna16Codes::kInteger) {
+    return make_fp4_matrix<T>(c.codes, c.experts, rows, cols, c.group, parts, rng);
+  }
+  return make_matrix<T>(c.experts, rows, cols, c.bits, c.group, c.zeros, parts, rng);
+}
+
+// How check_mlp runs the expert MLP: the mma.sync GEMMs with `kernel`, or (dequant_budget > 0)
+// the large-M path (launch_wna16_dequant_expert_mlp) with that budget and the BF16 grouped GEMMs
+// `gemm1` / `gemm2` (unset: cuda_moe's choice for the shape).
+struct MlpPath {
+  Wna16GemmKernel kernel = Wna16GemmKernel::kMma64;
+  int64_t dequant_budget = 0;
+  std::optional<cuda::GroupedGemmKernel> gemm1, gemm2;
+  std::string describe() const {
+    if (dequant_budget <= 0) return std::string(cuda::wna16_gemm_kernel_name(kernel));
+    return fmt::format("dequant budget {} gemms {}+{}", dequant_budget,
+                       gemm1 ? cuda::grouped_gemm_kernel_name(*gemm1) : "chosen",
+                       gemm2 ? cuda::grouped_gemm_kernel_name(*gemm2) : "chosen");
+  }
+};
+
+MlpPath mma_path(Wna16GemmKernel kernel) {
+  MlpPath path;
+  path.kernel = kernel;
+  return path;
+}
+
+template <typename T>
+void check_mlp(const MlpCase& c, const MlpPath& path, uint32_t seed) {
+  SCOPED_TRACE(fmt::format("{} {} {}", dtype_label<T>(), path.describe(), c.describe()));
   std::mt19937 rng(seed);
   const bool gated = cuda::is_gated(c.kind);
   const int64_t n1 = gated ? 2 * c.inter : c.inter;
@@ -448,10 +543,8 @@ void check_mlp(const MlpCase& c, Wna16GemmKernel kernel, uint32_t seed) {
   for (int64_t g = 0, local = 0; g < global; ++g) {
     expert_map[g] = (g == 1 || g == 4) ? -1 : static_cast<int32_t>(local++);
   }
-  const QuantMatrix w13 =
-      make_matrix<T>(c.experts, n1, c.hidden, c.bits, c.group, c.zeros, gated ? 2 : 1, rng);
-  const QuantMatrix w2 =
-      make_matrix<T>(c.experts, c.hidden, c.inter, c.bits, c.group, c.zeros, 1, rng);
+  const QuantMatrix w13 = make_case_matrix<T>(c, n1, c.hidden, gated ? 2 : 1, rng);
+  const QuantMatrix w2 = make_case_matrix<T>(c, c.hidden, c.inter, 1, rng);
   std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
   std::vector<float> b13(c.experts * n1), b2(c.experts * c.hidden);
   for (float& b : b13) b = bias_value(rng);
@@ -504,11 +597,46 @@ void check_mlp(const MlpCase& c, Wna16GemmKernel kernel, uint32_t seed) {
   args.act.kind = c.kind;
   args.h = d_h.as<void>();
   args.out = d_y.as<void>();
+  // The large-M path's arguments (used when path.dequant_budget > 0).
+  const bool dequant = path.dequant_budget > 0;
+  const CudaMoEProblem problem{c.experts, c.hidden,
+                               c.inter,   c.top_k,
+                               gated,     std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16};
+  const CudaDeviceTraits traits = cuda_device_traits(Device::cuda(0));
+  cuda::Wna16DequantMlpArgs dq;
+  dq.x = d_x->as<void>();
+  dq.tokens = c.tokens;
+  dq.top_k = c.top_k;
+  dq.align = align;
+  dq.num_experts = c.experts;
+  dq.hidden = c.hidden;
+  dq.inter = c.inter;
+  dq.w13 = w13.view;
+  dq.b13 = args.b13;
+  dq.w2 = w2.view;
+  dq.b2 = args.b2;
+  dq.act.kind = c.kind;
+  dq.gemm1 = path.gemm1.value_or(
+      choose_grouped_gemm_kernel(grouped_gemm1(problem, c.tokens), traits, nullptr));
+  dq.gemm2 = path.gemm2.value_or(
+      choose_grouped_gemm_kernel(grouped_gemm2(problem, c.tokens), traits, nullptr));
+  dq.budget_bytes = dequant ? path.dequant_budget : cuda::kWna16DequantBudgetBytes;
+  DeviceBuffer d_scratch(dequant ? cuda::wna16_dequant_mlp_scratch_bytes(pairs, c.experts, c.hidden,
+                                                                         c.inter, gated, sizeof(T),
+                                                                         path.dequant_budget)
+                                 : 16);
+  dq.scratch = d_scratch.as<void>();
+  dq.h = d_h.as<void>();
+  dq.out = d_y.as<void>();
   const std::vector<uint8_t> bytes = run_eager_and_graph(
       [&](cudaStream_t s) {
         cuda::launch_moe_align(d_ids->as<int32_t>(), pairs, d_map->as<int32_t>(), global, c.experts,
                                align, s);
-        cuda::launch_wna16_expert_mlp<T>(args, kernel, s);
+        if (dequant) {
+          cuda::launch_wna16_dequant_expert_mlp<T>(dq, s);
+        } else {
+          cuda::launch_wna16_expert_mlp<T>(args, path.kernel, s);
+        }
         cuda::launch_moe_combine<T>(d_y.as<void>(), align, d_ids->as<int32_t>(), d_w->as<float>(),
                                     d_map->as<int32_t>(), nullptr, c.tokens, c.top_k, c.hidden,
                                     d_out.as<void>(), s);
@@ -588,7 +716,250 @@ TEST(CudaWna16Experts, ExpertMlpEveryKernelMatchesReference) {
   }
   for (const MlpCase& c : cases) {
     for (const Wna16GemmKernel kernel : cuda::kAllWna16GemmKernels) {
-      for_each_dtype([&]<typename T>() { check_mlp<T>(c, kernel, ++seed); });
+      for_each_dtype([&]<typename T>() { check_mlp<T>(c, mma_path(kernel), ++seed); });
+    }
+  }
+}
+
+// ---- 3b. The large-M path: dequantize once, then the BF16 / F16 grouped GEMMs ------------------
+
+// The chunks of experts fit the budget (host only, runs without a GPU): DeepSeek-V3's 22.5 GB of
+// dense BF16 experts become 22 chunks of at most 12 (1008 MiB), Qwen3-30B-A3B's two of 64, a
+// budget below one expert one expert a chunk, and the chunks always cover every expert.
+TEST(CudaWna16Experts, DequantChunksFitTheBudget) {
+  const int64_t budget = cuda::kWna16DequantBudgetBytes;
+  const int64_t deepseek_expert = (2 * 2048 + 2048) * int64_t{7168} * 2;
+  cuda::Wna16DequantChunks c = cuda::wna16_dequant_chunks(256, 7168, 2048, true, 2, budget);
+  EXPECT_EQ(c.chunks, 22);
+  EXPECT_EQ(c.experts_per_chunk, 12);
+  EXPECT_LE(c.experts_per_chunk * deepseek_expert, budget);
+  // The scratch: the gathered rows of 4096 tokens x 8 and one chunk, nothing of the other 244.
+  const size_t x_perm = size_t{4096} * 8 * 7168 * 2;
+  const size_t scratch = cuda::wna16_dequant_mlp_scratch_bytes(4096 * 8, 256, 7168, 2048, true, 2);
+  EXPECT_GE(scratch, x_perm + 12 * static_cast<size_t>(deepseek_expert));
+  EXPECT_LE(scratch, x_perm + static_cast<size_t>(budget) + (size_t{1} << 20));
+
+  c = cuda::wna16_dequant_chunks(128, 2048, 768, true, 2, budget);
+  EXPECT_EQ(c.chunks, 2);
+  EXPECT_EQ(c.experts_per_chunk, 64);
+
+  const int64_t small_expert = (2 * 128 + 128) * int64_t{256} * 2;
+  c = cuda::wna16_dequant_chunks(5, 256, 128, true, 2, 1);
+  EXPECT_EQ(c.chunks, 5);
+  EXPECT_EQ(c.experts_per_chunk, 1);
+  c = cuda::wna16_dequant_chunks(5, 256, 128, true, 2, small_expert * 5 / 2);
+  EXPECT_EQ(c.chunks, 3);  // 2, 2, 1
+  EXPECT_EQ(c.experts_per_chunk, 2);
+  c = cuda::wna16_dequant_chunks(5, 256, 128, false, 4, int64_t{1} << 40);
+  EXPECT_EQ(c.chunks, 1);
+  EXPECT_EQ(c.experts_per_chunk, 5);
+  c = cuda::wna16_dequant_chunks(0, 256, 128, true, 2, budget);
+  EXPECT_EQ(c.chunks, 0);
+}
+
+// The bits of x rounded to T, and the value of T's bits.
+template <typename T>
+uint16_t f32_to_bits(float x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return static_cast<__half_raw>(__float2half_rn(x)).x;
+  } else {
+    return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
+  }
+}
+template <typename T>
+float bits_to_f32(uint16_t b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    __half_raw r;
+    r.x = b;
+    return __half2float(__half(r));
+  } else {
+    __nv_bfloat16_raw r;
+    r.x = b;
+    return __bfloat162float(__nv_bfloat16(r));
+  }
+}
+
+struct DequantCase {
+  const char* name;
+  cuda::Wna16Codes codes;
+  int bits;
+  int64_t group;
+  Zeros zeros;
+  int64_t parts, n, k;  // rows of a part (not a multiple of 8: padded parts), columns
+};
+
+// launch_wna16_dequantize writes each weight exactly as the mma path's B operand: for integer
+// codes and MXFP4 the very value of the host read-back of the layout rounded to T (NVFP4: within
+// one ulp of T, the host multiplying e4m3 by the global first), each part's rows where the dense
+// layout puts them (gate rows, then up rows, without the parts' padding), the biases rounded to
+// T; an expert with no rows is not written at all (poisoned bytes stay), and with no offsets every
+// expert of the range is.
+TEST(CudaWna16Experts, DequantizeWritesTheMmaPathsWeights) {
+  MG_REQUIRE_GPU();
+  const std::vector<DequantCase> cases = {
+      {"int4 g32 asym, K 1.5 steps", cuda::Wna16Codes::kInteger, 4, 32, Zeros::kF32, 2, 44, 192},
+      {"int4 g128 sym", cuda::Wna16Codes::kInteger, 4, 128, Zeros::kSymmetric, 1, 40, 256},
+      {"int4 channel asym-u8, K 200", cuda::Wna16Codes::kInteger, 4, -1, Zeros::kU8, 2, 24, 200},
+      {"int8 g64 asym", cuda::Wna16Codes::kInteger, 8, 64, Zeros::kF32, 1, 36, 192},
+      {"int8 channel sym, K 136", cuda::Wna16Codes::kInteger, 8, -1, Zeros::kSymmetric, 2, 16, 136},
+      {"mxfp4, partial last group", cuda::Wna16Codes::kMxfp4, 4, 32, Zeros::kSymmetric, 2, 20, 208},
+      {"nvfp4, partial last group", cuda::Wna16Codes::kNvfp4, 4, 16, Zeros::kSymmetric, 2, 28, 136},
+      {"nvfp4 plain", cuda::Wna16Codes::kNvfp4, 4, 32, Zeros::kSymmetric, 1, 12, 256},
+  };
+  const int64_t E = 4;
+  uint32_t seed = 6100;
+  for (const DequantCase& c : cases) {
+    for_each_dtype([&]<typename T>() {
+      SCOPED_TRACE(fmt::format("{} {}", c.name, dtype_label<T>()));
+      std::mt19937 rng(++seed);
+      const int64_t rows = c.parts * c.n;
+      const QuantMatrix m =
+          c.codes == cuda::Wna16Codes::kInteger
+              ? make_matrix<T>(E, rows, c.k, c.bits, c.group, c.zeros, c.parts, rng)
+              : make_fp4_matrix<T>(c.codes, E, rows, c.k, c.group, c.parts, rng);
+      std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
+      std::vector<float> bias(E * rows);
+      for (float& b : bias) b = bias_value(rng);
+      const auto d_bias = device_copy(bias);
+      // Experts 1..3 (local 0..2); local 1 gets no rows.
+      const std::vector<int32_t> offsets = {0, 3, 3, 5};
+      const auto d_offsets = device_copy(offsets);
+      const size_t matrix_bytes = static_cast<size_t>(E * rows * c.k) * sizeof(T);
+      DeviceBuffer d_out(matrix_bytes), d_bias_out(E * rows * sizeof(T));
+      constexpr uint8_t kPoison = 0xAB;
+      const bool nv = c.codes == cuda::Wna16Codes::kNvfp4;
+      // One ulp of T relative to the value (7 or 10 mantissa bits): NVFP4 only.
+      const double ulp = std::is_same_v<T, __half> ? 1.0 / 1024 : 1.0 / 128;
+
+      for (const bool skip_empty : {true, false}) {
+        SCOPED_TRACE(skip_empty ? "experts 1..3 with offsets" : "experts 0..3, no offsets");
+        const int64_t begin = skip_empty ? 1 : 0, count = skip_empty ? 3 : E;
+        MG_CUDA_CHECK(cudaMemset(d_out.as<void>(), kPoison, matrix_bytes));
+        MG_CUDA_CHECK(cudaMemset(d_bias_out.as<void>(), kPoison, E * rows * sizeof(T)));
+        cuda::Wna16DequantArgs a;
+        a.w = m.view;
+        a.bias = d_bias->as<float>();
+        a.expert_begin = begin;
+        a.expert_count = count;
+        a.expert_offsets = skip_empty ? d_offsets->as<int32_t>() : nullptr;
+        a.n = c.n;
+        a.k = c.k;
+        a.out = d_out.as<void>();
+        a.bias_out = d_bias_out.as<void>();
+        cuda::launch_wna16_dequantize<T>(a, nullptr);
+        MG_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<uint16_t> out(E * rows * c.k), bias_out(E * rows);
+        d_out.download(out.data(), matrix_bytes);
+        d_bias_out.download(bias_out.data(), bias_out.size() * 2);
+        const uint16_t poison = kPoison * 0x101;
+        int64_t wrong = 0, poisoned = 0;
+        for (int64_t l = 0; l < count; ++l) {
+          const bool empty = skip_empty && l == 1;
+          const int64_t e = begin + l;
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t col = 0; col < c.k; ++col) {
+              const uint16_t got = out[(l * rows + r) * c.k + col];
+              if (empty) {
+                poisoned += got == poison;
+                continue;
+              }
+              const float want_f = m.unpacked[(e * rows + r) * c.k + col];
+              const uint16_t want_bits = f32_to_bits<T>(want_f);
+              if (nv) {
+                const double diff = std::abs(static_cast<double>(bits_to_f32<T>(got)) - want_f);
+                if (diff > ulp * std::abs(want_f) * 1.001) ++wrong;
+              } else if (bits_to_f32<T>(got) != bits_to_f32<T>(want_bits)) {
+                // Equal as values (a zero's sign may differ: E2M1 code 8 is -0).
+                if (wrong < 5) {
+                  ADD_FAILURE() << fmt::format("expert {} row {} col {}: {:#06x}, want {:#06x}", e,
+                                               r, col, got, want_bits);
+                }
+                ++wrong;
+              }
+            }
+            const uint16_t got_b = bias_out[l * rows + r];
+            if (empty) {
+              EXPECT_EQ(got_b, poison) << "the bias of an expert with no rows was written";
+            } else {
+              EXPECT_EQ(got_b, f32_to_bits<T>(bias[e * rows + r]))
+                  << "bias of expert " << e << " row " << r;
+            }
+          }
+        }
+        EXPECT_EQ(wrong, 0);
+        if (skip_empty) {
+          EXPECT_EQ(poisoned, rows * c.k) << "an expert with no rows was written";
+        }
+        // Experts outside the range are not written either.
+        for (int64_t i = count * rows * c.k; i < E * rows * c.k; ++i) {
+          if (out[i] != poison) {
+            ADD_FAILURE() << "written past the range at " << i;
+            break;
+          }
+        }
+      }
+    });
+  }
+}
+
+// The large-M path's expert MLP (align -> gather -> per chunk: dequantize + BF16 / F16 grouped
+// GEMM1 + act, GEMM2 -> combine) against the fp64 reference on the same weights, eager and
+// replayed from a CUDA graph (bit for bit): INT4 / INT8 with groups of 32, 128 and channel-wise,
+// symmetric and asymmetric, MXFP4 and NVFP4 (partial last groups); 1, 7 and 300 tokens (1 and 7:
+// most experts get no rows, so their dequantization is skipped); every activation, biases; H and I
+// not multiples of 16 (I 72 and 40, H 264); budgets of the default (one chunk), 2.5 experts (3
+// chunks: 2, 2, 1) and 1 byte (5 chunks of one expert); the GEMMs cuda_moe would choose (TMA at
+// 300 tokens on an H100) and mma16 forced.
+TEST(CudaWna16Experts, DequantExpertMlpMatchesReference) {
+  MG_REQUIRE_GPU();
+  struct Codes {
+    cuda::Wna16Codes codes;
+    int bits;
+    int64_t group;
+  };
+  const Codes kinds[] = {{cuda::Wna16Codes::kInteger, 4, 32},  {cuda::Wna16Codes::kInteger, 4, 128},
+                         {cuda::Wna16Codes::kInteger, 4, -1},  {cuda::Wna16Codes::kInteger, 8, 32},
+                         {cuda::Wna16Codes::kInteger, 8, 128}, {cuda::Wna16Codes::kInteger, 8, -1},
+                         {cuda::Wna16Codes::kMxfp4, 4, 32},    {cuda::Wna16Codes::kNvfp4, 4, 16}};
+  uint32_t seed = 6500;
+  int index = 0;
+  for (const int64_t tokens : {int64_t{1}, int64_t{7}, int64_t{300}}) {
+    for (const Codes& kind : kinds) {
+      MlpCase c;
+      c.tokens = tokens;
+      c.top_k = index % 2 == 0 ? 2 : 4;
+      c.codes = kind.codes;
+      c.bits = kind.bits;
+      c.group = kind.group;
+      c.zeros = index % 3 == 0 ? Zeros::kSymmetric : index % 3 == 1 ? Zeros::kF32 : Zeros::kU8;
+      c.kind = index % 4 == 3 ? kPlainKinds[index % 3] : kGatedKinds[index % 4];
+      c.bias = index % 2 == 0;
+      // Shapes the groups allow: H 256 I 128; channel-wise and FP4 (partial last groups) also
+      // H 384 I 72 and H 264 I 40.
+      if (kind.group == -1 || kind.codes != cuda::Wna16Codes::kInteger) {
+        if (index % 3 == 1) {
+          c.hidden = 384;
+          c.inter = 72;
+        } else if (index % 3 == 2) {
+          c.hidden = 264;
+          c.inter = 40;
+        }
+      }
+      const bool gated = cuda::is_gated(c.kind);
+      for_each_dtype([&]<typename T>() {
+        const int64_t expert_bytes =
+            ((gated ? 2 : 1) * c.inter + c.inter) * c.hidden * static_cast<int64_t>(sizeof(T));
+        const int64_t budgets[] = {cuda::kWna16DequantBudgetBytes, expert_bytes * 5 / 2, 1};
+        MlpPath chosen;
+        chosen.dequant_budget = budgets[index % 3];
+        check_mlp<T>(c, chosen, ++seed);
+        MlpPath mma16;
+        mma16.dequant_budget = budgets[(index + 1) % 3];
+        mma16.gemm1 = cuda::GroupedGemmKernel::kMma16;
+        mma16.gemm2 = cuda::GroupedGemmKernel::kMma16;
+        check_mlp<T>(c, mma16, ++seed);
+      });
+      ++index;
     }
   }
 }
@@ -605,7 +976,8 @@ Tensor host_tensor(DType dtype, Shape shape, const void* data) {
 // the GPU, against reference::experts on the dequantized weights and the fp64 routing (BF16
 // activations: weights and the intermediate rounded to BF16, so a normalised error within 2e-2);
 // the kernel chosen (the decode path at M <= 8), the decode path forced (`wna16_decode`, up to 16
-// tokens) and both GEMM tiles forced.
+// tokens), the large-M path forced (`wna16_dequant`: dequantize + the BF16 grouped GEMMs at any
+// M) and both GEMM tiles forced.
 TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
   MG_REQUIRE_GPU();
   const int64_t E = 6, k = 2, H = 256, I = 128;
@@ -617,7 +989,8 @@ TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
     const int64_t n1 = shape.w13_rows();
     for (const int bits : {4, 8}) {
       for (const int64_t group : {int64_t{32}, int64_t{128}, int64_t{-1}}) {
-        for (const char* kernel : {"auto", "wna16_decode", "wna16_mma16", "wna16_mma64"}) {
+        for (const char* kernel :
+             {"auto", "wna16_decode", "wna16_dequant", "wna16_mma16", "wna16_mma64"}) {
           for (const int64_t M : {int64_t{1}, int64_t{5}, int64_t{300}}) {
             SCOPED_TRACE(fmt::format("act {} int{} group {} kernel {} M {}", static_cast<int>(act),
                                      bits, group, kernel, M));
@@ -856,6 +1229,212 @@ TEST(CudaWna16Experts, TimingQwen3Shape) {
             bits, group, cuda::wna16_gemm_kernel_name(kernel), M, distinct, us, floor_us,
             100.0 * floor_us / us);
       }
+    }
+  }
+}
+
+// Microseconds per replay of `run` captured in a CUDA graph (after a warm-up run and 5 replays).
+template <typename F>
+double time_graph_us(const F& run, int iters = 50) {
+  cudaStream_t stream;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  run(stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  run(stream);
+  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 5; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  cudaEvent_t start, stop;
+  MG_CUDA_CHECK(cudaEventCreate(&start));
+  MG_CUDA_CHECK(cudaEventCreate(&stop));
+  MG_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MG_CUDA_CHECK(cudaEventRecord(stop, stream));
+  MG_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  MG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  MG_CUDA_CHECK(cudaEventDestroy(start));
+  MG_CUDA_CHECK(cudaEventDestroy(stop));
+  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MG_CUDA_CHECK(cudaGraphDestroy(graph));
+  MG_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 1000.0 * ms / iters;
+}
+
+// Where kWna16DequantMinTokens should sit: the qwen3-30b-a3b INT4 g128 layer (E 128, H 2048,
+// I 768, top 8) at M = 256, 1024 and 4096 tokens through
+//   mma      align -> WNA16 mma.sync GEMM1 + act, GEMM2 (the tile chosen) -> combine
+//   dequant  align -> gather -> per chunk: dequantize + BF16 grouped GEMMs -> combine (the path
+//            the backends take from kWna16DequantMinTokens on; 2 chunks of 64 experts)
+//   bf16     align -> gather -> BF16 grouped GEMMs -> combine over dense weights (cuda_moe's
+//            pipeline; the same weights, dequantized once before timing)
+// and the dequantization of all 128 experts alone; the dequant path also with budgets of 256 and
+// 40 MiB (kWna16DequantBudgetBytes is 1 GiB). Replayed CUDA graphs. Run on an H100 with
+//   MG_WNA16_TIMING=1 build/tests/mg_cuda_tests --gtest_filter='CudaWna16Experts.TimingDequant*'
+TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
+  MG_REQUIRE_GPU();
+  if (std::getenv("MG_WNA16_TIMING") == nullptr) GTEST_SKIP() << "set MG_WNA16_TIMING=1 to time";
+  using T = __nv_bfloat16;
+  const int64_t E = 128, H = 2048, I = 768, top_k = 8;
+  const int bits = 4;
+  const int64_t group = 128;
+  std::mt19937 rng(7);
+  const auto matrix = [&](int64_t rows, int64_t cols, int64_t parts) {
+    const cuda::Wna16PackedHost p = cuda::wna16_layout(E, rows, cols, bits, group, parts);
+    QuantMatrix m;
+    m.words = std::make_unique<DeviceBuffer>(p.word_count() * 4);
+    m.params = std::make_unique<DeviceBuffer>(p.param_count() * 4);
+    cuda::launch_wna16_random_fill(m.words->as<uint32_t>(), p.word_count(), m.params->as<float>(),
+                                   p.param_count(), bits, 0.01f, static_cast<uint64_t>(rows),
+                                   nullptr);
+    m.view = cuda::wna16_weights_view(p, m.words->as<uint32_t>(), m.params->as<float>());
+    return m;
+  };
+  const QuantMatrix w13 = matrix(2 * I, H, 2), w2 = matrix(H, I, 1);
+  // The dense BF16 weights of the bf16 pipeline: every expert dequantized once.
+  DeviceBuffer d_w13(E * 2 * I * H * sizeof(T)), d_w2(E * H * I * sizeof(T));
+  const auto dequantize_all = [&](cudaStream_t s) {
+    cuda::Wna16DequantArgs a;
+    a.w = w13.view;
+    a.expert_count = E;
+    a.n = I;
+    a.k = H;
+    a.out = d_w13.as<void>();
+    cuda::launch_wna16_dequantize<T>(a, s);
+    a.w = w2.view;
+    a.n = H;
+    a.k = I;
+    a.out = d_w2.as<void>();
+    cuda::launch_wna16_dequantize<T>(a, s);
+  };
+  dequantize_all(nullptr);
+  MG_CUDA_CHECK(cudaDeviceSynchronize());
+  const double all_us = time_graph_us(dequantize_all, 20);
+  std::cout << fmt::format(
+      "dequantize all {} experts (int4 g128 -> BF16, {:.0f} MB written): {:8.1f} us\n", E,
+      static_cast<double>(E * 3 * I * H * sizeof(T)) / 1e6, all_us);
+
+  const CudaMoEProblem problem{E, H, I, top_k, true, DType::kBF16};
+  const CudaDeviceTraits traits = cuda_device_traits(Device::cuda(0));
+  for (const int64_t M : {int64_t{256}, int64_t{1024}, int64_t{4096}}) {
+    const int64_t pairs = M * top_k;
+    std::vector<int32_t> ids(pairs), map(E);
+    std::vector<float> weights(pairs, 0.125f);
+    for (int64_t e = 0; e < E; ++e) map[e] = static_cast<int32_t>(e);
+    for (int64_t t = 0; t < M; ++t) {
+      std::vector<int32_t> perm(E);
+      for (int64_t e = 0; e < E; ++e) perm[e] = static_cast<int32_t>(e);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int64_t j = 0; j < top_k; ++j) ids[t * top_k + j] = perm[j];
+    }
+    auto d_x = device_copy(to_dtype<T>(random_activations<T>(M, H, 1.0f, rng)));
+    auto d_ids = device_copy(ids);
+    auto d_w = device_copy(weights);
+    auto d_map = device_copy(map);
+    DeviceBuffer d_counts(E * 4), d_offsets((E + 1) * 4), d_p2r(pairs * 4), d_r2p(pairs * 4),
+        d_h(cuda::wna16_expert_mlp_scratch_bytes(pairs, I, sizeof(T))), d_y(pairs * H * sizeof(T)),
+        d_out(M * H * sizeof(T)), d_xp(pairs * H * sizeof(T)),
+        d_scratch(cuda::wna16_dequant_mlp_scratch_bytes(pairs, E, H, I, true, sizeof(T)));
+    cuda::MoEAlignment align;
+    align.expert_counts = d_counts.as<int32_t>();
+    align.expert_offsets = d_offsets.as<int32_t>();
+    align.pair_to_row = d_p2r.as<int32_t>();
+    align.row_to_pair = d_r2p.as<int32_t>();
+    const cuda::GroupedGemmKernel gemm1 =
+        choose_grouped_gemm_kernel(grouped_gemm1(problem, M), traits, nullptr);
+    const cuda::GroupedGemmKernel gemm2 =
+        choose_grouped_gemm_kernel(grouped_gemm2(problem, M), traits, nullptr);
+    const auto align_and_combine = [&](cudaStream_t s, const auto& middle) {
+      cuda::launch_moe_align(d_ids->as<int32_t>(), pairs, d_map->as<int32_t>(), E, E, align, s);
+      middle(s);
+      cuda::launch_moe_combine<T>(d_y.as<void>(), align, d_ids->as<int32_t>(), d_w->as<float>(),
+                                  d_map->as<int32_t>(), nullptr, M, top_k, H, d_out.as<void>(), s);
+    };
+
+    cuda::Wna16ExpertMlpArgs mma;
+    mma.x = d_x->as<void>();
+    mma.row_to_pair = align.row_to_pair;
+    mma.top_k = top_k;
+    mma.expert_offsets = align.expert_offsets;
+    mma.num_experts = E;
+    mma.max_rows = pairs;
+    mma.hidden = H;
+    mma.inter = I;
+    mma.w13 = w13.view;
+    mma.w2 = w2.view;
+    mma.h = d_h.as<void>();
+    mma.out = d_y.as<void>();
+    const Wna16GemmKernel tile = cuda::choose_wna16_gemm_kernel(pairs, E);
+    const double mma_us = time_graph_us([&](cudaStream_t s) {
+      align_and_combine(s,
+                        [&](cudaStream_t st) { cuda::launch_wna16_expert_mlp<T>(mma, tile, st); });
+    });
+
+    cuda::Wna16DequantMlpArgs dq;
+    dq.x = d_x->as<void>();
+    dq.tokens = M;
+    dq.top_k = top_k;
+    dq.align = align;
+    dq.num_experts = E;
+    dq.hidden = H;
+    dq.inter = I;
+    dq.w13 = w13.view;
+    dq.w2 = w2.view;
+    dq.gemm1 = gemm1;
+    dq.gemm2 = gemm2;
+    dq.scratch = d_scratch.as<void>();
+    dq.h = d_h.as<void>();
+    dq.out = d_y.as<void>();
+    const double dequant_us = time_graph_us([&](cudaStream_t s) {
+      align_and_combine(s,
+                        [&](cudaStream_t st) { cuda::launch_wna16_dequant_expert_mlp<T>(dq, st); });
+    });
+
+    const double bf16_us = time_graph_us([&](cudaStream_t s) {
+      align_and_combine(s, [&](cudaStream_t st) {
+        cuda::launch_moe_gather<T>(d_x->as<void>(), M, top_k, H, align, d_xp.as<void>(), st);
+        cuda::GroupedGemmArgs g1;
+        g1.a = d_xp.as<void>();
+        g1.b = d_w13.as<void>();
+        g1.c = d_h.as<void>();
+        g1.expert_offsets = align.expert_offsets;
+        g1.num_experts = E;
+        g1.max_rows = pairs;
+        g1.n = I;
+        g1.k = H;
+        g1.epilogue = GroupedEpilogue::kActivation;
+        cuda::launch_grouped_gemm<T>(g1, gemm1, st);
+        cuda::GroupedGemmArgs g2 = g1;
+        g2.a = d_h.as<void>();
+        g2.b = d_w2.as<void>();
+        g2.c = d_y.as<void>();
+        g2.n = H;
+        g2.k = I;
+        g2.epilogue = GroupedEpilogue::kBias;
+        cuda::launch_grouped_gemm<T>(g2, gemm2, st);
+      });
+    });
+    const cuda::Wna16DequantChunks chunks =
+        cuda::wna16_dequant_chunks(E, H, I, true, sizeof(T), cuda::kWna16DequantBudgetBytes);
+    std::cout << fmt::format(
+        "qwen3-30b-a3b int4 g128 M {:>4}: mma ({}) {:8.1f} us, dequant ({} chunks, {}+{}) {:8.1f} "
+        "us, bf16 {:8.1f} us (kWna16DequantMinTokens {})\n",
+        M, cuda::wna16_gemm_kernel_name(tile), mma_us, chunks.chunks,
+        cuda::grouped_gemm_kernel_name(gemm1), cuda::grouped_gemm_kernel_name(gemm2), dequant_us,
+        bf16_us, cuda::kWna16DequantMinTokens);
+    // Smaller budgets: more, smaller chunks whose dense weights may still be in L2 (50 MB on an
+    // H100) when the GEMMs read them, against more launches and GEMMs over fewer experts.
+    for (const int64_t budget : {int64_t{256} << 20, int64_t{40} << 20}) {
+      dq.budget_bytes = budget;
+      const double us = time_graph_us([&](cudaStream_t s) {
+        align_and_combine(
+            s, [&](cudaStream_t st) { cuda::launch_wna16_dequant_expert_mlp<T>(dq, st); });
+      });
+      std::cout << fmt::format(
+          "    dequant with a budget of {:>4} MiB ({:>2} chunks): {:8.1f} us\n", budget >> 20,
+          cuda::wna16_dequant_chunks(E, H, I, true, sizeof(T), budget).chunks, us);
     }
   }
 }

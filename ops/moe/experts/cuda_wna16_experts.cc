@@ -287,13 +287,21 @@ PackedMatrix pack_and_upload_e2m1(cuda::Wna16Codes kind, const Tensor& codes_in,
 // kWna16DecodeMaxTokens tokens (above, the automatic GEMM tile).
 constexpr std::string_view kDecodeRequest = "wna16_decode";
 
-// "" or the name of a GEMM tile request ("", "auto", "wna16_decode", "wna16_mma16",
-// "wna16_mma64"); nullopt when no tile is forced.
+// The request that forces the large-M path (dequantize once + the BF16 grouped GEMMs:
+// wna16_experts_cuda.h, section 4) at any M, below kWna16DequantMinTokens too.
+constexpr std::string_view kDequantRequest = "wna16_dequant";
+
+// "" or the name of a GEMM tile request ("", "auto", "wna16_decode", "wna16_dequant",
+// "wna16_mma16", "wna16_mma64"); nullopt when no tile is forced.
 std::optional<cuda::Wna16GemmKernel> parse_request(std::string_view kernel) {
-  if (kernel.empty() || kernel == "auto" || kernel == kDecodeRequest) return std::nullopt;
+  if (kernel.empty() || kernel == "auto" || kernel == kDecodeRequest || kernel == kDequantRequest) {
+    return std::nullopt;
+  }
   const std::optional<cuda::Wna16GemmKernel> k = cuda::parse_wna16_gemm_kernel(kernel);
   MG_CHECK(k.has_value(),
-           "cuda_wna16 has no kernel '{}' (auto, wna16_decode, wna16_mma16, wna16_mma64)", kernel);
+           "cuda_wna16 has no kernel '{}' (auto, wna16_decode, wna16_dequant, wna16_mma16, "
+           "wna16_mma64)",
+           kernel);
   return k;
 }
 
@@ -305,6 +313,9 @@ class CudaWna16Experts final : public ExpertsMonolithic {
         shape_(b.shape),
         request_(parse_request(b.kernel)),
         decode_forced_(b.kernel == kDecodeRequest),
+        dequant_forced_(b.kernel == kDequantRequest),
+        problem_(CudaMoEProblem::of(b.shape)),
+        device_(cuda_device_traits(b.device)),
         route_(route_params(b.config.routing())),
         w13_(std::move(w13)),
         w2_(std::move(w2)) {
@@ -321,14 +332,14 @@ class CudaWna16Experts final : public ExpertsMonolithic {
 
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
-    Scratch(ws, shape_, max_rows);
+    Scratch(ws, shape_, max_rows, takes_dequant_path(max_rows));
     return ws.bytes();
   }
 
   void apply(const DispatchedLogits& t, Workspace& ws, const MoEExecContext& ctx) override {
     const int64_t M = t.num_tokens, k = shape_.top_k, H = shape_.hidden_size;
     const int64_t E = shape_.num_local_experts();
-    Scratch sc(ws, shape_, M);
+    Scratch sc(ws, shape_, M, takes_dequant_path(M));
     if (M == 0) return;
     const int64_t P = M * k;
     const cuda::Wna16GemmKernel kernel = request_.value_or(cuda::choose_wna16_gemm_kernel(P, E));
@@ -363,6 +374,10 @@ class CudaWna16Experts final : public ExpertsMonolithic {
     }
     cuda::launch_moe_align(sc.ids, P, expert_map_.data<int32_t>(), shape_.num_experts, E, sc.align,
                            s);
+    if (takes_dequant_path(M)) {
+      run_dequant_path(t, sc, s);
+      return;
+    }
     cuda::Wna16ExpertMlpArgs a;
     a.x = t.hidden;
     a.row_to_pair = sc.align.row_to_pair;
@@ -396,10 +411,18 @@ class CudaWna16Experts final : public ExpertsMonolithic {
   }
 
  private:
+  // The large-M path from kWna16DequantMinTokens tokens (at any M when `wna16_dequant` is
+  // forced); never when a GEMM tile or the decode path is forced. Every feature of these experts
+  // (biases, every activation, BF16 and F16, INT4/INT8/MXFP4/NVFP4 codes) runs on it.
+  bool takes_dequant_path(int64_t M) const {
+    if (request_.has_value() || decode_forced_) return false;
+    return dequant_forced_ || M >= cuda::kWna16DequantMinTokens;
+  }
+
   // The decode kernels at M <= kWna16DecodeThreshold tokens (or up to kWna16DecodeMaxTokens
   // when `wna16_decode` is forced); never when a GEMM tile is forced.
   bool takes_decode_path(int64_t M) const {
-    if (request_.has_value()) return false;
+    if (request_.has_value() || dequant_forced_) return false;
     return M <= (decode_forced_ ? cuda::kWna16DecodeMaxTokens : cuda::kWna16DecodeThreshold);
   }
 
@@ -411,8 +434,9 @@ class CudaWna16Experts final : public ExpertsMonolithic {
     cuda::MoEAlignment align;
     void* h;
     void* y_perm;
+    void* dequant = nullptr;  // the large-M path's (wna16_dequant_mlp_scratch_bytes), when taken
 
-    Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M) {
+    Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M, bool dequant_path) {
       const int64_t k = shape.top_k, P = M * k, E = shape.num_local_experts();
       const size_t es = dtype_size(shape.dtype);
       ids = ws.take<int32_t>(P);
@@ -424,12 +448,59 @@ class CudaWna16Experts final : public ExpertsMonolithic {
       h = ws.take<std::byte>(static_cast<int64_t>(
           cuda::wna16_expert_mlp_scratch_bytes(P, shape.intermediate_size, es)));
       y_perm = ws.take<std::byte>(P * shape.hidden_size * static_cast<int64_t>(es));
+      if (dequant_path) {
+        dequant = ws.take<std::byte>(static_cast<int64_t>(
+            cuda::wna16_dequant_mlp_scratch_bytes(P, E, shape.hidden_size, shape.intermediate_size,
+                                                  is_gated(shape.activation.kind), es)));
+      }
     }
   };
+
+  // align -> (gather, then per chunk of experts: dequantize w13 and w2 -> BF16/F16 grouped GEMM1
+  // + act -> grouped GEMM2 + b2) -> combine, the grouped GEMMs chosen as cuda_moe chooses them
+  // (ops/moe/heuristics/unquantized_kernel_choice.h) for these M tokens.
+  void run_dequant_path(const DispatchedLogits& t, const Scratch& sc, cudaStream_t s) const {
+    const int64_t M = t.num_tokens, k = shape_.top_k, H = shape_.hidden_size;
+    cuda::Wna16DequantMlpArgs a;
+    a.x = t.hidden;
+    a.tokens = M;
+    a.top_k = k;
+    a.align = sc.align;
+    a.num_experts = shape_.num_local_experts();
+    a.hidden = H;
+    a.inter = shape_.intermediate_size;
+    a.w13 = w13_.view;
+    a.b13 = b13_.defined() ? b13_.data<float>() : nullptr;
+    a.w2 = w2_.view;
+    a.b2 = b2_.defined() ? b2_.data<float>() : nullptr;
+    a.act = cuda_act_params(shape_.activation);
+    a.gemm1 = choose_grouped_gemm_kernel(grouped_gemm1(problem_, M), device_, nullptr);
+    a.gemm2 = choose_grouped_gemm_kernel(grouped_gemm2(problem_, M), device_, nullptr);
+    a.scratch = sc.dequant;
+    a.h = sc.h;
+    a.out = sc.y_perm;
+    // b2 is already in y_perm (added per row by GEMM2), as on the mma path.
+    if (shape_.dtype == DType::kBF16) {
+      cuda::launch_wna16_dequant_expert_mlp<__nv_bfloat16>(a, s);
+      cuda::launch_moe_combine<__nv_bfloat16>(sc.y_perm, sc.align, sc.ids, sc.weights,
+                                              expert_map_.data<int32_t>(), nullptr, M, k, H,
+                                              t.expert_output, s);
+    } else {
+      MG_ASSERT(shape_.dtype == DType::kF16, "cuda_wna16 built for activation dtype {}",
+                dtype_name(shape_.dtype));
+      cuda::launch_wna16_dequant_expert_mlp<__half>(a, s);
+      cuda::launch_moe_combine<__half>(sc.y_perm, sc.align, sc.ids, sc.weights,
+                                       expert_map_.data<int32_t>(), nullptr, M, k, H,
+                                       t.expert_output, s);
+    }
+  }
 
   ExpertsShape shape_;
   std::optional<cuda::Wna16GemmKernel> request_;
   bool decode_forced_ = false;
+  bool dequant_forced_ = false;
+  CudaMoEProblem problem_;  // what the BF16 grouped GEMMs' kernel choice reads (large-M path)
+  CudaDeviceTraits device_;
   cuda::RouteParams route_;
   PackedMatrix w13_, w2_;
   Tensor b13_, b2_;

@@ -1,10 +1,13 @@
 // Host side of the WNA16 expert kernels (wna16_experts_cuda.h): the GEMM's checks and dispatch
-// over (dtype, bits), and the expert MLP's two launches. Plain C++ over the launchers the .cu files
-// instantiate.
+// over (dtype, bits), the expert MLP's two launches, and the large-M path's chunk loop. Plain C++
+// over the launchers the .cu files instantiate.
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstddef>
 
 #include "framework/core/error.h"
 #include "ops/moe/cuda/wna16/wna16_gemm_launch.h"
@@ -112,6 +115,125 @@ void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel ker
   launch_wna16_grouped_gemm<T>(g2, kernel, stream);
 }
 
+namespace {
+
+// The carve of launch_wna16_dequant_expert_mlp's scratch (256-byte aligned parts); with a null
+// base it only counts.
+struct DequantScratch {
+  void* x_perm = nullptr;  // [P, H]
+  void* w13 = nullptr;     // [C, N1, H]
+  void* w2 = nullptr;      // [C, H, I]
+  void* b13 = nullptr;     // [C, N1]
+  void* b2 = nullptr;      // [C, H]
+  size_t bytes = 0;
+
+  DequantScratch(void* base, int64_t max_rows, int64_t experts_per_chunk, int64_t hidden,
+                 int64_t inter, bool gated, size_t es) {
+    const int64_t n1 = (gated ? 2 : 1) * inter;
+    const auto take = [&](int64_t elements) -> void* {
+      const size_t offset = bytes;
+      bytes += (static_cast<size_t>(elements) * es + 255) / 256 * 256;
+      return base == nullptr ? nullptr : static_cast<std::byte*>(base) + offset;
+    };
+    x_perm = take(max_rows * hidden);
+    w13 = take(experts_per_chunk * n1 * hidden);
+    w2 = take(experts_per_chunk * hidden * inter);
+    b13 = take(experts_per_chunk * n1);
+    b2 = take(experts_per_chunk * hidden);
+  }
+};
+
+}  // namespace
+
+size_t wna16_dequant_mlp_scratch_bytes(int64_t max_rows, int64_t num_experts, int64_t hidden,
+                                       int64_t inter, bool gated, size_t element_bytes,
+                                       int64_t budget_bytes) {
+  const Wna16DequantChunks chunks =
+      wna16_dequant_chunks(num_experts, hidden, inter, gated, element_bytes, budget_bytes);
+  return DequantScratch(nullptr, max_rows, chunks.experts_per_chunk, hidden, inter, gated,
+                        element_bytes)
+      .bytes;
+}
+
+template <typename T>
+void launch_wna16_dequant_expert_mlp(const Wna16DequantMlpArgs& args, cudaStream_t stream) {
+  const std::string why = wna16_expert_mlp_check(args.hidden, args.inter);
+  MG_CHECK(why.empty(), "WNA16 dequantized expert MLP: {}", why);
+  std::string gemm = grouped_gemm_check(args.inter, args.hidden);
+  if (gemm.empty()) gemm = grouped_gemm_check(args.hidden, args.inter);
+  MG_CHECK(gemm.empty(), "WNA16 dequantized expert MLP: {}", gemm);
+  const bool gated = is_gated(args.act.kind);
+  MG_CHECK(args.w13.parts == (gated ? 2 : 1) && args.w2.parts == 1,
+           "WNA16 dequantized expert MLP: w13 in {} part(s) and w2 in 1 expected, not {} and {}",
+           gated ? 2 : 1, args.w13.parts, args.w2.parts);
+  const int64_t P = args.tokens * args.top_k;
+  if (args.num_experts <= 0 || P <= 0) return;
+  MG_CHECK(args.scratch != nullptr && args.h != nullptr && args.out != nullptr &&
+               args.align.expert_offsets != nullptr && args.align.pair_to_row != nullptr,
+           "WNA16 dequantized expert MLP: scratch, h, out and the alignment must be set");
+  const Wna16DequantChunks chunks = wna16_dequant_chunks(args.num_experts, args.hidden, args.inter,
+                                                         gated, sizeof(T), args.budget_bytes);
+  const DequantScratch sc(args.scratch, P, chunks.experts_per_chunk, args.hidden, args.inter, gated,
+                          sizeof(T));
+
+  launch_moe_gather<T>(args.x, args.tokens, args.top_k, args.hidden, args.align, sc.x_perm, stream);
+  for (int64_t chunk = 0; chunk < chunks.chunks; ++chunk) {
+    const int64_t e0 = chunk * chunks.experts_per_chunk;
+    const int64_t count = std::min(chunks.experts_per_chunk, args.num_experts - e0);
+    if (count <= 0) break;
+    const int32_t* offsets = args.align.expert_offsets + e0;  // the chunk's [count + 1]
+
+    Wna16DequantArgs d13;
+    d13.w = args.w13;
+    d13.bias = args.b13;
+    d13.expert_begin = e0;
+    d13.expert_count = count;
+    d13.expert_offsets = offsets;
+    d13.n = args.inter;
+    d13.k = args.hidden;
+    d13.out = sc.w13;
+    d13.bias_out = sc.b13;
+    launch_wna16_dequantize<T>(d13, stream);
+    Wna16DequantArgs d2;
+    d2.w = args.w2;
+    d2.bias = args.b2;
+    d2.expert_begin = e0;
+    d2.expert_count = count;
+    d2.expert_offsets = offsets;
+    d2.n = args.hidden;
+    d2.k = args.inter;
+    d2.out = sc.w2;
+    d2.bias_out = sc.b2;
+    launch_wna16_dequantize<T>(d2, stream);
+
+    // The rows of the chunk's experts are [offsets[0], offsets[count]) of the permuted rows (the
+    // alignment sorts them by expert); the grouped GEMMs index weights and biases by the expert
+    // within the chunk and write only those rows.
+    GroupedGemmArgs g1;
+    g1.a = sc.x_perm;
+    g1.b = sc.w13;
+    g1.bias = args.b13 != nullptr ? sc.b13 : nullptr;
+    g1.c = args.h;
+    g1.expert_offsets = offsets;
+    g1.num_experts = count;
+    g1.max_rows = P;
+    g1.n = args.inter;
+    g1.k = args.hidden;
+    g1.epilogue = GroupedEpilogue::kActivation;
+    g1.act = args.act;
+    launch_grouped_gemm<T>(g1, args.gemm1, stream);
+    GroupedGemmArgs g2 = g1;
+    g2.a = args.h;
+    g2.b = sc.w2;
+    g2.bias = args.b2 != nullptr ? sc.b2 : nullptr;
+    g2.c = args.out;
+    g2.n = args.hidden;
+    g2.k = args.inter;
+    g2.epilogue = GroupedEpilogue::kBias;
+    launch_grouped_gemm<T>(g2, args.gemm2, stream);
+  }
+}
+
 template void launch_wna16_grouped_gemm<__nv_bfloat16>(const Wna16GemmArgs&, Wna16GemmKernel,
                                                        cudaStream_t);
 template void launch_wna16_grouped_gemm<__half>(const Wna16GemmArgs&, Wna16GemmKernel,
@@ -120,5 +242,8 @@ template void launch_wna16_expert_mlp<__nv_bfloat16>(const Wna16ExpertMlpArgs&, 
                                                      cudaStream_t);
 template void launch_wna16_expert_mlp<__half>(const Wna16ExpertMlpArgs&, Wna16GemmKernel,
                                               cudaStream_t);
+template void launch_wna16_dequant_expert_mlp<__nv_bfloat16>(const Wna16DequantMlpArgs&,
+                                                             cudaStream_t);
+template void launch_wna16_dequant_expert_mlp<__half>(const Wna16DequantMlpArgs&, cudaStream_t);
 
 }  // namespace mg::cuda

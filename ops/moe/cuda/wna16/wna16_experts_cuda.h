@@ -26,7 +26,7 @@
 // (and fenced for the async proxy) before every wgmma, which is what Machete does with a far more
 // involved warp-specialised pipeline. At decode sizes (the common case of weight-only models) the
 // kernel is bound by HBM bytes, not by tensor-core rate, so mma.sync costs nothing there; at large
-// M the oracle can fall back to dequantize-once + the BF16 wgmma GEMMs.
+// M the experts backends dequantize once per call and run the BF16 wgmma / TMA GEMMs (section 4).
 //
 // Every launcher neither syncs nor allocates (scratch comes from the caller) and can be captured
 // in a CUDA graph.
@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "ops/moe/cuda/grouped_gemm_cuda.h"
+#include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/moe_cuda_types.h"
 #include "ops/moe/cuda/wna16/wna16_codes.h"
 
@@ -349,5 +350,121 @@ inline std::string wna16_expert_mlp_check(int64_t hidden, int64_t inter) {
 template <typename T>
 void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel kernel,
                              cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// 4. The large-M path: dequantize once per call, then the BF16/F16 grouped GEMMs.
+//
+// The kernels of section 2 dequantize every weight in registers once per 16- or 64-row tile, so
+// with hundreds of rows per expert they redo that work rows / BM times and lose to the BF16
+// wgmma / TMA grouped GEMMs (grouped_gemm_cuda.h) by 1.5-3x (docs/performance.md, H100, M 4096).
+// From kWna16DequantMinTokens tokens on, the experts backends instead write the weights of the
+// experts this call touches as dense T [E, N_b, K] (the unquantized layout: gated w13 gate rows
+// [0, I) then up rows [I, 2I)) into their workspace and run cuda_moe's grouped pipeline over them:
+//
+//   gather x -> per chunk of experts: dequantize w13 and w2 (and the F32 biases to T)
+//            -> grouped GEMM1 + act -> grouped GEMM2 (+ b2)
+//
+// then the caller's combine, as after launch_wna16_expert_mlp. Nothing dequantized is kept
+// between calls (the packed weights stay the only copy), and the workspace is bounded: the experts
+// are processed in chunks whose dense weights fit budget_bytes. The chunk sizes come from E and
+// the budget on the host, never from the device's counts, so a call is graph-capturable; experts
+// of a chunk that got no rows are skipped by the dequantize kernel (their CTAs read the counts).
+//
+// The values: a dequantized weight is exactly the section-2 kernels' B operand, round_T(fma(q, s,
+// -z·s)) for integer codes, round_T(2·e2m1(q) · 2^(code - 128)) for MXFP4 (the same Dequant
+// policies of wna16_gemm.cuh compute both); NVFP4 weights are round_T(e2m1 · e4m3 · global), one
+// rounding of the real weight, where the mma path keeps 2·e2m1 · e4m3 (exact in T) and applies
+// global / 2 to the fp32 accumulator: a T weight cannot hold the product unrounded. The BF16
+// GEMMs take T biases, so the F32 biases are rounded to T here (the mma path adds them in fp32);
+// both differences are within half an ulp of T per value, as for any BF16 copy of the weights.
+
+// Tokens from which the experts backends (cuda_wna16, cuda_fp4) take this path unless a kernel is
+// forced (`:wna16_dequant` forces it at any M, `:wna16_mma16|wna16_mma64` the section-2 GEMMs).
+// 1024: the H100 measurements of docs/performance.md put the mma path's crossover with cuda_moe
+// between 256 and 1024 tokens on qwen3-30b-a3b, deepseek-v3 and gpt-oss-120b (mixtral: 16-256);
+// to be retuned with
+//   MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Experts.TimingDequant*'
+inline constexpr int64_t kWna16DequantMinTokens = 1024;
+
+// Bytes of dense T weights (w13 and w2 of a chunk's experts) the path may hold at once: 1 GiB
+// keeps the workspace of the largest layers small next to their packed weights (DeepSeek-V3's
+// 256 experts of 7168 x 2048 x 3 would take 22 GB dense: 12 experts a chunk here) while a chunk
+// still holds enough experts (qwen3-30b-a3b: 64 of 128, 2 chunks) that each grouped GEMM fills
+// the GPU; a chunk is never less than one expert, whatever the budget.
+inline constexpr int64_t kWna16DequantBudgetBytes = int64_t{1} << 30;
+
+// How the experts are split: `chunks` launches of at most `experts_per_chunk` experts (balanced:
+// ceil(E / chunks)), as many as fit budget_bytes of dense weights (at least one).
+struct Wna16DequantChunks {
+  int64_t experts_per_chunk = 0;
+  int64_t chunks = 0;
+};
+
+inline Wna16DequantChunks wna16_dequant_chunks(int64_t num_experts, int64_t hidden, int64_t inter,
+                                               bool gated, size_t element_bytes,
+                                               int64_t budget_bytes) {
+  if (num_experts <= 0) return {};
+  const int64_t per_expert =
+      ((gated ? 2 : 1) * inter * hidden + hidden * inter) * static_cast<int64_t>(element_bytes);
+  int64_t fit = per_expert > 0 ? budget_bytes / per_expert : num_experts;
+  fit = fit < 1 ? 1 : (fit > num_experts ? num_experts : fit);
+  const int64_t chunks = (num_experts + fit - 1) / fit;
+  return {(num_experts + chunks - 1) / chunks, chunks};
+}
+
+// One matrix (or a range of its experts) dequantized into the dense layout. All device pointers.
+struct Wna16DequantArgs {
+  Wna16Weights w;               // [E, parts * n, k] packed
+  const float* bias = nullptr;  // [E, parts * n] F32, or null
+  int64_t expert_begin = 0;     // the first expert of w written
+  int64_t expert_count = 0;     // experts written
+  // [expert_count + 1] row offsets of those experts (as GroupedGemmArgs), or null: all written.
+  // An expert with no rows is skipped (its output left as it was).
+  const int32_t* expert_offsets = nullptr;
+  int64_t n = 0;             // rows of one part (unpadded)
+  int64_t k = 0;             // columns, a multiple of 8
+  void* out = nullptr;       // [expert_count, parts * n, k] T, 16-byte aligned
+  void* bias_out = nullptr;  // [expert_count, parts * n] T (when bias is set)
+};
+
+// T = __nv_bfloat16 or __half (instantiated in wna16_dequant_<dtype>.cu, every code kind each).
+// One launch; no host sync.
+template <typename T>
+void launch_wna16_dequantize(const Wna16DequantArgs& args, cudaStream_t stream);
+
+// The expert MLP of section 3 over dequantized weights: out[r] = GEMM2(act(GEMM1(x_perm[r])))
+// (+ b2) for every permuted row r of the alignment, b2 included (the caller combines as after
+// launch_wna16_expert_mlp).
+struct Wna16DequantMlpArgs {
+  const void* x = nullptr;  // [tokens, H] T (not permuted; gathered by the call)
+  int64_t tokens = 0;
+  int64_t top_k = 1;
+  MoEAlignment align;  // launch_moe_align's output over num_experts local experts
+  int64_t num_experts = 0;
+  int64_t hidden = 0;          // H
+  int64_t inter = 0;           // I
+  Wna16Weights w13;            // parts 2 gated / 1 plain, [E, N1, H]
+  const float* b13 = nullptr;  // [E, N1] F32 or null
+  Wna16Weights w2;             // [E, H, I]
+  const float* b2 = nullptr;   // [E, H] F32 or null
+  MoEActParams act;
+  GroupedGemmKernel gemm1 = GroupedGemmKernel::kMma64;  // the BF16 kernels (the caller's choice)
+  GroupedGemmKernel gemm2 = GroupedGemmKernel::kMma32;
+  int64_t budget_bytes = kWna16DequantBudgetBytes;  // tests pass less to force several chunks
+  void* scratch = nullptr;                          // wna16_dequant_mlp_scratch_bytes
+  void* h = nullptr;    // [tokens * top_k, I] T (wna16_expert_mlp_scratch_bytes)
+  void* out = nullptr;  // [tokens * top_k, H] T: each permuted row's expert output
+};
+
+// The scratch of launch_wna16_dequant_expert_mlp: the gathered rows [P, H] and one chunk's dense
+// w13, w2 and biases, each 256-byte aligned.
+size_t wna16_dequant_mlp_scratch_bytes(int64_t max_rows, int64_t num_experts, int64_t hidden,
+                                       int64_t inter, bool gated, size_t element_bytes,
+                                       int64_t budget_bytes = kWna16DequantBudgetBytes);
+
+// 1 + 4 launches per chunk (gather; per chunk: two dequantizations, two grouped GEMMs); no host
+// sync, no allocation. Throws mg::Error for shapes the grouped GEMMs refuse.
+template <typename T>
+void launch_wna16_dequant_expert_mlp(const Wna16DequantMlpArgs& args, cudaStream_t stream);
 
 }  // namespace mg::cuda
