@@ -945,5 +945,53 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
 #endif
 }
 
+// When launch_attention writes the KV cache inside the split kernel (host only; the pointers are
+// stand-ins): decode-sized calls given k and v; not beyond 64 rows, not with rows that are not
+// 16-byte aligned, not on the other paths (they launch kv_cache_write first).
+TEST(CudaAttentionDecode, FusedWriteRuleTakesDecodeCallsOnly) {
+#ifndef MG_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA (MG_CUDA=OFF)";
+#else
+  AttentionDims qwen3;
+  qwen3.heads = 32;
+  qwen3.kv_heads = 4;
+  qwen3.head_dim = qwen3.v_head_dim = 128;
+  const auto base = reinterpret_cast<char*>(uintptr_t{1} << 20);
+  cuda::AttentionArgs a;
+  a.q = a.k = a.v = a.k_cache = a.v_cache = a.out = a.workspace = base;
+  a.positions = reinterpret_cast<const int32_t*>(base);
+  a.split_counters = reinterpret_cast<unsigned*>(base);
+  a.split_counter_count = cuda::split_kv_counter_count(qwen3, cuda::kSplitKvMaxTokens);
+  a.workspace_bytes = cuda::split_kv_workspace_bound(qwen3, 2, cuda::kSplitKvMaxTokens, 132);
+  a.sm_count = 132;
+  a.max_seq_len = 4096;
+  for (const int64_t tokens : {int64_t{1}, int64_t{16}, cuda::kSplitKvMaxTokens}) {
+    a.tokens = tokens;
+    EXPECT_EQ(cuda::attention_path_taken(qwen3, 2, a), cuda::AttentionPath::kSplitKv) << tokens;
+    EXPECT_TRUE(cuda::attention_fuses_kv_write(qwen3, 2, a)) << tokens;
+  }
+  cuda::AttentionArgs more = a;
+  more.tokens = cuda::kSplitKvMaxTokens + 1;  // the auto rule's prefill: flash, its own write
+  EXPECT_EQ(cuda::attention_path_taken(qwen3, 2, more), cuda::AttentionPath::kFlashPrefill);
+  EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, more));
+  more.path = cuda::AttentionPath::kSplitKv;  // forced: split, but the write stays apart
+  EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, more));
+  cuda::AttentionArgs unwritten = a;
+  unwritten.k = unwritten.v = nullptr;
+  EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, unwritten));
+  cuda::AttentionArgs odd_v = a;
+  odd_v.v = base + 8;  // not 16-byte aligned: the split kernel still runs, after a write launch
+  EXPECT_EQ(cuda::attention_path_taken(qwen3, 2, odd_v), cuda::AttentionPath::kSplitKv);
+  EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, odd_v));
+  cuda::AttentionArgs per_query = a;
+  per_query.path = cuda::AttentionPath::kPerQuery;
+  EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, per_query));
+  cuda::AttentionArgs no_workspace = a;
+  no_workspace.workspace = nullptr;
+  EXPECT_NE(cuda::attention_path_taken(qwen3, 2, no_workspace), cuda::AttentionPath::kSplitKv);
+  EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, no_workspace));
+#endif
+}
+
 }  // namespace
 }  // namespace mg
