@@ -2,9 +2,10 @@
 // (rows of up to 1024 take a warp, longer rows a block; odd and prime widths; 1..8 rows and many);
 // qk_norm_rope's kernel against the CPU op and against the unfused rms_norm -> rope kernels on
 // the GPU (odd head counts, GQA, head_dim 64/80/128 and small heads, partial rotary, both
-// pairings, YaRN, 1 to 300 tokens); and whole models compiled with the fuse-ops pass on and off
-// giving the same logits on the device (the fused kernels repeat the unfused kernels' rounding
-// and reduction order).
+// pairings, YaRN, 1 to 300 tokens) and its grid of head groups against the one block per token
+// it had before (bit for bit, any group size, eager and graph-replayed); and whole models compiled
+// with the fuse-ops pass on and off giving the same logits on the device (the fused kernels repeat
+// the unfused kernels' rounding and reduction order).
 #include <gtest/gtest.h>
 
 #include "framework/compile/compiler.h"
@@ -12,8 +13,14 @@
 #include "framework/runtime/session.h"
 #include "ops/nn/add_rms_norm/add_rms_norm.h"
 #include "ops/nn/qk_norm_rope/qk_norm_rope.h"
+#include "ops/nn/rope/rope.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/session_logits.h"
+
+#ifdef MG_WITH_CUDA
+#include "framework/device/cuda/dtype_dispatch.h"
+#include "ops/nn/qk_norm_rope/qk_norm_rope_cuda.h"
+#endif
 
 namespace mg {
 namespace {
@@ -117,6 +124,7 @@ TEST(CudaFusedOps, QkNormRopeMatchesTheCpuOpAndTheUnfusedKernels) {
       {"interleaved yarn", 9, 3, 64, 0, proto::INTERLEAVED, true},
       {"small heads", 3, 1, 6, 0, proto::HALF_SPLIT, false},  // the qwen3_moe_odd fixture's
       {"one head of 1024", 1, 1, 1024, 0, proto::HALF_SPLIT, false},
+      {"odd total heads", 7, 2, 128, 0, proto::HALF_SPLIT, false},  // 9: a group of one left
   };
   const auto span_of = [](const Tensor& t) {
     return std::span<const float>(t.data<float>(), static_cast<size_t>(t.numel()));
@@ -159,6 +167,97 @@ TEST(CudaFusedOps, QkNormRopeMatchesTheCpuOpAndTheUnfusedKernels) {
               unfused_on_gpu(p.k_norm(), qk_norm_rope_k_rope(p), k, kw, positions, d.dtype);
           EXPECT_LE(testing::normalized_error(span_of(gpu[0]), span_of(q_unfused)), 1e-6);
           EXPECT_LE(testing::normalized_error(span_of(gpu[1]), span_of(k_unfused)), 1e-6);
+        }
+      }
+    }
+  }
+}
+
+// The launcher called directly: q and k of `tokens` rows normed and rotated with `heads_per_block`
+// heads per block (0: the rule); returns the bytes of q_out then k_out (graph replay checked equal
+// to the eager run).
+std::vector<uint8_t> qk_norm_rope_bytes(const proto::QkNormRopeParams& p, DType dtype,
+                                        int64_t tokens, int64_t heads_per_block, bool weights) {
+  const int64_t q_heads = p.rope().num_heads(), k_heads = p.num_kv_heads();
+  const int64_t d = p.rope().head_dim();
+  const uint32_t seed = static_cast<uint32_t>(tokens * 131 + q_heads * 7 + d);
+  const auto device_of = [&](const Tensor& host) {
+    const Tensor cast = cast_cpu(host, dtype);
+    auto buffer = std::make_unique<testing::DeviceBuffer>(cast.nbytes());
+    buffer->upload(cast.raw(), cast.nbytes());
+    return buffer;
+  };
+  const auto q = device_of(testing::random_tensor({tokens, q_heads * d}, seed, -3.0f, 2.0f));
+  const auto k = device_of(testing::random_tensor({tokens, k_heads * d}, seed + 1, -1.0f, 1.0f));
+  const auto qw = device_of(testing::random_tensor({d}, seed + 2, 0.5f, 1.5f));
+  const auto kw = device_of(testing::random_tensor({d}, seed + 3, 0.5f, 1.5f));
+  std::vector<int32_t> positions(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    positions[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7919 + seed) % 131072);
+  }
+  testing::DeviceBuffer positions_device(positions.size() * sizeof(int32_t));
+  positions_device.upload(positions.data(), positions.size() * sizeof(int32_t));
+  const std::vector<double> inv_freq = rope_inv_freq(p.rope());
+  testing::DeviceBuffer inv_freq_device(inv_freq.size() * sizeof(double));
+  inv_freq_device.upload(inv_freq.data(), inv_freq.size() * sizeof(double));
+  const size_t q_bytes = static_cast<size_t>(tokens * q_heads * d) * dtype_size(dtype);
+  const size_t k_bytes = static_cast<size_t>(tokens * k_heads * d) * dtype_size(dtype);
+  testing::DeviceBuffer out(q_bytes + k_bytes);
+
+  cuda::QkNormRopeArgs a;
+  a.q = q->as<void>();
+  a.k = k->as<void>();
+  a.q_weight = weights ? qw->as<void>() : nullptr;
+  a.k_weight = weights ? kw->as<void>() : nullptr;
+  a.q_out = out.as<uint8_t>();
+  a.k_out = out.as<uint8_t>() + q_bytes;
+  a.positions = positions_device.as<int32_t>();
+  a.inv_freq = inv_freq_device.as<double>();
+  a.tokens = tokens;
+  a.q_heads = q_heads;
+  a.k_heads = k_heads;
+  a.head_dim = d;
+  a.rotary_dim = rope_rotary_dim(p.rope());
+  a.interleaved = p.rope().pairing() == proto::INTERLEAVED;
+  a.attention_factor = rope_attention_factor(p.rope());
+  a.q_eps = p.q_norm().eps();
+  a.k_eps = p.k_norm().eps();
+  a.heads_per_block = heads_per_block;
+  return testing::run_eager_and_graph(
+      [&](cudaStream_t stream) {
+        cuda::dispatch_float_dtype(
+            dtype, [&](auto tag) { cuda::launch_qk_norm_rope<decltype(tag)>(a, stream); });
+      },
+      out, q_bytes + k_bytes);
+}
+
+// The grid of (token, head group) blocks computes each head exactly as the one block per token
+// of before (a group of every head), so the bytes are the same at any group size: the rule's,
+// one head per block and groups that leave a short last one.
+TEST(CudaFusedOps, QkNormRopeHeadGroupsGiveTheOneBlockPerTokenBytes) {
+  MG_REQUIRE_GPU();
+  const QkConfig configs[] = {
+      {"qwen3-30b-a3b", 32, 4, 128, 0, proto::HALF_SPLIT, false},
+      {"odd total heads", 7, 2, 128, 0, proto::HALF_SPLIT, false},
+      {"head80 partial", 7, 1, 80, 32, proto::HALF_SPLIT, false},
+      {"interleaved yarn", 9, 3, 64, 0, proto::INTERLEAVED, true},
+      {"small heads", 3, 1, 6, 0, proto::HALF_SPLIT, false},
+  };
+  for (const testing::DtypeTolerance& d : testing::cuda_dtypes()) {
+    for (const QkConfig& c : configs) {
+      const proto::QkNormRopeParams p = qk_params(c, true);
+      const int64_t heads = c.q_heads + c.k_heads;
+      for (const int64_t tokens : {1, 300}) {
+        for (const bool weights : {true, false}) {
+          SCOPED_TRACE(
+              fmt::format("{} T={} {} weights {}", c.name, tokens, dtype_name(d.dtype), weights));
+          const std::vector<uint8_t> one_block_per_token =
+              qk_norm_rope_bytes(p, d.dtype, tokens, heads, weights);
+          for (const int64_t group : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{5}}) {
+            SCOPED_TRACE(fmt::format("heads per block {} (0: the rule)", group));
+            EXPECT_TRUE(qk_norm_rope_bytes(p, d.dtype, tokens, group, weights) ==
+                        one_block_per_token);
+          }
         }
       }
     }

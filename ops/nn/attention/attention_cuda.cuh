@@ -33,7 +33,16 @@
 //    workspace and counts its arrival on a per-(row, KV head, head tile) counter; the last block
 //    to arrive merges the splits (16 splits' partials in flight per thread), adds the sink and
 //    writes the row (or NaN for a position outside the cache), then resets the counter. One
-//    launch instead of a split kernel and a combine kernel.
+//    launch instead of a split kernel and a combine kernel;
+//  - the KV-cache write (given the call's k and v, attention_fuses_kv_write): also one launch
+//    instead of kv_cache_write then attention. A block reads every key of its range that this
+//    call writes from k/v instead of the cache: warp 0 lists the call's rows of the block's
+//    sequence whose positions fall in the block's keys (at most kSplitKvMaxTokens rows; a chunk's
+//    row t sees the rows < t of its sequence this way), and a key found in the list is copied from
+//    that row of k/v. So no block reads a cache row this launch writes (slots own disjoint blocks:
+//    KvBlockPool), and the block holding key p of (row, KV head), the last of its split, with head
+//    tile 0, stores the row from shared memory into the cache (kv_cache_write_kernel's checks:
+//    positions outside the cache and blocks outside the pool are skipped).
 // The split count aims at one block per SM (split_kv_splits). The workspace is planned from the
 // launch's bounds (split_kv_workspace_bytes), the counters live in the op's state, and nothing
 // syncs with the host, so the kernel goes into CUDA graphs. docs/performance.md (issue 15) has
@@ -307,9 +316,10 @@ __device__ __forceinline__ void store4(T* dst, const float (&in)[4]) {
 template <typename T, int kHeads>
 __global__ void __launch_bounds__(kSplitKvThreads, 2)
     attention_split_kv_kernel(AttentionDims dims, const T* q, const int32_t* positions,
-                              const T* k_cache, const T* v_cache, const T* sinks, T* out,
-                              int64_t max_seq_len, KvBatch kv, int splits, int head_tiles, int tile,
-                              float* part_acc, float* part_stats, unsigned* counters) {
+                              const T* k_new, const T* v_new, T* k_cache, T* v_cache,
+                              const T* sinks, T* out, int64_t max_seq_len, KvBatch kv, int splits,
+                              int head_tiles, int tile, float* part_acc, float* part_stats,
+                              unsigned* counters) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements of one 16-byte copy
   // Output elements (4 at a time) per thread: kHeads heads of up to kAttentionMaxHeadDim.
   constexpr int kOutChunks =
@@ -317,6 +327,11 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   extern __shared__ __align__(16) unsigned char split_kv_shared[];
   __shared__ float max_s[kHeads], denom_s[kHeads], rescale_s[kHeads];
   __shared__ bool last_s;
+  // The fused write's list: positions in this block's keys that rows of this call write, and the
+  // row (of k_new / v_new) that writes each.
+  static_assert(kSplitKvMaxTokens <= 64, "warp 0 lists the rows in two rounds of 32");
+  __shared__ int fresh_pos_s[kSplitKvMaxTokens], fresh_row_s[kSplitKvMaxTokens];
+  __shared__ int fresh_count_s;
 
   const int d = static_cast<int>(dims.head_dim);
   const int dv = static_cast<int>(dims.v_head_dim);
@@ -346,6 +361,23 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   // The position, then q of the block's heads (zeros past nh): p is first used after q's loop,
   // so both loads wait on one memory latency; one 16-byte load of q per thread where aligned.
   const int p = __ldg(positions + t);
+  // Fused write (k_new given): warp 0 loads every row's position and slot now, so that these
+  // loads wait together with p's and q's.
+  const bool fused = k_new != nullptr;
+  const bool paged = kv.block_tables != nullptr;
+  const int tokens = static_cast<int>(gridDim.z);
+  int row_pos[2] = {-1, -1}, row_slot[2] = {0, 0}, own_slot = 0;
+  if (fused && warp == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int u = lane + 32 * r;
+      if (u < tokens) {
+        row_pos[r] = __ldg(positions + u);
+        if (paged && kv.row_slots != nullptr) row_slot[r] = __ldg(kv.row_slots + u);
+      }
+    }
+    if (paged && kv.row_slots != nullptr) own_slot = __ldg(kv.row_slots + t);
+  }
   if (reinterpret_cast<uintptr_t>(q) % 16 == 0) {
     for (int i = tid * kVec; i < kHeads * d; i += kSplitKvThreads * kVec) {
       const int hh = i / d;
@@ -390,11 +422,41 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     max_s[tid] = -INFINITY;
     denom_s[tid] = 0.0f;
   }
-  // Cache rows of tiles 0 and 1 (stages 0 and 1); later tiles' rows are looked up a tile ahead.
+  // The fused write's list: rows of this call of the same sequence (a contiguous cache is one)
+  // whose positions are keys of [begin, end), compacted by ballots.
+  if (fused) {
+    if (warp == 0) {
+      int count = 0;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const bool fresh = (!paged || row_slot[r] == own_slot) && row_pos[r] >= begin &&
+                           row_pos[r] < end;  // row_pos -1: no row
+        const unsigned ballot = __ballot_sync(0xffffffffu, fresh);
+        if (fresh) {
+          const int x = count + __popc(ballot & ((1u << lane) - 1u));
+          fresh_pos_s[x] = row_pos[r];
+          fresh_row_s[x] = lane + 32 * r;
+        }
+        count += __popc(ballot);
+      }
+      if (lane == 0) fresh_count_s = count;
+    }
+    __syncthreads();
+  }
+  const int fresh_count = fused ? fresh_count_s : 0;
+  // Where key j's K and V rows come from: cache row r >= 0, or row -1 - r of k_new / v_new when
+  // this call writes key j (the cache row is not read: another block may be writing it).
   const int32_t* table = block_table_of(kv, t);
   const int block_size = static_cast<int>(kv.block_size);
+  const auto key_row = [&](int j) -> int64_t {
+    for (int x = 0; x < fresh_count; ++x) {
+      if (fresh_pos_s[x] == j) return -1 - fresh_row_s[x];
+    }
+    return split_kv_cache_row(table, block_size, j);
+  };
+  // Key rows of tiles 0 and 1 (stages 0 and 1); later tiles' rows are looked up a tile ahead.
   for (int x = tid; x < 2 * tile; x += kSplitKvThreads) {
-    row_s[x] = begin + x < end ? split_kv_cache_row(table, block_size, begin + x) : 0;
+    row_s[x] = begin + x < end ? key_row(begin + x) : 0;
   }
   __syncthreads();
 
@@ -402,6 +464,9 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int v_vecs = dv / kVec;
   const T* k_head = k_cache + g * d;
   const T* v_head = v_cache + g * dv;
+  // k_new / v_new rows have the cache's layout [kv_heads, head dim] (null: never read).
+  const T* k_new_head = fused ? k_new + g * d : k_head;
+  const T* v_new_head = fused ? v_new + g * dv : v_head;
   const int64_t k_stride = dims.kv_heads * d;
   const int64_t v_stride = dims.kv_heads * dv;
   const auto tile_keys = [&](int i) {
@@ -420,12 +485,16 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     for (int x = tid; x < n * k_vecs; x += kSplitKvThreads) {
       const int j = x / k_vecs;
       const int c = (x - j * k_vecs) * kVec;
-      split_kv_copy_16(k_dst + j * d + c, k_head + rows[j] * k_stride + c);
+      const int64_t r = rows[j];
+      split_kv_copy_16(k_dst + j * d + c,
+                       (r >= 0 ? k_head + r * k_stride : k_new_head + (-1 - r) * k_stride) + c);
     }
     for (int x = tid; x < n * v_vecs; x += kSplitKvThreads) {
       const int j = x / v_vecs;
       const int c = (x - j * v_vecs) * kVec;
-      split_kv_copy_16(v_dst + j * dv + c, v_head + rows[j] * v_stride + c);
+      const int64_t r = rows[j];
+      split_kv_copy_16(v_dst + j * dv + c,
+                       (r >= 0 ? v_head + r * v_stride : v_new_head + (-1 - r) * v_stride) + c);
     }
   };
 
@@ -450,7 +519,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     // math below, so that a paged table's load has the whole tile to arrive.
     int64_t ahead_row = 0;
     const int ahead_key = begin + (i + 2) * tile + tid;
-    if (tid < tile && ahead_key < end) ahead_row = split_kv_cache_row(table, block_size, ahead_key);
+    if (tid < tile && ahead_key < end) ahead_row = key_row(ahead_key);
     if (i + 1 < tiles) copy_tile(i + 1);
     split_kv_commit_copies();  // possibly empty: the wait below then always means tile i
     split_kv_wait_all_but_newest();
@@ -543,6 +612,29 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     }
     if (tid < tile) row_s[stage * tile + tid] = ahead_row;
     __syncthreads();  // the next iteration copies tile i + 2 into this stage
+  }
+
+  // The fused write: the block whose split ends at key p (its last tile, still in its stage) and
+  // serves head tile 0 stores (row t, KV head g) into the cache, unless p's block is outside the
+  // pool. No block of this launch reads that cache row (key_row); later kernels wait for this one.
+  if (fused && end == p + 1 && head_tile == 0) {
+    const int32_t block = table != nullptr ? table[p / block_size] : 0;
+    if (table == nullptr || (block >= 0 && block < kv.num_blocks)) {
+      const int64_t row = split_kv_cache_row(table, block_size, p);
+      const int j = end - 1 - begin - (tiles - 1) * tile;
+      const T* k_src = stages_s + ((tiles - 1) & 1) * tile * (d + dv) + j * d;
+      const T* v_src = stages_s + ((tiles - 1) & 1) * tile * (d + dv) + tile * d + j * dv;
+      for (int x = tid; x < k_vecs + v_vecs; x += kSplitKvThreads) {
+        if (x < k_vecs) {
+          *reinterpret_cast<uint4*>(k_cache + row * k_stride + g * d + x * kVec) =
+              *reinterpret_cast<const uint4*>(k_src + x * kVec);
+        } else {
+          const int c = (x - k_vecs) * kVec;
+          *reinterpret_cast<uint4*>(v_cache + row * v_stride + g * dv + c) =
+              *reinterpret_cast<const uint4*>(v_src + c);
+        }
+      }
+    }
   }
 
   // This split's partials; head h0 + hh's slot is slot0 + hh * splits.
@@ -652,18 +744,13 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
     MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(shared)));
   }
+  // The call's K and V rows are written inside (attention_fuses_kv_write) or already were.
   launch_pdl(kernel, grid, dim3(kSplitKvThreads), shared, stream, dims, static_cast<const T*>(a.q),
-             a.positions, static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache),
-             static_cast<const T*>(a.sinks), static_cast<T*>(a.out), a.max_seq_len, a.kv,
-             static_cast<int>(splits), static_cast<int>(head_tiles), static_cast<int>(tile),
-             part_acc, part_stats, a.split_counters);
-}
-
-// The split kernel's 16-byte copies and 8/16-byte stores need the caches, the output and the
-// workspace aligned (device allocations are; a view at an odd offset would not be).
-inline bool split_kv_pointers_aligned(const AttentionArgs& a) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return aligned(a.k_cache) && aligned(a.v_cache) && aligned(a.out) && aligned(a.workspace);
+             a.positions, static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+             static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), static_cast<const T*>(a.sinks),
+             static_cast<T*>(a.out), a.max_seq_len, a.kv, static_cast<int>(splits),
+             static_cast<int>(head_tiles), static_cast<int>(tile), part_acc, part_stats,
+             a.split_counters);
 }
 
 template <typename T>
@@ -673,6 +760,9 @@ void launch_attention_split_kv(const AttentionDims& dims, const AttentionArgs& a
             "attention: split-KV needs 16-byte K/V rows and aligned buffers, head_dim {} "
             "v_head_dim {} of {} bytes (caches at {} and {}, out {}, workspace {})",
             dims.head_dim, dims.v_head_dim, sizeof(T), a.k_cache, a.v_cache, a.out, a.workspace);
+  MG_ASSERT(a.k == nullptr || (a.tokens <= kSplitKvMaxTokens && split_kv_rows_aligned(a)),
+            "attention: split-KV writing the KV cache for {} rows (at most {}), k at {}, v at {}",
+            a.tokens, kSplitKvMaxTokens, a.k, a.v);
   MG_ASSERT(a.tokens <= 65535, "attention: split-KV launch of {} rows", a.tokens);
   const int64_t splits = a.splits > 0 ? std::min(a.splits, kSplitKvMaxSplits)
                                       : split_kv_splits(dims, a.tokens, a.max_seq_len, a.sm_count);
@@ -704,27 +794,38 @@ void launch_attention_split_kv(const AttentionDims& dims, const AttentionArgs& a
 }
 
 template <typename T>
-void launch_attention(const AttentionDims& dims, const AttentionArgs& a, cudaStream_t stream) {
-  if (a.tokens <= 0) return;
+void launch_attention(const AttentionDims& dims, const AttentionArgs& args, cudaStream_t stream) {
+  if (args.tokens <= 0) return;
   const int64_t widest = dims.head_dim > dims.v_head_dim ? dims.head_dim : dims.v_head_dim;
   MG_ASSERT(widest <= kAttentionMaxHeadDim, "attention: head dim {} > {}", widest,
             kAttentionMaxHeadDim);
-  switch (a.path) {
-    case AttentionPath::kAuto:
-      if (split_kv_pointers_aligned(a) && a.split_counters != nullptr &&
-          a.split_counter_count >= split_kv_counter_count(dims, a.tokens) &&
-          split_kv_chosen(dims, sizeof(T), a.tokens, a.max_seq_len, a.sm_count,
-                          a.workspace != nullptr ? a.workspace_bytes : 0)) {
-        return launch_attention_split_kv<T>(dims, a, stream);
-      }
-      if (flash_prefill_chosen(dims, sizeof(T), a)) {
-        return launch_attention_flash<T>(dims, a, stream);
-      }
-      break;
+  MG_ASSERT((args.k == nullptr) == (args.v == nullptr), "attention: k {} but v {} to write", args.k,
+            args.v);
+  if (attention_fuses_kv_write(dims, sizeof(T), args)) {
+    return launch_attention_split_kv<T>(dims, args, stream);
+  }
+  // Every other launch: the KV-cache write first (its own kernel), then the attention kernel
+  // reads every key from the cache.
+  AttentionArgs a = args;
+  if (a.k != nullptr) {
+    KvCacheWriteArgs write;
+    write.k = a.k;
+    write.v = a.v;
+    write.positions = a.positions;
+    write.k_cache = a.k_cache;
+    write.v_cache = a.v_cache;
+    write.tokens = a.tokens;
+    write.max_seq_len = a.max_seq_len;
+    write.kv = a.kv;
+    launch_kv_cache_write<T>(dims, write, stream);
+    a.k = a.v = nullptr;
+  }
+  switch (attention_path_taken(dims, sizeof(T), a)) {
     case AttentionPath::kSplitKv:
       return launch_attention_split_kv<T>(dims, a, stream);
     case AttentionPath::kFlashPrefill:
       return launch_attention_flash<T>(dims, a, stream);
+    case AttentionPath::kAuto:  // resolved by attention_path_taken
     case AttentionPath::kPerQuery:
       break;
   }

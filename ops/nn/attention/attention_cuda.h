@@ -1,6 +1,12 @@
 // CUDA attention launchers: the KV-cache write and causal GQA attention over the cache, with
 // sliding window, chunks, sinks and v_head_dim != head_dim (semantics in attention.h).
 //
+// The KV-cache write: launch_attention given the call's K and V rows (AttentionArgs::k, v) writes
+// them into the cache. The split-KV kernel does it in the same launch (attention_fuses_kv_write):
+// it reads every key that this call writes from k/v rather than from the cache, and one block
+// per (row, KV head) stores the row; the other paths (per query, flash prefill) launch
+// kv_cache_write_kernel first. Decode pays one launch fewer per layer.
+//
 // Three attention paths (attention_cuda.cuh and attention_flash_cuda.cuh have the kernels):
 //  - flash prefill (BF16/F16, head_dim == v_head_dim in {64, 128}): a block per (64 query rows,
 //    head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers; contiguous
@@ -73,10 +79,15 @@ constexpr size_t kSplitKvMaxSharedBytes = 96 * 1024;
 struct AttentionArgs {
   const void* q = nullptr;             // [tokens, heads * head_dim]
   const int32_t* positions = nullptr;  // [tokens]
-  const void* k_cache = nullptr;       // [cache rows, kv_heads, head_dim]
-  const void* v_cache = nullptr;       // [cache rows, kv_heads, v_head_dim]
-  const void* sinks = nullptr;         // [heads] or null
-  void* out = nullptr;                 // [tokens, heads * v_head_dim]
+  // This call's keys and values, written into the cache at (row t's slot, positions[t]) as
+  // launch_kv_cache_write does (positions outside the cache and blocks outside the pool are
+  // skipped) before any query reads them; null: the cache already holds every visible key.
+  const void* k = nullptr;      // [tokens, kv_heads * head_dim] or null
+  const void* v = nullptr;      // [tokens, kv_heads * v_head_dim] or null
+  void* k_cache = nullptr;      // [cache rows, kv_heads, head_dim]
+  void* v_cache = nullptr;      // [cache rows, kv_heads, v_head_dim]
+  const void* sinks = nullptr;  // [heads] or null
+  void* out = nullptr;          // [tokens, heads * v_head_dim]
   int64_t tokens = 0;
   int64_t max_seq_len = 0;  // positions per sequence
   KvBatch kv;               // device pointers; all null: one contiguous sequence
@@ -184,6 +195,36 @@ inline bool split_kv_chosen(const AttentionDims& dims, size_t element_bytes, int
                                 dims, tokens, split_kv_splits(dims, tokens, max_keys, sm_count));
 }
 
+// The split kernel's 16-byte copies and 8/16-byte stores need the caches, the output and the
+// workspace aligned (device allocations are; a view at an odd offset would not be); writing the
+// call's rows itself, k and v too.
+inline bool split_kv_pointers_aligned(const AttentionArgs& a) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return aligned(a.k_cache) && aligned(a.v_cache) && aligned(a.out) && aligned(a.workspace);
+}
+inline bool split_kv_rows_aligned(const AttentionArgs& a) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return aligned(a.k) && aligned(a.v);
+}
+
+// The kernel launch_attention takes (AttentionArgs::path, kAuto resolved): split-KV when
+// split_kv_chosen says so for a launch with aligned pointers and enough counters, else flash
+// prefill when flash_prefill_chosen says so, else per query.
+AttentionPath attention_path_taken(const AttentionDims& dims, size_t element_bytes,
+                                   const AttentionArgs& a);
+
+// Whether launch_attention writes this call's K and V rows inside the attention kernel (no
+// kv_cache_write launch): they are given (16-byte aligned), the split-KV kernel is taken, and the
+// call has at most kSplitKvMaxTokens rows (the kernel keeps the list of rows whose keys it reads
+// from k/v rather than from the cache, a row of another row's sequence included: a chunk's row t
+// sees the positions rows < t write in the same call).
+inline bool attention_fuses_kv_write(const AttentionDims& dims, size_t element_bytes,
+                                     const AttentionArgs& a) {
+  return a.k != nullptr && a.v != nullptr && split_kv_rows_aligned(a) &&
+         a.tokens <= kSplitKvMaxTokens &&
+         attention_path_taken(dims, element_bytes, a) == AttentionPath::kSplitKv;
+}
+
 // The most workspace a launch of up to `max_tokens` rows takes under the auto rule (any context
 // length), for OpKernel::workspace_bytes.
 inline size_t split_kv_workspace_bound(const AttentionDims& dims, size_t element_bytes,
@@ -238,6 +279,26 @@ inline bool flash_prefill_chosen(const AttentionDims& dims, size_t element_bytes
          flash_prefill_unsupported(dims, element_bytes, a) == nullptr;
 }
 
+inline AttentionPath attention_path_taken(const AttentionDims& dims, size_t element_bytes,
+                                          const AttentionArgs& a) {
+  switch (a.path) {
+    case AttentionPath::kAuto:
+      if (split_kv_pointers_aligned(a) && a.split_counters != nullptr &&
+          a.split_counter_count >= split_kv_counter_count(dims, a.tokens) &&
+          split_kv_chosen(dims, element_bytes, a.tokens, a.max_seq_len, a.sm_count,
+                          a.workspace != nullptr ? a.workspace_bytes : 0)) {
+        return AttentionPath::kSplitKv;
+      }
+      if (flash_prefill_chosen(dims, element_bytes, a)) return AttentionPath::kFlashPrefill;
+      return AttentionPath::kPerQuery;
+    case AttentionPath::kSplitKv:
+    case AttentionPath::kFlashPrefill:
+    case AttentionPath::kPerQuery:
+      return a.path;
+  }
+  return AttentionPath::kPerQuery;
+}
+
 // What MG_FLASH_PREFILL's value asks for: unset (null) or "1": the auto rule may take the flash
 // prefill kernel; "0": it never does (the per-query kernel as before it: A/B timing of whole
 // models, a suspected flash bug). Anything else is an mg::Error naming the variable.
@@ -255,7 +316,9 @@ template <typename T>
 void launch_kv_cache_write(const AttentionDims& dims, const KvCacheWriteArgs& args,
                            cudaStream_t stream);
 
-// Query t attends to its sequence's positions [first visible, positions[t]] (through its block
+// With args.k and args.v, first writes row t of them at the cache row of (its slot, positions[t])
+// (launch_kv_cache_write's rule; inside the split-KV kernel when attention_fuses_kv_write). Then
+// query t attends to its sequence's positions [first visible, positions[t]] (through its block
 // table when paged); fp32 scores and softmax. A query whose position lies outside the cache gets
 // a NaN row. head_dim and v_head_dim <= kAttentionMaxHeadDim. args.path picks the kernel (a
 // forced kSplitKv needs split_kv_supports and the workspace). No host synchronisation: both

@@ -1,8 +1,9 @@
 // The CUDA attention kernel: the per-session KV cache in device memory (activation dtype,
 // zero-filled like the CPU's; contiguous or paged as StateOptions say) and the adapter to
-// launch_kv_cache_write + launch_attention (which picks split-KV for decode-sized calls: the
-// workspace is planned for it, and the state holds its counters, see attention_cuda.h; and the
-// flash prefill kernel for longer calls unless MG_FLASH_PREFILL=0).
+// launch_attention, which writes the call's K and V into the cache and attends (split-KV for
+// decode-sized calls, writing the cache in the same launch: the workspace is planned for it, and
+// the state holds its counters, see attention_cuda.h; the flash prefill kernel for longer calls
+// unless MG_FLASH_PREFILL=0, after a kv_cache_write launch).
 #include <cstdlib>
 
 #include "framework/device/allocator.h"
@@ -68,19 +69,11 @@ class AttentionCudaKernel final : public OpKernel {
               kv.num_blocks, kv.block_size, state->rows);
     const int64_t max_positions = paged ? kv.max_blocks_per_seq * kv.block_size : state->rows;
 
-    cuda::KvCacheWriteArgs write;
-    write.k = inputs[1].raw();
-    write.v = inputs[2].raw();
-    write.positions = positions;
-    write.k_cache = state->k.raw();
-    write.v_cache = state->v.raw();
-    write.tokens = tokens;
-    write.max_seq_len = max_positions;
-    write.kv = kv;
-
     cuda::AttentionArgs attend;
     attend.q = inputs[0].raw();
     attend.positions = positions;
+    attend.k = inputs[1].raw();  // written into the cache by launch_attention
+    attend.v = inputs[2].raw();
     attend.k_cache = state->k.raw();
     attend.v_cache = state->v.raw();
     attend.sinks = has_sinks ? inputs[4].raw() : nullptr;
@@ -97,7 +90,6 @@ class AttentionCudaKernel final : public OpKernel {
 
     cuda::dispatch_float_dtype(dtype_, [&](auto tag) {
       using T = decltype(tag);
-      cuda::launch_kv_cache_write<T>(dims_, write, stream);
       cuda::launch_attention<T>(dims_, attend, stream);
     });
   }

@@ -1,11 +1,16 @@
 // CUDA q/k norm + RoPE kernel (included by the per-dtype qk_norm_rope_cuda_<dtype>.cu files).
 //
-// One block per token row, covering every head of q and of k: the block first evaluates cos/sin
-// of each frequency once (rope_cos_sin, fp64 angles) into shared memory; then each warp takes a
-// head at a time (q's heads, then k's): it sums the head's squares in rms_norm's warp order
-// (rms_norm_sum_sq, warp_sum), writes the normed head rounded to T into its own shared slot
-// (rms_norm_store) and rotates it from there (rope_slot, rope_rotate). So the outputs equal the
-// unfused rms_norm -> rope kernels' (which read the normed head back from memory as T).
+// Grid (token row, group of heads): the q heads then the k heads of a row are cut into groups of
+// heads_per_block (kQkNormRopeHeadsPerBlock unless forced), one block per group, so a decode
+// token's 32 + 4 Qwen3 heads are 9 blocks on 9 SMs rather than one block doing all 36 (a chain of
+// heads per warp). Each block first evaluates cos/sin of each frequency once (rope_cos_sin, fp64
+// angles) into shared memory; then each warp takes a head of its group at a time: it sums the
+// head's squares in rms_norm's warp order (rms_norm_sum_sq, warp_sum), writes the normed head
+// rounded to T into its own shared slot (rms_norm_store) and rotates it from there (rope_slot,
+// rope_rotate). So the outputs equal the unfused rms_norm -> rope kernels' (which read the normed
+// head back from memory as T), and they do not depend on the grouping: a head's arithmetic is
+// the same whichever block and warp take it (a group of every head is the one-block-per-token
+// layout of before; the CUDA test compares the two bit for bit).
 #pragma once
 
 #include <algorithm>
@@ -19,14 +24,26 @@
 
 namespace mg::cuda {
 
-// Warps per block: enough for decode's few heads in one or two rounds, small enough that two
-// blocks of a prefill share an SM.
+// Warps per block at most (a group of more heads takes them in turns).
 constexpr int kQkNormRopeMaxWarps = 16;
+// Heads per block under the rule: a warp per head, and 4 warps are 128 threads, so that a
+// rotary half of up to 128 frequencies is one sincos per thread; a Qwen3 decode token is 9
+// blocks, a prefill of 512 tokens 4608 blocks of 128 threads.
+constexpr int64_t kQkNormRopeHeadsPerBlock = 4;
 // Dynamic shared memory without opting in to more.
 constexpr size_t kQkNormRopeMaxShared = 48 * 1024;
 
+// Heads per block of a launch: args.heads_per_block, or the rule, at most every head of a row.
+inline int64_t qk_norm_rope_heads_per_block(const QkNormRopeArgs& a) {
+  const int64_t heads = a.q_heads + a.k_heads;
+  const int64_t want = a.heads_per_block > 0 ? a.heads_per_block : kQkNormRopeHeadsPerBlock;
+  return std::max<int64_t>(1, std::min(want, heads));
+}
+
+// Block (token t = blockIdx.x, group blockIdx.y): heads [group * heads_per_block, +
+// heads_per_block) of the row's q heads then k heads, a warp per head in turns.
 template <typename T>
-__global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
+__global__ void qk_norm_rope_kernel(QkNormRopeArgs a, int64_t heads_per_block) {
   extern __shared__ float smem[];  // cos [half], sin [half], then each warp's head [head_dim] T
   const int64_t half = a.rotary_dim / 2;
   float* cos_f = smem;
@@ -36,13 +53,17 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   T* head = reinterpret_cast<T*>(smem + a.rotary_dim) + warp * a.head_dim;
   const int64_t t = blockIdx.x;
+  const int64_t group_begin = static_cast<int64_t>(blockIdx.y) * heads_per_block;
+  const int64_t heads = a.q_heads + a.k_heads;
+  const int64_t group_end =
+      group_begin + heads_per_block < heads ? group_begin + heads_per_block : heads;
   pdl_wait();  // positions, q and k come from before (launch_pdl, pdl.cuh)
   pdl_launch_dependents();
   rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
   __syncthreads();
 
   const int64_t d = a.head_dim;
-  for (int64_t h = warp; h < a.q_heads + a.k_heads; h += warps) {
+  for (int64_t h = group_begin + warp; h < group_end; h += warps) {
     const bool is_q = h < a.q_heads;
     const int64_t row = t * (is_q ? a.q_heads : a.k_heads) + (is_q ? h : h - a.q_heads);
     const T* x = static_cast<const T*>(is_q ? a.q : a.k) + row * d;
@@ -69,14 +90,19 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a) {
 template <typename T>
 void launch_qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
   if (a.tokens <= 0) return;
+  MG_ASSERT(a.tokens <= INT32_MAX, "qk_norm_rope: {} token rows", a.tokens);
+  const int64_t heads_per_block = qk_norm_rope_heads_per_block(a);
+  const int64_t groups = (a.q_heads + a.k_heads + heads_per_block - 1) / heads_per_block;
+  MG_ASSERT(groups <= 65535, "qk_norm_rope: {} head groups per row", groups);
   const size_t table = static_cast<size_t>(a.rotary_dim) * sizeof(float);
   const size_t per_warp = static_cast<size_t>(a.head_dim) * sizeof(T);
   const int64_t fit = static_cast<int64_t>((kQkNormRopeMaxShared - table) / per_warp);
   const int warps = static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>({kQkNormRopeMaxWarps, a.q_heads + a.k_heads, fit})));
+      std::max<int64_t>(1, std::min<int64_t>({kQkNormRopeMaxWarps, heads_per_block, fit})));
   const size_t shared = table + static_cast<size_t>(warps) * per_warp;
-  launch_pdl(qk_norm_rope_kernel<T>, dim3(static_cast<unsigned>(a.tokens)), dim3(warps * 32),
-             shared, stream, a);
+  launch_pdl(qk_norm_rope_kernel<T>,
+             dim3(static_cast<unsigned>(a.tokens), static_cast<unsigned>(groups)), dim3(warps * 32),
+             shared, stream, a, heads_per_block);
 }
 
 }  // namespace mg::cuda

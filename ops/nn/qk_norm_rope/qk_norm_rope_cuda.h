@@ -28,6 +28,10 @@ struct QkNormRopeArgs {
   double attention_factor = 1.0;
   float q_eps = 1e-6f;
   float k_eps = 1e-6f;
+  // Heads per block (the kernel's grid is tokens x ceil((q_heads + k_heads) / heads_per_block));
+  // 0: kQkNormRopeHeadsPerBlock. Any value gives the same bytes (tests force every head, the
+  // one-block-per-token layout, and compare).
+  int64_t heads_per_block = 0;
 };
 
 // T: float, __half or __nv_bfloat16 (instantiated in qk_norm_rope_cuda_<dtype>.cu).
