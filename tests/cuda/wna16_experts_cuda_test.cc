@@ -1263,11 +1263,12 @@ double time_graph_us(const F& run, int iters = 50) {
   return 1000.0 * ms / iters;
 }
 
-// Where kWna16DequantMinTokens should sit: the qwen3-30b-a3b INT4 g128 layer (E 128, H 2048,
+// Where kWna16DequantMinRowsPerExpert should sit: the qwen3-30b-a3b INT4 g128 layer (E 128, H 2048,
 // I 768, top 8) at M = 256, 1024 and 4096 tokens through
 //   mma      align -> WNA16 mma.sync GEMM1 + act, GEMM2 (the tile chosen) -> combine
 //   dequant  align -> gather -> per chunk: dequantize + BF16 grouped GEMMs -> combine (the path
-//            the backends take from kWna16DequantMinTokens on; 2 chunks of 64 experts)
+//            the backends take from kWna16DequantMinRowsPerExpert rows an expert on; 2 chunks of 64
+//            experts)
 //   bf16     align -> gather -> BF16 grouped GEMMs -> combine over dense weights (cuda_moe's
 //            pipeline; the same weights, dequantized once before timing)
 // and the dequantization of all 128 experts alone; the dequant path also with budgets of 256 and
@@ -1420,10 +1421,10 @@ TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
         cuda::wna16_dequant_chunks(E, H, I, true, sizeof(T), cuda::kWna16DequantBudgetBytes);
     std::cout << fmt::format(
         "qwen3-30b-a3b int4 g128 M {:>4}: mma ({}) {:8.1f} us, dequant ({} chunks, {}+{}) {:8.1f} "
-        "us, bf16 {:8.1f} us (kWna16DequantMinTokens {})\n",
+        "us, bf16 {:8.1f} us (chosen from {} rows an expert)\n",
         M, cuda::wna16_gemm_kernel_name(tile), mma_us, chunks.chunks,
         cuda::grouped_gemm_kernel_name(gemm1), cuda::grouped_gemm_kernel_name(gemm2), dequant_us,
-        bf16_us, cuda::kWna16DequantMinTokens);
+        bf16_us, cuda::kWna16DequantMinRowsPerExpert);
     // Smaller budgets: more, smaller chunks whose dense weights may still be in L2 (50 MB on an
     // H100) when the GEMMs read them, against more launches and GEMMs over fewer experts.
     for (const int64_t budget : {int64_t{256} << 20, int64_t{40} << 20}) {

@@ -288,7 +288,7 @@ PackedMatrix pack_and_upload_e2m1(cuda::Wna16Codes kind, const Tensor& codes_in,
 constexpr std::string_view kDecodeRequest = "wna16_decode";
 
 // The request that forces the large-M path (dequantize once + the BF16 grouped GEMMs:
-// wna16_experts_cuda.h, section 4) at any M, below kWna16DequantMinTokens too.
+// wna16_experts_cuda.h, section 4) at any M, below kWna16DequantMinRowsPerExpert too.
 constexpr std::string_view kDequantRequest = "wna16_dequant";
 
 // "" or the name of a GEMM tile request ("", "auto", "wna16_decode", "wna16_dequant",
@@ -411,12 +411,14 @@ class CudaWna16Experts final : public ExpertsMonolithic {
   }
 
  private:
-  // The large-M path from kWna16DequantMinTokens tokens (at any M when `wna16_dequant` is
-  // forced); never when a GEMM tile or the decode path is forced. Every feature of these experts
-  // (biases, every activation, BF16 and F16, INT4/INT8/MXFP4/NVFP4 codes) runs on it.
+  // The large-M path from kWna16DequantMinRowsPerExpert rows an expert (at any M when
+  // `wna16_dequant` is forced); never when a GEMM tile or the decode path is forced. Every feature
+  // of these experts (biases, every activation, BF16 and F16, INT4/INT8/MXFP4/NVFP4 codes) runs on
+  // it.
   bool takes_dequant_path(int64_t M) const {
     if (request_.has_value() || decode_forced_) return false;
-    return dequant_forced_ || M >= cuda::kWna16DequantMinTokens;
+    return dequant_forced_ ||
+           cuda::wna16_dequant_chosen(M, shape_.top_k, shape_.num_local_experts());
   }
 
   // The decode kernels at M <= kWna16DecodeThreshold tokens (or up to kWna16DecodeMaxTokens

@@ -357,9 +357,10 @@ void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel ker
 // The kernels of section 2 dequantize every weight in registers once per 16- or 64-row tile, so
 // with hundreds of rows per expert they redo that work rows / BM times and lose to the BF16
 // wgmma / TMA grouped GEMMs (grouped_gemm_cuda.h) by 1.5-3x (docs/performance.md, H100, M 4096).
-// From kWna16DequantMinTokens tokens on, the experts backends instead write the weights of the
-// experts this call touches as dense T [E, N_b, K] (the unquantized layout: gated w13 gate rows
-// [0, I) then up rows [I, 2I)) into their workspace and run cuda_moe's grouped pipeline over them:
+// From kWna16DequantMinRowsPerExpert rows an expert on, the experts backends instead write the
+// weights of the experts this call touches as dense T [E, N_b, K] (the unquantized layout: gated
+// w13 gate rows [0, I) then up rows [I, 2I)) into their workspace and run cuda_moe's grouped
+// pipeline over them:
 //
 //   gather x -> per chunk of experts: dequantize w13 and w2 (and the F32 biases to T)
 //            -> grouped GEMM1 + act -> grouped GEMM2 (+ b2)
@@ -378,13 +379,21 @@ void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel ker
 // GEMMs take T biases, so the F32 biases are rounded to T here (the mma path adds them in fp32);
 // both differences are within half an ulp of T per value, as for any BF16 copy of the weights.
 
-// Tokens from which the experts backends (cuda_wna16, cuda_fp4) take this path unless a kernel is
-// forced (`:wna16_dequant` forces it at any M, `:wna16_mma16|wna16_mma64` the section-2 GEMMs).
-// 1024: the H100 measurements of docs/performance.md put the mma path's crossover with cuda_moe
-// between 256 and 1024 tokens on qwen3-30b-a3b, deepseek-v3 and gpt-oss-120b (mixtral: 16-256);
-// to be retuned with
+// When the experts backends (cuda_wna16, cuda_fp4) take this path unless a kernel is forced
+// (`:wna16_dequant` forces it at any M, `:wna16_mma16|wna16_mma64` the section-2 GEMMs): from
+// kWna16DequantMinRowsPerExpert expected rows per expert (tokens x top_k / E) on. Set by
 //   MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Experts.TimingDequant*'
-inline constexpr int64_t kWna16DequantMinTokens = 1024;
+// on an H100 (2026-11-25, qwen3-30b-a3b INT4 g128, E 128, k 8): mma path / this path / BF16
+// weights 737.6 / 1117.2 / 530.7 us at 1024 tokens (64 rows an expert), 2255.6 / 1474.4 / 883.4
+// at 4096 (256 rows); dequantizing all 128 experts alone takes 534.5 us. The crossover is near
+// 2048 tokens, 128 rows an expert. It is counted in rows per expert because the mma path's cost
+// grows with the rows of each expert (it redoes the dequantization per row tile), while this
+// path's is the experts' bytes: mixtral (E 8, k 2), whose mma path lost to BF16 from 256 tokens
+// in docs/performance.md's tables, switches at 512 tokens. Only the qwen3 shape was timed.
+inline constexpr int64_t kWna16DequantMinRowsPerExpert = 128;
+inline bool wna16_dequant_chosen(int64_t tokens, int64_t top_k, int64_t experts) {
+  return tokens * top_k >= kWna16DequantMinRowsPerExpert * experts;
+}
 
 // Bytes of dense T weights (w13 and w2 of a chunk's experts) the path may hold at once: 1 GiB
 // keeps the workspace of the largest layers small next to their packed weights (DeepSeek-V3's
