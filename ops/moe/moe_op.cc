@@ -60,8 +60,9 @@ class MoEKernel final : public OpKernel {
       rc.side_stream = state->side_stream.get();
       rc.fork = state->fork.get();
       rc.join = state->join.get();
-      if (state->counters.defined())
+      if (state->counters.defined()) {
         rc.route_counters = static_cast<unsigned*>(state->counters.raw());
+      }
     }
     runner_->forward(x.raw(), x.dim(0), outputs[0].raw(), ctx.workspace, ctx.workspace_bytes, rc);
   }
