@@ -58,8 +58,10 @@ struct RouterCase {
   std::vector<float> score_bias;  // [E] (used iff config.has_score_correction_bias)
   std::unique_ptr<CudaRouter> router;
   DeviceBuffer x, logits, ids, weights, counter, blas;
+  size_t blas_bytes;
 
-  RouterCase(const RoutingConfig& c, int64_t H, DType dt, uint32_t seed)
+  // `cublas`: a cuBLAS workspace, for calls of more rows than the GEMV takes.
+  RouterCase(const RoutingConfig& c, int64_t H, DType dt, uint32_t seed, bool cublas = false)
       : config(c),
         hidden(H),
         dtype(dt),
@@ -69,7 +71,10 @@ struct RouterCase {
         ids(cuda::kRouterRouteMaxRows * c.top_k * 4),
         weights(cuda::kRouterRouteMaxRows * c.top_k * 4),
         counter(4),
-        blas(cuda::GemmXwt::kWorkspaceBytes) {
+        blas(cublas ? cuda::GemmXwt::kWorkspaceBytes : 16),
+        blas_bytes(cublas ? cuda::GemmXwt::kWorkspaceBytes : 16) {
+    // These tests compare both paths, whatever MG_FUSED_ROUTE says.
+    set_fused_route_enabled(true);
     const int64_t E = c.num_experts;
     const Tensor w = host_f32(normal(E * H, seed, 1.0f / std::sqrt(static_cast<float>(H))), {E, H});
     const Tensor router_bias =
@@ -90,7 +95,7 @@ struct RouterCase {
   }
 
   RouterRun run(Stream* stream, bool fused) {
-    return RouterRun{nullptr, stream, blas.as<void>(), cuda::GemmXwt::kWorkspaceBytes,
+    return RouterRun{nullptr, stream, blas.as<void>(), blas_bytes,
                      fused ? counter.as<unsigned>() : nullptr};
   }
 
@@ -274,6 +279,7 @@ TEST(RouterRouteCuda, GraphReplaysInARow) {
     SCOPED_TRACE(fmt::format("replay {}", i));
     rc.set_x(x, 1);
     rc.poison(1);
+    MG_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's copy and memsets before `s`
     MG_CUDA_CHECK(cudaGraphLaunch(exec, s));
     MG_CUDA_CHECK(cudaStreamSynchronize(s));
     const RouterCase::Result got = rc.download(1);
@@ -302,7 +308,7 @@ TEST(RouterRouteCuda, TimingQwen3Router) {
   c.num_experts = 128;
   c.top_k = 8;
   c.renormalize = true;
-  RouterCase rc(c, 2048, DType::kBF16, 31);
+  RouterCase rc(c, 2048, DType::kBF16, 31, /*cublas=*/true);
   rc.router->set_gemv_max_rows(cuda::kGemvChosenRows);  // GemmXwt's own rule
   std::unique_ptr<Stream> stream = make_stream(Device::cuda(0));
   const cudaStream_t s = cuda::native(stream.get());
@@ -329,6 +335,7 @@ TEST(RouterRouteCuda, TimingQwen3Router) {
   };
   for (int64_t M : {1, 2, 4, 8}) {
     rc.set_x(normal(M * 2048, 32, 1.0f), M);
+    MG_CUDA_CHECK(cudaDeviceSynchronize());
     const double two = time_us(M, false), one = time_us(M, true);
     std::cout << fmt::format(
         "router + route, qwen3-30b-a3b, M={}: two launches {:6.2f} us, fused "
