@@ -1,6 +1,7 @@
 // op "moe": parses the node, compiles it (oracle -> FusedMoEKernel -> MoERunner) and runs it.
 #include <memory>
 
+#include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/stream.h"
 #include "framework/op/op_registry.h"
@@ -12,14 +13,27 @@ namespace mg {
 
 namespace {
 
-// Per session: the side stream the shared experts run on and the events that fork and join it.
+// Per session: the side stream the shared experts run on and the events that fork and join it
+// (nodes with shared experts), and the router's arrival counters (Router::route_counters: the
+// fused gate + route launch; zeroed here once, and every launch leaves them zero). Per session
+// rather than per kernel: sessions that share the kernel may run at the same time.
 class MoEState final : public OpState {
  public:
-  explicit MoEState(Device device)
-      : side_stream(make_stream(device)), fork(make_event(device)), join(make_event(device)) {}
-  std::unique_ptr<Stream> side_stream;
+  MoEState(Device device, bool side, int64_t route_counters) {
+    if (side) {
+      side_stream = make_stream(device);
+      fork = make_event(device);
+      join = make_event(device);
+    }
+    // A blocking copy of zeros: done before the session's (non-blocking) stream runs anything.
+    if (route_counters > 0) {
+      counters = to_device_tensor(Tensor::empty_cpu(DType::kI32, {route_counters}), device);
+    }
+  }
+  std::unique_ptr<Stream> side_stream;  // or null
   std::unique_ptr<Event> fork;
   std::unique_ptr<Event> join;
+  Tensor counters;  // [route_counters] on the device, or undefined
 };
 
 class MoEKernel final : public OpKernel {
@@ -46,6 +60,9 @@ class MoEKernel final : public OpKernel {
       rc.side_stream = state->side_stream.get();
       rc.fork = state->fork.get();
       rc.join = state->join.get();
+      if (state->counters.defined()) {
+        rc.route_counters = static_cast<unsigned*>(state->counters.raw());
+      }
     }
     runner_->forward(x.raw(), x.dim(0), outputs[0].raw(), ctx.workspace, ctx.workspace_bytes, rc);
   }
@@ -55,8 +72,9 @@ class MoEKernel final : public OpKernel {
   }
 
   std::unique_ptr<OpState> create_state(const StateOptions& options) const override {
-    if (!has_shared_) return nullptr;
-    return std::make_unique<MoEState>(options.device);
+    const int64_t counters = runner_->router().route_counters();
+    if (!has_shared_ && counters == 0) return nullptr;
+    return std::make_unique<MoEState>(options.device, has_shared_, counters);
   }
 
   std::string describe() const override { return description_; }

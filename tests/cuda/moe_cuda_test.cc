@@ -7,6 +7,8 @@
 // left is the kernels' arithmetic.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "ops/moe/moe_params.h"
 #include "ops/moe/reference/moe_reference.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -132,6 +134,35 @@ TEST(CudaMoE, SharedExpertsOnTheSideStreamEqualSequential) {
     ASSERT_EQ(a.numel(), b.numel());
     for (int64_t i = 0; i < a.numel(); ++i) {
       ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << family << " element " << i;
+    }
+  }
+}
+
+// The op's state holds the router's arrival counter, so cuda_moe at decode sizes runs the fused
+// gate + route launch and takes the runner's ids (router_route_cuda.h); without the state it
+// launches the gate and routes itself. At 1 and 2 tokens both gates are the GEMV: the outputs
+// are the same bits. At 5 and 8 the two-launch gate is cuBLAS: both within the reference bound.
+TEST(CudaMoE, FusedGateAndRouteEqualsTwoLaunches) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 7960;
+  for (const char* family : moe_test::kFamilies) {
+    const MoENode n = make_moe_node(family, seed++);
+    DeviceOp fused(n.node, n.inputs, DType::kBF16, 256, "cuda_moe");
+    DeviceOp two(n.node, n.inputs, DType::kBF16, 256, "cuda_moe");
+    two.drop_state();
+    for (int64_t M : {1, 2, 5, 8}) {
+      SCOPED_TRACE(fmt::format("{} M={}", family, M));
+      const Tensor x = testing::random_tensor({M, 32}, seed++);
+      const std::vector<Tensor> in = rounded_inputs(n, x, DType::kBF16);
+      const Tensor a = fused.run(in)[0], b = two.run(in)[0];
+      ASSERT_EQ(a.numel(), b.numel());
+      if (M <= 2) {
+        ASSERT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+      } else {
+        const std::vector<float> want = reference(n, in);
+        EXPECT_LE(testing::normalized_error(values(a), want), 1e-2);
+        EXPECT_LE(testing::normalized_error(values(b), want), 1e-2);
+      }
     }
   }
 }

@@ -19,6 +19,7 @@
 #include "framework/core/thread_pool.h"
 #include "ops/moe/router/routing.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/routing_test_configs.h"
 #ifdef MG_WITH_CUDA
 #include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/router/router_cuda.h"
@@ -29,6 +30,7 @@ namespace {
 
 #ifdef MG_WITH_CUDA
 
+using testing::all_configs;
 using testing::DeviceBuffer;
 
 enum class Elem { kF32, kF16, kBF16 };
@@ -86,59 +88,6 @@ std::vector<float> normal_values(int64_t n, uint32_t seed, Elem e, float stddev 
     } while (x == 0.0f);
   }
   return v;
-}
-
-// Every valid configuration (RoutingConfig::validate) for E experts and top-k.
-std::vector<RoutingConfig> all_configs(int64_t E, int64_t k) {
-  std::vector<RoutingConfig> out;
-  auto add = [&](RoutingConfig c) {
-    c.num_experts = E;
-    c.top_k = k;
-    try {
-      c.validate();
-    } catch (const Error&) {
-      return;
-    }
-    for (const RoutingConfig& seen : out) {
-      if (seen == c) return;
-    }
-    out.push_back(c);
-  };
-  for (bool renormalize : {false, true}) {
-    for (bool bias : {false, true}) {
-      for (float scale : {1.0f, 2.5f}) {
-        for (RoutingMethod m : {RoutingMethod::kSoftmaxTopK, RoutingMethod::kSigmoidTopK,
-                                RoutingMethod::kTopKSoftmax, RoutingMethod::kLlama4Top1Sigmoid}) {
-          RoutingConfig c;
-          c.method = m;
-          c.renormalize = renormalize;
-          c.has_score_correction_bias = bias;
-          c.routed_scaling_factor = scale;
-          add(c);
-        }
-        for (ScoreFunction f : {ScoreFunction::kSoftmax, ScoreFunction::kSigmoid}) {
-          for (GroupScore g : {GroupScore::kMax, GroupScore::kSumTop2}) {
-            for (int64_t groups : {1, 4, 8}) {
-              if (E % groups != 0) continue;
-              for (int64_t kept : {int64_t{1}, std::max<int64_t>(1, groups / 2), groups}) {
-                RoutingConfig c;
-                c.method = RoutingMethod::kGroupedTopK;
-                c.score_function = f;
-                c.group_score = g;
-                c.num_groups = groups;
-                c.groups_kept = kept;
-                c.renormalize = renormalize;
-                c.has_score_correction_bias = bias;
-                c.routed_scaling_factor = scale;
-                add(c);
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-  return out;
 }
 
 // Routes `logits` (rounded through `elem`) on the GPU and with route_rows; ids equal, weights

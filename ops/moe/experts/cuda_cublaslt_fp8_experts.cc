@@ -91,11 +91,18 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
     const Scratch sc(ws, shape_, M);
     if (M == 0) return;
     const cudaStream_t s = cuda::native(ctx.stream);
-    cuda::launch_moe_route<float>(route_, t.router_logits, M,
-                                  bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
-                                  sc.weights, s);
-    cuda::launch_moe_align(sc.ids, P, expert_map_.data<int32_t>(), shape_.num_experts, E, sc.align,
-                           s);
+    // Ids and weights the runner routed (its fused gate + route launch, takes_routing), or
+    // routed here from the logits.
+    const int32_t* ids = t.topk_ids;
+    const float* weights = t.topk_weights;
+    if (ids == nullptr) {
+      cuda::launch_moe_route<float>(route_, t.router_logits, M,
+                                    bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
+                                    sc.weights, s);
+      ids = sc.ids;
+      weights = sc.weights;
+    }
+    cuda::launch_moe_align(ids, P, expert_map_.data<int32_t>(), shape_.num_experts, E, sc.align, s);
     const int32_t* offsets = sc.align.expert_offsets;
     const cuda::MoEActParams act = cuda_act_params(shape_.activation);
     const bool gated = is_gated(shape_.activation.kind);
@@ -155,11 +162,12 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
         cuda::launch_fp8_rows_bias_act<T>(sc.y_perm, H, sc.y_perm, H, offsets, E, P,
                                           b2_.data<float>(), false, false, act, s);
       }
-      cuda::launch_moe_combine<T>(sc.y_perm, sc.align, sc.ids, sc.weights,
-                                  expert_map_.data<int32_t>(), nullptr, M, k, H, t.expert_output,
-                                  s);
+      cuda::launch_moe_combine<T>(sc.y_perm, sc.align, ids, weights, expert_map_.data<int32_t>(),
+                                  nullptr, M, k, H, t.expert_output, s);
     });
   }
+
+  bool takes_routing() const override { return true; }
 
  private:
   // The sizing pass and a call walk the same code.

@@ -85,15 +85,22 @@ class CudaMoEExperts final : public ExpertsMonolithic {
     const cudaStream_t s = cuda::native(ctx.stream);
     cuda::dispatch_float_dtype(shape_.dtype, [&](auto tag) {
       using T = decltype(tag);
-      // Router logits are F32 on every device (router_cuda.h).
-      cuda::launch_moe_route<float>(route_, t.router_logits, M,
-                                    bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
-                                    sc.weights, s);
+      // Ids and weights the runner routed (its fused gate + route launch, takes_routing), or
+      // routed here from the logits (F32 on every device, router_cuda.h).
+      const int32_t* ids = t.topk_ids;
+      const float* weights = t.topk_weights;
+      if (ids == nullptr) {
+        cuda::launch_moe_route<float>(route_, t.router_logits, M,
+                                      bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
+                                      sc.weights, s);
+        ids = sc.ids;
+        weights = sc.weights;
+      }
       if (choice.pipeline == CudaMoEPipeline::kDecode) {
         cuda::DecodeExpertsArgs d;
         d.x = t.hidden;
-        d.topk_ids = sc.ids;
-        d.topk_weights = sc.weights;
+        d.topk_ids = ids;
+        d.topk_weights = weights;
         d.expert_map = weights_.map();
         d.w13 = weights_.w13.raw();
         d.b13 = weights_.b13();
@@ -112,17 +119,20 @@ class CudaMoEExperts final : public ExpertsMonolithic {
       }
       const void* x = t.hidden;
       if (shape_.weight_on_input) {  // Llama-4: scale the input, weights become 1
-        cuda::launch_moe_scale_input<T>(t.hidden, sc.weights, M, k, H, sc.x_scaled, sc.weights, s);
+        cuda::launch_moe_scale_input<T>(t.hidden, weights, M, k, H, sc.x_scaled, sc.weights, s);
         x = sc.x_scaled;
+        weights = sc.weights;
       }
       if (choice.pipeline == CudaMoEPipeline::kCublas) {
-        cublas_.run(x, M, sc.ids, sc.weights, *sc.grouped, *sc.cublas, t.expert_output, ctx.stream);
+        cublas_.run(x, M, ids, weights, *sc.grouped, *sc.cublas, t.expert_output, ctx.stream);
       } else {
-        run_grouped_experts(shape_, weights_, x, M, sc.ids, sc.weights, *sc.grouped, choice.gemm1,
+        run_grouped_experts(shape_, weights_, x, M, ids, weights, *sc.grouped, choice.gemm1,
                             choice.gemm2, t.expert_output, ctx.stream);
       }
     });
   }
+
+  bool takes_routing() const override { return true; }
 
  private:
   // The decode kernels' scratch rows: the auto choice sends them at most 8 tokens, a forced

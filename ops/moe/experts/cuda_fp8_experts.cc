@@ -96,16 +96,24 @@ class CudaFp8Experts final : public ExpertsMonolithic {
     const cudaStream_t s = cuda::native(ctx.stream);
     const cuda::Fp8WeightScales s13 = kernel_scales(s13_, q13_, N1, H);
     const cuda::Fp8WeightScales s2 = kernel_scales(s2_, q2_, H, I);
-    cuda::launch_moe_route<float>(route_, t.router_logits, M,
-                                  bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
-                                  sc.weights, s);
+    // Ids and weights the runner routed (its fused gate + route launch, takes_routing), or
+    // routed here from the logits.
+    const int32_t* ids = t.topk_ids;
+    const float* weights = t.topk_weights;
+    if (ids == nullptr) {
+      cuda::launch_moe_route<float>(route_, t.router_logits, M,
+                                    bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
+                                    sc.weights, s);
+      ids = sc.ids;
+      weights = sc.weights;
+    }
     cuda::dispatch_16bit_dtype(shape_.dtype, "cuda_fp8", [&](auto tag) {
       using T = decltype(tag);
       if (choice.kernel == Fp8Kernel::kDecode) {
         cuda::Fp8DecodeArgs d;
         d.x = t.hidden;
-        d.topk_ids = sc.ids;
-        d.topk_weights = sc.weights;
+        d.topk_ids = ids;
+        d.topk_weights = weights;
         d.expert_map = expert_map_.data<int32_t>();
         d.w13 = codes(w13_);
         d.s13 = s13;
@@ -128,8 +136,8 @@ class CudaFp8Experts final : public ExpertsMonolithic {
         return;
       }
       const int64_t P = M * k;
-      cuda::launch_moe_align(sc.ids, P, expert_map_.data<int32_t>(), shape_.num_experts, E,
-                             sc.align, s);
+      cuda::launch_moe_align(ids, P, expert_map_.data<int32_t>(), shape_.num_experts, E, sc.align,
+                             s);
       cuda::Fp8ExpertMlpArgs a;
       a.x = t.hidden;
       a.row_to_pair = sc.align.row_to_pair;
@@ -154,11 +162,12 @@ class CudaFp8Experts final : public ExpertsMonolithic {
       a.scratch_bytes = sc.mlp_bytes;
       cuda::launch_fp8_expert_mlp<T>(a, gemm_kernel(choice.kernel), s);
       // b2 is already in y_perm (added per row by the MLP).
-      cuda::launch_moe_combine<T>(sc.y_perm, sc.align, sc.ids, sc.weights,
-                                  expert_map_.data<int32_t>(), nullptr, M, k, H, t.expert_output,
-                                  s);
+      cuda::launch_moe_combine<T>(sc.y_perm, sc.align, ids, weights, expert_map_.data<int32_t>(),
+                                  nullptr, M, k, H, t.expert_output, s);
     });
   }
+
+  bool takes_routing() const override { return true; }
 
  private:
   static const uint8_t* codes(const Tensor& t) { return fp8_codes(t); }

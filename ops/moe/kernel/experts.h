@@ -63,6 +63,9 @@ class ExpertsMonolithic : public Experts {
   // expert_output [M, H] = sum_j w_j Expert_{id_j}(x) with ids/weights routed from the logits
   // (local experts only).
   virtual void apply(const DispatchedLogits& tokens, Workspace& ws, const MoEExecContext& ctx) = 0;
+  // Whether apply() uses tokens.topk_ids / topk_weights when they are set (routed by the runner
+  // with the same RoutingConfig: the same ids and weights) instead of routing again.
+  virtual bool takes_routing() const { return false; }
 
  protected:
   explicit ExpertsMonolithic(const ExpertsBackend& backend);

@@ -38,6 +38,11 @@ void FusedMoEKernel::apply(const PrepareArgs& args, Workspace& ws, const MoEExec
   prepare_finalize_->finalize(tokens, args.out, ctx);
 }
 
+bool FusedMoEKernel::monolithic_takes_routing() const {
+  return is_monolithic() && prepare_finalize_->forwards_routing() &&
+         static_cast<const ExpertsMonolithic&>(*experts_).takes_routing();
+}
+
 void FusedMoEKernel::apply_monolithic(const PrepareArgs& args, Workspace& ws,
                                       const MoEExecContext& ctx) {
   MG_ASSERT(is_monolithic(), "apply_monolithic() on modular experts {}", experts_->name());

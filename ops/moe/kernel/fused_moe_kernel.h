@@ -24,6 +24,9 @@ class FusedMoEKernel {
                  std::unique_ptr<Experts> experts);
 
   bool is_monolithic() const { return experts_->is_monolithic(); }
+  // Monolithic experts that use ids and weights the runner routed (PrepareArgs::topk_ids), when
+  // the prepare/finalize forwards them.
+  bool monolithic_takes_routing() const;
   bool output_is_reduced() const { return prepare_finalize_->output_is_reduced(); }
   const PrepareFinalize& prepare_finalize() const { return *prepare_finalize_; }
   const Experts& experts() const { return *experts_; }

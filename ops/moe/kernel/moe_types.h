@@ -90,6 +90,12 @@ struct DispatchedLogits {
   int64_t num_tokens = 0;
   void* expert_output = nullptr;  // [num_tokens, H]
   const void* finalize_state = nullptr;
+  // [num_tokens, k] global ids and weights the runner already routed (Router::gate_and_route), or
+  // null: the experts route from router_logits. Set only where the prepare/finalize forwards
+  // them (PrepareFinalize::forwards_routing) and the experts take them
+  // (ExpertsMonolithic::takes_routing).
+  const int32_t* topk_ids = nullptr;
+  const float* topk_weights = nullptr;
 };
 
 // The F32 view of an activation pointer, for the CPU code (which runs F32 only).

@@ -55,6 +55,10 @@ class PrepareFinalize {
   // Writes out [M, H] (the `out` given to prepare).
   virtual void finalize(const DispatchedTokens& tokens, void* out, const MoEExecContext& ctx) = 0;
 
+  // Whether prepare_monolithic passes PrepareArgs::topk_ids / topk_weights on to the experts
+  // (DispatchedLogits): the tokens stay where they are.
+  virtual bool forwards_routing() const { return false; }
+
   // Monolithic path (only where supports_monolithic()).
   virtual DispatchedLogits prepare_monolithic(const PrepareArgs& args, Workspace& ws,
                                               const MoEExecContext& ctx) = 0;

@@ -25,7 +25,8 @@ DispatchedTokens PrepareFinalizeNone::prepare(const PrepareArgs& in, Workspace& 
 
 DispatchedLogits PrepareFinalizeNone::prepare_monolithic(const PrepareArgs& args, Workspace& ws,
                                                          const MoEExecContext& ctx) {
-  return DispatchedLogits{args.hidden, args.router_logits, args.num_tokens, args.out, nullptr};
+  return DispatchedLogits{args.hidden, args.router_logits, args.num_tokens,  args.out,
+                          nullptr,     args.topk_ids,      args.topk_weights};
 }
 
 }  // namespace mg

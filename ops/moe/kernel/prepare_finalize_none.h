@@ -15,6 +15,7 @@ class PrepareFinalizeNone final : public PrepareFinalize {
   std::string_view name() const override { return "none"; }
   ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
   bool supports_monolithic() const override { return true; }
+  bool forwards_routing() const override { return true; }
   bool output_is_reduced() const override { return !partial_output_; }
   int64_t max_expert_rows(int64_t max_tokens) const override { return max_tokens; }
   size_t workspace_bytes(int64_t max_tokens, bool monolithic) const override;

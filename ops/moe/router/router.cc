@@ -24,6 +24,12 @@ Router::Router(RoutingConfig config, int64_t hidden_size)
   config_.validate();
 }
 
+void Router::gate_and_route(const void* x, int64_t num_tokens, void* logits, int32_t* ids,
+                            float* weights, float* scratch, const RouterRun& run) const {
+  gate(x, num_tokens, logits, run);
+  route(logits, num_tokens, ids, weights, scratch, run);
+}
+
 CpuRouter::CpuRouter(RoutingConfig config, int64_t hidden_size, Tensor weight, Tensor router_bias,
                      Tensor score_correction_bias)
     : Router(std::move(config), hidden_size),

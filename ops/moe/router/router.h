@@ -30,6 +30,9 @@ struct RouterRun {
   Stream* stream = nullptr;
   void* blas_workspace = nullptr;  // gate_workspace_bytes()
   size_t blas_workspace_bytes = 0;
+  // route_counters() arrival counters of this session, zero between calls (the MoE op's state),
+  // or null: gate_and_route() then always takes two launches.
+  unsigned* route_counters = nullptr;
 };
 
 class Router {
@@ -52,6 +55,19 @@ class Router {
                     const RouterRun& run) const = 0;
   virtual void route(const void* logits, int64_t num_tokens, int32_t* ids, float* weights,
                      float* scratch, const RouterRun& run) const = 0;
+
+  // gate() then route(), as one launch where fuses_route() says so (CUDA, decode-sized calls:
+  // router_route_cuda.h). The logits are written either way; ids and weights are the same bits.
+  virtual void gate_and_route(const void* x, int64_t num_tokens, void* logits, int32_t* ids,
+                              float* weights, float* scratch, const RouterRun& run) const;
+  // Whether gate_and_route(x, num_tokens, ..., run) is one launch.
+  virtual bool fuses_route(const void* /*x*/, int64_t /*num_tokens*/,
+                           const RouterRun& /*run*/) const {
+    return false;
+  }
+  // Arrival counters the one-launch path needs per session (RouterRun::route_counters): device
+  // memory the op's state holds and zeroes once. 0: none.
+  virtual int64_t route_counters() const { return 0; }
 
  protected:
   Router(RoutingConfig config, int64_t hidden_size);

@@ -1,10 +1,15 @@
 #include "ops/moe/router/router_cuda.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
 #include "framework/device/allocator.h"
 #include "framework/device/convert.h"
 #include "framework/device/cuda/cuda_device.h"
 #include "framework/device/cuda/dtype_dispatch.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
+#include "ops/moe/cuda/router_route_cuda.h"
 
 namespace mg {
 
@@ -51,6 +56,30 @@ std::string check_cuda_routing(const RoutingConfig& c) {
 
 namespace {
 
+std::atomic<bool>& fused_route_requested() {
+  static std::atomic<bool> value{fused_route_requested_by(std::getenv("MG_FUSED_ROUTE"))};
+  return value;
+}
+
+}  // namespace
+
+bool fused_route_requested_by(const char* value) {
+  if (value == nullptr) return true;
+  const std::string_view v(value);
+  MG_CHECK(v == "0" || v == "1", "MG_FUSED_ROUTE: expected 0 or 1, got '{}'", v);
+  return v == "1";
+}
+
+bool fused_route_enabled() {
+  return fused_route_requested().load(std::memory_order_relaxed);
+}
+
+void set_fused_route_enabled(bool enabled) {
+  fused_route_requested().store(enabled, std::memory_order_relaxed);
+}
+
+namespace {
+
 Tensor upload_f32(const Tensor& host, Device device) {
   Tensor out = empty_tensor(device, DType::kF32, host.shape());
   copy_tensor(out, to_f32_cpu(host));
@@ -71,7 +100,8 @@ CudaRouter::CudaRouter(const RoutingConfig& config, int64_t hidden_size, DType d
                                  : Tensor()),
       gemm_(dtype, hidden_size, config.num_experts,
             router_bias_.defined() ? router_bias_.raw() : nullptr, weight.device().index,
-            DType::kF32) {
+            DType::kF32),
+      fused_max_rows_(cuda::kRouterRouteMaxRows) {
   const std::string why = check_cuda_routing(config);
   MG_CHECK(why.empty(), "MoE router: {}", why);
   MG_ASSERT(weight_.device().is_cuda() && weight_.dtype() == dtype &&
@@ -95,6 +125,37 @@ void CudaRouter::route(const void* logits, int64_t num_tokens, int32_t* ids, flo
   if (num_tokens == 0) return;
   cuda::launch_moe_route<float>(params_, logits, num_tokens, score_correction_bias(), ids, weights,
                                 cuda::native(run.stream));
+}
+
+bool CudaRouter::fuses_route(const void* x, int64_t num_tokens, const RouterRun& run) const {
+  return run.route_counters != nullptr && num_tokens <= fused_max_rows_ && fused_route_enabled() &&
+         cuda::router_route_fits(num_tokens, hidden_size_,
+                                 static_cast<int>(dtype_size(weight_.dtype())), x, weight_.raw());
+}
+
+void CudaRouter::gate_and_route(const void* x, int64_t num_tokens, void* logits, int32_t* ids,
+                                float* weights, float* scratch, const RouterRun& run) const {
+  if (num_tokens == 0) return;
+  if (!fuses_route(x, num_tokens, run)) {
+    gate(x, num_tokens, logits, run);
+    route(logits, num_tokens, ids, weights, scratch, run);
+    return;
+  }
+  cuda::RouterRouteArgs a;
+  a.x = x;
+  a.w = weight_.raw();
+  a.router_bias = router_bias_.defined() ? router_bias_.data<float>() : nullptr;
+  a.logits = static_cast<float*>(logits);
+  a.rows = num_tokens;
+  a.in = hidden_size_;
+  a.route = params_;
+  a.score_bias = score_correction_bias();
+  a.ids = ids;
+  a.weights = weights;
+  a.counter = run.route_counters;
+  cuda::dispatch_float_dtype(weight_.dtype(), [&](auto tag) {
+    cuda::launch_router_route<decltype(tag)>(a, cuda::native(run.stream));
+  });
 }
 
 }  // namespace mg

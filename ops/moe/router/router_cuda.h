@@ -1,6 +1,8 @@
-// The router on CUDA (router.h's Router; make_router builds it): gate GEMM through cuBLASLt in the
+// The router on CUDA (router.h's Router; make_router builds it): gate GEMM through GemmXwt in the
 // activation dtype with fp32 accumulation (the router bias in the epilogue), routing by
-// launch_moe_route. Built only with MG_WITH_CUDA.
+// launch_moe_route; for up to kRouterRouteMaxRows tokens on 16-byte rows gate_and_route is one
+// launch of the fused GEMV + routing kernel (router_route_cuda.h) unless MG_FUSED_ROUTE=0.
+// Built only with MG_WITH_CUDA.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +23,14 @@ cuda::RouteParams route_params(const RoutingConfig& config);
 // "" when the CUDA routing kernel handles `config`, else why not.
 std::string check_cuda_routing(const RoutingConfig& config);
 
+// Whether gate_and_route may take the fused kernel: MG_FUSED_ROUTE (read once; unset or "1" on,
+// "0" off for A/B timing, anything else an mg::Error naming the variable), overridden by
+// set_fused_route_enabled (tests, bench). A CUDA graph keeps the kernels it captured.
+bool fused_route_enabled();
+void set_fused_route_enabled(bool enabled);
+// What MG_FUSED_ROUTE's value asks for (null: unset).
+bool fused_route_requested_by(const char* value);
+
 class CudaRouter final : public Router {
  public:
   // weight [E, H] in `dtype` on a CUDA device (as the plan places it), router_bias and
@@ -37,6 +47,16 @@ class CudaRouter final : public Router {
   void gate(const void* x, int64_t num_tokens, void* logits, const RouterRun& run) const override;
   void route(const void* logits, int64_t num_tokens, int32_t* ids, float* weights, float* scratch,
              const RouterRun& run) const override;
+  void gate_and_route(const void* x, int64_t num_tokens, void* logits, int32_t* ids, float* weights,
+                      float* scratch, const RouterRun& run) const override;
+  bool fuses_route(const void* x, int64_t num_tokens, const RouterRun& run) const override;
+  int64_t route_counters() const override { return 1; }
+
+  // Rows up to which gate_and_route fuses (default cuda::kRouterRouteMaxRows; 0: never) and up
+  // to which gate() takes the GEMV kernel (GemmXwt::set_gemv_max_rows). For the tests and the
+  // bench that compare the two paths on the same logits; not thread-safe with calls.
+  void set_fused_max_rows(int64_t rows) { fused_max_rows_ = rows; }
+  void set_gemv_max_rows(int64_t rows) { gemm_.set_gemv_max_rows(rows); }
 
  private:
   cuda::RouteParams params_;
@@ -44,6 +64,7 @@ class CudaRouter final : public Router {
   Tensor router_bias_;            // [E] device F32, or undefined
   Tensor score_correction_bias_;  // [E] device F32, or undefined
   cuda::GemmXwt gemm_;
+  int64_t fused_max_rows_;
 };
 
 }  // namespace mg

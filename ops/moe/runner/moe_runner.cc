@@ -130,8 +130,17 @@ void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
       ctx.fork->wait_on(*ctx.side_stream);
     }
     SideStreamJoin side_join(ctx, side);
-    const RouterRun rr{ctx.pool, ctx.stream, b.blas, router_->gate_workspace_bytes()};
-    router_->gate(xs, n, b.logits, rr);
+    const RouterRun rr{ctx.pool, ctx.stream, b.blas, router_->gate_workspace_bytes(),
+                       ctx.route_counters};
+    // The runner routes for modular kernels, and for monolithic ones that take routed ids when
+    // gate + route is one launch (else they route from the logits themselves).
+    const bool route_here = !kernel_->is_monolithic() || (kernel_->monolithic_takes_routing() &&
+                                                          router_->fuses_route(xs, n, rr));
+    if (route_here) {
+      router_->gate_and_route(xs, n, b.logits, b.ids, b.weights, b.route, rr);
+    } else {
+      router_->gate(xs, n, b.logits, rr);
+    }
     // On a GPU this is queued on the side stream and overlaps the routed experts; CPU streams
     // run it right here.
     if (shared_) {
@@ -142,13 +151,14 @@ void MoERunner::forward(const void* x, int64_t M, void* out, void* workspace,
     args.hidden = xs;
     args.num_tokens = n;
     args.out = os;
+    if (route_here) {
+      args.topk_ids = b.ids;
+      args.topk_weights = b.weights;
+    }
     if (kernel_->is_monolithic()) {
       args.router_logits = reinterpret_cast<const float*>(b.logits);  // F32 (router.h)
       kernel_->apply_monolithic(args, ws, kctx);
     } else {
-      router_->route(b.logits, n, b.ids, b.weights, b.route, rr);
-      args.topk_ids = b.ids;
-      args.topk_weights = b.weights;
       kernel_->apply(args, ws, kctx);
     }
     side_join.join();

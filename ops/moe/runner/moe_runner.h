@@ -8,12 +8,18 @@
 //   per step, rows [begin, begin + n):
 //     fork: the side stream waits for the main stream (steps of <= side_stream_max_tokens)
 //     logits [n, E]   = router.gate(x)                      main stream
+//     ids, w [n, k]   = router.route(logits)                modular kernels, and monolithic
+//                                                           ones that take routed ids when the
+//                                                           router fuses (below)
 //     shared [n, H]   = shared_experts(x)                   side stream (gated by sigmoid)
-//     ids, w [n, k]   = router.route(logits)                modular kernels only
 //     out    [n, H]   = kernel(x, ids, w | logits)          prepare -> experts -> finalize
 //     join: the main stream waits for the side stream
 //     out += shared; all-reduce over the TP group when tp > 1 and the kernel left partial sums
 //     (if the kernel already reduced, only the shared partials are all-reduced first)
+// gate + route is Router::gate_and_route: one launch on CUDA at decode sizes (the fused GEMV +
+// routing kernel, router_route_cuda.h) when the context has the session's route counters. A
+// monolithic kernel routes from the logits itself, unless it takes routed ids
+// (FusedMoEKernel::monolithic_takes_routing) and the router fuses: then the runner routes.
 // routed_scaling_factor is already in the weights (the routing applies it after renormalising,
 // as HF does), so the runner does not scale again.
 #pragma once
@@ -44,6 +50,8 @@ struct MoERunContext {
   int64_t side_stream_max_tokens = 256;
   // The tp x dp ranks of ParallelConfig (world rank order); null for a single rank.
   Communicator* comm = nullptr;
+  // The router's route_counters() arrival counters of this session (RouterRun), or null.
+  unsigned* route_counters = nullptr;
 };
 
 class MoERunner {
@@ -53,6 +61,7 @@ class MoERunner {
             std::unique_ptr<FusedMoEKernel> kernel, std::unique_ptr<SharedExperts> shared);
 
   const FusedMoEKernel& kernel() const { return *kernel_; }
+  const Router& router() const { return *router_; }
   const ParallelConfig& parallel() const { return parallel_; }
 
   // Scratch for calls whose DP group has at most `max_tokens` tokens per rank.

@@ -59,6 +59,46 @@ __global__ void __launch_bounds__(kRmsNormBlockThreads)
   rms_norm_store(sum + off, w, y + off, dim, inv_rms, threadIdx.x, blockDim.x);
 }
 
+// add_rms_norm_block_kernel with the row in registers (kRmsNormMaxPerThread, rms_norm_cuda.cuh):
+// the same elements per thread in the same order, so the same bits.
+template <typename T, int kPerThread>
+__global__ void __launch_bounds__(kRmsNormBlockThreads)
+    add_rms_norm_block_regs_kernel(const T* a, const T* b, const T* w, T* sum, T* y, int64_t dim,
+                                   float scale, float eps) {
+  __shared__ float scratch[32];
+  T wv[kPerThread];
+  rms_norm_load_weight<T, kPerThread>(w, dim, wv);  // a weight: before pdl_wait
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t off = static_cast<int64_t>(blockIdx.x) * dim;
+  // Every load before the first store: `sum` may alias a or b, but each thread reads and writes
+  // only its own elements.
+  T av[kPerThread], bv[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < dim) {
+      av[j] = a[off + i];
+      bv[j] = b[off + i];
+    }
+  }
+  T sv[kPerThread];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < dim) {
+      sv[j] = from_float<T>(to_float(av[j]) + scale * to_float(bv[j]));  // add_row_part's
+      sum[off + i] = sv[j];
+      const float v = to_float(sv[j]);
+      sum_sq += v * v;
+    }
+  }
+  sum_sq = rms_norm_block_sum(sum_sq, scratch);
+  const float inv_rms = rsqrtf(sum_sq / static_cast<float>(dim) + eps);
+  rms_norm_store_regs<T, kPerThread>(sv, wv, w != nullptr, y + off, dim, inv_rms);
+}
+
 template <typename T>
 void launch_add_rms_norm(const AddRmsNormArgs& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.dim <= 0) return;
@@ -73,8 +113,21 @@ void launch_add_rms_norm(const AddRmsNormArgs& p, cudaStream_t stream) {
                dim3(kRmsNormWarpsPerBlock * 32), 0, stream, a, b, w, sum, y, p.rows, p.dim, p.scale,
                p.eps);
   } else {
-    launch_pdl(add_rms_norm_block_kernel<T>, dim3(static_cast<unsigned>(p.rows)),
-               dim3(kRmsNormBlockThreads), 0, stream, a, b, w, sum, y, p.dim, p.scale, p.eps);
+    const dim3 grid(static_cast<unsigned>(p.rows)), block(kRmsNormBlockThreads);
+    switch (rms_norm_regs_per_thread(p.dim)) {
+      case 4:
+        return launch_pdl(add_rms_norm_block_regs_kernel<T, 4>, grid, block, 0, stream, a, b, w,
+                          sum, y, p.dim, p.scale, p.eps);
+      case 8:
+        return launch_pdl(add_rms_norm_block_regs_kernel<T, 8>, grid, block, 0, stream, a, b, w,
+                          sum, y, p.dim, p.scale, p.eps);
+      case kRmsNormMaxPerThread:
+        return launch_pdl(add_rms_norm_block_regs_kernel<T, kRmsNormMaxPerThread>, grid, block, 0,
+                          stream, a, b, w, sum, y, p.dim, p.scale, p.eps);
+      default:
+        return launch_pdl(add_rms_norm_block_kernel<T>, grid, block, 0, stream, a, b, w, sum, y,
+                          p.dim, p.scale, p.eps);
+    }
   }
 }
 

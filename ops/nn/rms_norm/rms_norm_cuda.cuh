@@ -39,6 +39,59 @@ __device__ __forceinline__ void rms_norm_store(const T* xs, const T* w, T* ys, i
   }
 }
 
+// block_sum (cuda_utils.cuh) for a block that sums once: the same value bit for bit, without
+// the barrier that lets block_sum's scratch be reused by a second call.
+__device__ __forceinline__ float rms_norm_block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  v = warp_sum(v);
+  if (lane == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  return warp_sum(lane < warps ? scratch[lane] : 0.0f);
+}
+
+// Elements per thread up to which the block kernels keep a row in registers (kPerThread
+// template argument 4, 8 or 16: rows up to 2048, 4096, 8192 at 512 threads); longer rows take
+// the loops. Same elements per thread and the same order as the loops, so the same bits; what
+// changes is latency: every load of the row is in flight at once (a loop that stores `sum`,
+// which may alias its inputs, cannot start the next load first), the norm weight is read
+// before pdl_wait (a weight: pdl.cuh rule 1) and the summed values are not read back.
+constexpr int kRmsNormMaxPerThread = 16;
+
+// Elements per thread for a block-kernel row of `dim` (0: longer than the register path takes).
+inline int rms_norm_regs_per_thread(int64_t dim) {
+  const int64_t per = (dim + kRmsNormBlockThreads - 1) / kRmsNormBlockThreads;
+  return per <= 4 ? 4 : per <= 8 ? 8 : per <= kRmsNormMaxPerThread ? kRmsNormMaxPerThread : 0;
+}
+
+// w[i] for this thread's elements i = threadIdx.x + j * blockDim.x < dim (untouched when w is
+// null or past dim).
+template <typename T, int kPerThread>
+__device__ __forceinline__ void rms_norm_load_weight(const T* w, int64_t dim, T (&wv)[kPerThread]) {
+  if (w == nullptr) return;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < dim) wv[j] = w[i];
+  }
+}
+
+// rms_norm_store's arithmetic on values held in registers.
+template <typename T, int kPerThread>
+__device__ __forceinline__ void rms_norm_store_regs(const T (&xv)[kPerThread],
+                                                    const T (&wv)[kPerThread], bool has_w, T* ys,
+                                                    int64_t dim, float inv_rms) {
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < dim) {
+      float v = to_float(xv[j]) * inv_rms;
+      if (has_w) v *= to_float(wv[j]);
+      ys[i] = from_float<T>(v);
+    }
+  }
+}
+
 template <typename T>
 __global__ void rms_norm_warp_kernel(const T* x, const T* w, T* y, int64_t units, int64_t group,
                                      float eps) {
@@ -66,6 +119,37 @@ __global__ void __launch_bounds__(kRmsNormBlockThreads)
   rms_norm_store(xs, w, y + unit * group, group, inv_rms, threadIdx.x, blockDim.x);
 }
 
+// rms_norm_block_kernel with the row in registers (kRmsNormMaxPerThread).
+template <typename T, int kPerThread>
+__global__ void __launch_bounds__(kRmsNormBlockThreads)
+    rms_norm_block_regs_kernel(const T* x, const T* w, T* y, int64_t group, float eps) {
+  __shared__ float scratch[32];
+  T wv[kPerThread];
+  rms_norm_load_weight<T, kPerThread>(w, group, wv);
+  pdl_wait();
+  pdl_launch_dependents();
+  const T* xs = x + static_cast<int64_t>(blockIdx.x) * group;
+  T xv[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < group) xv[j] = xs[i];
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < group) {
+      const float v = to_float(xv[j]);
+      sum_sq += v * v;
+    }
+  }
+  sum_sq = rms_norm_block_sum(sum_sq, scratch);
+  const float inv_rms = rsqrtf(sum_sq / static_cast<float>(group) + eps);
+  rms_norm_store_regs<T, kPerThread>(xv, wv, w != nullptr,
+                                     y + static_cast<int64_t>(blockIdx.x) * group, group, inv_rms);
+}
+
 template <typename T>
 void launch_rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
   const int64_t units = a.rows * (a.dim / a.group);
@@ -78,8 +162,21 @@ void launch_rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
     launch_pdl(rms_norm_warp_kernel<T>, dim3(static_cast<unsigned>(blocks)),
                dim3(kRmsNormWarpsPerBlock * 32), 0, stream, x, w, y, units, a.group, a.eps);
   } else {
-    launch_pdl(rms_norm_block_kernel<T>, dim3(static_cast<unsigned>(units)),
-               dim3(kRmsNormBlockThreads), 0, stream, x, w, y, a.group, a.eps);
+    const dim3 grid(static_cast<unsigned>(units)), block(kRmsNormBlockThreads);
+    switch (rms_norm_regs_per_thread(a.group)) {
+      case 4:
+        return launch_pdl(rms_norm_block_regs_kernel<T, 4>, grid, block, 0, stream, x, w, y,
+                          a.group, a.eps);
+      case 8:
+        return launch_pdl(rms_norm_block_regs_kernel<T, 8>, grid, block, 0, stream, x, w, y,
+                          a.group, a.eps);
+      case kRmsNormMaxPerThread:
+        return launch_pdl(rms_norm_block_regs_kernel<T, kRmsNormMaxPerThread>, grid, block, 0,
+                          stream, x, w, y, a.group, a.eps);
+      default:
+        return launch_pdl(rms_norm_block_kernel<T>, grid, block, 0, stream, x, w, y, a.group,
+                          a.eps);
+    }
   }
 }
 

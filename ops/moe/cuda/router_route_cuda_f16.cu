@@ -1,0 +1,6 @@
+// The fused router GEMV + routing kernel instantiated for __half.
+#include "ops/moe/cuda/router_route_cuda.cuh"
+
+namespace mg::cuda {
+template void launch_router_route<__half>(const RouterRouteArgs&, cudaStream_t);
+}  // namespace mg::cuda
