@@ -14,6 +14,10 @@
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/unit/moe/moe_node_util.h"
 
+#ifdef MG_WITH_CUDA
+#include "ops/moe/router/router_cuda.h"
+#endif
+
 namespace mg {
 namespace {
 
@@ -138,12 +142,14 @@ TEST(CudaMoE, SharedExpertsOnTheSideStreamEqualSequential) {
   }
 }
 
-// The op's state holds the router's arrival counter, so cuda_moe at decode sizes runs the fused
-// gate + route launch and takes the runner's ids (router_route_cuda.h); without the state it
-// launches the gate and routes itself. At 1 and 2 tokens both gates are the GEMV: the outputs
-// are the same bits. At 5 and 8 the two-launch gate is cuBLAS: both within the reference bound.
+// The op's state holds the router's arrival counter, so cuda_moe at decode sizes (with the fused
+// kernel switched on) runs the fused gate + route launch and takes the runner's ids
+// (router_route_cuda.h); without the state it launches the gate and routes itself. At 1 and 2
+// tokens both gates are the GEMV: the outputs are the same bits. At 5 and 8 the two-launch gate is
+// cuBLAS: both within the reference bound.
 TEST(CudaMoE, FusedGateAndRouteEqualsTwoLaunches) {
   MG_REQUIRE_GPU();
+  const ScopedFusedRoute on(true);  // off by default (router_cuda.h)
   uint32_t seed = 7960;
   for (const char* family : moe_test::kFamilies) {
     const MoENode n = make_moe_node(family, seed++);

@@ -52,6 +52,8 @@ Tensor host_f32(const std::vector<float>& v, Shape shape) {
 
 // One router with its device buffers for up to kRouterRouteMaxRows rows.
 struct RouterCase {
+  // These tests compare both paths, whatever MG_FUSED_ROUTE says (back as it was afterwards).
+  ScopedFusedRoute fused_on{true};
   RoutingConfig config;
   int64_t hidden;
   DType dtype;
@@ -73,8 +75,6 @@ struct RouterCase {
         counter(4),
         blas(cublas ? cuda::GemmXwt::kWorkspaceBytes : 16),
         blas_bytes(cublas ? cuda::GemmXwt::kWorkspaceBytes : 16) {
-    // These tests compare both paths, whatever MG_FUSED_ROUTE says.
-    set_fused_route_enabled(true);
     const int64_t E = c.num_experts;
     const Tensor w = host_f32(normal(E * H, seed, 1.0f / std::sqrt(static_cast<float>(H))), {E, H});
     const Tensor router_bias =
@@ -234,9 +234,10 @@ TEST(RouterRouteCuda, WhichCallsFuse) {
   EXPECT_FALSE(rc.router->fuses_route(rc.x.as<void>(), cuda::kRouterRouteMaxRows + 1, fused));
   EXPECT_FALSE(rc.router->fuses_route(rc.x.as<void>(), 1, rc.run(nullptr, false)));
   EXPECT_FALSE(rc.router->fuses_route(rc.x.as<char>() + 2, 1, fused));
-  set_fused_route_enabled(false);
-  EXPECT_FALSE(rc.router->fuses_route(rc.x.as<void>(), 1, fused));
-  set_fused_route_enabled(true);
+  {
+    const ScopedFusedRoute off(false);
+    EXPECT_FALSE(rc.router->fuses_route(rc.x.as<void>(), 1, fused));
+  }
   rc.router->set_fused_max_rows(0);
   EXPECT_FALSE(rc.router->fuses_route(rc.x.as<void>(), 1, fused));
 
@@ -244,7 +245,7 @@ TEST(RouterRouteCuda, WhichCallsFuse) {
   RouterCase odd(c, 100, DType::kBF16, 12);
   EXPECT_FALSE(odd.router->fuses_route(odd.x.as<void>(), 1, odd.run(nullptr, true)));
 
-  EXPECT_TRUE(fused_route_requested_by(nullptr));
+  EXPECT_FALSE(fused_route_requested_by(nullptr));
   EXPECT_TRUE(fused_route_requested_by("1"));
   EXPECT_FALSE(fused_route_requested_by("0"));
   EXPECT_THROW(fused_route_requested_by("yes"), Error);

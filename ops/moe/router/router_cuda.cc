@@ -64,7 +64,7 @@ std::atomic<bool>& fused_route_requested() {
 }  // namespace
 
 bool fused_route_requested_by(const char* value) {
-  if (value == nullptr) return true;
+  if (value == nullptr) return false;
   const std::string_view v(value);
   MG_CHECK(v == "0" || v == "1", "MG_FUSED_ROUTE: expected 0 or 1, got '{}'", v);
   return v == "1";

@@ -1,7 +1,8 @@
 // The router on CUDA (router.h's Router; make_router builds it): gate GEMM through GemmXwt in the
 // activation dtype with fp32 accumulation (the router bias in the epilogue), routing by
 // launch_moe_route; for up to kRouterRouteMaxRows tokens on 16-byte rows gate_and_route is one
-// launch of the fused GEMV + routing kernel (router_route_cuda.h) unless MG_FUSED_ROUTE=0.
+// launch of the fused GEMV + routing kernel (router_route_cuda.h) when MG_FUSED_ROUTE=1 (off by
+// default: below).
 // Built only with MG_WITH_CUDA.
 #pragma once
 
@@ -23,11 +24,30 @@ cuda::RouteParams route_params(const RoutingConfig& config);
 // "" when the CUDA routing kernel handles `config`, else why not.
 std::string check_cuda_routing(const RoutingConfig& config);
 
-// Whether gate_and_route may take the fused kernel: MG_FUSED_ROUTE (read once; unset or "1" on,
-// "0" off for A/B timing, anything else an mg::Error naming the variable), overridden by
-// set_fused_route_enabled (tests, bench). A CUDA graph keeps the kernels it captured.
+// Whether gate_and_route may take the fused kernel: MG_FUSED_ROUTE (read once; "1" on, unset or
+// "0" off, anything else an mg::Error naming the variable), overridden by set_fused_route_enabled
+// (tests, bench). A CUDA graph keeps the kernels it captured. Off by default: on an H100
+// (2026-11-25, `MG_ROUTE_TIMING=1 mg_cuda_tests --gtest_filter='RouterRouteCuda.Timing*'`, the
+// qwen3 router in a CUDA graph) the fused launch took 5.68 / 6.28 / 6.86 / 8.95 us at 1 / 2 / 4 /
+// 8 tokens against the two launches' 4.77 / 5.44 / 8.12 / 8.14 (the last block's fence, count
+// and L2 round trip cost what the second launch did under programmatic dependent launch), and
+// `bench e2e q48 --cuda-graph` decoded 206.7 tokens/s with it, 208.7 without.
 bool fused_route_enabled();
 void set_fused_route_enabled(bool enabled);
+// Turns the fused kernel on or off for a scope (tests and benches that compare both paths), then
+// back to what it was.
+class ScopedFusedRoute {
+ public:
+  explicit ScopedFusedRoute(bool enabled) : before_(fused_route_enabled()) {
+    set_fused_route_enabled(enabled);
+  }
+  ~ScopedFusedRoute() { set_fused_route_enabled(before_); }
+  ScopedFusedRoute(const ScopedFusedRoute&) = delete;
+  ScopedFusedRoute& operator=(const ScopedFusedRoute&) = delete;
+
+ private:
+  bool before_;
+};
 // What MG_FUSED_ROUTE's value asks for (null: unset).
 bool fused_route_requested_by(const char* value);
 
