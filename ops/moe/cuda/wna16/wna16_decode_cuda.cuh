@@ -9,12 +9,30 @@
 // (4 KB a warp; evict-first, L1::no_allocate: each weight line is read once per launch) before it
 // uses the first, and by default a slice is at most that many steps, so a warp's whole item is
 // one round of loads and at M = 1 the grid holds thousands of such warps (qwen3-30b-a3b up: 8
-// experts x 96 blocks x 4 slices). It dequantizes in registers with the grouped GEMM's policies
-// (Dequant in wna16_gemm.cuh: INT4/INT8 {s, -z·s} pairs, MXFP4 E8M0 and NVFP4 E4M3 scale bytes,
-// NVFP4's global applied to the accumulator), and multiplies with mma.sync m16n8k16 whose A
-// operand is the (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t) are the x (act)
-// rows of pairs g and g + 8, read as 32-bit pairs of T through L1 (x and act are a few KB to a
-// few hundred KB and are re-read by every warp), zero for rows past the pairs and columns past K.
+// experts x 96 blocks x 4 slices). It multiplies with mma.sync m16n8k16 whose A operand is the
+// (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t) are the x (act) rows of pairs g
+// and g + 8, read as 32-bit pairs of T through L1 (x and act are a few KB to a few hundred KB and
+// are re-read by every warp), zero for rows past the pairs and columns past K.
+//
+// Dequantization (the kernels are bound by instruction issue, not bytes, at the grouped GEMM's
+// ~4-5 instructions a value: INT4 at M = 1 streams two values a byte): integer codes and MXFP4
+// take the scale OUT of the inner loop (wna16_fast_dequant.cuh says why each step is exact):
+//   INT4 / INT8  B = q + c, exact in T (one LOP3 puts two nibbles under the BF16 128 / F16 1024
+//                exponent; INT8 one PRMT, or for BF16 q - 128 through F32), an mma into a
+//                per-group accumulator u, an mma of the same A against ones into x_sum, and at the
+//                group's end acc += s · u + (-z·s - c·s) · x_sum with the {s, -z·s} pairs of the
+//                lane's C columns (weight rows 2t, 2t + 1) loaded when the group began
+//                (warp_block_gemm_int; groups of 32 / 64 columns end per unit, 128 per step,
+//                channel-wise once per slice);
+//   MXFP4        B = the E2M1 value itself (bit placement + one HMUL2), and the unit's E8M0 power
+//                of two multiplies its accumulator (warp_block_gemm_mx);
+//   NVFP4        per value with the grouped GEMM's Dequant (its scale changes every 16 columns,
+//                which the permuted order below mixes), global on the accumulator.
+// The INT4 / FP4 tricks take nibbles j and j + 4 of a word (16 bits apart) as one register's
+// pair, a permuted k order inside the lane's 8 columns of a unit; the A registers are permuted the
+// same way (4 PRMT a unit, shared by gate and up), which the mma's sum over k does not see. The
+// weights are never rounded to T, so the results differ from the grouped GEMM's (which rounds each
+// weight once) within the tests' fp64-reference tolerance, not bit for bit.
 //
 // Why mma.sync and not plain FMAs: with FMAs every dequantized weight costs one FMA per pair
 // (8 at M = 8) on top of its ~4 dequantization instructions, which at INT4 rates (two values a
@@ -44,13 +62,11 @@
 // kernel finishes.
 //
 // What may bound it short of the bandwidth (to check with the timing test before tuning): the
-// dequantization keeps the grouped GEMM's exact fp32 form (shift-or, subtract, fma, half a
-// conversion per value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at
-// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); registers (ptxas, CUDA
-// 13.0 here: 96-127 a thread for the PairRows 8 kernels, up to 128 with a few spilled bytes for
-// PairRows 16; 16 warps an SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5
-// waves); the group_pairs prologue every
-// CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
+// A pairs are 32-bit L1 loads, 4 a unit per row (staging x once per CTA in shared memory would
+// make them one 16-byte load); registers (ptxas, CUDA 13.0 here: see the report in the commit
+// log; 16 warps an SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves); the
+// group_pairs prologue every CTA runs; at larger M an up CTA walks its experts one after
+// another, a barrier each.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -69,6 +85,7 @@
 #include "ops/moe/cuda/decode_experts_cuda.cuh"
 #include "ops/moe/cuda/moe_activation_cuda.cuh"
 #include "ops/moe/cuda/wna16/wna16_decode_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_fast_dequant.cuh"
 #include "ops/moe/cuda/wna16/wna16_gemm.cuh"
 
 namespace mg::cuda::wna16_decode {
@@ -235,6 +252,271 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
   }
 }
 
+// The natural pairs x[k + 8 i .. + 1] (i = 0..3: one 32-wide unit of lane t, k = 32 u + 2t) of
+// a T row of `len` elements (0: no row): one base address, immediate offsets, 0 past len (k is
+// even and len a multiple of 8, so a pair is wholly in or out).
+template <typename T>
+__device__ __forceinline__ void unit_pairs(const T* row, int k, int len, uint32_t (&p)[4]) {
+  const unsigned int* base = reinterpret_cast<const unsigned int*>(row + k);
+  const int left = len - k;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p[i] = left > 8 * i ? __ldg(base + 4 * i) : 0u;
+}
+
+// x[k .. k + 1] and x[k + 8 .. k + 9] (one k16 half), as unit_pairs.
+template <typename T>
+__device__ __forceinline__ void half_pairs(const T* row, int k, int len, uint32_t (&p)[2]) {
+  const unsigned int* base = reinterpret_cast<const unsigned int*>(row + k);
+  const int left = len - k;
+  p[0] = left > 0 ? __ldg(base) : 0u;
+  p[1] = left > 8 ? __ldg(base + 4) : 0u;
+}
+
+// Integer codes (wna16_fast_dequant.cuh): acc[part] += the same C fragment as warp_block_gemm's,
+// with the group scale taken out of the inner loop. The mmas run on exact B values q + c into a
+// per-group accumulator u (and an mma of A against ones into x_sum, shared by the parts); when a
+// group ends (a unit of 32 columns, two, a step, or the slice for channel-wise), each C element
+// (pair row, weight row 2t or 2t + 1) gets s · u + (-z·s - c·s) · x_sum with the {s, -z·s} pair
+// of its weight row, loaded when the group began. Per 32-wide unit and part, INT4 costs 4 LOP3,
+// 3 shifts and 2 mmas; the A registers (4 loads, 4 PRMT for INT4) are shared by the parts.
+template <typename T, int Bits, int Parts, bool kHi>
+__device__ __forceinline__ void warp_block_gemm_int(float (&acc)[Parts][4], const Wna16Weights& w,
+                                                    int expert, int block, int s_begin, int s_end,
+                                                    const T* a_lo, const T* a_hi, int len,
+                                                    uint64_t policy) {
+  constexpr int kW = Bits == 4 ? 4 : 8;  // words per lane per step
+  constexpr int kVecs = kW / 4;          // 16-byte loads per lane per step
+  constexpr int kStepWords = 32 * kW;
+  constexpr int kV = kStepsInFlight<Bits, Parts>;
+  constexpr float kOffset = wna16_fast::kCodeOffset<T, Bits>;
+  const uint32_t ones[2] = {wna16_fast::kOnes<T>, wna16_fast::kOnes<T>};
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int t = lane & 3;
+  const int k_steps = static_cast<int>(w.k_steps);
+  const int64_t rows_padded = Parts * w.part_rows;
+  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
+  const int64_t groups = w.groups;
+  // A row past the pairs reads nothing (zeros).
+  const int len_lo = a_lo == nullptr ? 0 : len;
+  [[maybe_unused]] const int len_hi = a_hi == nullptr ? 0 : len;
+
+  const uint32_t* wp[Parts];
+  const float2* pp[Parts];  // the pairs of weight row 2t of the block; row 2t + 1 follows
+#pragma unroll
+  for (int p = 0; p < Parts; ++p) {
+    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
+    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
+    pp[p] = reinterpret_cast<const float2*>(w.params) + (row_block * 8 + 2 * t) * groups;
+  }
+  // The group of each 32-wide unit, followed with a counter (the units are visited in order):
+  // units_per_group units share a group (G / 32: G is a multiple of 32 when there are several
+  // groups; channel-wise, one group of any K, never ends inside the slice). The slice starts at
+  // unit 4 s_begin. Units past K (the padding of the last step, A zero there) keep the last group.
+  const int units_per_group = groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
+  const int last_group = static_cast<int>(groups) - 1;
+  int group = groups == 1 ? 0 : 4 * s_begin / units_per_group;
+  int units_left = groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
+  float2 par[Parts][2];
+  const auto load_pairs = [&] {
+    const int gi = min(group, last_group);
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+      par[p][0] = __ldg(pp[p] + gi);
+      par[p][1] = __ldg(pp[p] + groups + gi);
+    }
+  };
+  float u[Parts][4] = {};
+  float x_sum[4] = {};
+  // acc += s · u + (-z·s - c·s) · x_sum, then the next group's pairs.
+  const auto end_group = [&] {
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float s = par[p][r].x;
+        const float bias = fmaf(-kOffset, s, par[p][r].y);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int c = 2 * half + r;
+          acc[p][c] = fmaf(bias, x_sum[c], fmaf(s, u[p][c], acc[p][c]));
+          u[p][c] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) x_sum[c] = 0.0f;
+  };
+  load_pairs();
+
+  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
+    uint4 wv[kV][Parts][kVecs];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+#pragma unroll
+      for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+        for (int q = 0; q < kVecs; ++q) {
+          // Past the slice: the last step again (never used; no zero-fill moves).
+          const int sl = min(s, s_end - 1);
+          wv[v][p][q] =
+              decode::load_weights(wp[p] + static_cast<int64_t>(sl) * kStepWords + q * 128, policy);
+        }
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+      if (s >= s_end) break;  // uniform over the warp
+#pragma unroll
+      for (int unit = 0; unit < 4; ++unit) {
+        const int kc = s * 128 + unit * 32 + 2 * t;
+        if constexpr (Bits == 4) {
+          uint32_t lo[4], hi[4] = {};
+          unit_pairs(a_lo, kc, len_lo, lo);
+          if constexpr (kHi) unit_pairs(a_hi, kc, len_hi, hi);
+          uint32_t alo[2][2], ahi[2][2] = {};
+          wna16_fast::permute_a(lo, alo);
+          if constexpr (kHi) wna16_fast::permute_a(hi, ahi);
+          uint32_t b[Parts][2][2];
+#pragma unroll
+          for (int p = 0; p < Parts; ++p) {
+            const uint4& vec = wv[v][p][0];
+            const uint32_t words[4] = {vec.x, vec.y, vec.z, vec.w};
+            wna16_fast::int4_fragments<T>(words[unit], b[p]);
+          }
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const uint32_t a[4] = {alo[m][0], ahi[m][0], alo[m][1], ahi[m][1]};
+            grouped_gemm::mma_16816<T>(x_sum, a, ones);
+#pragma unroll
+            for (int p = 0; p < Parts; ++p) grouped_gemm::mma_16816<T>(u[p], a, b[p][m]);
+          }
+        } else {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int k = kc + 16 * half;
+            uint32_t lo[2], hi[2] = {};
+            half_pairs(a_lo, k, len_lo, lo);
+            if constexpr (kHi) half_pairs(a_hi, k, len_hi, hi);
+            const uint32_t a[4] = {lo[0], hi[0], lo[1], hi[1]};
+            grouped_gemm::mma_16816<T>(x_sum, a, ones);
+#pragma unroll
+            for (int p = 0; p < Parts; ++p) {
+              const uint4& vec = wv[v][p][unit / 2];
+              const uint32_t words[4] = {vec.x, vec.y, vec.z, vec.w};
+              uint32_t b[2];
+              wna16_fast::int8_fragment<T>(words[(2 * unit + half) & 3], b);
+              grouped_gemm::mma_16816<T>(u[p], a, b);
+            }
+          }
+        }
+        if (--units_left == 0) {  // uniform over the warp
+          end_group();
+          ++group;
+          units_left = units_per_group;
+          load_pairs();
+        }
+      }
+    }
+  }
+  end_group();  // the slice's last (or only) group; adds zeros when it just ended
+}
+
+// MXFP4 (wna16_fast_dequant.cuh): as warp_block_gemm_int with the E2M1 values themselves in B
+// (exact in T) and the unit's E8M0 scale, a power of two, applied to the per-unit accumulator:
+// acc += 2^(code - 127) · u for the C element's weight row (2t or 2t + 1, whose scale bytes of a
+// step are 8 contiguous bytes). No zero point, so no x sum.
+template <typename T, int Parts, bool kHi>
+__device__ __forceinline__ void warp_block_gemm_mx(float (&acc)[Parts][4], const Wna16Weights& w,
+                                                   int expert, int block, int s_begin, int s_end,
+                                                   const T* a_lo, const T* a_hi, int len,
+                                                   uint64_t policy) {
+  constexpr int kStepWords = 32 * 4;
+  constexpr int kV = kStepsInFlight<4, Parts>;
+  constexpr int kScaleBytes = kScaleBytesPerStep<Wna16Codes::kMxfp4>;  // 4 a row and step
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int t = lane & 3;
+  const int k_steps = static_cast<int>(w.k_steps);
+  const int64_t rows_padded = Parts * w.part_rows;
+  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
+  const int len_lo = a_lo == nullptr ? 0 : len;
+  [[maybe_unused]] const int len_hi = a_hi == nullptr ? 0 : len;
+
+  const uint32_t* wp[Parts];
+  const uint8_t* sp[Parts];  // the scale bytes of weight rows 2t, 2t + 1 of the block's steps
+#pragma unroll
+  for (int p = 0; p < Parts; ++p) {
+    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
+    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
+    sp[p] = w.scale_bytes + row_block * k_steps * (8 * kScaleBytes) + 2 * t * kScaleBytes;
+  }
+
+  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
+    uint4 wv[kV][Parts];
+    uint2 sv[kV][Parts];  // .x: row 2t's 4 unit codes, .y: row 2t + 1's
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int sl = min(s0 + v, s_end - 1);  // past the slice: the last step again (unused)
+#pragma unroll
+      for (int p = 0; p < Parts; ++p) {
+        wv[v][p] = decode::load_weights(wp[p] + static_cast<int64_t>(sl) * kStepWords, policy);
+        sv[v][p] = __ldg(
+            reinterpret_cast<const uint2*>(sp[p] + static_cast<int64_t>(sl) * 8 * kScaleBytes));
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+      if (s >= s_end) break;  // uniform over the warp
+#pragma unroll
+      for (int unit = 0; unit < 4; ++unit) {
+        const int kc = s * 128 + unit * 32 + 2 * t;
+        uint32_t lo[4], hi[4] = {};
+        unit_pairs(a_lo, kc, len_lo, lo);
+        if constexpr (kHi) unit_pairs(a_hi, kc, len_hi, hi);
+        uint32_t alo[2][2], ahi[2][2] = {};
+        wna16_fast::permute_a(lo, alo);
+        if constexpr (kHi) wna16_fast::permute_a(hi, ahi);
+#pragma unroll
+        for (int p = 0; p < Parts; ++p) {
+          const uint32_t words[4] = {wv[v][p].x, wv[v][p].y, wv[v][p].z, wv[v][p].w};
+          uint32_t b[2][2];
+          wna16_fast::e2m1_fragments<T>(words[unit], b);
+          float u[4] = {};
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const uint32_t a[4] = {alo[m][0], ahi[m][0], alo[m][1], ahi[m][1]};
+            grouped_gemm::mma_16816<T>(u, a, b[m]);
+          }
+          const float s_even = wna16_fast::e8m0_scale(sv[v][p].x, unit);
+          const float s_odd = wna16_fast::e8m0_scale(sv[v][p].y, unit);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[p][c] = fmaf(c & 1 ? s_odd : s_even, u[c], acc[p][c]);
+        }
+      }
+    }
+  }
+}
+
+// The block GEMM of a code kind: integer codes take the factored-scale path, FP4 the per-value
+// dequantization.
+template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi>
+__device__ __forceinline__ void block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
+                                           int expert, int block, int s_begin, int s_end,
+                                           const T* a_lo, const T* a_hi, int len, uint64_t policy) {
+  if constexpr (Codes == Wna16Codes::kInteger) {
+    warp_block_gemm_int<T, Bits, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len,
+                                             policy);
+  } else if constexpr (Codes == Wna16Codes::kMxfp4) {
+    warp_block_gemm_mx<T, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len,
+                                      policy);
+  } else {
+    warp_block_gemm<T, Bits, Codes, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
+                                                len, policy);
+  }
+}
+
 // The pairs of pair group [first, first + count) of the grouped pairs, as lane (g, t) sees them:
 // pair g (A row g) and pair g + 8 (A row g + 8), -1 past count.
 struct LanePairs {
@@ -317,11 +599,11 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
         if (PairRows > 8 && group_end - first > 8) {
-          warp_block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, steps.begin,
-                                                        steps.end, a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, steps.begin, steps.end,
+                                                   a_lo, a_hi, p.hidden, policy);
         } else {
-          warp_block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, steps.begin,
-                                                         steps.end, a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, steps.begin, steps.end,
+                                                    a_lo, a_hi, p.hidden, policy);
         }
       }
       if (p.k_slices > 1) {  // uniform over the CTA: the barriers are reached by every thread
@@ -458,11 +740,11 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const Do
           float acc[1][4] = {};
           if (steps.begin < steps.end) {  // uniform over the warp
             if (PairRows > 8 && group_end - first > 8) {
-              warp_block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
-                                                       steps.end, a_lo, a_hi, p.inter, policy);
+              block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, steps.begin, steps.end,
+                                                  a_lo, a_hi, p.inter, policy);
             } else {
-              warp_block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
-                                                        steps.end, a_lo, a_hi, p.inter, policy);
+              block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, steps.begin, steps.end,
+                                                   a_lo, a_hi, p.inter, policy);
             }
           }
           const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
