@@ -125,7 +125,9 @@ __device__ __forceinline__ uint32_t a_pair(const T* row, int k, int len) {
 // + 8)ᵀ over the K steps [s_begin, s_end) of K = len: A row g is a_lo (pair g), row g + 8 is a_hi
 // (pair g + 8), each a T row of `len` elements or null (zeros). !kHi: no group has more than 8
 // pairs, a_hi is not read (the A rows 8..15 are zeros without a load: M <= 8). Every lane of the
-// warp calls it (mma.sync).
+// warp calls it (mma.sync). Each value is dequantized with the grouped GEMM's Dequant policy;
+// block_gemm sends only NVFP4 here (integer codes and MXFP4 take the factored-scale paths below),
+// and it stays correct for every code kind as the reference form of the per-value dequantization.
 template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi>
 __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                                 int expert, int block, int s_begin, int s_end,
@@ -272,6 +274,66 @@ __device__ __forceinline__ void half_pairs(const T* row, int k, int len, uint32_
   p[1] = left > 8 ? __ldg(base + 4) : 0u;
 }
 
+// The A registers {a0, a2} of both mmas of one unit in int4_fragments' permuted order, for the
+// pair rows lo and hi (hi only when kHi), k = 32 u + 2t: from x rows in global memory (4 loads and
+// 4 PRMT a row), or, kStagedA, from rows stage_x_permuted left in shared memory (one 16-byte load a
+// row; the rows are never null there, a missing pair reads the staged zero row, and zero past K).
+template <bool kHi, bool kStagedA, typename T>
+__device__ __forceinline__ void unit_a(const T* a_lo, const T* a_hi, int step, int unit, int t,
+                                       int len_lo, int len_hi, uint32_t (&alo)[2][2],
+                                       uint32_t (&ahi)[2][2]) {
+  if constexpr (kStagedA) {
+    // Lane t's 8 values of the unit sit at 32 u + 8t of the permuted row.
+    const int at = step * 128 + unit * 32 + 8 * t;
+    const uint4 lo = *reinterpret_cast<const uint4*>(a_lo + at);
+    alo[0][0] = lo.x, alo[0][1] = lo.y, alo[1][0] = lo.z, alo[1][1] = lo.w;
+    if constexpr (kHi) {
+      const uint4 hi = *reinterpret_cast<const uint4*>(a_hi + at);
+      ahi[0][0] = hi.x, ahi[0][1] = hi.y, ahi[1][0] = hi.z, ahi[1][1] = hi.w;
+    }
+  } else {
+    const int kc = step * 128 + unit * 32 + 2 * t;
+    uint32_t lo[4], hi[4] = {};
+    unit_pairs(a_lo, kc, len_lo, lo);
+    if constexpr (kHi) unit_pairs(a_hi, kc, len_hi, hi);
+    wna16_fast::permute_a(lo, alo);
+    if constexpr (kHi) wna16_fast::permute_a(hi, ahi);
+  }
+}
+
+// Copies x [tokens, hidden] T into shared memory rows of `stride` elements in int4_fragments'
+// permuted k order (lane t's 8 values of unit u at 32 u + 8t: x[2t], x[16 + 2t], x[2t + 1],
+// x[17 + 2t], x[2t + 8], x[24 + 2t], x[2t + 9], x[25 + 2t]), zero from hidden to k_pad, and a row
+// of zeros after the tokens' (row `tokens`: the A rows of missing pairs). hidden is a multiple of
+// 8, so an 8-column chunk is wholly in or out; the whole CTA takes part (a barrier must follow).
+template <typename T>
+__device__ __forceinline__ void stage_x_permuted(T* xs, const T* x, int tokens, int hidden,
+                                                 int k_pad, int stride) {
+  const int chunks = k_pad / 8;  // per row
+  uint16_t* dst = reinterpret_cast<uint16_t*>(xs);
+  for (int i = static_cast<int>(threadIdx.x); i < (tokens + 1) * chunks;
+       i += static_cast<int>(blockDim.x)) {
+    const int row = i / chunks;
+    const int k0 = (i - row * chunks) * 8;
+    uint32_t v[4] = {};
+    if (row < tokens && k0 < hidden) {
+      const unsigned int* src =
+          reinterpret_cast<const unsigned int*>(x + static_cast<int64_t>(row) * hidden + k0);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = __ldg(src + j);
+    }
+    // Natural column k0 + 2j + b (b = 0, 1: the halves of v[j]) goes to 8j + 4 h8 + 2b + h16 of its
+    // unit, h8 and h16 the bits 3 and 4 of k0.
+    uint16_t* d = dst + static_cast<int64_t>(row) * stride + (k0 & ~31) + 4 * ((k0 >> 3) & 1) +
+                  ((k0 >> 4) & 1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      d[8 * j] = static_cast<uint16_t>(v[j] & 0xFFFFu);
+      d[8 * j + 2] = static_cast<uint16_t>(v[j] >> 16);
+    }
+  }
+}
+
 // Integer codes (wna16_fast_dequant.cuh): acc[part] += the same C fragment as warp_block_gemm's,
 // with the group scale taken out of the inner loop. The mmas run on exact B values q + c into a
 // per-group accumulator u (and an mma of A against ones into x_sum, shared by the parts); when a
@@ -279,7 +341,7 @@ __device__ __forceinline__ void half_pairs(const T* row, int k, int len, uint32_
 // (pair row, weight row 2t or 2t + 1) gets s · u + (-z·s - c·s) · x_sum with the {s, -z·s} pair
 // of its weight row, loaded when the group began. Per 32-wide unit and part, INT4 costs 4 LOP3,
 // 3 shifts and 2 mmas; the A registers (4 loads, 4 PRMT for INT4) are shared by the parts.
-template <typename T, int Bits, int Parts, bool kHi>
+template <typename T, int Bits, int Parts, bool kHi, bool kStagedA>
 __device__ __forceinline__ void warp_block_gemm_int(float (&acc)[Parts][4], const Wna16Weights& w,
                                                     int expert, int block, int s_begin, int s_end,
                                                     const T* a_lo, const T* a_hi, int len,
@@ -289,6 +351,7 @@ __device__ __forceinline__ void warp_block_gemm_int(float (&acc)[Parts][4], cons
   constexpr int kStepWords = 32 * kW;
   constexpr int kV = kStepsInFlight<Bits, Parts>;
   constexpr float kOffset = wna16_fast::kCodeOffset<T, Bits>;
+  static_assert(!kStagedA || Bits == 4, "staged A rows are in the INT4 / FP4 permuted order");
   const uint32_t ones[2] = {wna16_fast::kOnes<T>, wna16_fast::kOnes<T>};
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int t = lane & 3;
@@ -370,14 +433,9 @@ __device__ __forceinline__ void warp_block_gemm_int(float (&acc)[Parts][4], cons
       if (s >= s_end) break;  // uniform over the warp
 #pragma unroll
       for (int unit = 0; unit < 4; ++unit) {
-        const int kc = s * 128 + unit * 32 + 2 * t;
         if constexpr (Bits == 4) {
-          uint32_t lo[4], hi[4] = {};
-          unit_pairs(a_lo, kc, len_lo, lo);
-          if constexpr (kHi) unit_pairs(a_hi, kc, len_hi, hi);
           uint32_t alo[2][2], ahi[2][2] = {};
-          wna16_fast::permute_a(lo, alo);
-          if constexpr (kHi) wna16_fast::permute_a(hi, ahi);
+          unit_a<kHi, kStagedA>(a_lo, a_hi, s, unit, t, len_lo, len_hi, alo, ahi);
           uint32_t b[Parts][2][2];
 #pragma unroll
           for (int p = 0; p < Parts; ++p) {
@@ -395,7 +453,7 @@ __device__ __forceinline__ void warp_block_gemm_int(float (&acc)[Parts][4], cons
         } else {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int k = kc + 16 * half;
+            const int k = s * 128 + unit * 32 + 16 * half + 2 * t;
             uint32_t lo[2], hi[2] = {};
             half_pairs(a_lo, k, len_lo, lo);
             if constexpr (kHi) half_pairs(a_hi, k, len_hi, hi);
@@ -427,7 +485,7 @@ __device__ __forceinline__ void warp_block_gemm_int(float (&acc)[Parts][4], cons
 // (exact in T) and the unit's E8M0 scale, a power of two, applied to the per-unit accumulator:
 // acc += 2^(code - 127) · u for the C element's weight row (2t or 2t + 1, whose scale bytes of a
 // step are 8 contiguous bytes). No zero point, so no x sum.
-template <typename T, int Parts, bool kHi>
+template <typename T, int Parts, bool kHi, bool kStagedA>
 __device__ __forceinline__ void warp_block_gemm_mx(float (&acc)[Parts][4], const Wna16Weights& w,
                                                    int expert, int block, int s_begin, int s_end,
                                                    const T* a_lo, const T* a_hi, int len,
@@ -471,13 +529,8 @@ __device__ __forceinline__ void warp_block_gemm_mx(float (&acc)[Parts][4], const
       if (s >= s_end) break;  // uniform over the warp
 #pragma unroll
       for (int unit = 0; unit < 4; ++unit) {
-        const int kc = s * 128 + unit * 32 + 2 * t;
-        uint32_t lo[4], hi[4] = {};
-        unit_pairs(a_lo, kc, len_lo, lo);
-        if constexpr (kHi) unit_pairs(a_hi, kc, len_hi, hi);
         uint32_t alo[2][2], ahi[2][2] = {};
-        wna16_fast::permute_a(lo, alo);
-        if constexpr (kHi) wna16_fast::permute_a(hi, ahi);
+        unit_a<kHi, kStagedA>(a_lo, a_hi, s, unit, t, len_lo, len_hi, alo, ahi);
 #pragma unroll
         for (int p = 0; p < Parts; ++p) {
           const uint32_t words[4] = {wv[v][p].x, wv[v][p].y, wv[v][p].z, wv[v][p].w};
@@ -499,18 +552,172 @@ __device__ __forceinline__ void warp_block_gemm_mx(float (&acc)[Parts][4], const
   }
 }
 
+// The gated up kernel's hot path (INT4 / MXFP4, staged x, up to 8 pairs), with the operands of
+// the mma swapped: A is the weights, 16 rows = row g of the gate block (rows 0..7) and row g of
+// the up block (rows 8..15), straight from the two parts' fragments (no zero rows, no register
+// moves), and B is x, 8 columns = the group's pairs (lane (g, t) supplies pair g's x, as A row g
+// in warp_block_gemm_int): one mma covers gate and up. C is then transposed: sw[0], sw[1] = gate
+// row g for pairs 2t, 2t + 1; sw[2], sw[3] = up row g for the same pairs (transpose_to_pairs turns
+// it into warp_block_gemm's layout). The scale of the lane's row g is its own (one {s, -z·s}
+// pair or one E8M0 byte per part), and the x sums come from an mma of ones against the same B.
+template <typename T, int Bits, Wna16Codes Codes>
+__device__ __forceinline__ void warp_block_gemm_swap(float (&sw)[4], const Wna16Weights& w,
+                                                     int expert, int block, int s_begin, int s_end,
+                                                     const T* a_row, uint64_t policy) {
+  static_assert(Bits == 4 && Codes != Wna16Codes::kNvfp4);
+  constexpr bool kMx = Codes == Wna16Codes::kMxfp4;
+  constexpr int kStepWords = 32 * 4;
+  constexpr int kV = kStepsInFlight<4, 2>;
+  constexpr float kOffset = kMx ? 0.0f : wna16_fast::kCodeOffset<T, 4>;
+  constexpr uint32_t kOne = wna16_fast::kOnes<T>;
+  const uint32_t ones[4] = {kOne, kOne, kOne, kOne};
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int g_row = lane >> 2, t = lane & 3;
+  const int k_steps = static_cast<int>(w.k_steps);
+  const int64_t expert_blocks = static_cast<int64_t>(expert) * (2 * w.part_rows / 8);
+  const int64_t groups = w.groups;
+
+  const uint32_t* wp[2];
+  [[maybe_unused]] const float2* pp[2];   // integer: row g's pairs
+  [[maybe_unused]] const uint8_t* sp[2];  // MXFP4: row g's 4 scale bytes of each step
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
+    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
+    if constexpr (kMx) {
+      sp[p] = w.scale_bytes + row_block * k_steps * 32 + g_row * 4;
+    } else {
+      pp[p] = reinterpret_cast<const float2*>(w.params) + (row_block * 8 + g_row) * groups;
+    }
+  }
+  // Integer codes: the group walk of warp_block_gemm_int.
+  [[maybe_unused]] const int units_per_group =
+      groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
+  [[maybe_unused]] const int last_group = static_cast<int>(groups) - 1;
+  [[maybe_unused]] int group = groups == 1 ? 0 : 4 * s_begin / units_per_group;
+  [[maybe_unused]] int units_left =
+      groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
+  [[maybe_unused]] float2 par[2];
+  const auto load_pairs = [&] {
+    if constexpr (!kMx) {
+      const int gi = min(group, last_group);
+      par[0] = __ldg(pp[0] + gi);
+      par[1] = __ldg(pp[1] + gi);
+    }
+  };
+  float u[4] = {}, x_sum[4] = {};
+  // sw += s · u + (-z·s - c·s) · x_sum: C rows 0..7 (c 0, 1) are the gate part's, 8..15 the up's.
+  const auto end_group = [&] {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float s = par[c >> 1].x;
+      const float bias = fmaf(-kOffset, s, par[c >> 1].y);
+      sw[c] = fmaf(bias, x_sum[c], fmaf(s, u[c], sw[c]));
+      u[c] = 0.0f;
+      x_sum[c] = 0.0f;
+    }
+  };
+  load_pairs();
+  const T* a_lane = a_row + 8 * t;  // lane t's 8 values of each unit (stage_x_permuted)
+
+  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
+    uint4 wv[kV][2];
+    [[maybe_unused]] uint32_t sv[kV][2];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int sl = min(s0 + v, s_end - 1);  // past the slice: the last step again (unused)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        wv[v][p] = decode::load_weights(wp[p] + static_cast<int64_t>(sl) * kStepWords, policy);
+        if constexpr (kMx) {
+          sv[v][p] = __ldg(reinterpret_cast<const unsigned int*>(sp[p] + sl * 32));
+        }
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+      if (s >= s_end) break;  // uniform over the warp
+#pragma unroll
+      for (int unit = 0; unit < 4; ++unit) {
+        const uint4 xa = *reinterpret_cast<const uint4*>(a_lane + s * 128 + unit * 32);
+        const uint32_t bx[2][2] = {{xa.x, xa.y}, {xa.z, xa.w}};
+        uint32_t f[2][2][2];  // [part][mma][register]
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          const uint32_t words[4] = {wv[v][p].x, wv[v][p].y, wv[v][p].z, wv[v][p].w};
+          if constexpr (kMx) {
+            wna16_fast::e2m1_fragments<T>(words[unit], f[p]);
+          } else {
+            wna16_fast::int4_fragments<T>(words[unit], f[p]);
+          }
+        }
+        if constexpr (kMx) {
+          float um[4] = {};
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const uint32_t a[4] = {f[0][m][0], f[1][m][0], f[0][m][1], f[1][m][1]};
+            grouped_gemm::mma_16816<T>(um, a, bx[m]);
+          }
+          const float s_gate = wna16_fast::e8m0_scale(sv[v][0], unit);
+          const float s_up = wna16_fast::e8m0_scale(sv[v][1], unit);
+          sw[0] = fmaf(s_gate, um[0], sw[0]);
+          sw[1] = fmaf(s_gate, um[1], sw[1]);
+          sw[2] = fmaf(s_up, um[2], sw[2]);
+          sw[3] = fmaf(s_up, um[3], sw[3]);
+        } else {
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const uint32_t a[4] = {f[0][m][0], f[1][m][0], f[0][m][1], f[1][m][1]};
+            grouped_gemm::mma_16816<T>(u, a, bx[m]);
+            grouped_gemm::mma_16816<T>(x_sum, ones, bx[m]);
+          }
+          if (--units_left == 0) {  // uniform over the warp
+            end_group();
+            ++group;
+            units_left = units_per_group;
+            load_pairs();
+          }
+        }
+      }
+    }
+  }
+  if constexpr (!kMx) end_group();  // the slice's last (or only) group
+}
+
+// warp_block_gemm_swap's sw (row g, pairs 2t, 2t + 1 of gate and up) as warp_block_gemm's acc
+// (pair g, rows 2t, 2t + 1 of each part; pairs 8..15 zero): element (row r, pair j) of part q
+// lives in lane 4 r + j / 2, component 2q + j % 2. Every lane of the warp calls it.
+__device__ __forceinline__ void transpose_to_pairs(const float (&sw)[4], float (&acc)[2][4]) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int g = lane >> 2, t = lane & 3;
+  const int src0 = 4 * (2 * t) + (g >> 1), src1 = src0 + 4;  // rows 2t and 2t + 1
+  const bool odd = (g & 1) != 0;
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const float even0 = __shfl_sync(0xffffffffu, sw[2 * q], src0);
+    const float odd0 = __shfl_sync(0xffffffffu, sw[2 * q + 1], src0);
+    const float even1 = __shfl_sync(0xffffffffu, sw[2 * q], src1);
+    const float odd1 = __shfl_sync(0xffffffffu, sw[2 * q + 1], src1);
+    acc[q][0] = odd ? odd0 : even0;
+    acc[q][1] = odd ? odd1 : even1;
+    acc[q][2] = 0.0f;
+    acc[q][3] = 0.0f;
+  }
+}
+
 // The block GEMM of a code kind: integer codes take the factored-scale path, FP4 the per-value
 // dequantization.
-template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi>
+template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi, bool kStagedA = false>
 __device__ __forceinline__ void block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                            int expert, int block, int s_begin, int s_end,
                                            const T* a_lo, const T* a_hi, int len, uint64_t policy) {
   if constexpr (Codes == Wna16Codes::kInteger) {
-    warp_block_gemm_int<T, Bits, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len,
-                                             policy);
+    warp_block_gemm_int<T, Bits, Parts, kHi, kStagedA>(acc, w, expert, block, s_begin, s_end, a_lo,
+                                                       a_hi, len, policy);
   } else if constexpr (Codes == Wna16Codes::kMxfp4) {
-    warp_block_gemm_mx<T, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len,
-                                      policy);
+    warp_block_gemm_mx<T, Parts, kHi, kStagedA>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
+                                                len, policy);
   } else {
     warp_block_gemm<T, Bits, Codes, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
                                                 len, policy);
@@ -554,9 +761,19 @@ struct UpParams {
   int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
   int k_slices = 1;        // warps per 8-row block, each a K slice
   int blocks_per_cta = 1;  // 8-row blocks per CTA: blockDim.x = 32 * blocks_per_cta * k_slices
+  // kStageX kernels: x's rows in shared memory after `partial_bytes` of slice partial sums, each
+  // of x_stride elements (K padded to whole steps + 32: rows 64 bytes apart modulo 128, so the
+  // 16-byte loads of two rows in one phase hit different banks).
+  int partial_bytes = 0, x_stride = 0;
   bool evict_first = true;
   MoEActParams act_params;
 };
+
+// The up kernels that stage x in shared memory (stage_x_permuted): the permuted-order paths (INT4,
+// MXFP4) of up to 8 tokens (PairRows 8), whose rows (at most 9 with the zero row) fit in shared
+// memory for any hidden size up to ~12K.
+template <int Bits, Wna16Codes Codes, int PairRows>
+inline constexpr bool kStageX = PairRows == 8 && Bits == 4 && Codes != Wna16Codes::kNvfp4;
 
 // act[p, c] = act_fn(gate[p, c], up[p, c]) for the CTA's blocks of columns c and its experts.
 // Warp w is slice w % k_slices of block blockIdx.x * blocks_per_cta + w / k_slices; the slices
@@ -574,6 +791,14 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
   // kernels before.
   pdl_wait();
   pdl_launch_dependents();
+  constexpr bool kStage = kStageX<Bits, Codes, PairRows>;
+  const int tokens = p.num_pairs / p.top_k;
+  T* xs = reinterpret_cast<T*>(reinterpret_cast<char*>(partial) + p.partial_bytes);
+  if constexpr (kStage) {
+    // Before group_pairs, whose barrier also ends the staging.
+    stage_x_permuted(xs, static_cast<const T*>(p.x), tokens, p.hidden,
+                     static_cast<int>(p.w13.k_steps) * kWna16KStep, p.x_stride);
+  }
   decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
 
   const int warp = static_cast<int>(threadIdx.x / 32);
@@ -594,16 +819,28 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
     const int group_end = g.offset[u + 1];
     for (int first = g.offset[u]; first < group_end; first += PairRows) {
       const LanePairs lp = lane_pairs(g, first, min(PairRows, group_end - first));
-      const T* a_lo = lp.lo < 0 ? nullptr : x + static_cast<int64_t>(lp.lo / p.top_k) * p.hidden;
-      const T* a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
+      const T* a_lo;
+      const T* a_hi;
+      if constexpr (kStage) {  // the staged rows; missing pairs read the zero row
+        a_lo = xs + (lp.lo < 0 ? tokens : lp.lo / p.top_k) * p.x_stride;
+        a_hi = xs + (lp.hi < 0 ? tokens : lp.hi / p.top_k) * p.x_stride;
+      } else {
+        a_lo = lp.lo < 0 ? nullptr : x + static_cast<int64_t>(lp.lo / p.top_k) * p.hidden;
+        a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
+      }
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
-        if (PairRows > 8 && group_end - first > 8) {
-          block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, steps.begin, steps.end,
-                                                   a_lo, a_hi, p.hidden, policy);
+        if constexpr (kStage && Gated) {
+          float sw[4] = {};
+          warp_block_gemm_swap<T, Bits, Codes>(sw, p.w13, e, block, steps.begin, steps.end, a_lo,
+                                               policy);
+          transpose_to_pairs(sw, acc);
+        } else if (PairRows > 8 && group_end - first > 8) {
+          block_gemm<T, Bits, Codes, kParts, true, kStage>(acc, p.w13, e, block, steps.begin,
+                                                           steps.end, a_lo, a_hi, p.hidden, policy);
         } else {
-          block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, steps.begin, steps.end,
-                                                    a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, kParts, false, kStage>(
+              acc, p.w13, e, block, steps.begin, steps.end, a_lo, a_hi, p.hidden, policy);
         }
       }
       if (p.k_slices > 1) {  // uniform over the CTA: the barriers are reached by every thread
@@ -851,18 +1088,30 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   const dim3 grid(static_cast<unsigned>((blocks + p.blocks_per_cta - 1) / p.blocks_per_cta),
                   static_cast<unsigned>(std::max(1, std::min(p.num_pairs, tiles.up_expert_slots))));
   // The slices' accumulators (up_kernel's partial), only when a block is split.
-  const size_t smem =
-      p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
+  p.partial_bytes = p.k_slices > 1 ? static_cast<int>(warps * parts * 4 * 32 * sizeof(float)) : 0;
   const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
-  if (gated) {
-    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, true, 16>
-                         : wna16_decode_up_kernel<T, Bits, Codes, true, 8>,
-                  grid, warps, smem, tiles.pdl, stream, p);
-  } else {
-    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
-                         : wna16_decode_up_kernel<T, Bits, Codes, false, 8>,
-                  grid, warps, smem, tiles.pdl, stream, p);
+  size_t smem = static_cast<size_t>(p.partial_bytes);
+  const bool stage = rows16 ? kStageX<Bits, Codes, 16> : kStageX<Bits, Codes, 8>;
+  if (stage) {  // x's rows and a zero row (stage_x_permuted)
+    p.x_stride = static_cast<int>(p.w13.k_steps * kWna16KStep) + 32;
+    smem += static_cast<size_t>(p.num_pairs / p.top_k + 1) * p.x_stride * sizeof(T);
   }
+  void (*kernel)(UpParams) = gated ? (rows16 ? wna16_decode_up_kernel<T, Bits, Codes, true, 16>
+                                             : wna16_decode_up_kernel<T, Bits, Codes, true, 8>)
+                                   : (rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
+                                             : wna16_decode_up_kernel<T, Bits, Codes, false, 8>);
+  if (smem > 48 * 1024) {  // opt in to more than the default 48 KB
+    int device = 0, most = 0;
+    MG_CUDA_CHECK(cudaGetDevice(&device));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    MG_CHECK(smem <= static_cast<size_t>(most),
+             "WNA16 decode: the up kernel's staged x ({} tokens x {} columns) and slice sums need "
+             "{} bytes of shared memory, more than the {} a CTA may have",
+             p.num_pairs / p.top_k, p.hidden, smem, most);
+    MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  }
+  launch_kernel(kernel, grid, warps, smem, tiles.pdl, stream, p);
 }
 
 template <typename T, int Bits, Wna16Codes Codes>
