@@ -29,10 +29,17 @@
 //   NVFP4        per value with the grouped GEMM's Dequant (its scale changes every 16 columns,
 //                which the permuted order below mixes), global on the accumulator.
 // The INT4 / FP4 tricks take nibbles j and j + 4 of a word (16 bits apart) as one register's
-// pair, a permuted k order inside the lane's 8 columns of a unit; the A registers are permuted the
-// same way (4 PRMT a unit, shared by gate and up), which the mma's sum over k does not see. The
-// weights are never rounded to T, so the results differ from the grouped GEMM's (which rounds each
-// weight once) within the tests' fp64-reference tolerance, not bit for bit.
+// pair, a permuted k order inside the lane's 8 columns of a unit; the x registers are permuted the
+// same way, which the mma's sum over k does not see: the up kernels of INT4 / MXFP4 at up to 8
+// tokens stage x once per CTA in shared memory in that order (stage_x_permuted: one 16-byte load
+// a unit and row, zero past K and for missing pairs), the others load 32-bit pairs and PRMT them
+// (4 a unit, shared by gate and up). The gated up kernel of that case (the M = 1 hot path) also
+// swaps the mma's operands (warp_block_gemm_swap): the weights are A, gate row g and up row g as
+// rows g and g + 8, so one mma covers both parts and no A row is zero (the zero rows of the x-as-A
+// form cost register moves around every mma); x is B (8 pair columns), and the 8 x 8 result is
+// transposed back with 8 shuffles per item. The weights are never rounded to T, so the results
+// differ from the grouped GEMM's (which rounds each weight once) within the tests'
+// fp64-reference tolerance, not bit for bit.
 //
 // Why mma.sync and not plain FMAs: with FMAs every dequantized weight costs one FMA per pair
 // (8 at M = 8) on top of its ~4 dequantization instructions, which at INT4 rates (two values a
@@ -61,12 +68,15 @@
 // kernel is launched with programmatic stream serialization and groups its pairs while the up
 // kernel finishes.
 //
-// What may bound it short of the bandwidth (to check with the timing test before tuning): the
-// A pairs are 32-bit L1 loads, 4 a unit per row (staging x once per CTA in shared memory would
-// make them one 16-byte load); registers (ptxas, CUDA 13.0 here: see the report in the commit
-// log; 16 warps an SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves); the
-// group_pairs prologue every CTA runs; at larger M an up CTA walks its experts one after
-// another, a barrier each.
+// SASS of the inner loop (one round of 4 K steps of gate and up, bf16 INT4 g128, M <= 8, ptxas of
+// CUDA 13.0): 2154 instructions before (64 HMMA, the per-value fp32 dequantization), ~620 executed
+// now (1005 static, of which 12 of the 16 group-end blocks of 32 are skipped at G = 128); MXFP4
+// 2900 -> 888. What may bound it short of the bandwidth (to check with the timing test before
+// tuning): the down kernel still takes act as 32-bit loads + PRMT with x as A (zero rows); the
+// registers (ptxas: up gated INT4 118, MXFP4 88, down INT4 97 a thread at PairRows 8; 16 warps an
+// SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves); the group_pairs
+// prologue every CTA runs; at larger M an up CTA walks its experts one after another, a barrier
+// each.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -76,6 +86,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "framework/core/error.h"
@@ -1100,7 +1111,7 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
                                              : wna16_decode_up_kernel<T, Bits, Codes, true, 8>)
                                    : (rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
                                              : wna16_decode_up_kernel<T, Bits, Codes, false, 8>);
-  if (smem > 48 * 1024) {  // opt in to more than the default 48 KB
+  if (smem > 48 * 1024) {  // more than the default 48 KB: opt in, once per kernel
     int device = 0, most = 0;
     MG_CUDA_CHECK(cudaGetDevice(&device));
     MG_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -1108,8 +1119,13 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
              "WNA16 decode: the up kernel's staged x ({} tokens x {} columns) and slice sums need "
              "{} bytes of shared memory, more than the {} a CTA may have",
              p.num_pairs / p.top_k, p.hidden, smem, most);
-    MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    // The device's whole opt-in, set once (a first, eager launch keeps the attribute call out
+    // of a later graph capture); each launch's occupancy follows its own smem.
+    static std::once_flag opted[2][2];  // [gated][rows16]
+    std::call_once(opted[gated ? 1 : 0][rows16 ? 1 : 0], [&] {
+      MG_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    });
   }
   launch_kernel(kernel, grid, warps, smem, tiles.pdl, stream, p);
 }
