@@ -1111,28 +1111,21 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
                                              : wna16_decode_up_kernel<T, Bits, Codes, true, 8>)
                                    : (rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
                                              : wna16_decode_up_kernel<T, Bits, Codes, false, 8>);
-  if (smem > 0) {
-    // The default limit of 48 KB counts the kernel's static shared memory (the pair grouping
-    // tables) with the dynamic bytes, so the opt-in is set for any dynamic use, once per kernel,
-    // to all the device allows beside the static part (a first, eager launch keeps the attribute
-    // call out of a later graph capture); each launch's occupancy follows its own smem.
-    static std::once_flag opted[2][2];  // [gated][rows16]
-    static int dynamic_most[2][2];
-    const int g = gated ? 1 : 0, r = rows16 ? 1 : 0;
-    std::call_once(opted[g][r], [&] {
-      int device = 0, most = 0;
-      MG_CUDA_CHECK(cudaGetDevice(&device));
-      MG_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-      cudaFuncAttributes attributes{};
-      MG_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-      dynamic_most[g][r] = most - static_cast<int>(attributes.sharedSizeBytes);
-      MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         dynamic_most[g][r]));
-    });
-    MG_CHECK(smem <= static_cast<size_t>(dynamic_most[g][r]),
+  if (smem > 48 * 1024) {  // more than the default 48 KB: opt in, once per kernel
+    int device = 0, most = 0;
+    MG_CUDA_CHECK(cudaGetDevice(&device));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    MG_CHECK(smem <= static_cast<size_t>(most),
              "WNA16 decode: the up kernel's staged x ({} tokens x {} columns) and slice sums need "
-             "{} bytes of shared memory, more than the {} a CTA may have beside its tables",
-             p.num_pairs / p.top_k, p.hidden, smem, dynamic_most[g][r]);
+             "{} bytes of shared memory, more than the {} a CTA may have",
+             p.num_pairs / p.top_k, p.hidden, smem, most);
+    // The device's whole opt-in, set once (a first, eager launch keeps the attribute call out
+    // of a later graph capture); each launch's occupancy follows its own smem.
+    static std::once_flag opted[2][2];  // [gated][rows16]
+    std::call_once(opted[gated ? 1 : 0][rows16 ? 1 : 0], [&] {
+      MG_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    });
   }
   launch_kernel(kernel, grid, warps, smem, tiles.pdl, stream, p);
 }
