@@ -2,13 +2,11 @@
 // launch_wna16_decode_experts forced at M = 1, 2, 3, 5, 8 and 16 tokens, against
 // - an fp64 reference on the weights the packed matrices hold (wna16_unpack_host: fma(q, s, -z·s)
 //   for INT4 / INT8, e2m1 x scale byte (x global) for MXFP4 / NVFP4), rounded through T as the
-//   grouped GEMM rounds them (the decode kernels do not round integer weights: they take the
-//   scale out of the sum, wna16_fast_dequant.cuh, and land within the same tolerance), the
-//   intermediate rounded to T, the weighted top-k sum in fp64;
+//   kernels round them, the intermediate rounded to T, the weighted top-k sum in fp64;
 // - the existing path on the same packed weights (align -> mma.sync GEMM1 + act -> GEMM2 ->
 //   combine, wna16_mma16), which rounds the same values in another order;
-// and eager against a replayed CUDA graph (bit for bit). Cases: INT4 and INT8 with groups of 32,
-// 64 and 128 columns and channel-wise, symmetric and asymmetric; MXFP4 and NVFP4 (globals != 1 per
+// and eager against a replayed CUDA graph (bit for bit). Cases: INT4 and INT8 with groups of 32
+// and 128 columns and channel-wise, symmetric and asymmetric; MXFP4 and NVFP4 (globals != 1 per
 // expert and part, partial last scale groups); H and I not multiples of 64 / 128 where the
 // packer allows (H 72, 328; I 136, 160, 200, 2056); gated and plain activations, SwiGLU-OAI with
 // biases; experts that get no token and a token whose experts are all on other ranks (zeros);
@@ -421,18 +419,6 @@ std::vector<DecodeCase> decode_cases() {
   add(Kind::kInt8, -1, false, 8, 2, 328, 136, MoEActKind::kSwigluOai, true);
   add(Kind::kInt8, 128, true, 8, 4, 256, 384, MoEActKind::kGeluTanhGated, false);
   add(Kind::kInt8, 32, false, 5, 2, 128, 160, MoEActKind::kSilu, true);
-  // The factored scales at every group granularity the decode kernels fold on: 64 (two units;
-  // H 320 and I 192 end in a partial step), 128 over several steps with a slice starting mid-K
-  // (H 640 = 5 steps), channel-wise over a whole 8-step slice (H 1024), asymmetric zero points far
-  // from the midpoint (the -z·s term), and an expert count that leaves most experts without pairs.
-  add(Kind::kInt4, 64, false, 8, 2, 320, 192, MoEActKind::kSiluGated, true);
-  add(Kind::kInt8, 64, false, 6, 4, 320, 192, MoEActKind::kGelu, false);
-  add(Kind::kInt4, 128, false, 16, 1, 640, 384, MoEActKind::kSwigluOai, true);
-  add(Kind::kInt4, -1, true, 4, 2, 1024, 256, MoEActKind::kSiluGated, false);
-  add(Kind::kInt8, -1, false, 32, 2, 1024, 136, MoEActKind::kSilu, false);
-  // H 2816: at 8 tokens the up kernel's staged x rows need more than the default 48 KB of
-  // shared memory (the opt-in path).
-  add(Kind::kInt4, 128, false, 4, 2, 2816, 128, MoEActKind::kSiluGated, true);
   // FP4: a partial last scale group is fine (H 72, 328; I 136, 200, 2056).
   add(Kind::kMxfp4, 32, true, 8, 4, 72, 136, MoEActKind::kSwigluOai, true);
   add(Kind::kMxfp4, 32, true, 4, 2, 256, 2056, MoEActKind::kSiluGated, false);

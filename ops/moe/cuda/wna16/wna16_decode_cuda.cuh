@@ -9,37 +9,12 @@
 // (4 KB a warp; evict-first, L1::no_allocate: each weight line is read once per launch) before it
 // uses the first, and by default a slice is at most that many steps, so a warp's whole item is
 // one round of loads and at M = 1 the grid holds thousands of such warps (qwen3-30b-a3b up: 8
-// experts x 96 blocks x 4 slices). It multiplies with mma.sync m16n8k16 whose A operand is the
-// (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t) are the x (act) rows of pairs g
-// and g + 8, read as 32-bit pairs of T through L1 (x and act are a few KB to a few hundred KB and
-// are re-read by every warp), zero for rows past the pairs and columns past K.
-//
-// Dequantization (the kernels are bound by instruction issue, not bytes, at the grouped GEMM's
-// ~4-5 instructions a value: INT4 at M = 1 streams two values a byte): integer codes and MXFP4
-// take the scale OUT of the inner loop (wna16_fast_dequant.cuh says why each step is exact):
-//   INT4 / INT8  B = q + c, exact in T (one LOP3 puts two nibbles under the BF16 128 / F16 1024
-//                exponent; INT8 one PRMT, or for BF16 q - 128 through F32), an mma into a
-//                per-group accumulator u, an mma of the same A against ones into x_sum, and at the
-//                group's end acc += s · u + (-z·s - c·s) · x_sum with the {s, -z·s} pairs of the
-//                lane's C columns (weight rows 2t, 2t + 1) loaded when the group began
-//                (warp_block_gemm_int; groups of 32 / 64 columns end per unit, 128 per step,
-//                channel-wise once per slice);
-//   MXFP4        B = the E2M1 value itself (bit placement + one HMUL2), and the unit's E8M0 power
-//                of two multiplies its accumulator (warp_block_gemm_mx);
-//   NVFP4        per value with the grouped GEMM's Dequant (its scale changes every 16 columns,
-//                which the permuted order below mixes), global on the accumulator.
-// The INT4 / FP4 tricks take nibbles j and j + 4 of a word (16 bits apart) as one register's
-// pair, a permuted k order inside the lane's 8 columns of a unit; the x registers are permuted the
-// same way, which the mma's sum over k does not see: the up kernels of INT4 / MXFP4 at up to 8
-// tokens stage x once per CTA in shared memory in that order (stage_x_permuted: one 16-byte load
-// a unit and row, zero past K and for missing pairs), the others load 32-bit pairs and PRMT them
-// (4 a unit, shared by gate and up). The gated up kernel of that case (the M = 1 hot path) also
-// swaps the mma's operands (warp_block_gemm_swap): the weights are A, gate row g and up row g as
-// rows g and g + 8, so one mma covers both parts and no A row is zero (the zero rows of the x-as-A
-// form cost register moves around every mma); x is B (8 pair columns), and the 8 x 8 result is
-// transposed back with 8 shuffles per item. The weights are never rounded to T, so the results
-// differ from the grouped GEMM's (which rounds each weight once) within the tests'
-// fp64-reference tolerance, not bit for bit.
+// experts x 96 blocks x 4 slices). It dequantizes in registers with the grouped GEMM's policies
+// (Dequant in wna16_gemm.cuh: INT4/INT8 {s, -z·s} pairs, MXFP4 E8M0 and NVFP4 E4M3 scale bytes,
+// NVFP4's global applied to the accumulator), and multiplies with mma.sync m16n8k16 whose A
+// operand is the (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t) are the x (act)
+// rows of pairs g and g + 8, read as 32-bit pairs of T through L1 (x and act are a few KB to a
+// few hundred KB and are re-read by every warp), zero for rows past the pairs and columns past K.
 //
 // Why mma.sync and not plain FMAs: with FMAs every dequantized weight costs one FMA per pair
 // (8 at M = 8) on top of its ~4 dequantization instructions, which at INT4 rates (two values a
@@ -68,15 +43,14 @@
 // kernel is launched with programmatic stream serialization and groups its pairs while the up
 // kernel finishes.
 //
-// SASS of the inner loop (one round of 4 K steps of gate and up, bf16 INT4 g128, M <= 8, ptxas of
-// CUDA 13.0): 2154 instructions before (64 HMMA, the per-value fp32 dequantization), ~620 executed
-// now (1005 static, of which 12 of the 16 group-end blocks of 32 are skipped at G = 128); MXFP4
-// 2900 -> 888. What may bound it short of the bandwidth (to check with the timing test before
-// tuning): the down kernel still takes act as 32-bit loads + PRMT with x as A (zero rows); the
-// registers (ptxas: up gated INT4 118, MXFP4 88, down INT4 97 a thread at PairRows 8; 16 warps an
-// SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves); the group_pairs
-// prologue every CTA runs; at larger M an up CTA walks its experts one after another, a barrier
-// each.
+// What may bound it short of the bandwidth (to check with the timing test before tuning): the
+// dequantization keeps the grouped GEMM's exact fp32 form (shift-or, subtract, fma, half a
+// conversion per value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at
+// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); registers (ptxas, CUDA
+// 13.0 here: 96-127 a thread for the PairRows 8 kernels, up to 128 with a few spilled bytes for
+// PairRows 16; 16 warps an SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5
+// waves); the group_pairs prologue every
+// CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -86,7 +60,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
 #include "framework/core/error.h"
@@ -96,7 +69,6 @@
 #include "ops/moe/cuda/decode_experts_cuda.cuh"
 #include "ops/moe/cuda/moe_activation_cuda.cuh"
 #include "ops/moe/cuda/wna16/wna16_decode_cuda.h"
-#include "ops/moe/cuda/wna16/wna16_fast_dequant.cuh"
 #include "ops/moe/cuda/wna16/wna16_gemm.cuh"
 
 namespace mg::cuda::wna16_decode {
@@ -136,9 +108,7 @@ __device__ __forceinline__ uint32_t a_pair(const T* row, int k, int len) {
 // + 8)ᵀ over the K steps [s_begin, s_end) of K = len: A row g is a_lo (pair g), row g + 8 is a_hi
 // (pair g + 8), each a T row of `len` elements or null (zeros). !kHi: no group has more than 8
 // pairs, a_hi is not read (the A rows 8..15 are zeros without a load: M <= 8). Every lane of the
-// warp calls it (mma.sync). Each value is dequantized with the grouped GEMM's Dequant policy;
-// block_gemm sends only NVFP4 here (integer codes and MXFP4 take the factored-scale paths below),
-// and it stays correct for every code kind as the reference form of the per-value dequantization.
+// warp calls it (mma.sync).
 template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi>
 __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                                 int expert, int block, int s_begin, int s_end,
@@ -265,476 +235,6 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
   }
 }
 
-// The natural pairs x[k + 8 i .. + 1] (i = 0..3: one 32-wide unit of lane t, k = 32 u + 2t) of
-// a T row of `len` elements (0: no row): one base address, immediate offsets, 0 past len (k is
-// even and len a multiple of 8, so a pair is wholly in or out).
-template <typename T>
-__device__ __forceinline__ void unit_pairs(const T* row, int k, int len, uint32_t (&p)[4]) {
-  const unsigned int* base = reinterpret_cast<const unsigned int*>(row + k);
-  const int left = len - k;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) p[i] = left > 8 * i ? __ldg(base + 4 * i) : 0u;
-}
-
-// x[k .. k + 1] and x[k + 8 .. k + 9] (one k16 half), as unit_pairs.
-template <typename T>
-__device__ __forceinline__ void half_pairs(const T* row, int k, int len, uint32_t (&p)[2]) {
-  const unsigned int* base = reinterpret_cast<const unsigned int*>(row + k);
-  const int left = len - k;
-  p[0] = left > 0 ? __ldg(base) : 0u;
-  p[1] = left > 8 ? __ldg(base + 4) : 0u;
-}
-
-// The A registers {a0, a2} of both mmas of one unit in int4_fragments' permuted order, for the
-// pair rows lo and hi (hi only when kHi), k = 32 u + 2t: from x rows in global memory (4 loads and
-// 4 PRMT a row), or, kStagedA, from rows stage_x_permuted left in shared memory (one 16-byte load a
-// row; the rows are never null there, a missing pair reads the staged zero row, and zero past K).
-template <bool kHi, bool kStagedA, typename T>
-__device__ __forceinline__ void unit_a(const T* a_lo, const T* a_hi, int step, int unit, int t,
-                                       int len_lo, int len_hi, uint32_t (&alo)[2][2],
-                                       uint32_t (&ahi)[2][2]) {
-  if constexpr (kStagedA) {
-    // Lane t's 8 values of the unit sit at 32 u + 8t of the permuted row.
-    const int at = step * 128 + unit * 32 + 8 * t;
-    const uint4 lo = *reinterpret_cast<const uint4*>(a_lo + at);
-    alo[0][0] = lo.x, alo[0][1] = lo.y, alo[1][0] = lo.z, alo[1][1] = lo.w;
-    if constexpr (kHi) {
-      const uint4 hi = *reinterpret_cast<const uint4*>(a_hi + at);
-      ahi[0][0] = hi.x, ahi[0][1] = hi.y, ahi[1][0] = hi.z, ahi[1][1] = hi.w;
-    }
-  } else {
-    const int kc = step * 128 + unit * 32 + 2 * t;
-    uint32_t lo[4], hi[4] = {};
-    unit_pairs(a_lo, kc, len_lo, lo);
-    if constexpr (kHi) unit_pairs(a_hi, kc, len_hi, hi);
-    wna16_fast::permute_a(lo, alo);
-    if constexpr (kHi) wna16_fast::permute_a(hi, ahi);
-  }
-}
-
-// Copies x [tokens, hidden] T into shared memory rows of `stride` elements in int4_fragments'
-// permuted k order (lane t's 8 values of unit u at 32 u + 8t: x[2t], x[16 + 2t], x[2t + 1],
-// x[17 + 2t], x[2t + 8], x[24 + 2t], x[2t + 9], x[25 + 2t]), zero from hidden to k_pad, and a row
-// of zeros after the tokens' (row `tokens`: the A rows of missing pairs). hidden is a multiple of
-// 8, so an 8-column chunk is wholly in or out; the whole CTA takes part (a barrier must follow).
-template <typename T>
-__device__ __forceinline__ void stage_x_permuted(T* xs, const T* x, int tokens, int hidden,
-                                                 int k_pad, int stride) {
-  const int chunks = k_pad / 8;  // per row
-  uint16_t* dst = reinterpret_cast<uint16_t*>(xs);
-  for (int i = static_cast<int>(threadIdx.x); i < (tokens + 1) * chunks;
-       i += static_cast<int>(blockDim.x)) {
-    const int row = i / chunks;
-    const int k0 = (i - row * chunks) * 8;
-    uint32_t v[4] = {};
-    if (row < tokens && k0 < hidden) {
-      const unsigned int* src =
-          reinterpret_cast<const unsigned int*>(x + static_cast<int64_t>(row) * hidden + k0);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = __ldg(src + j);
-    }
-    // Natural column k0 + 2j + b (b = 0, 1: the halves of v[j]) goes to 8j + 4 h8 + 2b + h16 of its
-    // unit, h8 and h16 the bits 3 and 4 of k0.
-    uint16_t* d = dst + static_cast<int64_t>(row) * stride + (k0 & ~31) + 4 * ((k0 >> 3) & 1) +
-                  ((k0 >> 4) & 1);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      d[8 * j] = static_cast<uint16_t>(v[j] & 0xFFFFu);
-      d[8 * j + 2] = static_cast<uint16_t>(v[j] >> 16);
-    }
-  }
-}
-
-// Integer codes (wna16_fast_dequant.cuh): acc[part] += the same C fragment as warp_block_gemm's,
-// with the group scale taken out of the inner loop. The mmas run on exact B values q + c into a
-// per-group accumulator u (and an mma of A against ones into x_sum, shared by the parts); when a
-// group ends (a unit of 32 columns, two, a step, or the slice for channel-wise), each C element
-// (pair row, weight row 2t or 2t + 1) gets s · u + (-z·s - c·s) · x_sum with the {s, -z·s} pair
-// of its weight row, loaded when the group began. Per 32-wide unit and part, INT4 costs 4 LOP3,
-// 3 shifts and 2 mmas; the A registers (4 loads, 4 PRMT for INT4) are shared by the parts.
-template <typename T, int Bits, int Parts, bool kHi, bool kStagedA>
-__device__ __forceinline__ void warp_block_gemm_int(float (&acc)[Parts][4], const Wna16Weights& w,
-                                                    int expert, int block, int s_begin, int s_end,
-                                                    const T* a_lo, const T* a_hi, int len,
-                                                    uint64_t policy) {
-  constexpr int kW = Bits == 4 ? 4 : 8;  // words per lane per step
-  constexpr int kVecs = kW / 4;          // 16-byte loads per lane per step
-  constexpr int kStepWords = 32 * kW;
-  constexpr int kV = kStepsInFlight<Bits, Parts>;
-  constexpr float kOffset = wna16_fast::kCodeOffset<T, Bits>;
-  static_assert(!kStagedA || Bits == 4, "staged A rows are in the INT4 / FP4 permuted order");
-  const uint32_t ones[2] = {wna16_fast::kOnes<T>, wna16_fast::kOnes<T>};
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int t = lane & 3;
-  const int k_steps = static_cast<int>(w.k_steps);
-  const int64_t rows_padded = Parts * w.part_rows;
-  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
-  const int64_t groups = w.groups;
-  // A row past the pairs reads nothing (zeros).
-  const int len_lo = a_lo == nullptr ? 0 : len;
-  [[maybe_unused]] const int len_hi = a_hi == nullptr ? 0 : len;
-
-  const uint32_t* wp[Parts];
-  const float2* pp[Parts];  // the pairs of weight row 2t of the block; row 2t + 1 follows
-#pragma unroll
-  for (int p = 0; p < Parts; ++p) {
-    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
-    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
-    pp[p] = reinterpret_cast<const float2*>(w.params) + (row_block * 8 + 2 * t) * groups;
-  }
-  // The group of each 32-wide unit, followed with a counter (the units are visited in order):
-  // units_per_group units share a group (G / 32: G is a multiple of 32 when there are several
-  // groups; channel-wise, one group of any K, never ends inside the slice). The slice starts at
-  // unit 4 s_begin. Units past K (the padding of the last step, A zero there) keep the last group.
-  const int units_per_group = groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
-  const int last_group = static_cast<int>(groups) - 1;
-  int group = groups == 1 ? 0 : 4 * s_begin / units_per_group;
-  int units_left = groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
-  float2 par[Parts][2];
-  const auto load_pairs = [&] {
-    const int gi = min(group, last_group);
-#pragma unroll
-    for (int p = 0; p < Parts; ++p) {
-      par[p][0] = __ldg(pp[p] + gi);
-      par[p][1] = __ldg(pp[p] + groups + gi);
-    }
-  };
-  float u[Parts][4] = {};
-  float x_sum[4] = {};
-  // acc += s · u + (-z·s - c·s) · x_sum, then the next group's pairs.
-  const auto end_group = [&] {
-#pragma unroll
-    for (int p = 0; p < Parts; ++p) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float s = par[p][r].x;
-        const float bias = fmaf(-kOffset, s, par[p][r].y);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int c = 2 * half + r;
-          acc[p][c] = fmaf(bias, x_sum[c], fmaf(s, u[p][c], acc[p][c]));
-          u[p][c] = 0.0f;
-        }
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < 4; ++c) x_sum[c] = 0.0f;
-  };
-  load_pairs();
-
-  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
-    uint4 wv[kV][Parts][kVecs];
-#pragma unroll
-    for (int v = 0; v < kV; ++v) {
-      const int s = s0 + v;
-#pragma unroll
-      for (int p = 0; p < Parts; ++p) {
-#pragma unroll
-        for (int q = 0; q < kVecs; ++q) {
-          // Past the slice: the last step again (never used; no zero-fill moves).
-          const int sl = min(s, s_end - 1);
-          wv[v][p][q] =
-              decode::load_weights(wp[p] + static_cast<int64_t>(sl) * kStepWords + q * 128, policy);
-        }
-      }
-    }
-#pragma unroll
-    for (int v = 0; v < kV; ++v) {
-      const int s = s0 + v;
-      if (s >= s_end) break;  // uniform over the warp
-#pragma unroll
-      for (int unit = 0; unit < 4; ++unit) {
-        if constexpr (Bits == 4) {
-          uint32_t alo[2][2], ahi[2][2] = {};
-          unit_a<kHi, kStagedA>(a_lo, a_hi, s, unit, t, len_lo, len_hi, alo, ahi);
-          uint32_t b[Parts][2][2];
-#pragma unroll
-          for (int p = 0; p < Parts; ++p) {
-            const uint4& vec = wv[v][p][0];
-            const uint32_t words[4] = {vec.x, vec.y, vec.z, vec.w};
-            wna16_fast::int4_fragments<T>(words[unit], b[p]);
-          }
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            const uint32_t a[4] = {alo[m][0], ahi[m][0], alo[m][1], ahi[m][1]};
-            grouped_gemm::mma_16816<T>(x_sum, a, ones);
-#pragma unroll
-            for (int p = 0; p < Parts; ++p) grouped_gemm::mma_16816<T>(u[p], a, b[p][m]);
-          }
-        } else {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int k = s * 128 + unit * 32 + 16 * half + 2 * t;
-            uint32_t lo[2], hi[2] = {};
-            half_pairs(a_lo, k, len_lo, lo);
-            if constexpr (kHi) half_pairs(a_hi, k, len_hi, hi);
-            const uint32_t a[4] = {lo[0], hi[0], lo[1], hi[1]};
-            grouped_gemm::mma_16816<T>(x_sum, a, ones);
-#pragma unroll
-            for (int p = 0; p < Parts; ++p) {
-              const uint4& vec = wv[v][p][unit / 2];
-              const uint32_t words[4] = {vec.x, vec.y, vec.z, vec.w};
-              uint32_t b[2];
-              wna16_fast::int8_fragment<T>(words[(2 * unit + half) & 3], b);
-              grouped_gemm::mma_16816<T>(u[p], a, b);
-            }
-          }
-        }
-        if (--units_left == 0) {  // uniform over the warp
-          end_group();
-          ++group;
-          units_left = units_per_group;
-          load_pairs();
-        }
-      }
-    }
-  }
-  end_group();  // the slice's last (or only) group; adds zeros when it just ended
-}
-
-// MXFP4 (wna16_fast_dequant.cuh): as warp_block_gemm_int with the E2M1 values themselves in B
-// (exact in T) and the unit's E8M0 scale, a power of two, applied to the per-unit accumulator:
-// acc += 2^(code - 127) · u for the C element's weight row (2t or 2t + 1, whose scale bytes of a
-// step are 8 contiguous bytes). No zero point, so no x sum.
-template <typename T, int Parts, bool kHi, bool kStagedA>
-__device__ __forceinline__ void warp_block_gemm_mx(float (&acc)[Parts][4], const Wna16Weights& w,
-                                                   int expert, int block, int s_begin, int s_end,
-                                                   const T* a_lo, const T* a_hi, int len,
-                                                   uint64_t policy) {
-  constexpr int kStepWords = 32 * 4;
-  constexpr int kV = kStepsInFlight<4, Parts>;
-  constexpr int kScaleBytes = kScaleBytesPerStep<Wna16Codes::kMxfp4>;  // 4 a row and step
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int t = lane & 3;
-  const int k_steps = static_cast<int>(w.k_steps);
-  const int64_t rows_padded = Parts * w.part_rows;
-  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
-  const int len_lo = a_lo == nullptr ? 0 : len;
-  [[maybe_unused]] const int len_hi = a_hi == nullptr ? 0 : len;
-
-  const uint32_t* wp[Parts];
-  const uint8_t* sp[Parts];  // the scale bytes of weight rows 2t, 2t + 1 of the block's steps
-#pragma unroll
-  for (int p = 0; p < Parts; ++p) {
-    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
-    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
-    sp[p] = w.scale_bytes + row_block * k_steps * (8 * kScaleBytes) + 2 * t * kScaleBytes;
-  }
-
-  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
-    uint4 wv[kV][Parts];
-    uint2 sv[kV][Parts];  // .x: row 2t's 4 unit codes, .y: row 2t + 1's
-#pragma unroll
-    for (int v = 0; v < kV; ++v) {
-      const int sl = min(s0 + v, s_end - 1);  // past the slice: the last step again (unused)
-#pragma unroll
-      for (int p = 0; p < Parts; ++p) {
-        wv[v][p] = decode::load_weights(wp[p] + static_cast<int64_t>(sl) * kStepWords, policy);
-        sv[v][p] = __ldg(
-            reinterpret_cast<const uint2*>(sp[p] + static_cast<int64_t>(sl) * 8 * kScaleBytes));
-      }
-    }
-#pragma unroll
-    for (int v = 0; v < kV; ++v) {
-      const int s = s0 + v;
-      if (s >= s_end) break;  // uniform over the warp
-#pragma unroll
-      for (int unit = 0; unit < 4; ++unit) {
-        uint32_t alo[2][2], ahi[2][2] = {};
-        unit_a<kHi, kStagedA>(a_lo, a_hi, s, unit, t, len_lo, len_hi, alo, ahi);
-#pragma unroll
-        for (int p = 0; p < Parts; ++p) {
-          const uint32_t words[4] = {wv[v][p].x, wv[v][p].y, wv[v][p].z, wv[v][p].w};
-          uint32_t b[2][2];
-          wna16_fast::e2m1_fragments<T>(words[unit], b);
-          float u[4] = {};
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            const uint32_t a[4] = {alo[m][0], ahi[m][0], alo[m][1], ahi[m][1]};
-            grouped_gemm::mma_16816<T>(u, a, b[m]);
-          }
-          const float s_even = wna16_fast::e8m0_scale(sv[v][p].x, unit);
-          const float s_odd = wna16_fast::e8m0_scale(sv[v][p].y, unit);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) acc[p][c] = fmaf(c & 1 ? s_odd : s_even, u[c], acc[p][c]);
-        }
-      }
-    }
-  }
-}
-
-// The gated up kernel's hot path (INT4 / MXFP4, staged x, up to 8 pairs), with the operands of
-// the mma swapped: A is the weights, 16 rows = row g of the gate block (rows 0..7) and row g of
-// the up block (rows 8..15), straight from the two parts' fragments (no zero rows, no register
-// moves), and B is x, 8 columns = the group's pairs (lane (g, t) supplies pair g's x, as A row g
-// in warp_block_gemm_int): one mma covers gate and up. C is then transposed: sw[0], sw[1] = gate
-// row g for pairs 2t, 2t + 1; sw[2], sw[3] = up row g for the same pairs (transpose_to_pairs turns
-// it into warp_block_gemm's layout). The scale of the lane's row g is its own (one {s, -z·s}
-// pair or one E8M0 byte per part), and the x sums come from an mma of ones against the same B.
-template <typename T, int Bits, Wna16Codes Codes>
-__device__ __forceinline__ void warp_block_gemm_swap(float (&sw)[4], const Wna16Weights& w,
-                                                     int expert, int block, int s_begin, int s_end,
-                                                     const T* a_row, uint64_t policy) {
-  static_assert(Bits == 4 && Codes != Wna16Codes::kNvfp4);
-  constexpr bool kMx = Codes == Wna16Codes::kMxfp4;
-  constexpr int kStepWords = 32 * 4;
-  constexpr int kV = kStepsInFlight<4, 2>;
-  constexpr float kOffset = kMx ? 0.0f : wna16_fast::kCodeOffset<T, 4>;
-  constexpr uint32_t kOne = wna16_fast::kOnes<T>;
-  const uint32_t ones[4] = {kOne, kOne, kOne, kOne};
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int g_row = lane >> 2, t = lane & 3;
-  const int k_steps = static_cast<int>(w.k_steps);
-  const int64_t expert_blocks = static_cast<int64_t>(expert) * (2 * w.part_rows / 8);
-  const int64_t groups = w.groups;
-
-  const uint32_t* wp[2];
-  [[maybe_unused]] const float2* pp[2];   // integer: row g's pairs
-  [[maybe_unused]] const uint8_t* sp[2];  // MXFP4: row g's 4 scale bytes of each step
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
-    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
-    if constexpr (kMx) {
-      sp[p] = w.scale_bytes + row_block * k_steps * 32 + g_row * 4;
-    } else {
-      pp[p] = reinterpret_cast<const float2*>(w.params) + (row_block * 8 + g_row) * groups;
-    }
-  }
-  // Integer codes: the group walk of warp_block_gemm_int.
-  [[maybe_unused]] const int units_per_group =
-      groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
-  [[maybe_unused]] const int last_group = static_cast<int>(groups) - 1;
-  [[maybe_unused]] int group = groups == 1 ? 0 : 4 * s_begin / units_per_group;
-  [[maybe_unused]] int units_left =
-      groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
-  [[maybe_unused]] float2 par[2];
-  const auto load_pairs = [&] {
-    if constexpr (!kMx) {
-      const int gi = min(group, last_group);
-      par[0] = __ldg(pp[0] + gi);
-      par[1] = __ldg(pp[1] + gi);
-    }
-  };
-  float u[4] = {}, x_sum[4] = {};
-  // sw += s · u + (-z·s - c·s) · x_sum: C rows 0..7 (c 0, 1) are the gate part's, 8..15 the up's.
-  const auto end_group = [&] {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float s = par[c >> 1].x;
-      const float bias = fmaf(-kOffset, s, par[c >> 1].y);
-      sw[c] = fmaf(bias, x_sum[c], fmaf(s, u[c], sw[c]));
-      u[c] = 0.0f;
-      x_sum[c] = 0.0f;
-    }
-  };
-  load_pairs();
-  const T* a_lane = a_row + 8 * t;  // lane t's 8 values of each unit (stage_x_permuted)
-
-  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
-    uint4 wv[kV][2];
-    [[maybe_unused]] uint32_t sv[kV][2];
-#pragma unroll
-    for (int v = 0; v < kV; ++v) {
-      const int sl = min(s0 + v, s_end - 1);  // past the slice: the last step again (unused)
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        wv[v][p] = decode::load_weights(wp[p] + static_cast<int64_t>(sl) * kStepWords, policy);
-        if constexpr (kMx) {
-          sv[v][p] = __ldg(reinterpret_cast<const unsigned int*>(sp[p] + sl * 32));
-        }
-      }
-    }
-#pragma unroll
-    for (int v = 0; v < kV; ++v) {
-      const int s = s0 + v;
-      if (s >= s_end) break;  // uniform over the warp
-#pragma unroll
-      for (int unit = 0; unit < 4; ++unit) {
-        const uint4 xa = *reinterpret_cast<const uint4*>(a_lane + s * 128 + unit * 32);
-        const uint32_t bx[2][2] = {{xa.x, xa.y}, {xa.z, xa.w}};
-        uint32_t f[2][2][2];  // [part][mma][register]
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          const uint32_t words[4] = {wv[v][p].x, wv[v][p].y, wv[v][p].z, wv[v][p].w};
-          if constexpr (kMx) {
-            wna16_fast::e2m1_fragments<T>(words[unit], f[p]);
-          } else {
-            wna16_fast::int4_fragments<T>(words[unit], f[p]);
-          }
-        }
-        if constexpr (kMx) {
-          float um[4] = {};
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            const uint32_t a[4] = {f[0][m][0], f[1][m][0], f[0][m][1], f[1][m][1]};
-            grouped_gemm::mma_16816<T>(um, a, bx[m]);
-          }
-          const float s_gate = wna16_fast::e8m0_scale(sv[v][0], unit);
-          const float s_up = wna16_fast::e8m0_scale(sv[v][1], unit);
-          sw[0] = fmaf(s_gate, um[0], sw[0]);
-          sw[1] = fmaf(s_gate, um[1], sw[1]);
-          sw[2] = fmaf(s_up, um[2], sw[2]);
-          sw[3] = fmaf(s_up, um[3], sw[3]);
-        } else {
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            const uint32_t a[4] = {f[0][m][0], f[1][m][0], f[0][m][1], f[1][m][1]};
-            grouped_gemm::mma_16816<T>(u, a, bx[m]);
-            grouped_gemm::mma_16816<T>(x_sum, ones, bx[m]);
-          }
-          if (--units_left == 0) {  // uniform over the warp
-            end_group();
-            ++group;
-            units_left = units_per_group;
-            load_pairs();
-          }
-        }
-      }
-    }
-  }
-  if constexpr (!kMx) end_group();  // the slice's last (or only) group
-}
-
-// warp_block_gemm_swap's sw (row g, pairs 2t, 2t + 1 of gate and up) as warp_block_gemm's acc
-// (pair g, rows 2t, 2t + 1 of each part; pairs 8..15 zero): element (row r, pair j) of part q
-// lives in lane 4 r + j / 2, component 2q + j % 2. Every lane of the warp calls it.
-__device__ __forceinline__ void transpose_to_pairs(const float (&sw)[4], float (&acc)[2][4]) {
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int g = lane >> 2, t = lane & 3;
-  const int src0 = 4 * (2 * t) + (g >> 1), src1 = src0 + 4;  // rows 2t and 2t + 1
-  const bool odd = (g & 1) != 0;
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const float even0 = __shfl_sync(0xffffffffu, sw[2 * q], src0);
-    const float odd0 = __shfl_sync(0xffffffffu, sw[2 * q + 1], src0);
-    const float even1 = __shfl_sync(0xffffffffu, sw[2 * q], src1);
-    const float odd1 = __shfl_sync(0xffffffffu, sw[2 * q + 1], src1);
-    acc[q][0] = odd ? odd0 : even0;
-    acc[q][1] = odd ? odd1 : even1;
-    acc[q][2] = 0.0f;
-    acc[q][3] = 0.0f;
-  }
-}
-
-// The block GEMM of a code kind: integer codes take the factored-scale path, FP4 the per-value
-// dequantization.
-template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi, bool kStagedA = false>
-__device__ __forceinline__ void block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
-                                           int expert, int block, int s_begin, int s_end,
-                                           const T* a_lo, const T* a_hi, int len, uint64_t policy) {
-  if constexpr (Codes == Wna16Codes::kInteger) {
-    warp_block_gemm_int<T, Bits, Parts, kHi, kStagedA>(acc, w, expert, block, s_begin, s_end, a_lo,
-                                                       a_hi, len, policy);
-  } else if constexpr (Codes == Wna16Codes::kMxfp4) {
-    warp_block_gemm_mx<T, Parts, kHi, kStagedA>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
-                                                len, policy);
-  } else {
-    warp_block_gemm<T, Bits, Codes, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
-                                                len, policy);
-  }
-}
-
 // The pairs of pair group [first, first + count) of the grouped pairs, as lane (g, t) sees them:
 // pair g (A row g) and pair g + 8 (A row g + 8), -1 past count.
 struct LanePairs {
@@ -772,19 +272,9 @@ struct UpParams {
   int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
   int k_slices = 1;        // warps per 8-row block, each a K slice
   int blocks_per_cta = 1;  // 8-row blocks per CTA: blockDim.x = 32 * blocks_per_cta * k_slices
-  // kStageX kernels: x's rows in shared memory after `partial_bytes` of slice partial sums, each
-  // of x_stride elements (K padded to whole steps + 32: rows 64 bytes apart modulo 128, so the
-  // 16-byte loads of two rows in one phase hit different banks).
-  int partial_bytes = 0, x_stride = 0;
   bool evict_first = true;
   MoEActParams act_params;
 };
-
-// The up kernels that stage x in shared memory (stage_x_permuted): the permuted-order paths (INT4,
-// MXFP4) of up to 8 tokens (PairRows 8), whose rows (at most 9 with the zero row) fit in shared
-// memory for any hidden size up to ~12K.
-template <int Bits, Wna16Codes Codes, int PairRows>
-inline constexpr bool kStageX = PairRows == 8 && Bits == 4 && Codes != Wna16Codes::kNvfp4;
 
 // act[p, c] = act_fn(gate[p, c], up[p, c]) for the CTA's blocks of columns c and its experts.
 // Warp w is slice w % k_slices of block blockIdx.x * blocks_per_cta + w / k_slices; the slices
@@ -802,14 +292,6 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
   // kernels before.
   pdl_wait();
   pdl_launch_dependents();
-  constexpr bool kStage = kStageX<Bits, Codes, PairRows>;
-  const int tokens = p.num_pairs / p.top_k;
-  T* xs = reinterpret_cast<T*>(reinterpret_cast<char*>(partial) + p.partial_bytes);
-  if constexpr (kStage) {
-    // Before group_pairs, whose barrier also ends the staging.
-    stage_x_permuted(xs, static_cast<const T*>(p.x), tokens, p.hidden,
-                     static_cast<int>(p.w13.k_steps) * kWna16KStep, p.x_stride);
-  }
   decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
 
   const int warp = static_cast<int>(threadIdx.x / 32);
@@ -830,28 +312,16 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
     const int group_end = g.offset[u + 1];
     for (int first = g.offset[u]; first < group_end; first += PairRows) {
       const LanePairs lp = lane_pairs(g, first, min(PairRows, group_end - first));
-      const T* a_lo;
-      const T* a_hi;
-      if constexpr (kStage) {  // the staged rows; missing pairs read the zero row
-        a_lo = xs + (lp.lo < 0 ? tokens : lp.lo / p.top_k) * p.x_stride;
-        a_hi = xs + (lp.hi < 0 ? tokens : lp.hi / p.top_k) * p.x_stride;
-      } else {
-        a_lo = lp.lo < 0 ? nullptr : x + static_cast<int64_t>(lp.lo / p.top_k) * p.hidden;
-        a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
-      }
+      const T* a_lo = lp.lo < 0 ? nullptr : x + static_cast<int64_t>(lp.lo / p.top_k) * p.hidden;
+      const T* a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
-        if constexpr (kStage && Gated) {
-          float sw[4] = {};
-          warp_block_gemm_swap<T, Bits, Codes>(sw, p.w13, e, block, steps.begin, steps.end, a_lo,
-                                               policy);
-          transpose_to_pairs(sw, acc);
-        } else if (PairRows > 8 && group_end - first > 8) {
-          block_gemm<T, Bits, Codes, kParts, true, kStage>(acc, p.w13, e, block, steps.begin,
-                                                           steps.end, a_lo, a_hi, p.hidden, policy);
+        if (PairRows > 8 && group_end - first > 8) {
+          warp_block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, steps.begin,
+                                                        steps.end, a_lo, a_hi, p.hidden, policy);
         } else {
-          block_gemm<T, Bits, Codes, kParts, false, kStage>(
-              acc, p.w13, e, block, steps.begin, steps.end, a_lo, a_hi, p.hidden, policy);
+          warp_block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, steps.begin,
+                                                         steps.end, a_lo, a_hi, p.hidden, policy);
         }
       }
       if (p.k_slices > 1) {  // uniform over the CTA: the barriers are reached by every thread
@@ -988,11 +458,11 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const Do
           float acc[1][4] = {};
           if (steps.begin < steps.end) {  // uniform over the warp
             if (PairRows > 8 && group_end - first > 8) {
-              block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, steps.begin, steps.end,
-                                                  a_lo, a_hi, p.inter, policy);
+              warp_block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
+                                                       steps.end, a_lo, a_hi, p.inter, policy);
             } else {
-              block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, steps.begin, steps.end,
-                                                   a_lo, a_hi, p.inter, policy);
+              warp_block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
+                                                        steps.end, a_lo, a_hi, p.inter, policy);
             }
           }
           const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
@@ -1099,35 +569,18 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   const dim3 grid(static_cast<unsigned>((blocks + p.blocks_per_cta - 1) / p.blocks_per_cta),
                   static_cast<unsigned>(std::max(1, std::min(p.num_pairs, tiles.up_expert_slots))));
   // The slices' accumulators (up_kernel's partial), only when a block is split.
-  p.partial_bytes = p.k_slices > 1 ? static_cast<int>(warps * parts * 4 * 32 * sizeof(float)) : 0;
+  const size_t smem =
+      p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
   const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
-  size_t smem = static_cast<size_t>(p.partial_bytes);
-  const bool stage = rows16 ? kStageX<Bits, Codes, 16> : kStageX<Bits, Codes, 8>;
-  if (stage) {  // x's rows and a zero row (stage_x_permuted)
-    p.x_stride = static_cast<int>(p.w13.k_steps * kWna16KStep) + 32;
-    smem += static_cast<size_t>(p.num_pairs / p.top_k + 1) * p.x_stride * sizeof(T);
+  if (gated) {
+    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, true, 16>
+                         : wna16_decode_up_kernel<T, Bits, Codes, true, 8>,
+                  grid, warps, smem, tiles.pdl, stream, p);
+  } else {
+    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
+                         : wna16_decode_up_kernel<T, Bits, Codes, false, 8>,
+                  grid, warps, smem, tiles.pdl, stream, p);
   }
-  void (*kernel)(UpParams) = gated ? (rows16 ? wna16_decode_up_kernel<T, Bits, Codes, true, 16>
-                                             : wna16_decode_up_kernel<T, Bits, Codes, true, 8>)
-                                   : (rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
-                                             : wna16_decode_up_kernel<T, Bits, Codes, false, 8>);
-  if (smem > 48 * 1024) {  // more than the default 48 KB: opt in, once per kernel
-    int device = 0, most = 0;
-    MG_CUDA_CHECK(cudaGetDevice(&device));
-    MG_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    MG_CHECK(smem <= static_cast<size_t>(most),
-             "WNA16 decode: the up kernel's staged x ({} tokens x {} columns) and slice sums need "
-             "{} bytes of shared memory, more than the {} a CTA may have",
-             p.num_pairs / p.top_k, p.hidden, smem, most);
-    // The device's whole opt-in, set once (a first, eager launch keeps the attribute call out
-    // of a later graph capture); each launch's occupancy follows its own smem.
-    static std::once_flag opted[2][2];  // [gated][rows16]
-    std::call_once(opted[gated ? 1 : 0][rows16 ? 1 : 0], [&] {
-      MG_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    });
-  }
-  launch_kernel(kernel, grid, warps, smem, tiles.pdl, stream, p);
 }
 
 template <typename T, int Bits, Wna16Codes Codes>
