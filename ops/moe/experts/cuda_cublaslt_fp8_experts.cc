@@ -91,17 +91,7 @@ class CudaCublasLtFp8Experts final : public ExpertsMonolithic {
     const Scratch sc(ws, shape_, M);
     if (M == 0) return;
     const cudaStream_t s = cuda::native(ctx.stream);
-    // Ids and weights the runner routed (its fused gate + route launch, takes_routing), or
-    // routed here from the logits.
-    const int32_t* ids = t.topk_ids;
-    const float* weights = t.topk_weights;
-    if (ids == nullptr) {
-      cuda::launch_moe_route<float>(route_, t.router_logits, M,
-                                    bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
-                                    sc.weights, s);
-      ids = sc.ids;
-      weights = sc.weights;
-    }
+    const auto [ids, weights] = routed_pairs(t, route_, bias_, sc.ids, sc.weights, ctx.stream);
     cuda::launch_moe_align(ids, P, expert_map_.data<int32_t>(), shape_.num_experts, E, sc.align, s);
     const int32_t* offsets = sc.align.expert_offsets;
     const cuda::MoEActParams act = cuda_act_params(shape_.activation);

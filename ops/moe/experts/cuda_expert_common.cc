@@ -150,4 +150,14 @@ void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& w, 
   });
 }
 
+RoutedPairs routed_pairs(const DispatchedLogits& t, const cuda::RouteParams& route,
+                         const Tensor& score_bias, int32_t* scratch_ids, float* scratch_weights,
+                         Stream* stream) {
+  if (t.topk_ids != nullptr) return {t.topk_ids, t.topk_weights};
+  cuda::launch_moe_route<float>(route, t.router_logits, t.num_tokens,
+                                score_bias.defined() ? score_bias.data<float>() : nullptr,
+                                scratch_ids, scratch_weights, cuda::native(stream));
+  return {scratch_ids, scratch_weights};
+}
+
 }  // namespace mg

@@ -9,6 +9,7 @@
 #include "framework/device/device.h"
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/moe_cuda_types.h"
+#include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/heuristics/unquantized_kernel_choice.h"
 #include "ops/moe/kernel/expert_weights.h"
 #include "ops/moe/kernel/experts.h"
@@ -64,5 +65,17 @@ void run_grouped_experts(const ExpertsShape& shape, const CudaExpertWeights& wei
                          int64_t num_tokens, const int32_t* topk_ids, const float* topk_weights,
                          const GroupedScratch& scratch, cuda::GroupedGemmKernel gemm1,
                          cuda::GroupedGemmKernel gemm2, void* out, Stream* stream);
+
+// The (token, expert) pairs a monolithic backend runs: the ids and weights the runner routed (its
+// fused gate + route launch, ExpertsMonolithic::takes_routing) or, when it did not, routed here
+// from `t.router_logits` (F32 on every device, router_cuda.h) into `scratch_ids` /
+// `scratch_weights` with the score-correction bias `score_bias` (may be undefined).
+struct RoutedPairs {
+  const int32_t* ids;
+  const float* weights;
+};
+RoutedPairs routed_pairs(const DispatchedLogits& t, const cuda::RouteParams& route,
+                         const Tensor& score_bias, int32_t* scratch_ids, float* scratch_weights,
+                         Stream* stream);
 
 }  // namespace mg

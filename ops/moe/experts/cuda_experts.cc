@@ -85,17 +85,9 @@ class CudaMoEExperts final : public ExpertsMonolithic {
     const cudaStream_t s = cuda::native(ctx.stream);
     cuda::dispatch_float_dtype(shape_.dtype, [&](auto tag) {
       using T = decltype(tag);
-      // Ids and weights the runner routed (its fused gate + route launch, takes_routing), or
-      // routed here from the logits (F32 on every device, router_cuda.h).
-      const int32_t* ids = t.topk_ids;
-      const float* weights = t.topk_weights;
-      if (ids == nullptr) {
-        cuda::launch_moe_route<float>(route_, t.router_logits, M,
-                                      bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
-                                      sc.weights, s);
-        ids = sc.ids;
-        weights = sc.weights;
-      }
+      const RoutedPairs routed = routed_pairs(t, route_, bias_, sc.ids, sc.weights, ctx.stream);
+      const int32_t* ids = routed.ids;
+      const float* weights = routed.weights;
       if (choice.pipeline == CudaMoEPipeline::kDecode) {
         cuda::DecodeExpertsArgs d;
         d.x = t.hidden;

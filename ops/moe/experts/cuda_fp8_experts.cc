@@ -96,17 +96,7 @@ class CudaFp8Experts final : public ExpertsMonolithic {
     const cudaStream_t s = cuda::native(ctx.stream);
     const cuda::Fp8WeightScales s13 = kernel_scales(s13_, q13_, N1, H);
     const cuda::Fp8WeightScales s2 = kernel_scales(s2_, q2_, H, I);
-    // Ids and weights the runner routed (its fused gate + route launch, takes_routing), or
-    // routed here from the logits.
-    const int32_t* ids = t.topk_ids;
-    const float* weights = t.topk_weights;
-    if (ids == nullptr) {
-      cuda::launch_moe_route<float>(route_, t.router_logits, M,
-                                    bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
-                                    sc.weights, s);
-      ids = sc.ids;
-      weights = sc.weights;
-    }
+    const auto [ids, weights] = routed_pairs(t, route_, bias_, sc.ids, sc.weights, ctx.stream);
     cuda::dispatch_16bit_dtype(shape_.dtype, "cuda_fp8", [&](auto tag) {
       using T = decltype(tag);
       if (choice.kernel == Fp8Kernel::kDecode) {

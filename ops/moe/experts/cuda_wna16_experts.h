@@ -10,10 +10,11 @@
 //                 route -> up (GEMM1 + act per (token, expert) pair) -> down (GEMM2 + the
 //                 weighted top-k sum into the output), three launches over the same packed
 //                 weights (ops/moe/cuda/wna16/wna16_decode_cuda.h). From
-//                 kWna16DequantMinRowsPerExpert rows an expert the large-M path: align -> gather -> per chunk of
-//                 experts, their packed weights dequantized into a bounded BF16/F16 workspace and
-//                 cuda_moe's grouped GEMMs run over them -> combine (wna16_experts_cuda.h,
-//                 section 4). `cuda_wna16:wna16_decode` forces the decode path up to 16 tokens,
+//                 kWna16DequantMinRowsPerExpert rows an expert the large-M path: align -> gather ->
+//                 per chunk of experts, their packed weights dequantized into a bounded BF16/F16
+//                 workspace and cuda_moe's grouped GEMMs run over them -> combine
+//                 (wna16_experts_cuda.h, section 4). `cuda_wna16:wna16_decode` forces the decode
+//                 path up to 16 tokens,
 //                 `:wna16_dequant` the large-M path at any M; `:wna16_mma16` or `:wna16_mma64`
 //                 forces the GEMM tile (never the decode or the large-M path).
 //   cuda_fp4      the same backend and kernels for FP4 E2M1 weights (MXFP4: GPT-OSS; NVFP4; the
