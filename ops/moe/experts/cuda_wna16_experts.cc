@@ -417,8 +417,7 @@ class CudaWna16Experts final : public ExpertsMonolithic {
   // it.
   bool takes_dequant_path(int64_t M) const {
     if (request_.has_value() || decode_forced_) return false;
-    return dequant_forced_ ||
-           cuda::wna16_dequant_chosen(M, shape_.top_k, shape_.num_local_experts());
+    return dequant_forced_ || cuda::wna16_dequant_chosen(M, shape_.top_k, shape_.num_experts);
   }
 
   // The decode kernels at M <= kWna16DecodeThreshold tokens (or up to kWna16DecodeMaxTokens
