@@ -41,8 +41,11 @@ namespace {
 
 #ifdef MG_WITH_CUDA
 
+using testing::CaptureGuard;
+using testing::device_sm_count;
 using testing::DeviceBuffer;
 using testing::DtypeTolerance;
+using testing::upload_as;
 
 struct DecodeCase {
   std::string name;
@@ -249,41 +252,6 @@ AttentionDims dims_of(const DecodeCase& c) {
   d.sliding_window = c.sliding_window;
   d.chunk_size = c.chunk_size;
   return d;
-}
-
-// A launch that throws while its stream captures must still end the capture: otherwise every
-// later CUDA call of the test process fails (cudaErrorStreamCaptureUnsupported). Until
-// release(), the destructor ends the capture, drops the graph and destroys the stream.
-class CaptureGuard {
- public:
-  explicit CaptureGuard(cudaStream_t stream) : stream_(stream) {}
-  CaptureGuard(const CaptureGuard&) = delete;
-  CaptureGuard& operator=(const CaptureGuard&) = delete;
-  ~CaptureGuard() {
-    if (stream_ == nullptr) return;
-    cudaGraph_t abandoned = nullptr;
-    cudaStreamEndCapture(stream_, &abandoned);
-    if (abandoned != nullptr) cudaGraphDestroy(abandoned);
-    cudaStreamDestroy(stream_);
-  }
-  void release() { stream_ = nullptr; }
-
- private:
-  cudaStream_t stream_;
-};
-
-int device_sm_count() {
-  int sms = 0;
-  MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  return sms;
-}
-
-// Host bytes of `t` (F32) cast to `dtype`, on the device.
-std::unique_ptr<DeviceBuffer> upload_as(const Tensor& t, DType dtype) {
-  const Tensor cast = t.dtype() == DType::kF32 ? cast_cpu(t, dtype) : t;
-  auto buffer = std::make_unique<DeviceBuffer>(cast.nbytes());
-  buffer->upload(cast.raw(), cast.nbytes());
-  return buffer;
 }
 
 // One case's inputs in one dtype: host histories and reference, device cache and query rows.

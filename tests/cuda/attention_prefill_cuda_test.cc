@@ -38,8 +38,11 @@ namespace {
 
 #ifdef MG_WITH_CUDA
 
+using testing::CaptureGuard;
+using testing::device_sm_count;
 using testing::DeviceBuffer;
 using testing::DtypeTolerance;
+using testing::upload_as;
 
 struct PrefillCase {
   std::string name;
@@ -162,38 +165,6 @@ AttentionDims dims_of(const PrefillCase& c) {
   d.sliding_window = c.sliding_window;
   d.chunk_size = c.chunk_size;
   return d;
-}
-
-// Ends a capture that a throwing launch left open (see attention_decode_cuda_test.cc).
-class CaptureGuard {
- public:
-  explicit CaptureGuard(cudaStream_t stream) : stream_(stream) {}
-  CaptureGuard(const CaptureGuard&) = delete;
-  CaptureGuard& operator=(const CaptureGuard&) = delete;
-  ~CaptureGuard() {
-    if (stream_ == nullptr) return;
-    cudaGraph_t abandoned = nullptr;
-    cudaStreamEndCapture(stream_, &abandoned);
-    if (abandoned != nullptr) cudaGraphDestroy(abandoned);
-    cudaStreamDestroy(stream_);
-  }
-  void release() { stream_ = nullptr; }
-
- private:
-  cudaStream_t stream_;
-};
-
-int device_sm_count() {
-  int sms = 0;
-  MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  return sms;
-}
-
-std::unique_ptr<DeviceBuffer> upload_as(const Tensor& t, DType dtype) {
-  const Tensor cast = t.dtype() == DType::kF32 ? cast_cpu(t, dtype) : t;
-  auto buffer = std::make_unique<DeviceBuffer>(cast.nbytes());
-  buffer->upload(cast.raw(), cast.nbytes());
-  return buffer;
 }
 
 // One case's inputs in one dtype: the sequence's keys and values in a contiguous device cache

@@ -123,6 +123,74 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
 };
 
+// Host bytes of `t` (F32, cast to `dtype`; other dtypes as they are) on the device.
+inline std::unique_ptr<DeviceBuffer> upload_as(const Tensor& t, DType dtype) {
+  const Tensor cast = t.dtype() == DType::kF32 ? cast_cpu(t, dtype) : t;
+  auto buffer = std::make_unique<DeviceBuffer>(cast.nbytes());
+  buffer->upload(cast.raw(), cast.nbytes());
+  return buffer;
+}
+
+// SMs of device 0.
+inline int device_sm_count() {
+  int sms = 0;
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return sms;
+}
+
+// A launch that throws while its stream captures must still end the capture: otherwise every
+// later CUDA call of the test process fails (cudaErrorStreamCaptureUnsupported). Until
+// release(), the destructor ends the capture, drops the graph and destroys the stream.
+class CaptureGuard {
+ public:
+  explicit CaptureGuard(cudaStream_t stream) : stream_(stream) {}
+  CaptureGuard(const CaptureGuard&) = delete;
+  CaptureGuard& operator=(const CaptureGuard&) = delete;
+  ~CaptureGuard() {
+    if (stream_ == nullptr) return;
+    cudaGraph_t abandoned = nullptr;
+    cudaStreamEndCapture(stream_, &abandoned);
+    if (abandoned != nullptr) cudaGraphDestroy(abandoned);
+    cudaStreamDestroy(stream_);
+  }
+  void release() { stream_ = nullptr; }
+
+ private:
+  cudaStream_t stream_;
+};
+
+// Microseconds per replay of `run(stream)` captured in a CUDA graph on a fresh stream, as a decode
+// step runs (host launch costs out): one eager run, the capture, `warmups` replays, then the mean
+// of `iters` replays.
+template <typename Run>
+double graph_replay_us(const Run& run, int iters, int warmups) {
+  cudaStream_t stream;
+  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  run(stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  run(stream);
+  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < warmups; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  cudaEvent_t start, stop;
+  MG_CUDA_CHECK(cudaEventCreate(&start));
+  MG_CUDA_CHECK(cudaEventCreate(&stop));
+  MG_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MG_CUDA_CHECK(cudaEventRecord(stop, stream));
+  MG_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  MG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  MG_CUDA_CHECK(cudaEventDestroy(start));
+  MG_CUDA_CHECK(cudaEventDestroy(stop));
+  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MG_CUDA_CHECK(cudaGraphDestroy(graph));
+  MG_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 1000.0 * ms / iters;
+}
+
 // Runs `launch(stream)` on a fresh stream, then again captured in a CUDA graph and replayed, `out`
 // poisoned (0xff bytes) before each; the replay must reproduce the eager output bit for bit.
 // Returns the eager bytes.

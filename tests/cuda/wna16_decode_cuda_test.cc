@@ -491,38 +491,6 @@ TEST(CudaWna16Decode, RefusesWhatItCannotTake) {
 
 // ---- 2. Timing (MG_WNA16_TIMING=1; prints, asserts nothing) ---------------------------------
 
-// Microseconds per replay of `run` captured in a CUDA graph (host launch costs out, as a decode
-// step runs).
-template <typename Run>
-double graph_us(const Run& run) {
-  cudaStream_t stream;
-  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  run(stream);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  run(stream);
-  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 10; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  cudaEvent_t start, stop;
-  MG_CUDA_CHECK(cudaEventCreate(&start));
-  MG_CUDA_CHECK(cudaEventCreate(&stop));
-  const int iters = 200;
-  MG_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int i = 0; i < iters; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  MG_CUDA_CHECK(cudaEventRecord(stop, stream));
-  MG_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  MG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  MG_CUDA_CHECK(cudaEventDestroy(start));
-  MG_CUDA_CHECK(cudaEventDestroy(stop));
-  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MG_CUDA_CHECK(cudaGraphDestroy(graph));
-  MG_CUDA_CHECK(cudaStreamDestroy(stream));
-  return 1000.0 * ms / iters;
-}
-
 // A random packed matrix made on the GPU: uniform words; integer pairs from
 // launch_wna16_random_fill; MXFP4 scale bytes all 120 (2^-7).
 struct RandomMatrix {
@@ -625,14 +593,16 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
       mlp.h = d_h.as<void>();
       mlp.out = d_y.as<void>();
       const cuda::Wna16GemmKernel kernel = cuda::choose_wna16_gemm_kernel(pairs, sh.E);
-      const double gemm_us = graph_us([&](cudaStream_t s) {
-        cuda::launch_moe_align(d_ids->as<int32_t>(), pairs, d_map->as<int32_t>(), sh.E, sh.E, align,
-                               s);
-        cuda::launch_wna16_expert_mlp<T>(mlp, kernel, s);
-        cuda::launch_moe_combine<T>(d_y.as<void>(), align, d_ids->as<int32_t>(), d_w->as<float>(),
-                                    d_map->as<int32_t>(), nullptr, M, sh.top_k, sh.H,
-                                    d_out.as<void>(), s);
-      });
+      const double gemm_us = testing::graph_replay_us(
+          [&](cudaStream_t s) {
+            cuda::launch_moe_align(d_ids->as<int32_t>(), pairs, d_map->as<int32_t>(), sh.E, sh.E,
+                                   align, s);
+            cuda::launch_wna16_expert_mlp<T>(mlp, kernel, s);
+            cuda::launch_moe_combine<T>(d_y.as<void>(), align, d_ids->as<int32_t>(),
+                                        d_w->as<float>(), d_map->as<int32_t>(), nullptr, M,
+                                        sh.top_k, sh.H, d_out.as<void>(), s);
+          },
+          200, 10);
 
       cuda::Wna16DecodeArgs a;
       a.x = d_x->as<void>();
@@ -657,8 +627,8 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
       // The default tiles, then the variants for tuning (each checked by EveryTileVariantMatches).
       const std::vector<TileVariant> variants = tile_variants();
       for (const TileVariant& v : variants) {
-        const double us =
-            graph_us([&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(a, v.tiles, s); });
+        const double us = testing::graph_replay_us(
+            [&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(a, v.tiles, s); }, 200, 10);
         std::cout << fmt::format(
             "    {:<24} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n", v.name, us,
             100.0 * floor_us / us, gemm_us / us);

@@ -1337,36 +1337,6 @@ TEST(CudaWna16Experts, TimingQwen3Shape) {
   }
 }
 
-// Microseconds per replay of `run` captured in a CUDA graph (after a warm-up run and 5 replays).
-template <typename F>
-double time_graph_us(const F& run, int iters = 50) {
-  cudaStream_t stream;
-  MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  run(stream);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  MG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  run(stream);
-  MG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 5; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  cudaEvent_t start, stop;
-  MG_CUDA_CHECK(cudaEventCreate(&start));
-  MG_CUDA_CHECK(cudaEventCreate(&stop));
-  MG_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int i = 0; i < iters; ++i) MG_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  MG_CUDA_CHECK(cudaEventRecord(stop, stream));
-  MG_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  MG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  MG_CUDA_CHECK(cudaEventDestroy(start));
-  MG_CUDA_CHECK(cudaEventDestroy(stop));
-  MG_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MG_CUDA_CHECK(cudaGraphDestroy(graph));
-  MG_CUDA_CHECK(cudaStreamDestroy(stream));
-  return 1000.0 * ms / iters;
-}
-
 // Where kWna16DequantMinRowsPerExpert should sit: the qwen3-30b-a3b INT4 g128 layer (E 128, H 2048,
 // I 768, top 8) at M = 256, 1024 and 4096 tokens through
 //   mma      align -> WNA16 mma.sync GEMM1 + act, GEMM2 (the tile chosen) -> combine
@@ -1416,7 +1386,7 @@ TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
   };
   dequantize_all(nullptr);
   MG_CUDA_CHECK(cudaDeviceSynchronize());
-  const double all_us = time_graph_us(dequantize_all, 20);
+  const double all_us = testing::graph_replay_us(dequantize_all, 20, 5);
   std::cout << fmt::format(
       "dequantize all {} experts (int4 g128 -> BF16, {:.0f} MB written): {:8.1f} us\n", E,
       static_cast<double>(E * 3 * I * H * sizeof(T)) / 1e6, all_us);
@@ -1472,10 +1442,12 @@ TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
     mma.h = d_h.as<void>();
     mma.out = d_y.as<void>();
     const Wna16GemmKernel tile = cuda::choose_wna16_gemm_kernel(pairs, E);
-    const double mma_us = time_graph_us([&](cudaStream_t s) {
-      align_and_combine(s,
-                        [&](cudaStream_t st) { cuda::launch_wna16_expert_mlp<T>(mma, tile, st); });
-    });
+    const double mma_us = testing::graph_replay_us(
+        [&](cudaStream_t s) {
+          align_and_combine(
+              s, [&](cudaStream_t st) { cuda::launch_wna16_expert_mlp<T>(mma, tile, st); });
+        },
+        50, 5);
 
     cuda::Wna16DequantMlpArgs dq;
     dq.x = d_x->as<void>();
@@ -1492,35 +1464,39 @@ TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
     dq.scratch = d_scratch.as<void>();
     dq.h = d_h.as<void>();
     dq.out = d_y.as<void>();
-    const double dequant_us = time_graph_us([&](cudaStream_t s) {
-      align_and_combine(s,
-                        [&](cudaStream_t st) { cuda::launch_wna16_dequant_expert_mlp<T>(dq, st); });
-    });
+    const double dequant_us = testing::graph_replay_us(
+        [&](cudaStream_t s) {
+          align_and_combine(
+              s, [&](cudaStream_t st) { cuda::launch_wna16_dequant_expert_mlp<T>(dq, st); });
+        },
+        50, 5);
 
-    const double bf16_us = time_graph_us([&](cudaStream_t s) {
-      align_and_combine(s, [&](cudaStream_t st) {
-        cuda::launch_moe_gather<T>(d_x->as<void>(), M, top_k, H, align, d_xp.as<void>(), st);
-        cuda::GroupedGemmArgs g1;
-        g1.a = d_xp.as<void>();
-        g1.b = d_w13.as<void>();
-        g1.c = d_h.as<void>();
-        g1.expert_offsets = align.expert_offsets;
-        g1.num_experts = E;
-        g1.max_rows = pairs;
-        g1.n = I;
-        g1.k = H;
-        g1.epilogue = GroupedEpilogue::kActivation;
-        cuda::launch_grouped_gemm<T>(g1, gemm1, st);
-        cuda::GroupedGemmArgs g2 = g1;
-        g2.a = d_h.as<void>();
-        g2.b = d_w2.as<void>();
-        g2.c = d_y.as<void>();
-        g2.n = H;
-        g2.k = I;
-        g2.epilogue = GroupedEpilogue::kBias;
-        cuda::launch_grouped_gemm<T>(g2, gemm2, st);
-      });
-    });
+    const double bf16_us = testing::graph_replay_us(
+        [&](cudaStream_t s) {
+          align_and_combine(s, [&](cudaStream_t st) {
+            cuda::launch_moe_gather<T>(d_x->as<void>(), M, top_k, H, align, d_xp.as<void>(), st);
+            cuda::GroupedGemmArgs g1;
+            g1.a = d_xp.as<void>();
+            g1.b = d_w13.as<void>();
+            g1.c = d_h.as<void>();
+            g1.expert_offsets = align.expert_offsets;
+            g1.num_experts = E;
+            g1.max_rows = pairs;
+            g1.n = I;
+            g1.k = H;
+            g1.epilogue = GroupedEpilogue::kActivation;
+            cuda::launch_grouped_gemm<T>(g1, gemm1, st);
+            cuda::GroupedGemmArgs g2 = g1;
+            g2.a = d_h.as<void>();
+            g2.b = d_w2.as<void>();
+            g2.c = d_y.as<void>();
+            g2.n = H;
+            g2.k = I;
+            g2.epilogue = GroupedEpilogue::kBias;
+            cuda::launch_grouped_gemm<T>(g2, gemm2, st);
+          });
+        },
+        50, 5);
     const cuda::Wna16DequantChunks chunks =
         cuda::wna16_dequant_chunks(E, H, I, true, sizeof(T), cuda::kWna16DequantBudgetBytes);
     std::cout << fmt::format(
@@ -1533,10 +1509,12 @@ TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
     // H100) when the GEMMs read them, against more launches and GEMMs over fewer experts.
     for (const int64_t budget : {int64_t{256} << 20, int64_t{40} << 20}) {
       dq.budget_bytes = budget;
-      const double us = time_graph_us([&](cudaStream_t s) {
-        align_and_combine(
-            s, [&](cudaStream_t st) { cuda::launch_wna16_dequant_expert_mlp<T>(dq, st); });
-      });
+      const double us = testing::graph_replay_us(
+          [&](cudaStream_t s) {
+            align_and_combine(
+                s, [&](cudaStream_t st) { cuda::launch_wna16_dequant_expert_mlp<T>(dq, st); });
+          },
+          50, 5);
       std::cout << fmt::format(
           "    dequant with a budget of {:>4} MiB ({:>2} chunks): {:8.1f} us\n", budget >> 20,
           cuda::wna16_dequant_chunks(E, H, I, true, sizeof(T), budget).chunks, us);
