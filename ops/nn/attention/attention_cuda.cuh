@@ -281,6 +281,25 @@ __device__ __forceinline__ void split_kv_wait_all_but_newest() {
 #endif
 }
 
+// Counts a block's arrival: atomically adds 1 to *counter and returns the old value, with
+// acquire-release semantics at GPU scope (sm_70+; older targets: fences around a relaxed add).
+// Called by one thread after a __syncthreads(): the release covers the block's writes.
+__device__ __forceinline__ unsigned split_kv_arrive(unsigned* counter) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n"
+               : "=r"(old)
+               : "l"(counter)
+               : "memory");
+  return old;
+#else
+  __threadfence();
+  const unsigned old = atomicAdd(counter, 1u);
+  __threadfence();
+  return old;
+#endif
+}
+
 // Four consecutive elements (8 or 16 bytes, aligned) as floats, and back.
 template <typename T>
 __device__ __forceinline__ void load4(const T* src, float (&out)[4]) {
@@ -318,7 +337,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     attention_split_kv_kernel(AttentionDims dims, const T* q, const int32_t* positions,
                               const T* k_new, const T* v_new, T* k_cache, T* v_cache,
                               const T* sinks, T* out, int64_t max_seq_len, KvBatch kv, int splits,
-                              int head_tiles, int tile, float* part_acc, float* part_stats,
+                              int head_tiles, int launch_tile, float* part_acc, float* part_stats,
                               unsigned* counters) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements of one 16-byte copy
   // Output elements (4 at a time) per thread: kHeads heads of up to kAttentionMaxHeadDim.
@@ -327,6 +346,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   extern __shared__ __align__(16) unsigned char split_kv_shared[];
   __shared__ float max_s[kHeads], denom_s[kHeads], rescale_s[kHeads];
   __shared__ bool last_s;
+  __shared__ float merge_w_s[kHeads][kSplitKvMaxSplits];  // the combine's weight per split
   // The fused write's list: positions in this block's keys that rows of this call write, and the
   // row (of k_new / v_new) that writes each.
   static_assert(kSplitKvMaxTokens <= 64, "warp 0 lists the rows in two rounds of 32");
@@ -337,10 +357,11 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int dv = static_cast<int>(dims.v_head_dim);
   // [2 stages][tile keys][d + dv]: a stage holds a tile's K rows, then its V rows.
   T* stages_s = reinterpret_cast<T*>(split_kv_shared);
-  float* q_s = reinterpret_cast<float*>(split_kv_shared +
-                                        static_cast<size_t>(2 * tile * (d + dv)) * sizeof(T));
-  float* score_s = q_s + kHeads * d;                                     // [kHeads][tile]
-  int64_t* row_s = reinterpret_cast<int64_t*>(score_s + kHeads * tile);  // [2 stages][tile]
+  // (Laid out for the launch's tile; a block may use shorter tiles, see `tile` below.)
+  float* q_s = reinterpret_cast<float*>(
+      split_kv_shared + static_cast<size_t>(2 * launch_tile * (d + dv)) * sizeof(T));
+  float* score_s = q_s + kHeads * d;                                            // [kHeads][tile]
+  int64_t* row_s = reinterpret_cast<int64_t*>(score_s + kHeads * launch_tile);  // [2][tile]
 
   const int split = static_cast<int>(blockIdx.x);
   const int g = static_cast<int>(blockIdx.y) / head_tiles;
@@ -395,6 +416,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
       }
     }
   } else {
+#pragma unroll 1
     for (int i = tid; i < kHeads * d; i += kSplitKvThreads) {
       const int hh = i / d;
       q_s[i] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i - hh * d]) : 0.0f;
@@ -403,6 +425,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   if (p < 0 || p >= max_seq_len) {  // a NaN row, written by split 0
     if (split == 0) {
       const T nan = from_float<T>(__int_as_float(0x7fc00000));
+#pragma unroll 1
       for (int i = tid; i < nh * dv; i += kSplitKvThreads) {
         out[(t * dims.heads + h0) * dv + i] = nan;
       }
@@ -416,6 +439,12 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int begin = first + split * per;
   if (begin > p) return;  // a split this row does not use
   const int end = begin + per < p + 1 ? begin + per : p + 1;
+  // Keys per tile: the launch's, or for a shorter split the smallest power of two that holds it
+  // (at least kSplitKvMinTileKeys), so that more lanes split each key's K row and every warp
+  // scores: a 16-key split is one tile of 16 keys, 16 lanes a key, all 8 warps (a 64-key tile
+  // left it to 4 lanes a key in warps 0 and 1, four passes each while six warps waited).
+  int tile = launch_tile;
+  while (tile / 2 >= per && tile / 2 >= static_cast<int>(kSplitKvMinTileKeys)) tile /= 2;
   const int tiles = (end - begin + tile - 1) / tile;
 
   if (tid < kHeads) {
@@ -482,6 +511,9 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     T* k_dst = stages_s + stage * tile * (d + dv);
     T* v_dst = k_dst + tile * d;
     const int64_t* rows = row_s + stage * tile;
+    // Not unrolled: a short split's tile is one pass, and the kernel's code is kept small (its
+    // size showed as no_instruction stalls).
+#pragma unroll 1
     for (int x = tid; x < n * k_vecs; x += kSplitKvThreads) {
       const int j = x / k_vecs;
       const int c = (x - j * k_vecs) * kVec;
@@ -489,6 +521,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
       split_kv_copy_16(k_dst + j * d + c,
                        (r >= 0 ? k_head + r * k_stride : k_new_head + (-1 - r) * k_stride) + c);
     }
+#pragma unroll 1
     for (int x = tid; x < n * v_vecs; x += kSplitKvThreads) {
       const int j = x / v_vecs;
       const int c = (x - j * v_vecs) * kVec;
@@ -654,75 +687,89 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   }
 
   // The last of the row's `used` blocks to arrive combines (instead of a second kernel launch).
-  // Each block's fence orders its partials before its arrival is counted; the last block's
-  // fence after the count orders its reads after every other block's partials.
-  __threadfence();
+  // The barrier orders every thread's partials before thread 0's arrival, whose acq_rel atomic
+  // releases them (cumulatively) to the other blocks and, in the last block, acquires theirs; the
+  // barrier after it orders every thread's reads after that (one fence-like operation per block
+  // instead of two fences by each of its 256 threads: the membar stalls Nsight Compute showed).
   __syncthreads();
   if (tid == 0) {
     unsigned* counter = counters + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-    last_s = atomicAdd(counter, 1u) + 1 == static_cast<unsigned>(used);
-    if (last_s) *counter = 0;  // every block of this launch has arrived: ready for the next
+    const bool last = split_kv_arrive(counter) + 1 == static_cast<unsigned>(used);
+    if (last) *counter = 0;  // every block of this launch has arrived: ready for the next
+    last_s = last;
   }
   __syncthreads();
   if (!last_s) return;
-  __threadfence();
 
-  // Each thread merges its chunks' partials over the splits (online, kSplitKvCombineBatch
-  // splits' loads in flight at a time; .cg loads: the partials were written by other SMs).
+  // The merge. Weights first: warp hh reads head hh's (max, denominator) of every split (lanes
+  // split the splits, .cg loads: written by other SMs), M = the max over the splits and the sink,
+  // L = Σ l_s exp(m_s - M) + exp(sink - M) (the sink adds to the denominator only), and split s's
+  // weight exp(m_s - M) / L goes to shared memory. Then each thread sums its chunks' partials
+  // times the weights (kSplitKvCombineBatch splits' 16-byte loads in flight at a time): one exp
+  // per (head, split) instead of one per (thread, split), and no per-thread chain of rescales.
+  static_assert(kSplitKvMaxSplits <= 64, "a lane reads the stats of two splits at most");
+  static_assert(kHeads <= kSplitKvWarps, "a warp per head computes the merge weights");
   const int64_t head_slot0 = slot0 - split;  // split 0 of head h0
-#pragma unroll
-  for (int u = 0; u < kOutChunks; ++u) {
-    const int o = tid + u * kSplitKvThreads;
-    if (o >= nh * dv4) continue;
+  // Splits [s0, s0 + kSplitKvCombineBatch) of output chunk o's partials (past `used`: zeros).
+  const auto load_partials = [&](int o, int s0, float4(&part)[kSplitKvCombineBatch]) {
     const int hh = o / dv4;
-    const int e0 = (o - hh * dv4) * 4;
-    const int64_t slot = head_slot0 + hh * splits;
-    float m = -INFINITY, l = 0.0f;
-    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s0 = 0; s0 < used; s0 += kSplitKvCombineBatch) {
-      float2 stats[kSplitKvCombineBatch];
-      float4 part[kSplitKvCombineBatch];
+    const float* src = part_acc + (head_slot0 + hh * splits) * dv + (o - hh * dv4) * 4;
 #pragma unroll
-      for (int b = 0; b < kSplitKvCombineBatch; ++b) {
-        stats[b] = make_float2(-INFINITY, 0.0f);
-        part[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (s0 + b < used) {
-          stats[b] = __ldcg(reinterpret_cast<const float2*>(part_stats + (slot + s0 + b) * 2));
-          part[b] = __ldcg(reinterpret_cast<const float4*>(part_acc + (slot + s0 + b) * dv + e0));
-        }
-      }
-      // The batch's max first, so that the splits' weights are independent of each other (not
-      // a chain of exp's). Past `used` a slot holds (-inf, 0) and zeros: it adds nothing.
-      float batch_max = -INFINITY;
-#pragma unroll
-      for (int b = 0; b < kSplitKvCombineBatch; ++b) batch_max = fmaxf(batch_max, stats[b].x);
-      const float m_new = fmaxf(m, batch_max);  // finite: every used split has a key
-      const float r_old = expf(m - m_new);      // 0 on the first batch (m = -inf)
-      l *= r_old;
-#pragma unroll
-      for (int x = 0; x < 4; ++x) a[x] *= r_old;
-#pragma unroll
-      for (int b = 0; b < kSplitKvCombineBatch; ++b) {
-        const float r = expf(stats[b].x - m_new);
-        l += stats[b].y * r;
-        a[0] += part[b].x * r;
-        a[1] += part[b].y * r;
-        a[2] += part[b].z * r;
-        a[3] += part[b].w * r;
-      }
-      m = m_new;
+    for (int b = 0; b < kSplitKvCombineBatch; ++b) {
+      part[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (s0 + b < used) part[b] = __ldcg(reinterpret_cast<const float4*>(src + (s0 + b) * dv));
     }
-    if (sinks != nullptr) {  // the sink adds exp(sink - max) to the denominator only
-      const float sink = to_float(sinks[h0 + hh]);
-      const float m_new = fmaxf(m, sink);
-      const float r_old = expf(m - m_new);
-      l = l * r_old + expf(sink - m_new);
+  };
+  // The first chunk's first batch is loaded now, in flight with the stats (one round trip for
+  // both rather than the weights' and then the partials').
+  float4 part[kSplitKvCombineBatch];
+  if (tid < nh * dv4) load_partials(tid, 0, part);
+  if (warp < nh) {
+    const int64_t slot = head_slot0 + warp * splits;
+    float m_s[2], l_s[2];
 #pragma unroll
-      for (int x = 0; x < 4; ++x) a[x] *= r_old;
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      float2 stats = make_float2(-INFINITY, 0.0f);  // past `used`: weight 0
+      if (s < used) stats = __ldcg(reinterpret_cast<const float2*>(part_stats + (slot + s) * 2));
+      m_s[r] = stats.x;
+      l_s[r] = stats.y;
     }
+    const float sink = sinks != nullptr ? to_float(sinks[h0 + warp]) : -INFINITY;
+    // Finite: every used split has a key.
+    const float m = fmaxf(warp_max(fmaxf(m_s[0], m_s[1])), sink);
+    float w[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) w[r] = expf(m_s[r] - m);  // 0 past `used` (-inf)
+    float l = warp_sum(l_s[0] * w[0] + l_s[1] * w[1]);
+    if (sinks != nullptr) l += expf(sink - m);
     const float inv_l = 1.0f / l;
 #pragma unroll
-    for (int x = 0; x < 4; ++x) a[x] *= inv_l;
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      if (s < used) merge_w_s[warp][s] = w[r] * inv_l;
+    }
+  }
+  __syncthreads();
+#pragma unroll 1  // no register array is indexed by u here; the batch below is unrolled
+  for (int u = 0; u < kOutChunks; ++u) {
+    const int o = tid + u * kSplitKvThreads;
+    if (o >= nh * dv4) break;
+    const int hh = o / dv4;
+    const int e0 = (o - hh * dv4) * 4;
+    const float* w = merge_w_s[hh];
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s0 = 0; s0 < used; s0 += kSplitKvCombineBatch) {
+      if (u > 0 || s0 > 0) load_partials(o, s0, part);
+#pragma unroll
+      for (int b = 0; b < kSplitKvCombineBatch; ++b) {
+        const float w_b = s0 + b < used ? w[s0 + b] : 0.0f;
+        a[0] += part[b].x * w_b;
+        a[1] += part[b].y * w_b;
+        a[2] += part[b].z * w_b;
+        a[3] += part[b].w * w_b;
+      }
+    }
     store4(out + (t * dims.heads + h0 + hh) * dv + e0, a);
   }
 }
