@@ -61,6 +61,7 @@
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/dynamic_shared.cuh"
 #include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/attention/attention_cuda.h"
 #include "ops/nn/attention/attention_flash_cuda.cuh"
@@ -640,6 +641,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
         sum += w;
       }
       sum = warp_sum(sum);
+      __syncwarp();  // every lane has read max_s[hh] (m_old) before lane 0 overwrites it
       if (lane == 0) {
         const float rescale = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
         rescale_s[hh] = rescale;
@@ -815,12 +817,7 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
             "attention: split-KV positions beyond int32 ({} per sequence)", a.max_seq_len);
   const size_t shared = split_kv_shared_bytes(dims, sizeof(T), tile);
   const auto kernel = attention_split_kv_kernel<T, kHeads>;
-  // Beyond 48 KB of dynamic shared memory a kernel must opt in (a host-side attribute, allowed
-  // while a stream is captured into a graph).
-  if (shared > 48 * 1024) {
-    MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(shared)));
-  }
+  opt_in_dynamic_shared<attention_split_kv_kernel<T, kHeads>>(shared);
   // The call's K and V rows are written inside (attention_fuses_kv_write) or already were.
   launch_pdl(kernel, grid, dim3(kSplitKvThreads), shared, stream, dims, static_cast<const T*>(a.q),
              a.positions, static_cast<const T*>(a.k), static_cast<const T*>(a.v),
