@@ -6,8 +6,9 @@
 // position lies outside the cache (NaN row). Every result is checked against the fp64 reference
 // (attention_reference) in every dtype, at the rule's split count and at forced ones (1: many
 // 128-key tiles in one block; 3; the maximum: splits the row does not use), against the
-// per-query kernel on the same inputs, at forced tile sizes (8 and 64 keys: many tiles, the
-// pipeline's stage reuse, lanes per key from 32 to 4), every output element must be written
+// per-query kernel on the same inputs, at forced tile sizes (8, 64 and 128 keys: many tiles, the
+// pipeline's stage reuse, lanes per key from 32 to 2; 20 splits: blocks whose splits are shorter
+// than the launch's tile use tiles of 32 or 16 keys), every output element must be written
 // (poisoned first), every split counter left at zero and the KV cache left as it must be. The
 // KV-cache write fused into the split kernel (fused_write_cases: position 0 and the end of the
 // cache, chunks whose rows read keys other rows of the call write, 16 paged sequences, rows with
@@ -579,14 +580,16 @@ TEST(CudaAttentionDecode, SplitKvMatchesReferenceAndPerQueryKernel) {
                   d.tolerance);
         problem.expect_nan_row(split);
       }
-      // Forced tiles: 8 keys (32 lanes per key, many tiles through both stages) and 64 (4 lanes),
-      // where two stages of them fit in shared memory.
-      for (int64_t tile : {int64_t{8}, int64_t{64}}) {
+      // Forced tiles: 8 keys (32 lanes per key, many tiles through both stages), 64 (4 lanes)
+      // and 128 (2 lanes: the score sum's transposed butterfly runs out of offsets with heads
+      // still held), where two stages of them fit in shared memory. 20 splits: 17 to 32 keys a
+      // split at 513 keys, so a block shrinks the launch's tile to 32 (8 lanes a key).
+      for (int64_t tile : {int64_t{8}, int64_t{64}, int64_t{128}}) {
         if (cuda::split_kv_shared_bytes(problem.dims(), dtype_size(d.dtype), tile) >
             cuda::kSplitKvMaxSharedBytes) {
           continue;
         }
-        for (int64_t splits : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+        for (int64_t splits : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{20}}) {
           SCOPED_TRACE(fmt::format("tile {} splits {}", tile, splits));
           const std::vector<float> split =
               problem.run(cuda::AttentionPath::kSplitKv, splits, /*graph=*/false, tile);
@@ -870,13 +873,17 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
   // whole combine batches.
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), 32);
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 60), 15);
-  // Short caches are not split below kSplitKvMinKeys keys.
-  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 100, 132), 7);
+  // Short caches are not split below kSplitKvMinKeys keys (16: 7 splits; written in terms of
+  // the constant so that retuning it is one line).
+  const auto splits_of_keys = [](int64_t keys) {
+    return (keys + cuda::kSplitKvMinKeys - 1) / cuda::kSplitKvMinKeys;
+  };
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 100, 132), splits_of_keys(100));
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 1, 132), 1);
   // A sliding window bounds the keys like a short cache.
   AttentionDims windowed = qwen3;
   windowed.sliding_window = 32;
-  EXPECT_EQ(cuda::split_kv_splits(windowed, 1, 40960, 132), 2);
+  EXPECT_EQ(cuda::split_kv_splits(windowed, 1, 40960, 132), splits_of_keys(32));
   // 32 sequences × 4 KV heads already make 128 block rows: 2 splits for ~one block per SM.
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 32, 40960, 132), 2);
   // More SMs than one wave can use: at most kSplitKvMaxSplits.

@@ -25,18 +25,26 @@
 //    are copied to shared memory with cp.async, every 16-byte piece issued at once, and the next
 //    tile's copies are issued before this tile's math (two stages), so a block waits about one
 //    memory latency in all rather than one per pass of 16 keys;
+//  - a block whose split is shorter than the launch's tile uses the smallest power-of-two tile
+//    that holds it (a 512-key Qwen3 row in 32 splits: tiles of 16 keys), so that every warp
+//    scores;
 //  - scores: threads/tile lanes per key split its K row, dot it with every head's q (shared
-//    memory) and sum by shuffles; a warp per head does the online-softmax update;
+//    memory) and sum by a transposed butterfly of shuffles (each offset halves the heads a lane
+//    holds: 8 shuffles for 8 heads over 16 lanes, not 32); a warp per head does the
+//    online-softmax update;
 //  - P·V: a thread owns 4 consecutive output elements of one head and sums them over the tile's
 //    keys, so no reduction across threads is needed;
 //  - combine: each block leaves (max, denominator, unnormalised output) per head in the
-//    workspace and counts its arrival on a per-(row, KV head, head tile) counter; the last block
-//    to arrive merges the splits (16 splits' partials in flight per thread), adds the sink and
-//    writes the row (or NaN for a position outside the cache), then resets the counter. One
-//    launch instead of a split kernel and a combine kernel;
+//    workspace and counts its arrival on a per-(row, KV head, head tile) counter (one thread, one
+//    acq_rel atomic after a barrier: no per-thread fences); the last block to arrive merges the
+//    splits: a warp per head turns the splits' (max, denominator) and the sink into one weight
+//    per split (shared memory), while the first 16 splits' partials are already in flight, then
+//    each thread sums its 4 output elements' partials times the weights and writes the row (or
+//    NaN for a position outside the cache); it resets the counter. One launch instead of a split
+//    kernel and a combine kernel;
 //  - the KV-cache write (given the call's k and v, attention_fuses_kv_write): also one launch
 //    instead of kv_cache_write then attention. A block reads every key of its range that this
-//    call writes from k/v instead of the cache: warp 0 lists the call's rows of the block's
+//    call writes from k/v instead of the cache: each warp lists the call's rows of the block's
 //    sequence whose positions fall in the block's keys (at most kSplitKvMaxTokens rows; a chunk's
 //    row t sees the rows < t of its sequence this way), and a key found in the list is copied from
 //    that row of k/v. So no block reads a cache row this launch writes (slots own disjoint blocks:
@@ -53,6 +61,7 @@
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/dynamic_shared.cuh"
 #include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/attention/attention_cuda.h"
 #include "ops/nn/attention/attention_flash_cuda.cuh"
@@ -281,6 +290,25 @@ __device__ __forceinline__ void split_kv_wait_all_but_newest() {
 #endif
 }
 
+// Counts a block's arrival: atomically adds 1 to *counter and returns the old value, with
+// acquire-release semantics at GPU scope (sm_70+; older targets: fences around a relaxed add).
+// Called by one thread after a __syncthreads(): the release covers the block's writes.
+__device__ __forceinline__ unsigned split_kv_arrive(unsigned* counter) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n"
+               : "=r"(old)
+               : "l"(counter)
+               : "memory");
+  return old;
+#else
+  __threadfence();
+  const unsigned old = atomicAdd(counter, 1u);
+  __threadfence();
+  return old;
+#endif
+}
+
 // Four consecutive elements (8 or 16 bytes, aligned) as floats, and back.
 template <typename T>
 __device__ __forceinline__ void load4(const T* src, float (&out)[4]) {
@@ -310,16 +338,18 @@ __device__ __forceinline__ void store4(T* dst, const float (&in)[4]) {
 // One split of one (row t, KV head g, head tile): keys [begin, end) against the block's nh query
 // heads. Partials: acc [tokens, heads, splits, Dv] then stats [tokens, heads, splits, 2] (max,
 // denominator); the last block of the (t, g, head tile) to finish combines them into `out`.
-// Dynamic shared memory: split_kv_shared_bytes(dims, sizeof(T), tile). Two blocks per SM (128
-// registers a thread; ptxas -v: no spill with 1 or 2 heads, under 50 bytes of spill loads with
-// 4 or 8): batched decode launches more blocks than SMs.
+// Dynamic shared memory: split_kv_shared_bytes(dims, sizeof(T), tile), plus ~6 KB static (the
+// warps' fused-write lists, the merge's weights). Two blocks per SM (at most 128 registers a
+// thread; ptxas -v on sm_90a: 128 with 8 heads, 106-111 otherwise, no spills): batched decode
+// launches more blocks than SMs. Barriers: 3 per tile (copies landed, scores, softmax) and one
+// between tiles, 2 around the arrival, 1 in the merge; none in the set-up.
 template <typename T, int kHeads>
 __global__ void __launch_bounds__(kSplitKvThreads, 2)
     attention_split_kv_kernel(AttentionDims dims, const T* q, const int32_t* positions,
                               const T* k_new, const T* v_new, T* k_cache, T* v_cache,
                               const T* sinks, T* out, int64_t max_seq_len, KvBatch kv, int splits,
-                              int head_tiles, int tile, float* part_acc, float* part_stats,
-                              unsigned* counters) {
+                              int group, int head_tiles, int launch_tile, float* part_acc,
+                              float* part_stats, unsigned* counters) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements of one 16-byte copy
   // Output elements (4 at a time) per thread: kHeads heads of up to kAttentionMaxHeadDim.
   constexpr int kOutChunks =
@@ -327,32 +357,34 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   extern __shared__ __align__(16) unsigned char split_kv_shared[];
   __shared__ float max_s[kHeads], denom_s[kHeads], rescale_s[kHeads];
   __shared__ bool last_s;
+  __shared__ float merge_w_s[kHeads][kSplitKvMaxSplits];  // the combine's weight per split
   // The fused write's list: positions in this block's keys that rows of this call write, and the
-  // row (of k_new / v_new) that writes each.
-  static_assert(kSplitKvMaxTokens <= 64, "warp 0 lists the rows in two rounds of 32");
-  __shared__ int fresh_pos_s[kSplitKvMaxTokens], fresh_row_s[kSplitKvMaxTokens];
-  __shared__ int fresh_count_s;
+  // row (of k_new / v_new) that writes each. Each warp builds its own copy (no block barrier).
+  static_assert(kSplitKvMaxTokens <= 64, "a warp lists the rows in two rounds of 32");
+  __shared__ int fresh_pos_s[kSplitKvWarps][kSplitKvMaxTokens];
+  __shared__ int fresh_row_s[kSplitKvWarps][kSplitKvMaxTokens];
 
   const int d = static_cast<int>(dims.head_dim);
   const int dv = static_cast<int>(dims.v_head_dim);
   // [2 stages][tile keys][d + dv]: a stage holds a tile's K rows, then its V rows.
   T* stages_s = reinterpret_cast<T*>(split_kv_shared);
-  float* q_s = reinterpret_cast<float*>(split_kv_shared +
-                                        static_cast<size_t>(2 * tile * (d + dv)) * sizeof(T));
-  float* score_s = q_s + kHeads * d;                                     // [kHeads][tile]
-  int64_t* row_s = reinterpret_cast<int64_t*>(score_s + kHeads * tile);  // [2 stages][tile]
+  // (Laid out for the launch's tile; a block may use shorter tiles, see `tile` below.)
+  float* q_s = reinterpret_cast<float*>(
+      split_kv_shared + static_cast<size_t>(2 * launch_tile * (d + dv)) * sizeof(T));
+  float* score_s = q_s + kHeads * d;                                            // [kHeads][tile]
+  int64_t* row_s = reinterpret_cast<int64_t*>(score_s + kHeads * launch_tile);  // [2][tile]
 
   const int split = static_cast<int>(blockIdx.x);
-  const int g = static_cast<int>(blockIdx.y) / head_tiles;
+  const int g =
+      head_tiles == 1 ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y) / head_tiles;
   const int head_tile = static_cast<int>(blockIdx.y) - g * head_tiles;
   const int64_t t = blockIdx.z;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int64_t group = dims.heads / dims.kv_heads;
-  const int64_t h0 = g * group + head_tile * kSplitKvMaxHeads;
-  const int64_t left = group - head_tile * kSplitKvMaxHeads;
-  const int nh = left < kHeads ? static_cast<int>(left) : kHeads;  // heads of this block
+  const int64_t h0 = static_cast<int64_t>(g) * group + head_tile * kSplitKvMaxHeads;
+  const int left = group - head_tile * static_cast<int>(kSplitKvMaxHeads);
+  const int nh = left < kHeads ? left : kHeads;  // heads of this block
 
   // Everything below reads what the kernels before wrote (q, the cache rows, the positions, the
   // counters) or writes what they may still read (the partials): launch_pdl, pdl.cuh.
@@ -361,13 +393,13 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   // The position, then q of the block's heads (zeros past nh): p is first used after q's loop,
   // so both loads wait on one memory latency; one 16-byte load of q per thread where aligned.
   const int p = __ldg(positions + t);
-  // Fused write (k_new given): warp 0 loads every row's position and slot now, so that these
-  // loads wait together with p's and q's.
+  // Fused write (k_new given): every warp loads every row's position and slot now (L1 hits but
+  // for the first), so that these loads wait together with p's and q's.
   const bool fused = k_new != nullptr;
   const bool paged = kv.block_tables != nullptr;
   const int tokens = static_cast<int>(gridDim.z);
   int row_pos[2] = {-1, -1}, row_slot[2] = {0, 0}, own_slot = 0;
-  if (fused && warp == 0) {
+  if (fused) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int u = lane + 32 * r;
@@ -395,6 +427,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
       }
     }
   } else {
+#pragma unroll 1
     for (int i = tid; i < kHeads * d; i += kSplitKvThreads) {
       const int hh = i / d;
       q_s[i] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i - hh * d]) : 0.0f;
@@ -403,6 +436,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   if (p < 0 || p >= max_seq_len) {  // a NaN row, written by split 0
     if (split == 0) {
       const T nan = from_float<T>(__int_as_float(0x7fc00000));
+#pragma unroll 1
       for (int i = tid; i < nh * dv; i += kSplitKvThreads) {
         out[(t * dims.heads + h0) * dv + i] = nan;
       }
@@ -416,49 +450,50 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int begin = first + split * per;
   if (begin > p) return;  // a split this row does not use
   const int end = begin + per < p + 1 ? begin + per : p + 1;
-  const int tiles = (end - begin + tile - 1) / tile;
+  // Keys per tile: the launch's, or for a shorter split the smallest power of two that holds it
+  // (at least kSplitKvMinTileKeys), so that more lanes split each key's K row and every warp
+  // scores: a 16-key split is one tile of 16 keys, 16 lanes a key, all 8 warps (a 64-key tile
+  // left it to 4 lanes a key in warps 0 and 1, four passes each while six warps waited).
+  int tile = launch_tile;
+  while (tile / 2 >= per && tile / 2 >= static_cast<int>(kSplitKvMinTileKeys)) tile /= 2;
+  const int tile_shift = __ffs(tile) - 1;  // tile is a power of two: shifts, not divisions
+  const int tiles = (end - begin + tile - 1) >> tile_shift;
 
   if (tid < kHeads) {
     max_s[tid] = -INFINITY;
     denom_s[tid] = 0.0f;
   }
-  // The fused write's list: rows of this call of the same sequence (a contiguous cache is one)
-  // whose positions are keys of [begin, end), compacted by ballots.
+  // The fused write's list (this warp's copy): rows of this call of the same sequence (a
+  // contiguous cache is one) whose positions are keys of [begin, end), compacted by ballots.
+  int fresh_count = 0;  // the same in every lane
   if (fused) {
-    if (warp == 0) {
-      int count = 0;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const bool fresh = (!paged || row_slot[r] == own_slot) && row_pos[r] >= begin &&
-                           row_pos[r] < end;  // row_pos -1: no row
-        const unsigned ballot = __ballot_sync(0xffffffffu, fresh);
-        if (fresh) {
-          const int x = count + __popc(ballot & ((1u << lane) - 1u));
-          fresh_pos_s[x] = row_pos[r];
-          fresh_row_s[x] = lane + 32 * r;
-        }
-        count += __popc(ballot);
+    for (int r = 0; r < 2; ++r) {
+      const bool fresh = (!paged || row_slot[r] == own_slot) && row_pos[r] >= begin &&
+                         row_pos[r] < end;  // row_pos -1: no row
+      const unsigned ballot = __ballot_sync(0xffffffffu, fresh);
+      if (fresh) {
+        const int x = fresh_count + __popc(ballot & ((1u << lane) - 1u));
+        fresh_pos_s[warp][x] = row_pos[r];
+        fresh_row_s[warp][x] = lane + 32 * r;
       }
-      if (lane == 0) fresh_count_s = count;
+      fresh_count += __popc(ballot);
     }
-    __syncthreads();
+    __syncwarp();
   }
-  const int fresh_count = fused ? fresh_count_s : 0;
   // Where key j's K and V rows come from: cache row r >= 0, or row -1 - r of k_new / v_new when
   // this call writes key j (the cache row is not read: another block may be writing it).
   const int32_t* table = block_table_of(kv, t);
   const int block_size = static_cast<int>(kv.block_size);
   const auto key_row = [&](int j) -> int64_t {
     for (int x = 0; x < fresh_count; ++x) {
-      if (fresh_pos_s[x] == j) return -1 - fresh_row_s[x];
+      if (fresh_pos_s[warp][x] == j) return -1 - fresh_row_s[warp][x];
     }
     return split_kv_cache_row(table, block_size, j);
   };
-  // Key rows of tiles 0 and 1 (stages 0 and 1); later tiles' rows are looked up a tile ahead.
-  for (int x = tid; x < 2 * tile; x += kSplitKvThreads) {
-    row_s[x] = begin + x < end ? key_row(begin + x) : 0;
-  }
-  __syncthreads();
+  // No barrier here: tiles 0 and 1 look their keys' rows up as they copy them (their copies are
+  // issued before the loop's first barrier); later tiles' rows go through row_s a tile ahead.
+  // q_s and the softmax state are read after the loop's first barrier.
 
   const int k_vecs = d / kVec;
   const int v_vecs = dv / kVec;
@@ -481,18 +516,23 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     const int n = tile_keys(i);
     T* k_dst = stages_s + stage * tile * (d + dv);
     T* v_dst = k_dst + tile * d;
-    const int64_t* rows = row_s + stage * tile;
+    const int64_t* rows = row_s + stage * tile;  // tiles >= 2
+    const bool look_up = i < 2;
+    // Not unrolled: a short split's tile is one pass, and the kernel's code is kept small (its
+    // size showed as no_instruction stalls).
+#pragma unroll 1
     for (int x = tid; x < n * k_vecs; x += kSplitKvThreads) {
       const int j = x / k_vecs;
       const int c = (x - j * k_vecs) * kVec;
-      const int64_t r = rows[j];
+      const int64_t r = look_up ? key_row(begin + i * tile + j) : rows[j];
       split_kv_copy_16(k_dst + j * d + c,
                        (r >= 0 ? k_head + r * k_stride : k_new_head + (-1 - r) * k_stride) + c);
     }
+#pragma unroll 1
     for (int x = tid; x < n * v_vecs; x += kSplitKvThreads) {
       const int j = x / v_vecs;
       const int c = (x - j * v_vecs) * kVec;
-      const int64_t r = rows[j];
+      const int64_t r = look_up ? key_row(begin + i * tile + j) : rows[j];
       split_kv_copy_16(v_dst + j * dv + c,
                        (r >= 0 ? v_head + r * v_stride : v_new_head + (-1 - r) * v_stride) + c);
     }
@@ -508,7 +548,8 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     for (int x = 0; x < 4; ++x) acc[u][x] = 0.0f;
   }
   // Score layout: `lanes` consecutive threads (a power of two <= 32) read one key's K row.
-  const int lanes = kSplitKvThreads / tile;
+  const int lanes = kSplitKvThreads >> tile_shift;
+  const int lanes_shift = __ffs(lanes) - 1;
 
   copy_tile(0);
   split_kv_commit_copies();
@@ -530,8 +571,8 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     {
       // Scores: the key's lanes split its row in 16-byte pieces, dot each with every head's q
       // (shared memory) and sum by shuffles (xor offsets below `lanes` stay in the key's group).
-      const int j = tid / lanes;
-      const int sub = tid % lanes;
+      const int j = tid >> lanes_shift;
+      const int sub = tid & (lanes - 1);
       float dot[kHeads];
 #pragma unroll
       for (int hh = 0; hh < kHeads; ++hh) dot[hh] = 0.0f;
@@ -553,15 +594,34 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
           }
         }
       }
+      // The sum over the key's lanes, a transposed butterfly: at each offset a lane keeps half
+      // of the heads it holds and sends the other half to its partner (lane ^ off), which
+      // keeps the opposite half, until one head is left (then plain xor sums) or the offsets
+      // run out. kHeads - 1 shuffles and a few more instead of kHeads per offset (16 lanes,
+      // 8 heads: 8 instead of 32). dot[0, held) are then heads head0 + x, the same in the
+      // `group` lanes of sub's aligned group, whose first lane writes them.
+      int off = lanes / 2, head0 = 0, held = kHeads, group = lanes;
 #pragma unroll
-      for (int hh = 0; hh < kHeads; ++hh) {
-        for (int off = lanes / 2; off > 0; off /= 2) {
-          dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], off);
+      for (int half = kHeads / 2; half >= 1; half /= 2) {
+        if (off == 0) break;
+        const bool upper = (sub & off) != 0;
+#pragma unroll
+        for (int x = 0; x < half; ++x) {
+          const float send = upper ? dot[x] : dot[x + half];
+          const float keep = upper ? dot[x + half] : dot[x];
+          dot[x] = keep + __shfl_xor_sync(0xffffffffu, send, off);
         }
+        if (upper) head0 += half;
+        held = half;
+        group = off;
+        off /= 2;
       }
-      if (sub == 0 && j < n) {
+      for (; off > 0; off /= 2) dot[0] += __shfl_xor_sync(0xffffffffu, dot[0], off);
+      if ((sub & (group - 1)) == 0 && j < n) {
 #pragma unroll
-        for (int hh = 0; hh < kHeads; ++hh) score_s[hh * tile + j] = dot[hh] * dims.scale;
+        for (int x = 0; x < kHeads; ++x) {
+          if (x < held) score_s[(head0 + x) * tile + j] = dot[x] * dims.scale;
+        }
       }
     }
     __syncthreads();
@@ -581,6 +641,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
         sum += w;
       }
       sum = warp_sum(sum);
+      __syncwarp();  // every lane has read max_s[hh] (m_old) before lane 0 overwrites it
       if (lane == 0) {
         const float rescale = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
         rescale_s[hh] = rescale;
@@ -611,7 +672,11 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
       }
     }
     if (tid < tile) row_s[stage * tile + tid] = ahead_row;
-    __syncthreads();  // the next iteration copies tile i + 2 into this stage
+    // The next iteration copies tile i + 2 into this stage (and reads row_s). Nothing after the
+    // last tile needs it: the fused write reads that tile's stage (read-only, landed before the
+    // first barrier above), the partials are each thread's own registers and max_s / denom_s
+    // were last written before the barrier above.
+    if (i + 1 < tiles) __syncthreads();
   }
 
   // The fused write: the block whose split ends at key p (its last tile, still in its stage) and
@@ -654,75 +719,89 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   }
 
   // The last of the row's `used` blocks to arrive combines (instead of a second kernel launch).
-  // Each block's fence orders its partials before its arrival is counted; the last block's
-  // fence after the count orders its reads after every other block's partials.
-  __threadfence();
+  // The barrier orders every thread's partials before thread 0's arrival, whose acq_rel atomic
+  // releases them (cumulatively) to the other blocks and, in the last block, acquires theirs; the
+  // barrier after it orders every thread's reads after that (one fence-like operation per block
+  // instead of two fences by each of its 256 threads: the membar stalls Nsight Compute showed).
   __syncthreads();
   if (tid == 0) {
     unsigned* counter = counters + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-    last_s = atomicAdd(counter, 1u) + 1 == static_cast<unsigned>(used);
-    if (last_s) *counter = 0;  // every block of this launch has arrived: ready for the next
+    const bool last = split_kv_arrive(counter) + 1 == static_cast<unsigned>(used);
+    if (last) *counter = 0;  // every block of this launch has arrived: ready for the next
+    last_s = last;
   }
   __syncthreads();
   if (!last_s) return;
-  __threadfence();
 
-  // Each thread merges its chunks' partials over the splits (online, kSplitKvCombineBatch
-  // splits' loads in flight at a time; .cg loads: the partials were written by other SMs).
+  // The merge. Weights first: warp hh reads head hh's (max, denominator) of every split (lanes
+  // split the splits, .cg loads: written by other SMs), M = the max over the splits and the sink,
+  // L = Σ l_s exp(m_s - M) + exp(sink - M) (the sink adds to the denominator only), and split s's
+  // weight exp(m_s - M) / L goes to shared memory. Then each thread sums its chunks' partials
+  // times the weights (kSplitKvCombineBatch splits' 16-byte loads in flight at a time): one exp
+  // per (head, split) instead of one per (thread, split), and no per-thread chain of rescales.
+  static_assert(kSplitKvMaxSplits <= 64, "a lane reads the stats of two splits at most");
+  static_assert(kHeads <= kSplitKvWarps, "a warp per head computes the merge weights");
   const int64_t head_slot0 = slot0 - split;  // split 0 of head h0
-#pragma unroll
-  for (int u = 0; u < kOutChunks; ++u) {
-    const int o = tid + u * kSplitKvThreads;
-    if (o >= nh * dv4) continue;
+  // Splits [s0, s0 + kSplitKvCombineBatch) of output chunk o's partials (past `used`: zeros).
+  const auto load_partials = [&](int o, int s0, float4(&part)[kSplitKvCombineBatch]) {
     const int hh = o / dv4;
-    const int e0 = (o - hh * dv4) * 4;
-    const int64_t slot = head_slot0 + hh * splits;
-    float m = -INFINITY, l = 0.0f;
-    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s0 = 0; s0 < used; s0 += kSplitKvCombineBatch) {
-      float2 stats[kSplitKvCombineBatch];
-      float4 part[kSplitKvCombineBatch];
+    const float* src = part_acc + (head_slot0 + hh * splits) * dv + (o - hh * dv4) * 4;
 #pragma unroll
-      for (int b = 0; b < kSplitKvCombineBatch; ++b) {
-        stats[b] = make_float2(-INFINITY, 0.0f);
-        part[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (s0 + b < used) {
-          stats[b] = __ldcg(reinterpret_cast<const float2*>(part_stats + (slot + s0 + b) * 2));
-          part[b] = __ldcg(reinterpret_cast<const float4*>(part_acc + (slot + s0 + b) * dv + e0));
-        }
-      }
-      // The batch's max first, so that the splits' weights are independent of each other (not
-      // a chain of exp's). Past `used` a slot holds (-inf, 0) and zeros: it adds nothing.
-      float batch_max = -INFINITY;
-#pragma unroll
-      for (int b = 0; b < kSplitKvCombineBatch; ++b) batch_max = fmaxf(batch_max, stats[b].x);
-      const float m_new = fmaxf(m, batch_max);  // finite: every used split has a key
-      const float r_old = expf(m - m_new);      // 0 on the first batch (m = -inf)
-      l *= r_old;
-#pragma unroll
-      for (int x = 0; x < 4; ++x) a[x] *= r_old;
-#pragma unroll
-      for (int b = 0; b < kSplitKvCombineBatch; ++b) {
-        const float r = expf(stats[b].x - m_new);
-        l += stats[b].y * r;
-        a[0] += part[b].x * r;
-        a[1] += part[b].y * r;
-        a[2] += part[b].z * r;
-        a[3] += part[b].w * r;
-      }
-      m = m_new;
+    for (int b = 0; b < kSplitKvCombineBatch; ++b) {
+      part[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (s0 + b < used) part[b] = __ldcg(reinterpret_cast<const float4*>(src + (s0 + b) * dv));
     }
-    if (sinks != nullptr) {  // the sink adds exp(sink - max) to the denominator only
-      const float sink = to_float(sinks[h0 + hh]);
-      const float m_new = fmaxf(m, sink);
-      const float r_old = expf(m - m_new);
-      l = l * r_old + expf(sink - m_new);
+  };
+  // The first chunk's first batch is loaded now, in flight with the stats (one round trip for
+  // both rather than the weights' and then the partials').
+  float4 part[kSplitKvCombineBatch];
+  if (tid < nh * dv4) load_partials(tid, 0, part);
+  if (warp < nh) {
+    const int64_t slot = head_slot0 + warp * splits;
+    float m_s[2], l_s[2];
 #pragma unroll
-      for (int x = 0; x < 4; ++x) a[x] *= r_old;
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      float2 stats = make_float2(-INFINITY, 0.0f);  // past `used`: weight 0
+      if (s < used) stats = __ldcg(reinterpret_cast<const float2*>(part_stats + (slot + s) * 2));
+      m_s[r] = stats.x;
+      l_s[r] = stats.y;
     }
+    const float sink = sinks != nullptr ? to_float(sinks[h0 + warp]) : -INFINITY;
+    // Finite: every used split has a key.
+    const float m = fmaxf(warp_max(fmaxf(m_s[0], m_s[1])), sink);
+    float w[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) w[r] = expf(m_s[r] - m);  // 0 past `used` (-inf)
+    float l = warp_sum(l_s[0] * w[0] + l_s[1] * w[1]);
+    if (sinks != nullptr) l += expf(sink - m);
     const float inv_l = 1.0f / l;
 #pragma unroll
-    for (int x = 0; x < 4; ++x) a[x] *= inv_l;
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      if (s < used) merge_w_s[warp][s] = w[r] * inv_l;
+    }
+  }
+  __syncthreads();
+#pragma unroll 1  // no register array is indexed by u here; the batch below is unrolled
+  for (int u = 0; u < kOutChunks; ++u) {
+    const int o = tid + u * kSplitKvThreads;
+    if (o >= nh * dv4) break;
+    const int hh = o / dv4;
+    const int e0 = (o - hh * dv4) * 4;
+    const float* w = merge_w_s[hh];
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s0 = 0; s0 < used; s0 += kSplitKvCombineBatch) {
+      if (u > 0 || s0 > 0) load_partials(o, s0, part);
+#pragma unroll
+      for (int b = 0; b < kSplitKvCombineBatch; ++b) {
+        const float w_b = s0 + b < used ? w[s0 + b] : 0.0f;
+        a[0] += part[b].x * w_b;
+        a[1] += part[b].y * w_b;
+        a[2] += part[b].z * w_b;
+        a[3] += part[b].w * w_b;
+      }
+    }
     store4(out + (t * dims.heads + h0 + hh) * dv + e0, a);
   }
 }
@@ -738,19 +817,14 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
             "attention: split-KV positions beyond int32 ({} per sequence)", a.max_seq_len);
   const size_t shared = split_kv_shared_bytes(dims, sizeof(T), tile);
   const auto kernel = attention_split_kv_kernel<T, kHeads>;
-  // Beyond 48 KB of dynamic shared memory a kernel must opt in (a host-side attribute, allowed
-  // while a stream is captured into a graph).
-  if (shared > 48 * 1024) {
-    MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(shared)));
-  }
+  opt_in_dynamic_shared<attention_split_kv_kernel<T, kHeads>>(shared);
   // The call's K and V rows are written inside (attention_fuses_kv_write) or already were.
   launch_pdl(kernel, grid, dim3(kSplitKvThreads), shared, stream, dims, static_cast<const T*>(a.q),
              a.positions, static_cast<const T*>(a.k), static_cast<const T*>(a.v),
              static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), static_cast<const T*>(a.sinks),
              static_cast<T*>(a.out), a.max_seq_len, a.kv, static_cast<int>(splits),
-             static_cast<int>(head_tiles), static_cast<int>(tile), part_acc, part_stats,
-             a.split_counters);
+             static_cast<int>(dims.heads / dims.kv_heads), static_cast<int>(head_tiles),
+             static_cast<int>(tile), part_acc, part_stats, a.split_counters);
 }
 
 template <typename T>

@@ -60,6 +60,10 @@ constexpr int64_t kSplitKvMaxTokens = 64;
 constexpr int64_t kSplitKvMaxSplits = 64;
 // No split is made shorter than this many keys: a split costs the combine one more partial row
 // per head to read (the last block reads them all), about what scoring this many keys costs.
+// The one constant to retune from the forced-split lines of `mg_cuda_tests
+// --gtest_filter='CudaAttentionDecode.TimesBothPathsOnTheQwen3Shape'`: before the lighter kernel
+// (H100, docs/performance.md issue 15) 512 keys took 9.4 µs in 16 splits and 10.3 in the rule's
+// 32, 4096 keys 17.2 in 32; 32 here would give 16 splits at 512 keys and keep 32 at 4096.
 constexpr int64_t kSplitKvMinKeys = 16;
 // Splits' partials the combining block has in flight per thread (one L2 round trip per batch).
 constexpr int kSplitKvCombineBatch = 16;

@@ -46,6 +46,7 @@
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/dynamic_shared.cuh"
 #include "framework/device/cuda/pdl.cuh"
 #include "ops/nn/attention/attention_cuda.h"
 
@@ -446,12 +447,7 @@ void launch_attention_flash_dim(const AttentionDims& dims, const AttentionArgs& 
                                 cudaStream_t stream) {
   const auto kernel = attention_flash_prefill_kernel<T, kD>;
   const size_t shared = flash_shared_bytes(kD, sizeof(T));
-  // Beyond 48 KB of dynamic shared memory a kernel must opt in (a host-side attribute, allowed
-  // while a stream is captured into a graph).
-  if (shared > 48 * 1024) {
-    MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(shared)));
-  }
+  opt_in_dynamic_shared<attention_flash_prefill_kernel<T, kD>>(shared);
   const int64_t query_tiles = (a.tokens + kFlashRows - 1) / kFlashRows;
   const dim3 grid(static_cast<unsigned>(dims.heads), static_cast<unsigned>(query_tiles));
   launch_pdl(kernel, grid, dim3(kFlashThreads), shared, stream, dims, static_cast<const T*>(a.q),
