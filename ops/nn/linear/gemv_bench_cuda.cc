@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/dtype_dispatch.h"
@@ -128,6 +129,89 @@ void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* works
   }
 }
 
+// The launch grid's two knobs at 1 and 2 rows, µs: 16-byte loads in flight per lane (4, 8) x the
+// warps gemv_warps_per_feature aims at (4096 = kGemvTargetWarps, 8192, 16384), for each shape with
+// 16-byte rows and the q/k/v split GEMV; then the default grid with the weight already in L2 (one
+// copy re-read by every call, shapes under 40 MB): what the GEMV would take had its weight been
+// prefetched into L2 during the kernels before it.
+void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShape>& shapes,
+                      cudaStream_t stream) {
+  const size_t elem = dtype_size(o.dtype);
+  const int loads[2] = {4, 8};
+  const int64_t targets[3] = {4096, 8192, 16384};
+  const int64_t qkv_outs[3] = {4096, 512, 512};
+  std::cout << "\nGEMV grid sweep, us (loads in flight / target warps):\n";
+  std::cout << fmt::format("{:<10} {:>4} |", "shape", "rows");
+  for (const int l : loads) {
+    for (const int64_t t : targets) {
+      std::cout << fmt::format(" {:>9}", fmt::format("{}/{}k", l, t / 1024));
+    }
+  }
+  std::cout << " | L2-warm default\n";
+  std::vector<GemvBenchShape> all = shapes;
+  all.push_back({"qkv split", 2048, qkv_outs[0] + qkv_outs[1] + qkv_outs[2]});
+  for (const GemvBenchShape& s : all) {
+    if ((s.in * static_cast<int64_t>(elem)) % 16 != 0) continue;  // 8 loads need 16-byte rows
+    const bool split = std::string(s.name) == "qkv split";
+    const size_t weight_bytes = static_cast<size_t>(s.in * s.out) * elem;
+    const int copies =
+        static_cast<int>(std::clamp<size_t>(kRotateBytes / weight_bytes + 1, 1, kCallsPerGraph));
+    DeviceBuffer weights(weight_bytes * copies);
+    DeviceBuffer x(static_cast<size_t>(2 * s.in) * elem);
+    DeviceBuffer y(static_cast<size_t>(2 * s.out) * 4);
+    MG_CUDA_CHECK(cudaMemset(weights.ptr, 0x11, weight_bytes * copies));
+    MG_CUDA_CHECK(cudaMemset(x.ptr, 0x22, static_cast<size_t>(2 * s.in) * elem));
+    const auto launch = [&](const void* w, int64_t rows, int l, int64_t t) {
+      cuda::dispatch_float_dtype(o.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        if (split) {
+          cuda::GemvSplitArgs args;
+          args.x = x.ptr;
+          args.w = w;
+          args.rows = rows;
+          args.in = s.in;
+          args.loads_in_flight = l;
+          args.target_warps = t;
+          args.num_blocks = 3;
+          char* out = static_cast<char*>(y.ptr);
+          for (int b = 0; b < 3; ++b) {
+            args.blocks[b].y = out;
+            args.blocks[b].out = qkv_outs[b];
+            out += static_cast<size_t>(qkv_outs[b] * rows) * elem;
+          }
+          cuda::launch_gemv_split<T>(args, stream);
+        } else {
+          cuda::GemvArgs args;
+          args.x = x.ptr;
+          args.w = w;
+          args.y = y.ptr;
+          args.rows = rows;
+          args.in = s.in;
+          args.out = s.out;
+          args.loads_in_flight = l;
+          args.target_warps = t;
+          cuda::launch_gemv<T, T>(args, stream);
+        }
+      });
+    };
+    for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
+      std::cout << fmt::format("{:<10} {:>4} |", s.name, rows);
+      for (const int l : loads) {
+        for (const int64_t t : targets) {
+          const double us = time_calls(stream, [&](int i) {
+            launch(static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes, rows, l, t);
+          });
+          std::cout << fmt::format(" {:>9.2f}", us);
+        }
+      }
+      if (weight_bytes < (size_t{40} << 20)) {
+        const double warm_us = time_calls(stream, [&](int) { launch(weights.ptr, rows, 0, 0); });
+        std::cout << fmt::format(" | {:>9.2f}", warm_us);
+      }
+      std::cout << "\n";
+    }
+  }
+}
 }  // namespace
 
 std::vector<GemvBenchShape> gemv_bench_default_shapes() {
@@ -211,6 +295,7 @@ int run_gemv_bench(const GemvBenchOptions& o) {
     }
   }
   if (o.shapes.empty()) bench_qkv_split(o, stream, workspace);
+  bench_grid_sweep(o, shapes, stream);
   cudaFree(workspace);
   cudaStreamDestroy(stream);
   return 0;

@@ -215,14 +215,11 @@ std::string GemmXwt::describe() const {
                      std::min(gemv_max_rows_, kGemvMaxRows));
 }
 
-int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes) {
-  // ~4096 warps: about half of what an H100's 132 SMs hold at once (64 each), enough with four
-  // 16-byte loads in flight per lane to cover HBM latency; more warps per feature only add
-  // shared-memory reductions.
-  constexpr int64_t kTargetWarps = 4096;
+int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes, int64_t target_warps) {
+  const int64_t target = target_warps > 0 ? target_warps : kGemvTargetWarps;
   const int64_t chunks = std::max<int64_t>(1, in * element_bytes / 16);
   int wpf = 1;
-  while (wpf < 8 && out * wpf < kTargetWarps && chunks >= int64_t{64} * wpf) wpf *= 2;
+  while (wpf < 8 && out * wpf < target && chunks >= int64_t{64} * wpf) wpf *= 2;
   return wpf;
 }
 

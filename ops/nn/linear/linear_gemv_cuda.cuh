@@ -177,7 +177,7 @@ void launch_gemv_rows(const GemvArgs& a, cudaStream_t stream) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vector =
       (a.in * static_cast<int64_t>(sizeof(T))) % 16 == 0 && aligned(a.x) && aligned(a.w);
-  const int wpf = gemv_warps_per_feature(a.in, a.out, static_cast<int>(sizeof(T)));
+  const int wpf = gemv_warps_per_feature(a.in, a.out, static_cast<int>(sizeof(T)), a.target_warps);
   const int64_t features_per_block = kGemvWarps / wpf;
   const int64_t blocks = (a.out + features_per_block - 1) / features_per_block;
   MG_ASSERT(blocks <= 0x7fffffff, "gemv: {} output features", a.out);
@@ -207,7 +207,8 @@ void launch_gemv_split_rows(const GemvSplitArgs& a, cudaStream_t stream) {
   for (int b = 0; b < a.num_blocks; ++b) {
     const GemvSplitArgs::Block& block = a.blocks[b];
     MG_ASSERT(block.out > 0 && block.y != nullptr, "gemv split: block {} of {} rows", b, block.out);
-    const int wpf = gemv_warps_per_feature(a.in, block.out, static_cast<int>(sizeof(T)));
+    const int wpf =
+        gemv_warps_per_feature(a.in, block.out, static_cast<int>(sizeof(T)), a.target_warps);
     const int64_t features_per_block = kGemvWarps / wpf;
     blocks.y[b] = static_cast<T*>(block.y);
     blocks.bias[b] = static_cast<const T*>(block.bias);

@@ -48,7 +48,8 @@ struct GemvArgs {
   int64_t in = 0;
   int64_t out = 0;
   float alpha = 1.0f;
-  int loads_in_flight = 0;  // 0: kGemvLoadsInFlight; else 4 or 8 (bench gemv times both)
+  int loads_in_flight = 0;   // 0: kGemvLoadsInFlight; else 4 or 8 (bench gemv times both)
+  int64_t target_warps = 0;  // 0: kGemvTargetWarps (gemv_warps_per_feature); bench gemv sweeps it
 };
 
 // T: float, __half or __nv_bfloat16; TOut: T, or float for 16-bit T (the MoE router's F32
@@ -70,8 +71,9 @@ struct GemvSplitArgs {
   int64_t rows = 0;         // 1..kGemvMaxRows
   int64_t in = 0;
   float alpha = 1.0f;
-  int num_blocks = 0;       // 1..kGemvMaxBlocks
-  int loads_in_flight = 0;  // as GemvArgs::loads_in_flight
+  int num_blocks = 0;        // 1..kGemvMaxBlocks
+  int loads_in_flight = 0;   // as GemvArgs::loads_in_flight
+  int64_t target_warps = 0;  // as GemvArgs::target_warps
   struct Block {
     void* y = nullptr;           // [rows, out], T
     const void* bias = nullptr;  // [out], T, or null
@@ -83,8 +85,15 @@ struct GemvSplitArgs {
 template <typename T>
 void launch_gemv_split(const GemvSplitArgs& args, cudaStream_t stream);
 
+// Warps on the GPU the split of a feature's `in` over warps aims at: ~4096 is about half of what
+// an H100's 132 SMs hold at once (64 each), enough with four 16-byte loads in flight per lane to
+// cover HBM latency; more warps per feature add shared-memory reductions. `moegraph bench gemv`
+// times 8192 and 16384 beside it (GemvArgs::target_warps).
+constexpr int64_t kGemvTargetWarps = 4096;
+
 // Warps that split one output feature's `in` for a GEMV of this shape (1, 2, 4 or 8): the
-// smallest count that puts ~4096 warps on the GPU, no more than gives every lane a 16-byte chunk.
-int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes);
+// smallest count that puts `target_warps` (0: kGemvTargetWarps) warps on the GPU, keeping at
+// least 64 16-byte chunks of the row a warp (two per lane).
+int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes, int64_t target_warps = 0);
 
 }  // namespace mg::cuda
