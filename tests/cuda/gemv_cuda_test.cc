@@ -120,7 +120,9 @@ TEST(CudaGemv, NineRowsTakeCublasAndAgreeWithTheGemv) {
 // 8 weight loads in flight per lane (GemvArgs::loads_in_flight; kernels take it up to 2 rows on
 // 16-byte rows) sum each lane's chunks in the same order as 4, so both give the same floats, and
 // both match the fp64 loop: one GEMV and one split GEMV (the fused q/k/v launch), rows 1 and 2,
-// rows of one round of loads and of several, a feature split over warps, a partial last block.
+// rows of one round of loads and of several, a feature split over warps, a partial last block;
+// at the rule's warp target and at 4096 and 16384 forced (GemvArgs::target_warps: features split
+// over other warp counts).
 TEST(CudaGemv, EightLoadsInFlightGiveTheFloatsOfFour) {
   MG_REQUIRE_GPU();
   const GemvShape shapes[] = {{2048, 96}, {4096, 40}, {136, 1000}, {8, 3}, {2056, 513}};
@@ -137,67 +139,72 @@ TEST(CudaGemv, EightLoadsInFlightGiveTheFloatsOfFour) {
         const Tensor dx = testing::upload(x, d.dtype, nullptr);
         const Tensor dw = testing::upload(w, d.dtype, nullptr);
         const std::vector<float> ref = reference_linear(x, w, nullptr, 1.0f);
-        std::vector<Tensor> results;
-        for (const int loads : {4, 8}) {
-          Tensor dy = empty_tensor(Device::cuda(0), d.dtype, {rows, s.out});
-          cuda::GemvArgs a;
-          a.x = dx.raw();
-          a.w = dw.raw();
-          a.y = dy.raw();
-          a.rows = rows;
-          a.in = s.in;
-          a.out = s.out;
-          a.loads_in_flight = loads;
-          // The split launch of the same weight as two row blocks (out - out / 3 and out / 3).
-          const int64_t first = s.out - s.out / 3;
-          Tensor dy_first = empty_tensor(Device::cuda(0), d.dtype, {rows, first});
-          Tensor dy_rest = empty_tensor(Device::cuda(0), d.dtype, {rows, s.out - first});
-          cuda::GemvSplitArgs sa;
-          sa.x = dx.raw();
-          sa.w = dw.raw();
-          sa.rows = rows;
-          sa.in = s.in;
-          sa.loads_in_flight = loads;
-          sa.num_blocks = s.out - first > 0 ? 2 : 1;
-          sa.blocks[0] = {dy_first.raw(), nullptr, first};
-          sa.blocks[1] = {dy_rest.raw(), nullptr, s.out - first};
-          cuda::dispatch_float_dtype(d.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            cuda::launch_gemv<T, T>(a, nullptr);
-            cuda::launch_gemv_split<T>(sa, nullptr);
-          });
-          MG_CUDA_CHECK(cudaDeviceSynchronize());
-          const Tensor got = testing::download_f32(dy, nullptr);
-          EXPECT_LE(
-              testing::normalized_error(
-                  std::span<const float>(got.data<float>(), static_cast<size_t>(got.numel())), ref),
-              d.tolerance)
-              << loads << " loads";
-          // The split's blocks, joined row by row, against the fp64 loop too.
-          const Tensor got_first = testing::download_f32(dy_first, nullptr);
-          const Tensor got_rest = testing::download_f32(dy_rest, nullptr);
-          Tensor split = empty_tensor(Device::cpu(), DType::kF32, {rows, s.out});
-          for (int64_t t = 0; t < rows; ++t) {
-            for (int64_t o = 0; o < s.out; ++o) {
-              split.data<float>()[t * s.out + o] =
-                  o < first ? got_first.data<float>()[t * first + o]
-                            : got_rest.data<float>()[t * (s.out - first) + o - first];
+        for (const int64_t target : {int64_t{0}, int64_t{4096}, int64_t{16384}}) {
+          std::vector<Tensor> results;
+          for (const int loads : {4, 8}) {
+            Tensor dy = empty_tensor(Device::cuda(0), d.dtype, {rows, s.out});
+            cuda::GemvArgs a;
+            a.x = dx.raw();
+            a.w = dw.raw();
+            a.y = dy.raw();
+            a.rows = rows;
+            a.in = s.in;
+            a.out = s.out;
+            a.loads_in_flight = loads;
+            a.target_warps = target;
+            // The split launch of the same weight as two row blocks (out - out / 3 and out / 3).
+            const int64_t first = s.out - s.out / 3;
+            Tensor dy_first = empty_tensor(Device::cuda(0), d.dtype, {rows, first});
+            Tensor dy_rest = empty_tensor(Device::cuda(0), d.dtype, {rows, s.out - first});
+            cuda::GemvSplitArgs sa;
+            sa.x = dx.raw();
+            sa.w = dw.raw();
+            sa.rows = rows;
+            sa.in = s.in;
+            sa.loads_in_flight = loads;
+            sa.target_warps = target;
+            sa.num_blocks = s.out - first > 0 ? 2 : 1;
+            sa.blocks[0] = {dy_first.raw(), nullptr, first};
+            sa.blocks[1] = {dy_rest.raw(), nullptr, s.out - first};
+            cuda::dispatch_float_dtype(d.dtype, [&](auto tag) {
+              using T = decltype(tag);
+              cuda::launch_gemv<T, T>(a, nullptr);
+              cuda::launch_gemv_split<T>(sa, nullptr);
+            });
+            MG_CUDA_CHECK(cudaDeviceSynchronize());
+            const Tensor got = testing::download_f32(dy, nullptr);
+            EXPECT_LE(
+                testing::normalized_error(
+                    std::span<const float>(got.data<float>(), static_cast<size_t>(got.numel())),
+                    ref),
+                d.tolerance)
+                << loads << " loads, target " << target;
+            // The split's blocks, joined row by row, against the fp64 loop too.
+            const Tensor got_first = testing::download_f32(dy_first, nullptr);
+            const Tensor got_rest = testing::download_f32(dy_rest, nullptr);
+            Tensor split = empty_tensor(Device::cpu(), DType::kF32, {rows, s.out});
+            for (int64_t t = 0; t < rows; ++t) {
+              for (int64_t o = 0; o < s.out; ++o) {
+                split.data<float>()[t * s.out + o] =
+                    o < first ? got_first.data<float>()[t * first + o]
+                              : got_rest.data<float>()[t * (s.out - first) + o - first];
+              }
             }
+            EXPECT_LE(
+                testing::normalized_error(
+                    std::span<const float>(split.data<float>(), static_cast<size_t>(split.numel())),
+                    ref),
+                d.tolerance)
+                << loads << " loads, split, target " << target;
+            results.push_back(got);
+            results.push_back(split);
           }
-          EXPECT_LE(
-              testing::normalized_error(
-                  std::span<const float>(split.data<float>(), static_cast<size_t>(split.numel())),
-                  ref),
-              d.tolerance)
-              << loads << " loads, split";
-          results.push_back(got);
-          results.push_back(split);
-        }
-        // results: {gemv 4, split 4, gemv 8, split 8}; 8 loads gives the floats of 4.
-        for (int k = 0; k < 2; ++k) {
-          for (int64_t i = 0; i < results[k].numel(); ++i) {
-            ASSERT_EQ(results[k].data<float>()[i], results[k + 2].data<float>()[i])
-                << (k == 0 ? "gemv" : "split") << " element " << i;
+          // results: {gemv 4, split 4, gemv 8, split 8}; 8 loads gives the floats of 4.
+          for (int k = 0; k < 2; ++k) {
+            for (int64_t i = 0; i < results[k].numel(); ++i) {
+              ASSERT_EQ(results[k].data<float>()[i], results[k + 2].data<float>()[i])
+                  << (k == 0 ? "gemv" : "split") << " element " << i << ", target " << target;
+            }
           }
         }
       }

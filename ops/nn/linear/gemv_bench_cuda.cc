@@ -130,7 +130,8 @@ void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* works
 }
 
 // The launch grid's two knobs at 1 and 2 rows, µs: 16-byte loads in flight per lane (4, 8) x the
-// warps gemv_warps_per_feature aims at (4096 = kGemvTargetWarps, 8192, 16384), for each shape with
+// warps gemv_warps_per_feature aims at (4096, 8192, 16384; its rule picks 4096, or 16384 for
+// rows of kGemvLongRow elements), for each shape with
 // 16-byte rows and the q/k/v split GEMV; then the default grid with the weight already in L2 (one
 // copy re-read by every call, shapes under 40 MB): what the GEMV would take had its weight been
 // prefetched into L2 during the kernels before it.

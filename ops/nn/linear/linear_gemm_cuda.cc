@@ -216,7 +216,9 @@ std::string GemmXwt::describe() const {
 }
 
 int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes, int64_t target_warps) {
-  const int64_t target = target_warps > 0 ? target_warps : kGemvTargetWarps;
+  const int64_t target = target_warps > 0     ? target_warps
+                         : in >= kGemvLongRow ? kGemvLongRowTargetWarps
+                                              : kGemvTargetWarps;
   const int64_t chunks = std::max<int64_t>(1, in * element_bytes / 16);
   int wpf = 1;
   while (wpf < 8 && out * wpf < target && chunks >= int64_t{64} * wpf) wpf *= 2;

@@ -49,7 +49,7 @@ struct GemvArgs {
   int64_t out = 0;
   float alpha = 1.0f;
   int loads_in_flight = 0;   // 0: kGemvLoadsInFlight; else 4 or 8 (bench gemv times both)
-  int64_t target_warps = 0;  // 0: kGemvTargetWarps (gemv_warps_per_feature); bench gemv sweeps it
+  int64_t target_warps = 0;  // 0: the rule (gemv_warps_per_feature); bench gemv sweeps it
 };
 
 // T: float, __half or __nv_bfloat16; TOut: T, or float for 16-bit T (the MoE router's F32
@@ -85,15 +85,21 @@ struct GemvSplitArgs {
 template <typename T>
 void launch_gemv_split(const GemvSplitArgs& args, cudaStream_t stream);
 
-// Warps on the GPU the split of a feature's `in` over warps aims at: ~4096 is about half of what
-// an H100's 132 SMs hold at once (64 each), enough with four 16-byte loads in flight per lane to
-// cover HBM latency; more warps per feature add shared-memory reductions. `moegraph bench gemv`
-// times 8192 and 16384 beside it (GemvArgs::target_warps).
+// Warps on the GPU that the split of a feature's `in` over warps aims at (more warps per feature:
+// fewer rounds of loads per warp, more shared-memory reductions): kGemvTargetWarps, or
+// kGemvLongRowTargetWarps for rows of at least kGemvLongRow elements. `moegraph bench gemv`'s grid
+// sweep on an H100 (2026-11-25, BF16, 1 row, µs at 4096 / 8192 / 16384 warps, docs/performance.md):
+// o_proj 4096 -> 2048 9.66 / 8.80 / 7.84; q_proj 2048 -> 4096 alone 9.64 / 7.94 / 7.95 but the
+// q/k/v split GEMV (in 2048) 10.61 / 11.38 / 11.50, and k/v, router and lm_head (in 2048) the same
+// at all three. One rule of (in, out) for the plain and the split GEMV, so that a fused linear's
+// outputs keep the floats of its unfused linears (CudaFusedLinear.*).
 constexpr int64_t kGemvTargetWarps = 4096;
+constexpr int64_t kGemvLongRow = 4096;
+constexpr int64_t kGemvLongRowTargetWarps = 16384;
 
 // Warps that split one output feature's `in` for a GEMV of this shape (1, 2, 4 or 8): the
-// smallest count that puts `target_warps` (0: kGemvTargetWarps) warps on the GPU, keeping at
-// least 64 16-byte chunks of the row a warp (two per lane).
+// smallest count that puts `target_warps` warps on the GPU (0: the rule above), keeping at least
+// 64 16-byte chunks of the row a warp (two per lane).
 int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes, int64_t target_warps = 0);
 
 }  // namespace mg::cuda
