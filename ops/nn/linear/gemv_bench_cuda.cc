@@ -213,6 +213,49 @@ void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShap
     }
   }
 }
+
+// The q/k/v split GEMV (2048 -> 4096 + 512 + 512) at 1 row with the warps per feature of the q
+// block and of the k/v blocks forced, µs: which split of the row over warps suits each block when
+// they share one launch (the rule gives q 1 and k/v 8).
+void bench_split_warps(const GemvBenchOptions& o, cudaStream_t stream) {
+  constexpr int64_t kIn = 2048;
+  const int64_t outs[3] = {4096, 512, 512};
+  const size_t elem = dtype_size(o.dtype);
+  const size_t weight_bytes = static_cast<size_t>(kIn * (outs[0] + outs[1] + outs[2])) * elem;
+  const int copies =
+      static_cast<int>(std::clamp<size_t>(kRotateBytes / weight_bytes + 1, 1, kCallsPerGraph));
+  DeviceBuffer weights(weight_bytes * copies);
+  DeviceBuffer x(static_cast<size_t>(kIn) * elem);
+  DeviceBuffer y(static_cast<size_t>(outs[0] + outs[1] + outs[2]) * elem);
+  MG_CUDA_CHECK(cudaMemset(weights.ptr, 0x11, weight_bytes * copies));
+  MG_CUDA_CHECK(cudaMemset(x.ptr, 0x22, static_cast<size_t>(kIn) * elem));
+  std::cout << "\nq/k/v split GEMV at 1 row by warps per feature (rows: q block; columns: k/v "
+               "blocks), us:\n      kv 1      kv 2      kv 4      kv 8\n";
+  for (const int q_wpf : {1, 2, 4}) {
+    std::cout << fmt::format("q {}", q_wpf);
+    for (const int kv_wpf : {1, 2, 4, 8}) {
+      const double us = time_calls(stream, [&](int i) {
+        cuda::GemvSplitArgs args;
+        args.x = x.ptr;
+        args.w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
+        args.rows = 1;
+        args.in = kIn;
+        args.num_blocks = 3;
+        char* out = static_cast<char*>(y.ptr);
+        for (int b = 0; b < 3; ++b) {
+          args.blocks[b].y = out;
+          args.blocks[b].out = outs[b];
+          args.blocks[b].warps_per_feature = b == 0 ? q_wpf : kv_wpf;
+          out += static_cast<size_t>(outs[b]) * elem;
+        }
+        cuda::dispatch_float_dtype(
+            o.dtype, [&](auto tag) { cuda::launch_gemv_split<decltype(tag)>(args, stream); });
+      });
+      std::cout << fmt::format(" {:>9.2f}", us);
+    }
+    std::cout << "\n";
+  }
+}
 }  // namespace
 
 std::vector<GemvBenchShape> gemv_bench_default_shapes() {
@@ -297,6 +340,7 @@ int run_gemv_bench(const GemvBenchOptions& o) {
   }
   if (o.shapes.empty()) bench_qkv_split(o, stream, workspace);
   bench_grid_sweep(o, shapes, stream);
+  if (o.shapes.empty()) bench_split_warps(o, stream);
   cudaFree(workspace);
   cudaStreamDestroy(stream);
   return 0;

@@ -208,7 +208,11 @@ void launch_gemv_split_rows(const GemvSplitArgs& a, cudaStream_t stream) {
     const GemvSplitArgs::Block& block = a.blocks[b];
     MG_ASSERT(block.out > 0 && block.y != nullptr, "gemv split: block {} of {} rows", b, block.out);
     const int wpf =
-        gemv_warps_per_feature(a.in, block.out, static_cast<int>(sizeof(T)), a.target_warps);
+        block.warps_per_feature > 0
+            ? block.warps_per_feature
+            : gemv_warps_per_feature(a.in, block.out, static_cast<int>(sizeof(T)), a.target_warps);
+    MG_ASSERT(wpf == 1 || wpf == 2 || wpf == 4 || wpf == 8, "gemv split: {} warps per feature",
+              wpf);
     const int64_t features_per_block = kGemvWarps / wpf;
     blocks.y[b] = static_cast<T*>(block.y);
     blocks.bias[b] = static_cast<const T*>(block.bias);

@@ -78,6 +78,7 @@ struct GemvSplitArgs {
     void* y = nullptr;           // [rows, out], T
     const void* bias = nullptr;  // [out], T, or null
     int64_t out = 0;
+    int warps_per_feature = 0;  // 0: the rule (gemv_warps_per_feature); else 1, 2, 4 or 8 (bench)
   } blocks[kGemvMaxBlocks];
 };
 
