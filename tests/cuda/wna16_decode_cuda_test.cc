@@ -104,17 +104,25 @@ struct PackedMatrix {
   cuda::Wna16Weights view;
 };
 
+// real_zeros (asymmetric integer codes only): the zero points moved off the integers by 0.37, so
+// the packer must mark them Wna16Zeros::kReal and the decode kernels take the per-value path.
 template <typename T>
 PackedMatrix make_matrix(Kind kind, int64_t E, int64_t rows, int64_t cols, int64_t group,
-                         bool symmetric, int64_t parts, std::mt19937& rng) {
+                         bool symmetric, int64_t parts, std::mt19937& rng,
+                         bool real_zeros = false) {
   cuda::Wna16PackedHost packed;
   if (kind == Kind::kInt4 || kind == Kind::kInt8) {
     std::uniform_real_distribution<float> value(-0.5f, 0.5f);
     std::vector<float> w(E * rows * cols);
     for (float& v : w) v = value(rng);
-    const cuda::Wna16HostCodes q = cuda::wna16_quantize_host(
+    cuda::Wna16HostCodes q = cuda::wna16_quantize_host(
         w.data(), E, rows, cols, kind == Kind::kInt4 ? 4 : 8, group, symmetric);
+    if (real_zeros) {
+      for (float& z : q.zeros) z += 0.37f;
+    }
     packed = cuda::wna16_pack(q.view(), parts);
+    // The decode kernels' choice: exact q - z for integer zero points (every case but real_zeros).
+    EXPECT_EQ(packed.zeros, real_zeros ? cuda::Wna16Zeros::kReal : cuda::Wna16Zeros::kIntegerCodes);
   } else {
     const bool mx = kind == Kind::kMxfp4;
     std::vector<uint8_t> codes(E * rows * cols / 2);
@@ -178,10 +186,14 @@ struct DecodeCase {
   int64_t experts = 8, top_k = 2, hidden = 256, inter = 128;
   MoEActKind act = MoEActKind::kSiluGated;
   bool bias = false;
+  bool real_zeros = false;  // asymmetric integer codes: zero points off the integers (make_matrix)
   std::string describe() const {
     return fmt::format("{} group {} {} E {} top_k {} H {} I {} act {} bias {}", kind_label(kind),
-                       group, symmetric ? "sym" : "asym", experts, top_k, hidden, inter,
-                       static_cast<int>(act), bias);
+                       group,
+                       real_zeros  ? "asym-f32"
+                       : symmetric ? "sym"
+                                   : "asym",
+                       experts, top_k, hidden, inter, static_cast<int>(act), bias);
   }
 };
 
@@ -252,10 +264,10 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   for (int64_t g = 0, local = 0; g < global; ++g) {
     expert_map[g] = (g == 1 || g == 4) ? -1 : static_cast<int32_t>(local++);
   }
-  const PackedMatrix w13 =
-      make_matrix<T>(c.kind, c.experts, n1, c.hidden, c.group, c.symmetric, gated ? 2 : 1, rng);
-  const PackedMatrix w2 =
-      make_matrix<T>(c.kind, c.experts, c.hidden, c.inter, c.group, c.symmetric, 1, rng);
+  const PackedMatrix w13 = make_matrix<T>(c.kind, c.experts, n1, c.hidden, c.group, c.symmetric,
+                                          gated ? 2 : 1, rng, c.real_zeros);
+  const PackedMatrix w2 = make_matrix<T>(c.kind, c.experts, c.hidden, c.inter, c.group, c.symmetric,
+                                         1, rng, c.real_zeros);
   std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
   std::vector<float> b13(c.experts * n1), b2(c.experts * c.hidden);
   for (float& b : b13) b = bias_value(rng);
@@ -399,8 +411,9 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
 std::vector<DecodeCase> decode_cases() {
   std::vector<DecodeCase> cases;
   const auto add = [&](Kind kind, int64_t group, bool symmetric, int64_t E, int64_t top_k,
-                       int64_t H, int64_t I, MoEActKind act, bool bias) {
+                       int64_t H, int64_t I, MoEActKind act, bool bias, bool real_zeros = false) {
     DecodeCase c;
+    c.real_zeros = real_zeros;
     c.kind = kind;
     c.group = group;
     c.symmetric = symmetric;
@@ -419,6 +432,23 @@ std::vector<DecodeCase> decode_cases() {
   add(Kind::kInt8, -1, false, 8, 2, 328, 136, MoEActKind::kSwigluOai, true);
   add(Kind::kInt8, 128, true, 8, 4, 256, 384, MoEActKind::kGeluTanhGated, false);
   add(Kind::kInt8, 32, false, 5, 2, 128, 160, MoEActKind::kSilu, true);
+  // The shapes where the reverted cheap dequantization (db2fffc: 128 + q and a -(z + 128) Σx
+  // correction per group, which cancelled) put single elements out of bounds on the H100: long
+  // channel-wise groups (H 1024: 8 steps in one group), H 2816 at 16 tokens, channel-wise
+  // asymmetric H 72, groups of 32 with biases, INT8 channel-wise asymmetric over 32 experts.
+  add(Kind::kInt4, -1, true, 4, 2, 1024, 256, MoEActKind::kSiluGated, false);
+  add(Kind::kInt4, 128, false, 4, 2, 2816, 128, MoEActKind::kSiluGated, true);
+  add(Kind::kInt4, -1, false, 6, 2, 72, 136, MoEActKind::kReluSquared, false);
+  add(Kind::kInt4, 32, false, 8, 2, 384, 160, MoEActKind::kGelu, true);
+  add(Kind::kInt8, -1, false, 32, 2, 1024, 136, MoEActKind::kSilu, false);
+  // Groups of 64 (two units; H 320 and I 192 end in a partial step) and 128 over several steps
+  // with a slice starting mid-K (H 640).
+  add(Kind::kInt4, 64, false, 8, 2, 320, 192, MoEActKind::kSiluGated, true);
+  add(Kind::kInt8, 64, false, 6, 4, 320, 192, MoEActKind::kGelu, false);
+  add(Kind::kInt4, 128, false, 16, 1, 640, 384, MoEActKind::kSwigluOai, true);
+  // Zero points that are not integers: the per-value path (Wna16Zeros::kReal).
+  add(Kind::kInt4, 128, false, 8, 2, 384, 256, MoEActKind::kSiluGated, true, true);
+  add(Kind::kInt8, -1, false, 6, 2, 328, 136, MoEActKind::kGelu, false, true);
   // FP4: a partial last scale group is fine (H 72, 328; I 136, 200, 2056).
   add(Kind::kMxfp4, 32, true, 8, 4, 72, 136, MoEActKind::kSwigluOai, true);
   add(Kind::kMxfp4, 32, true, 4, 2, 256, 2056, MoEActKind::kSiluGated, false);
@@ -450,6 +480,27 @@ TEST(CudaWna16Decode, EveryTileVariantMatches) {
       }
     }
   }
+}
+
+// The packer's zero-point check (no GPU needed): integer codes in range with scales in
+// [2^-100, 2^100] (or 0) take the exact path, anything else the per-value one.
+TEST(CudaWna16Decode, ZeroKindOnHost) {
+  using cuda::Wna16Zeros;
+  const float scales[3] = {0.01f, 0.0f, -3.5f};
+  const float int_zeros[3] = {0.0f, 7.0f, 15.0f};
+  const uint8_t u8_zeros[3] = {0, 200, 255};
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, nullptr, nullptr, 3, 4), Wna16Zeros::kIntegerCodes);
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, int_zeros, nullptr, 3, 4), Wna16Zeros::kIntegerCodes);
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, nullptr, u8_zeros, 3, 8), Wna16Zeros::kIntegerCodes);
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, nullptr, u8_zeros, 3, 4), Wna16Zeros::kReal);  // > 15
+  const float half_zeros[3] = {0.0f, 7.5f, 15.0f};
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, half_zeros, nullptr, 3, 4), Wna16Zeros::kReal);
+  const float negative_zeros[3] = {0.0f, -1.0f, 15.0f};
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, negative_zeros, nullptr, 3, 4), Wna16Zeros::kReal);
+  const float tiny_scales[3] = {0.01f, 1e-35f, 1.0f};
+  EXPECT_EQ(cuda::wna16_zero_kind(tiny_scales, nullptr, nullptr, 3, 4), Wna16Zeros::kReal);
+  const float nan_scales[3] = {0.01f, std::nanf(""), 1.0f};
+  EXPECT_EQ(cuda::wna16_zero_kind(nan_scales, nullptr, nullptr, 3, 4), Wna16Zeros::kReal);
 }
 
 TEST(CudaWna16Decode, RefusesWhatItCannotTake) {
@@ -548,6 +599,8 @@ RandomMatrix random_matrix(Kind kind, int64_t E, int64_t rows, int64_t cols, int
   m.view =
       cuda::wna16_weights_view(p, m.words->as<uint32_t>(), fp4 ? nullptr : m.params->as<float>(),
                                fp4 ? m.scale_bytes->as<uint8_t>() : nullptr);
+  // launch_wna16_random_fill draws integer zero points (as make_random_wna16_weights marks them).
+  if (!fp4) m.view.zeros = cuda::Wna16Zeros::kIntegerCodes;
   m.bytes_per_expert = p.bytes_per_expert();
   return m;
 }
@@ -662,6 +715,19 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
         std::cout << fmt::format(
             "    {:<24} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n", v.name, us,
             100.0 * floor_us / us, gemm_us / us);
+      }
+      if (sh.kind == Kind::kInt4 || sh.kind == Kind::kInt8) {
+        // The same weights through the per-value dequantization (what non-integer zero points
+        // take), default tiles: the exact path's gain.
+        cuda::Wna16DecodeArgs per_value = a;
+        per_value.w13.zeros = cuda::Wna16Zeros::kReal;
+        per_value.w2.zeros = cuda::Wna16Zeros::kReal;
+        const double us = graph_us([&](cudaStream_t s) {
+          cuda::launch_wna16_decode_experts<T>(per_value, variants.front().tiles, s);
+        });
+        std::cout << fmt::format(
+            "    {:<24} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n",
+            "default, per-value dq", us, 100.0 * floor_us / us, gemm_us / us);
       }
     }
   }
