@@ -81,9 +81,11 @@
 // path's group ends (3 pair loads, a reciprocal and an fma per C element: ~75 SASS instructions a
 // part, once per step at g128 but once per unit at g32); the A pairs are 32-bit L1 loads, 2 per k16
 // at M <= 8 (4 above); registers (ptxas, CUDA 13.0 here: 96-127 a thread for the PairRows 8
-// kernels, up to 128 with a few spilled bytes for PairRows 16; 16 warps an SM at 128, so qwen3's
-// default up grid of 384 CTAs x 8 warps is 1.5 waves); the group_pairs prologue every CTA runs; at
-// larger M an up CTA walks its experts one after another, a barrier each.
+// kernels, up to 128 with a few spilled bytes for PairRows 16; the exact variants 98-128, the
+// qwen3 M = 1 pair 121 (up) and 98 (down), and a few (plain INT4 up at PairRows 8, INT8 down)
+// that ptxas holds at 64 with 24-80 stack bytes, none of it in the inner loop; 16 warps an SM at
+// 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves); the group_pairs prologue
+// every CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
 #pragma once
 
 #include <cuda_bf16.h>
