@@ -213,7 +213,7 @@ std::vector<TileVariant> tile_variants() {
   };
   add("default", [](cuda::Wna16DecodeTiles&) {});
   add("up slices 1", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 1; });
-  add("up slices 2", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 2; });
+  add("up slices by the rule", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 0; });
   add("up slices 4", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 4; });
   add("up slices 8", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 8; });
   add("up 1 block per CTA", [](cuda::Wna16DecodeTiles& t) { t.up_blocks_per_cta = 1; });

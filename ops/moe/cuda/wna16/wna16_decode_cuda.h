@@ -46,8 +46,12 @@ struct Wna16DecodeArgs {
 struct Wna16DecodeTiles {
   // Up kernel: warps that split one 8-row block's K (each a contiguous slice of 128-wide steps,
   // summed in shared memory in slice order); 0: as many as leave each warp at most the steps it
-  // keeps in flight, at most 8. At most the K steps (more would be empty).
-  int up_k_slices = 0;
+  // keeps in flight, at most 8. At most the K steps (more would be empty). 2 by default: the
+  // H100 timing (2026-11-25, `MG_WNA16_TIMING=1 mg_cuda_tests
+  // --gtest_filter='CudaWna16Decode.Timing*'`) had 2 slices at or near the best of every point,
+  // µs rule (0) / 2: qwen3 int4 M = 1 34.6 / 34.7, M = 2 59.4 / 56.7, M = 4 96.7 / 90.1, M = 8
+  // 182.1 / 180.3; gpt-oss MXFP4 M = 1 103.6 / 94.1, M = 2 174.9 / 154.8, M = 8 580.3 / 508.6.
+  int up_k_slices = 2;
   // Up kernel: 8-row blocks (of each part) per CTA; the CTA has blocks x slices warps (at most
   // 16). 0: 8 / slices (at least 1).
   int up_blocks_per_cta = 0;
