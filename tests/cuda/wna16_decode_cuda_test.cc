@@ -1,10 +1,13 @@
 // The decode path of the packed weight-only experts (ops/moe/cuda/wna16/wna16_decode_cuda.h):
 // launch_wna16_decode_experts forced at M = 1, 2, 3, 5, 8 and 16 tokens, against
 // - an fp64 reference on the weights the packed matrices hold (wna16_unpack_host: fma(q, s, -z·s)
-//   for INT4 / INT8, e2m1 x scale byte (x global) for MXFP4 / NVFP4), rounded through T as the
-//   kernels round them, the intermediate rounded to T, the weighted top-k sum in fp64;
+//   for INT4 / INT8, e2m1 x scale byte (x global) for MXFP4 / NVFP4), rounded through T where the
+//   kernels round them (the per-value path; the exact integer-code path for integer zero points
+//   never rounds a weight, so its reference takes them unrounded), the intermediate rounded to T,
+//   the weighted top-k sum in fp64;
 // - the existing path on the same packed weights (align -> mma.sync GEMM1 + act -> GEMM2 ->
-//   combine, wna16_mma16), which rounds the same values in another order;
+//   combine, wna16_mma16), which rounds the weights to T, with the bounds widened by what that
+//   rounding moves the reference;
 // and eager against a replayed CUDA graph (bit for bit). Cases: INT4 and INT8 with groups of 32
 // and 128 columns and channel-wise, symmetric and asymmetric; MXFP4 and NVFP4 (globals != 1 per
 // expert and part, partial last scale groups); H and I not multiples of 64 / 128 where the
@@ -15,6 +18,8 @@
 // The backend's wiring (route -> decode, `:wna16_decode` forced) is covered by
 // CudaWna16Experts.BackendMatchesReferenceLayer and CudaFp4Experts' backend test.
 //
+// MG_WNA16_FORCE_PER_VALUE=1 runs every integer case through the per-value path instead; a
+// failing case prints its first bad element with both paths' values (explain_decode_failure).
 // Timing (MG_WNA16_TIMING=1, prints only): CudaWna16Decode.Timing* on the qwen3-30b-a3b shape
 // (INT4 g128) and gpt-oss-120b (MXFP4).
 #include <gtest/gtest.h>
@@ -95,11 +100,16 @@ const char* kind_label(Kind k) {
   return "?";
 }
 
-// One packed matrix [E, rows, cols] on the device and the weights it holds ([E, rows, cols] F32,
-// rounded through T where the kernels round them: integer and MXFP4 weights are rounded to T
-// once; NVFP4's e2m1 x e4m3 is exact in T and its global multiplies the fp32 accumulator).
+// One packed matrix [E, rows, cols] on the device and the weights it holds ([E, rows, cols] F32):
+// `ref` rounded through T where the per-value kernels (and the grouped GEMM) round them: integer
+// and MXFP4 weights are rounded to T once; NVFP4's e2m1 x e4m3 is exact in T and its global
+// multiplies the fp32 accumulator. `exact` as the decode kernels' integer-code path uses them
+// (Wna16Zeros::kIntegerCodes: s · (q - z) applied to the fp32 sum, never rounded to T): the
+// unpacked fma(q, s, -z·s). The two differ by up to 2^-9 of a weight in BF16 (2^-12 in F16), and
+// that rounding error is one value per code q - z and scale group, so it does not average out
+// along K: single outputs of the BF16 cases move by several times the bounds below.
 struct PackedMatrix {
-  std::vector<float> ref;
+  std::vector<float> ref, exact;
   std::unique_ptr<DeviceBuffer> words, params, scale_bytes, globals;
   cuda::Wna16Weights view;
 };
@@ -157,6 +167,7 @@ PackedMatrix make_matrix(Kind kind, int64_t E, int64_t rows, int64_t cols, int64
   }
   PackedMatrix m;
   m.ref = cuda::wna16_unpack_host(packed, rows);
+  m.exact = m.ref;
   if (kind != Kind::kNvfp4) {
     for (float& v : m.ref) v = round_to<T>(v);
   }
@@ -244,6 +255,74 @@ std::vector<TileVariant> tile_variants() {
   return v;
 }
 
+// MG_WNA16_FORCE_PER_VALUE set (not "0"): check_decode runs the decode kernels' per-value
+// dequantization on every matrix (views' zeros = Wna16Zeros::kReal), as the test of that path
+// alone and to tell the two paths apart when one fails.
+bool force_per_value_from_env() {
+  const char* v = std::getenv("MG_WNA16_FORCE_PER_VALUE");
+  return v != nullptr && std::strcmp(v, "0") != 0;
+}
+
+// Whether the decode kernels take the exact integer-code path for `w` (uses_exact_zeros in
+// wna16_decode_cuda.cuh: integer codes whose zero points are all integer codes).
+bool decode_uses_exact_codes(const cuda::Wna16Weights& w) {
+  return w.codes == Wna16Codes::kInteger && w.zeros == cuda::Wna16Zeros::kIntegerCodes;
+}
+
+// What check_decode prints when the decode path misses its reference: the first element out of
+// compare_bounded's bounds (token, column, the token's experts) with the decode result, its
+// reference, the reference on the weights rounded to T, the grouped GEMM's result and, when `args`
+// took the exact path for a matrix, the same launch through the per-value path (zeros kReal), so
+// one failing run shows which path is off, where, and by how much.
+template <typename T>
+std::string explain_decode_failure(const DecodeCase& c, int64_t tokens,
+                                   const cuda::Wna16DecodeArgs& args,
+                                   const std::vector<int32_t>& ids,
+                                   const std::vector<int32_t>& expert_map,
+                                   const std::vector<double>& got, const std::vector<double>& ref,
+                                   const std::vector<double>& rounded,
+                                   const std::vector<double>& gemm) {
+  double ref2 = 0.0;
+  for (const double r : ref) ref2 += r * r;
+  const double rms = std::sqrt(ref2 / static_cast<double>(ref.size()));
+  size_t bad = ref.size();
+  for (size_t i = 0; i < ref.size() && bad == ref.size(); ++i) {
+    if (!(std::fabs(got[i] - ref[i]) <= std::fabs(ref[i]) / 64 + rms / 64)) bad = i;
+  }
+  if (bad == ref.size()) return "(no element out of bounds: the normalised L2 failed)";
+  const int64_t token = static_cast<int64_t>(bad) / c.hidden,
+                col = static_cast<int64_t>(bad) % c.hidden;
+  std::string experts;
+  for (int64_t j = 0; j < c.top_k; ++j) {
+    const int32_t id = ids[token * c.top_k + j];
+    experts += fmt::format("{}{} (local {})", j == 0 ? "" : ", ", id, expert_map[id]);
+  }
+  std::string msg = fmt::format(
+      "first element out of bounds: {} = token {} column {}, experts {}: decode {} reference {} "
+      "(on the weights rounded to T: {}), grouped GEMM {}",
+      bad, token, col, experts, got[bad], ref[bad], rounded[bad], gemm[bad]);
+  if (decode_uses_exact_codes(args.w13) || decode_uses_exact_codes(args.w2)) {
+    cuda::Wna16DecodeArgs per_value = args;
+    per_value.w13.zeros = cuda::Wna16Zeros::kReal;
+    per_value.w2.zeros = cuda::Wna16Zeros::kReal;
+    const size_t out_bytes = tokens * c.hidden * sizeof(T);
+    DeviceBuffer d_out(out_bytes);
+    per_value.out = d_out.as<void>();
+    cuda::launch_wna16_decode_experts<T>(per_value, {}, nullptr);
+    MG_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> out(tokens * c.hidden);
+    d_out.download(out.data(), out_bytes);
+    std::vector<double> pv(out.size());
+    for (size_t i = 0; i < out.size(); ++i) pv[i] = to_f32(out[i]);
+    const std::string why = compare_bounded(pv, rounded, 1.0 / 64, 1.0 / 64, 1e-2);
+    msg += fmt::format(
+        "; the per-value path (default tiles) gives {} there, and against the "
+        "reference on the rounded weights it is {}",
+        pv[bad], why.empty() ? "within bounds" : why);
+  }
+  return msg;
+}
+
 template <typename T>
 void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
                   const TileVariant& variant = TileVariant{"default", {}}) {
@@ -313,9 +392,17 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   args.topk_ids = d_ids->as<int32_t>();
   args.topk_weights = d_w->as<float>();
   args.expert_map = d_map->as<int32_t>();
+  // MG_WNA16_FORCE_PER_VALUE=1: the decode kernels take the per-value dequantization for every
+  // matrix (as for non-integer zero points), e.g. to tell the two paths apart on a failure.
+  const bool force_per_value = force_per_value_from_env();
   args.w13 = w13.view;
   args.b13 = c.bias ? d_b13->as<float>() : nullptr;
   args.w2 = w2.view;
+  if (force_per_value) {
+    args.w13.zeros = cuda::Wna16Zeros::kReal;
+    args.w2.zeros = cuda::Wna16Zeros::kReal;
+  }
+  const bool exact13 = decode_uses_exact_codes(args.w13), exact2 = decode_uses_exact_codes(args.w2);
   args.b2 = c.bias ? d_b2->as<float>() : nullptr;
   args.act_scratch = d_act.as<void>();
   args.out = d_out.as<void>();
@@ -365,35 +452,48 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   std::vector<T> out_gemm(tokens * c.hidden);
   d_out_gemm.download(out_gemm.data(), out_bytes);
 
-  std::vector<double> got, gemm, ref;
+  // The fp64 reference on the given weights of W13 and W2: the intermediate rounded to T (as both
+  // paths store it), the weighted top-k sum in fp64.
   std::vector<float> h(c.inter);
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::vector<double> sum(c.hidden, 0.0);
-    const float* xr = x.data() + t * c.hidden;
-    for (int64_t j = 0; j < c.top_k; ++j) {
-      const int32_t e = expert_map[ids[t * c.top_k + j]];
-      if (e < 0) continue;
-      for (int64_t i = 0; i < c.inter; ++i) {
-        double g = dot(xr, w13.ref.data() + (e * n1 + i) * c.hidden, c.hidden);
-        double u =
-            gated ? dot(xr, w13.ref.data() + (e * n1 + c.inter + i) * c.hidden, c.hidden) : 0.0;
-        if (c.bias) {
-          g += b13[e * n1 + i];
-          if (gated) u += b13[e * n1 + c.inter + i];
+  const auto reference = [&](const std::vector<float>& r13, const std::vector<float>& r2) {
+    std::vector<double> out_ref;
+    out_ref.reserve(tokens * c.hidden);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<double> sum(c.hidden, 0.0);
+      const float* xr = x.data() + t * c.hidden;
+      for (int64_t j = 0; j < c.top_k; ++j) {
+        const int32_t e = expert_map[ids[t * c.top_k + j]];
+        if (e < 0) continue;
+        for (int64_t i = 0; i < c.inter; ++i) {
+          double g = dot(xr, r13.data() + (e * n1 + i) * c.hidden, c.hidden);
+          double u =
+              gated ? dot(xr, r13.data() + (e * n1 + c.inter + i) * c.hidden, c.hidden) : 0.0;
+          if (c.bias) {
+            g += b13[e * n1 + i];
+            if (gated) u += b13[e * n1 + c.inter + i];
+          }
+          h[i] = round_to<T>(reference_activation(act, g, u));
         }
-        h[i] = round_to<T>(reference_activation(act, g, u));
+        for (int64_t col = 0; col < c.hidden; ++col) {
+          double y = dot(h.data(), r2.data() + (e * c.hidden + col) * c.inter, c.inter);
+          if (c.bias) y += b2[e * c.hidden + col];
+          sum[col] += weights[t * c.top_k + j] * y;
+        }
       }
-      for (int64_t col = 0; col < c.hidden; ++col) {
-        double y = dot(h.data(), w2.ref.data() + (e * c.hidden + col) * c.inter, c.inter);
-        if (c.bias) y += b2[e * c.hidden + col];
-        sum[col] += weights[t * c.top_k + j] * y;
-      }
+      out_ref.insert(out_ref.end(), sum.begin(), sum.end());
     }
-    for (int64_t col = 0; col < c.hidden; ++col) {
-      ref.push_back(sum[col]);
-      got.push_back(to_f32(out[t * c.hidden + col]));
-      gemm.push_back(to_f32(out_gemm[t * c.hidden + col]));
-    }
+    return out_ref;
+  };
+  // `rounded`: the weights rounded to T (the per-value path and the grouped GEMM); `ref`: the
+  // weights the decode kernels use, per matrix (exact for integer zero points, PackedMatrix).
+  const std::vector<double> rounded = reference(w13.ref, w2.ref);
+  const std::vector<double> ref =
+      exact13 || exact2 ? reference(exact13 ? w13.exact : w13.ref, exact2 ? w2.exact : w2.ref)
+                        : rounded;
+  std::vector<double> got, gemm;
+  for (int64_t i = 0; i < tokens * c.hidden; ++i) {
+    got.push_back(to_f32(out[i]));
+    gemm.push_back(to_f32(out_gemm[i]));
   }
   if (zero_token) {
     for (int64_t col = 0; col < c.hidden; ++col) {
@@ -402,9 +502,20 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   }
   // The intermediate is rounded to T by both; one ulp apart across a rounding boundary is
   // possible, so the bounds are those of the existing MLP test.
-  std::string why = compare_bounded(got, ref, 1.0 / 64, 1.0 / 64, 1e-2);
-  EXPECT_TRUE(why.empty()) << "decode vs reference: " << why;
-  why = compare_bounded(got, gemm, 1.0 / 64, 1.0 / 64, 1e-2);
+  constexpr double kRel = 1.0 / 64, kAbs = 1.0 / 64, kL2 = 1e-2;
+  std::string why = compare_bounded(got, ref, kRel, kAbs, kL2);
+  EXPECT_TRUE(why.empty()) << "decode vs reference ("
+                           << (exact13 || exact2 ? "exact weights" : "weights rounded to T")
+                           << "): " << why << "\n"
+                           << (why.empty()
+                                   ? std::string()
+                                   : explain_decode_failure<T>(c, tokens, args, ids, expert_map,
+                                                               got, ref, rounded, gemm));
+  // The grouped GEMM rounds every weight to T: it may differ from the decode path by what that
+  // rounding moves the reference (zero where the decode path rounds the same way).
+  std::vector<double> weight_rounding(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) weight_rounding[i] = std::fabs(ref[i] - rounded[i]);
+  why = compare_bounded(got, gemm, kRel, kAbs, kL2, &weight_rounding);
   EXPECT_TRUE(why.empty()) << "decode vs the grouped GEMM path: " << why;
 }
 
