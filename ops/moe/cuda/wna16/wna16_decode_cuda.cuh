@@ -32,9 +32,13 @@
 //     rather than rounds the aligned addends) errs by at most 8 mmas x 18 truncations x
 //     2^(1 - b) · Σ|x (q - z)|, i.e. ~1.7e-5 of Σ|x||w| at b = 24, against the 2^-9 relative
 //     rounding of every weight to BF16 on the per-value path (tests/unit/moe/
-//     wna16_exact_codes_test.cc checks that bound on emulated truncating sums). The reverted
-//     db2fffc fed 128 + q and subtracted (z + 128) · s · Σx: its U was ~16x (BF16) to ~128x (F16)
-//     the result, so the same accumulation error was that much larger relative to it.
+//     wna16_exact_codes_test.cc checks that bound on emulated truncating sums). Not rounding the
+//     weights is a difference in itself: the per-value path's round_T(s (q - z)) errs by one
+//     value per code and group (BF16: up to 2^-9 of the weight), which adds up along K and moves
+//     single outputs of the decode test by several times its per-element bound, so that test
+//     holds this path to the reference on the unrounded weights (the first H100 run, against the
+//     rounded ones, "failed" on exactly the elements a host emulation of the exact weights
+//     reproduces bit for bit).
 //   other integer codes (non-integer F32 zero points; Wna16Zeros::kReal): per value with the
 //     grouped GEMM's Dequant (wna16_gemm.cuh: round_T(fma(q, s, -z·s))), warp_block_gemm.
 //   MXFP4 / NVFP4: per value with Dequant (E8M0 / E4M3 scale bytes, NVFP4's global applied to
