@@ -323,11 +323,30 @@ std::string explain_decode_failure(const DecodeCase& c, int64_t tokens,
   return msg;
 }
 
+// One decode problem of check_decode: the case's random weights, activations and routing (from
+// `seed`), the launch arguments without tiles, the grouped GEMM path's output and both fp64
+// references; made once and checked for every tile variant (EveryTileVariantMatches), so the
+// host-side references are not recomputed per variant.
 template <typename T>
-void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
-                  const TileVariant& variant = TileVariant{"default", {}}) {
-  SCOPED_TRACE(fmt::format("{} M {} {} tiles {}", std::is_same_v<T, __half> ? "F16" : "BF16",
-                           tokens, c.describe(), variant.name));
+struct DecodeProblem {
+  DecodeCase c;
+  int64_t tokens = 0;
+  std::vector<int32_t> ids, expert_map;
+  std::vector<float> weights;
+  PackedMatrix w13, w2;
+  std::unique_ptr<DeviceBuffer> d_x, d_ids, d_w, d_map, d_b13, d_b2, d_act, d_out;
+  cuda::Wna16DecodeArgs args;
+  bool exact13 = false, exact2 = false, zero_token = false;
+  std::vector<double> ref, rounded, gemm;
+};
+
+template <typename T>
+std::unique_ptr<DecodeProblem<T>> make_decode_problem(const DecodeCase& c, int64_t tokens,
+                                                      uint32_t seed) {
+  auto problem = std::make_unique<DecodeProblem<T>>();
+  DecodeProblem<T>& P = *problem;
+  P.c = c;
+  P.tokens = tokens;
   std::mt19937 rng(seed);
   MoEActParams act;
   act.kind = c.act;
@@ -339,14 +358,15 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   const int64_t n1 = gated ? 2 * c.inter : c.inter;
   // c.experts local experts out of c.experts + 2 global ones; global ids 1 and 4 are not local.
   const int64_t global = c.experts + 2;
-  std::vector<int32_t> expert_map(global);
+  std::vector<int32_t>& expert_map = P.expert_map;
+  expert_map.resize(global);
   for (int64_t g = 0, local = 0; g < global; ++g) {
     expert_map[g] = (g == 1 || g == 4) ? -1 : static_cast<int32_t>(local++);
   }
-  const PackedMatrix w13 = make_matrix<T>(c.kind, c.experts, n1, c.hidden, c.group, c.symmetric,
-                                          gated ? 2 : 1, rng, c.real_zeros);
-  const PackedMatrix w2 = make_matrix<T>(c.kind, c.experts, c.hidden, c.inter, c.group, c.symmetric,
-                                         1, rng, c.real_zeros);
+  P.w13 = make_matrix<T>(c.kind, c.experts, n1, c.hidden, c.group, c.symmetric, gated ? 2 : 1, rng,
+                         c.real_zeros);
+  P.w2 = make_matrix<T>(c.kind, c.experts, c.hidden, c.inter, c.group, c.symmetric, 1, rng,
+                        c.real_zeros);
   std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
   std::vector<float> b13(c.experts * n1), b2(c.experts * c.hidden);
   for (float& b : b13) b = bias_value(rng);
@@ -357,8 +377,10 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   // Each token's top_k distinct global experts (as routing makes them); the last token of
   // several, with top_k 2, routes only to the experts of other ranks: its output must be zero.
   const int64_t pairs = tokens * c.top_k;
-  std::vector<int32_t> ids(pairs);
-  std::vector<float> weights(pairs);
+  std::vector<int32_t>& ids = P.ids;
+  std::vector<float>& weights = P.weights;
+  ids.resize(pairs);
+  weights.resize(pairs);
   std::uniform_real_distribution<float> weight(0.1f, 1.0f);
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<int32_t> perm(global);
@@ -369,7 +391,8 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
       weights[t * c.top_k + j] = weight(rng);
     }
   }
-  const bool zero_token = tokens > 1 && c.top_k == 2;
+  P.zero_token = tokens > 1 && c.top_k == 2;
+  const bool zero_token = P.zero_token;
   if (zero_token) {
     ids[(tokens - 1) * 2] = 1;
     ids[(tokens - 1) * 2 + 1] = 4;
@@ -377,17 +400,27 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
 
   std::vector<T> x_t(x.size());
   for (size_t i = 0; i < x.size(); ++i) x_t[i] = from_f32<T>(x[i]);
-  const std::unique_ptr<DeviceBuffer> d_x = device_copy(x_t);
-  auto d_ids = device_copy(ids);
-  auto d_w = device_copy(weights);
-  auto d_map = device_copy(expert_map);
-  auto d_b13 = device_copy(b13);
-  auto d_b2 = device_copy(b2);
-  DeviceBuffer d_act(cuda::wna16_decode_scratch_bytes(tokens, c.top_k, c.inter, sizeof(T)));
+  P.d_x = device_copy(x_t);
+  P.d_ids = device_copy(ids);
+  P.d_w = device_copy(weights);
+  P.d_map = device_copy(expert_map);
+  P.d_b13 = device_copy(b13);
+  P.d_b2 = device_copy(b2);
+  P.d_act = std::make_unique<DeviceBuffer>(
+      cuda::wna16_decode_scratch_bytes(tokens, c.top_k, c.inter, sizeof(T)));
   const size_t out_bytes = tokens * c.hidden * sizeof(T);
-  DeviceBuffer d_out(out_bytes), d_out_gemm(out_bytes);
+  P.d_out = std::make_unique<DeviceBuffer>(out_bytes);
+  DeviceBuffer d_out_gemm(out_bytes);
+  const PackedMatrix& w13 = P.w13;
+  const PackedMatrix& w2 = P.w2;
+  const std::unique_ptr<DeviceBuffer>& d_x = P.d_x;
+  const std::unique_ptr<DeviceBuffer>& d_ids = P.d_ids;
+  const std::unique_ptr<DeviceBuffer>& d_w = P.d_w;
+  const std::unique_ptr<DeviceBuffer>& d_map = P.d_map;
+  const std::unique_ptr<DeviceBuffer>& d_b13 = P.d_b13;
+  const std::unique_ptr<DeviceBuffer>& d_b2 = P.d_b2;
 
-  cuda::Wna16DecodeArgs args;
+  cuda::Wna16DecodeArgs& args = P.args;
   args.x = d_x->as<void>();
   args.topk_ids = d_ids->as<int32_t>();
   args.topk_weights = d_w->as<float>();
@@ -402,8 +435,12 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
     args.w13.zeros = cuda::Wna16Zeros::kReal;
     args.w2.zeros = cuda::Wna16Zeros::kReal;
   }
-  const bool exact13 = decode_uses_exact_codes(args.w13), exact2 = decode_uses_exact_codes(args.w2);
+  P.exact13 = decode_uses_exact_codes(args.w13);
+  P.exact2 = decode_uses_exact_codes(args.w2);
+  const bool exact13 = P.exact13, exact2 = P.exact2;
   args.b2 = c.bias ? d_b2->as<float>() : nullptr;
+  DeviceBuffer& d_act = *P.d_act;
+  DeviceBuffer& d_out = *P.d_out;
   args.act_scratch = d_act.as<void>();
   args.out = d_out.as<void>();
   args.num_tokens = tokens;
@@ -411,11 +448,6 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   args.hidden = c.hidden;
   args.inter = c.inter;
   args.act = act;
-  const std::vector<uint8_t> bytes = run_eager_and_graph(
-      [&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(args, variant.tiles, s); }, d_out,
-      out_bytes);
-  std::vector<T> out(tokens * c.hidden);
-  std::memcpy(out.data(), bytes.data(), out_bytes);
 
   // The existing path on the same weights: align -> GEMM1 + act -> GEMM2 -> combine.
   DeviceBuffer d_counts(c.experts * 4), d_offsets((c.experts + 1) * 4), d_p2r(pairs * 4),
@@ -486,15 +518,33 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   };
   // `rounded`: the weights rounded to T (the per-value path and the grouped GEMM); `ref`: the
   // weights the decode kernels use, per matrix (exact for integer zero points, PackedMatrix).
-  const std::vector<double> rounded = reference(w13.ref, w2.ref);
-  const std::vector<double> ref =
-      exact13 || exact2 ? reference(exact13 ? w13.exact : w13.ref, exact2 ? w2.exact : w2.ref)
-                        : rounded;
-  std::vector<double> got, gemm;
-  for (int64_t i = 0; i < tokens * c.hidden; ++i) {
-    got.push_back(to_f32(out[i]));
-    gemm.push_back(to_f32(out_gemm[i]));
-  }
+  P.rounded = reference(w13.ref, w2.ref);
+  P.ref = exact13 || exact2 ? reference(exact13 ? w13.exact : w13.ref, exact2 ? w2.exact : w2.ref)
+                            : P.rounded;
+  for (int64_t i = 0; i < tokens * c.hidden; ++i) P.gemm.push_back(to_f32(out_gemm[i]));
+  return problem;
+}
+
+// Runs `problem`'s launch with the variant's tiles (eagerly and as a CUDA graph: the same bytes)
+// and checks it against the reference on the weights it uses and against the grouped GEMM path.
+template <typename T>
+void check_decode_variant(const DecodeProblem<T>& P, const TileVariant& variant) {
+  const DecodeCase& c = P.c;
+  const int64_t tokens = P.tokens;
+  SCOPED_TRACE(fmt::format("{} M {} {} tiles {}", std::is_same_v<T, __half> ? "F16" : "BF16",
+                           tokens, c.describe(), variant.name));
+  const size_t out_bytes = tokens * c.hidden * sizeof(T);
+  const std::vector<uint8_t> bytes = run_eager_and_graph(
+      [&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(P.args, variant.tiles, s); },
+      *P.d_out, out_bytes);
+  std::vector<T> out(tokens * c.hidden);
+  std::memcpy(out.data(), bytes.data(), out_bytes);
+  const std::vector<double>& ref = P.ref;
+  const std::vector<double>& rounded = P.rounded;
+  const std::vector<double>& gemm = P.gemm;
+  const bool exact13 = P.exact13, exact2 = P.exact2, zero_token = P.zero_token;
+  std::vector<double> got;
+  for (int64_t i = 0; i < tokens * c.hidden; ++i) got.push_back(to_f32(out[i]));
   if (zero_token) {
     for (int64_t col = 0; col < c.hidden; ++col) {
       ASSERT_EQ(got[(tokens - 1) * c.hidden + col], 0.0) << "a token without local experts";
@@ -507,16 +557,21 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   EXPECT_TRUE(why.empty()) << "decode vs reference ("
                            << (exact13 || exact2 ? "exact weights" : "weights rounded to T")
                            << "): " << why << "\n"
-                           << (why.empty()
-                                   ? std::string()
-                                   : explain_decode_failure<T>(c, tokens, args, ids, expert_map,
-                                                               got, ref, rounded, gemm));
+                           << (why.empty() ? std::string()
+                                           : explain_decode_failure<T>(c, tokens, P.args, P.ids,
+                                                                       P.expert_map, got, ref,
+                                                                       rounded, gemm));
   // The grouped GEMM rounds every weight to T: it may differ from the decode path by what that
   // rounding moves the reference (zero where the decode path rounds the same way).
   std::vector<double> weight_rounding(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) weight_rounding[i] = std::fabs(ref[i] - rounded[i]);
   why = compare_bounded(got, gemm, kRel, kAbs, kL2, &weight_rounding);
   EXPECT_TRUE(why.empty()) << "decode vs the grouped GEMM path: " << why;
+}
+
+template <typename T>
+void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed) {
+  check_decode_variant<T>(*make_decode_problem<T>(c, tokens, seed), TileVariant{"default", {}});
 }
 
 std::vector<DecodeCase> decode_cases() {
@@ -580,15 +635,16 @@ TEST(CudaWna16Decode, MatchesReferenceAndGemmPath) {
 }
 
 // Every tile choice the timing test sweeps (the K split of both kernels, warps and blocks per CTA,
-// expert slots) on every case and token count, BF16: the same checks as above.
+// expert slots) on every case and token count, BF16: the same checks as above, every variant on
+// the same problem (its data and references made once).
 TEST(CudaWna16Decode, EveryTileVariantMatches) {
   MG_REQUIRE_GPU();
   uint32_t seed = 9000;
-  for (const TileVariant& v : tile_variants()) {
-    for (const DecodeCase& c : decode_cases()) {
-      for (const int64_t tokens : {1, 2, 3, 5, 8, 16}) {
-        check_decode<__nv_bfloat16>(c, tokens, ++seed, v);
-      }
+  const std::vector<TileVariant> variants = tile_variants();
+  for (const DecodeCase& c : decode_cases()) {
+    for (const int64_t tokens : {1, 2, 3, 5, 8, 16}) {
+      const auto problem = make_decode_problem<__nv_bfloat16>(c, tokens, ++seed);
+      for (const TileVariant& v : variants) check_decode_variant(*problem, v);
     }
   }
 }
