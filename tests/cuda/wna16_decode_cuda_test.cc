@@ -1,10 +1,13 @@
 // The decode path of the packed weight-only experts (ops/moe/cuda/wna16/wna16_decode_cuda.h):
 // launch_wna16_decode_experts forced at M = 1, 2, 3, 5, 8 and 16 tokens, against
 // - an fp64 reference on the weights the packed matrices hold (wna16_unpack_host: fma(q, s, -z·s)
-//   for INT4 / INT8, e2m1 x scale byte (x global) for MXFP4 / NVFP4), rounded through T as the
-//   kernels round them, the intermediate rounded to T, the weighted top-k sum in fp64;
+//   for INT4 / INT8, e2m1 x scale byte (x global) for MXFP4 / NVFP4), rounded through T where the
+//   kernels round them (the per-value path; the exact integer-code path for integer zero points
+//   never rounds a weight, so its reference takes them unrounded), the intermediate rounded to T,
+//   the weighted top-k sum in fp64;
 // - the existing path on the same packed weights (align -> mma.sync GEMM1 + act -> GEMM2 ->
-//   combine, wna16_mma16), which rounds the same values in another order;
+//   combine, wna16_mma16), which rounds the weights to T, with the bounds widened by what that
+//   rounding moves the reference;
 // and eager against a replayed CUDA graph (bit for bit). Cases: INT4 and INT8 with groups of 32
 // and 128 columns and channel-wise, symmetric and asymmetric; MXFP4 and NVFP4 (globals != 1 per
 // expert and part, partial last scale groups); H and I not multiples of 64 / 128 where the
@@ -15,6 +18,8 @@
 // The backend's wiring (route -> decode, `:wna16_decode` forced) is covered by
 // CudaWna16Experts.BackendMatchesReferenceLayer and CudaFp4Experts' backend test.
 //
+// MG_WNA16_FORCE_PER_VALUE=1 runs every integer case through the per-value path instead; a
+// failing case prints its first bad element with both paths' values (explain_decode_failure).
 // Timing (MG_WNA16_TIMING=1, prints only): CudaWna16Decode.Timing* on the qwen3-30b-a3b shape
 // (INT4 g128) and gpt-oss-120b (MXFP4).
 #include <gtest/gtest.h>
@@ -95,26 +100,39 @@ const char* kind_label(Kind k) {
   return "?";
 }
 
-// One packed matrix [E, rows, cols] on the device and the weights it holds ([E, rows, cols] F32,
-// rounded through T where the kernels round them: integer and MXFP4 weights are rounded to T
-// once; NVFP4's e2m1 x e4m3 is exact in T and its global multiplies the fp32 accumulator).
+// One packed matrix [E, rows, cols] on the device and the weights it holds ([E, rows, cols] F32):
+// `ref` rounded through T where the per-value kernels (and the grouped GEMM) round them: integer
+// and MXFP4 weights are rounded to T once; NVFP4's e2m1 x e4m3 is exact in T and its global
+// multiplies the fp32 accumulator. `exact` as the decode kernels' integer-code path uses them
+// (Wna16Zeros::kIntegerCodes: s · (q - z) applied to the fp32 sum, never rounded to T): the
+// unpacked fma(q, s, -z·s). The two differ by up to 2^-9 of a weight in BF16 (2^-12 in F16), and
+// that rounding error is one value per code q - z and scale group, so it does not average out
+// along K: single outputs of the BF16 cases move by several times the bounds below.
 struct PackedMatrix {
-  std::vector<float> ref;
+  std::vector<float> ref, exact;
   std::unique_ptr<DeviceBuffer> words, params, scale_bytes, globals;
   cuda::Wna16Weights view;
 };
 
+// real_zeros (asymmetric integer codes only): the zero points moved off the integers by 0.37, so
+// the packer must mark them Wna16Zeros::kReal and the decode kernels take the per-value path.
 template <typename T>
 PackedMatrix make_matrix(Kind kind, int64_t E, int64_t rows, int64_t cols, int64_t group,
-                         bool symmetric, int64_t parts, std::mt19937& rng) {
+                         bool symmetric, int64_t parts, std::mt19937& rng,
+                         bool real_zeros = false) {
   cuda::Wna16PackedHost packed;
   if (kind == Kind::kInt4 || kind == Kind::kInt8) {
     std::uniform_real_distribution<float> value(-0.5f, 0.5f);
     std::vector<float> w(E * rows * cols);
     for (float& v : w) v = value(rng);
-    const cuda::Wna16HostCodes q = cuda::wna16_quantize_host(
+    cuda::Wna16HostCodes q = cuda::wna16_quantize_host(
         w.data(), E, rows, cols, kind == Kind::kInt4 ? 4 : 8, group, symmetric);
+    if (real_zeros) {
+      for (float& z : q.zeros) z += 0.37f;
+    }
     packed = cuda::wna16_pack(q.view(), parts);
+    // The decode kernels' choice: exact q - z for integer zero points (every case but real_zeros).
+    EXPECT_EQ(packed.zeros, real_zeros ? cuda::Wna16Zeros::kReal : cuda::Wna16Zeros::kIntegerCodes);
   } else {
     const bool mx = kind == Kind::kMxfp4;
     std::vector<uint8_t> codes(E * rows * cols / 2);
@@ -149,6 +167,7 @@ PackedMatrix make_matrix(Kind kind, int64_t E, int64_t rows, int64_t cols, int64
   }
   PackedMatrix m;
   m.ref = cuda::wna16_unpack_host(packed, rows);
+  m.exact = m.ref;
   if (kind != Kind::kNvfp4) {
     for (float& v : m.ref) v = round_to<T>(v);
   }
@@ -178,10 +197,14 @@ struct DecodeCase {
   int64_t experts = 8, top_k = 2, hidden = 256, inter = 128;
   MoEActKind act = MoEActKind::kSiluGated;
   bool bias = false;
+  bool real_zeros = false;  // asymmetric integer codes: zero points off the integers (make_matrix)
   std::string describe() const {
     return fmt::format("{} group {} {} E {} top_k {} H {} I {} act {} bias {}", kind_label(kind),
-                       group, symmetric ? "sym" : "asym", experts, top_k, hidden, inter,
-                       static_cast<int>(act), bias);
+                       group,
+                       real_zeros  ? "asym-f32"
+                       : symmetric ? "sym"
+                                   : "asym",
+                       experts, top_k, hidden, inter, static_cast<int>(act), bias);
   }
 };
 
@@ -232,11 +255,98 @@ std::vector<TileVariant> tile_variants() {
   return v;
 }
 
+// MG_WNA16_FORCE_PER_VALUE set (not "0"): check_decode runs the decode kernels' per-value
+// dequantization on every matrix (views' zeros = Wna16Zeros::kReal), as the test of that path
+// alone and to tell the two paths apart when one fails.
+bool force_per_value_from_env() {
+  const char* v = std::getenv("MG_WNA16_FORCE_PER_VALUE");
+  return v != nullptr && std::strcmp(v, "0") != 0;
+}
+
+// Whether the decode kernels take the exact integer-code path for `w` (uses_exact_zeros in
+// wna16_decode_cuda.cuh: integer codes whose zero points are all integer codes).
+bool decode_uses_exact_codes(const cuda::Wna16Weights& w) {
+  return w.codes == Wna16Codes::kInteger && w.zeros == cuda::Wna16Zeros::kIntegerCodes;
+}
+
+// What check_decode prints when the decode path misses its reference: the first element out of
+// compare_bounded's bounds (token, column, the token's experts) with the decode result, its
+// reference, the reference on the weights rounded to T, the grouped GEMM's result and, when `args`
+// took the exact path for a matrix, the same launch through the per-value path (zeros kReal), so
+// one failing run shows which path is off, where, and by how much.
 template <typename T>
-void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
-                  const TileVariant& variant = TileVariant{"default", {}}) {
-  SCOPED_TRACE(fmt::format("{} M {} {} tiles {}", std::is_same_v<T, __half> ? "F16" : "BF16",
-                           tokens, c.describe(), variant.name));
+std::string explain_decode_failure(const DecodeCase& c, int64_t tokens,
+                                   const cuda::Wna16DecodeArgs& args,
+                                   const std::vector<int32_t>& ids,
+                                   const std::vector<int32_t>& expert_map,
+                                   const std::vector<double>& got, const std::vector<double>& ref,
+                                   const std::vector<double>& rounded,
+                                   const std::vector<double>& gemm) {
+  double ref2 = 0.0;
+  for (const double r : ref) ref2 += r * r;
+  const double rms = std::sqrt(ref2 / static_cast<double>(ref.size()));
+  size_t bad = ref.size();
+  for (size_t i = 0; i < ref.size() && bad == ref.size(); ++i) {
+    if (!(std::fabs(got[i] - ref[i]) <= std::fabs(ref[i]) / 64 + rms / 64)) bad = i;
+  }
+  if (bad == ref.size()) return "(no element out of bounds: the normalised L2 failed)";
+  const int64_t token = static_cast<int64_t>(bad) / c.hidden,
+                col = static_cast<int64_t>(bad) % c.hidden;
+  std::string experts;
+  for (int64_t j = 0; j < c.top_k; ++j) {
+    const int32_t id = ids[token * c.top_k + j];
+    experts += fmt::format("{}{} (local {})", j == 0 ? "" : ", ", id, expert_map[id]);
+  }
+  std::string msg = fmt::format(
+      "first element out of bounds: {} = token {} column {}, experts {}: decode {} reference {} "
+      "(on the weights rounded to T: {}), grouped GEMM {}",
+      bad, token, col, experts, got[bad], ref[bad], rounded[bad], gemm[bad]);
+  if (decode_uses_exact_codes(args.w13) || decode_uses_exact_codes(args.w2)) {
+    cuda::Wna16DecodeArgs per_value = args;
+    per_value.w13.zeros = cuda::Wna16Zeros::kReal;
+    per_value.w2.zeros = cuda::Wna16Zeros::kReal;
+    const size_t out_bytes = tokens * c.hidden * sizeof(T);
+    DeviceBuffer d_out(out_bytes);
+    per_value.out = d_out.as<void>();
+    cuda::launch_wna16_decode_experts<T>(per_value, {}, nullptr);
+    MG_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> out(tokens * c.hidden);
+    d_out.download(out.data(), out_bytes);
+    std::vector<double> pv(out.size());
+    for (size_t i = 0; i < out.size(); ++i) pv[i] = to_f32(out[i]);
+    const std::string why = compare_bounded(pv, rounded, 1.0 / 64, 1.0 / 64, 1e-2);
+    msg += fmt::format(
+        "; the per-value path (default tiles) gives {} there, and against the "
+        "reference on the rounded weights it is {}",
+        pv[bad], why.empty() ? "within bounds" : why);
+  }
+  return msg;
+}
+
+// One decode problem of check_decode: the case's random weights, activations and routing (from
+// `seed`), the launch arguments without tiles, the grouped GEMM path's output and both fp64
+// references; made once and checked for every tile variant (EveryTileVariantMatches), so the
+// host-side references are not recomputed per variant.
+template <typename T>
+struct DecodeProblem {
+  DecodeCase c;
+  int64_t tokens = 0;
+  std::vector<int32_t> ids, expert_map;
+  std::vector<float> weights;
+  PackedMatrix w13, w2;
+  std::unique_ptr<DeviceBuffer> d_x, d_ids, d_w, d_map, d_b13, d_b2, d_act, d_out;
+  cuda::Wna16DecodeArgs args;
+  bool exact13 = false, exact2 = false, zero_token = false;
+  std::vector<double> ref, rounded, gemm;
+};
+
+template <typename T>
+std::unique_ptr<DecodeProblem<T>> make_decode_problem(const DecodeCase& c, int64_t tokens,
+                                                      uint32_t seed) {
+  auto problem = std::make_unique<DecodeProblem<T>>();
+  DecodeProblem<T>& P = *problem;
+  P.c = c;
+  P.tokens = tokens;
   std::mt19937 rng(seed);
   MoEActParams act;
   act.kind = c.act;
@@ -248,14 +358,15 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   const int64_t n1 = gated ? 2 * c.inter : c.inter;
   // c.experts local experts out of c.experts + 2 global ones; global ids 1 and 4 are not local.
   const int64_t global = c.experts + 2;
-  std::vector<int32_t> expert_map(global);
+  std::vector<int32_t>& expert_map = P.expert_map;
+  expert_map.resize(global);
   for (int64_t g = 0, local = 0; g < global; ++g) {
     expert_map[g] = (g == 1 || g == 4) ? -1 : static_cast<int32_t>(local++);
   }
-  const PackedMatrix w13 =
-      make_matrix<T>(c.kind, c.experts, n1, c.hidden, c.group, c.symmetric, gated ? 2 : 1, rng);
-  const PackedMatrix w2 =
-      make_matrix<T>(c.kind, c.experts, c.hidden, c.inter, c.group, c.symmetric, 1, rng);
+  P.w13 = make_matrix<T>(c.kind, c.experts, n1, c.hidden, c.group, c.symmetric, gated ? 2 : 1, rng,
+                         c.real_zeros);
+  P.w2 = make_matrix<T>(c.kind, c.experts, c.hidden, c.inter, c.group, c.symmetric, 1, rng,
+                        c.real_zeros);
   std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
   std::vector<float> b13(c.experts * n1), b2(c.experts * c.hidden);
   for (float& b : b13) b = bias_value(rng);
@@ -266,8 +377,10 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   // Each token's top_k distinct global experts (as routing makes them); the last token of
   // several, with top_k 2, routes only to the experts of other ranks: its output must be zero.
   const int64_t pairs = tokens * c.top_k;
-  std::vector<int32_t> ids(pairs);
-  std::vector<float> weights(pairs);
+  std::vector<int32_t>& ids = P.ids;
+  std::vector<float>& weights = P.weights;
+  ids.resize(pairs);
+  weights.resize(pairs);
   std::uniform_real_distribution<float> weight(0.1f, 1.0f);
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<int32_t> perm(global);
@@ -278,7 +391,8 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
       weights[t * c.top_k + j] = weight(rng);
     }
   }
-  const bool zero_token = tokens > 1 && c.top_k == 2;
+  P.zero_token = tokens > 1 && c.top_k == 2;
+  const bool zero_token = P.zero_token;
   if (zero_token) {
     ids[(tokens - 1) * 2] = 1;
     ids[(tokens - 1) * 2 + 1] = 4;
@@ -286,25 +400,47 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
 
   std::vector<T> x_t(x.size());
   for (size_t i = 0; i < x.size(); ++i) x_t[i] = from_f32<T>(x[i]);
-  const std::unique_ptr<DeviceBuffer> d_x = device_copy(x_t);
-  auto d_ids = device_copy(ids);
-  auto d_w = device_copy(weights);
-  auto d_map = device_copy(expert_map);
-  auto d_b13 = device_copy(b13);
-  auto d_b2 = device_copy(b2);
-  DeviceBuffer d_act(cuda::wna16_decode_scratch_bytes(tokens, c.top_k, c.inter, sizeof(T)));
+  P.d_x = device_copy(x_t);
+  P.d_ids = device_copy(ids);
+  P.d_w = device_copy(weights);
+  P.d_map = device_copy(expert_map);
+  P.d_b13 = device_copy(b13);
+  P.d_b2 = device_copy(b2);
+  P.d_act = std::make_unique<DeviceBuffer>(
+      cuda::wna16_decode_scratch_bytes(tokens, c.top_k, c.inter, sizeof(T)));
   const size_t out_bytes = tokens * c.hidden * sizeof(T);
-  DeviceBuffer d_out(out_bytes), d_out_gemm(out_bytes);
+  P.d_out = std::make_unique<DeviceBuffer>(out_bytes);
+  DeviceBuffer d_out_gemm(out_bytes);
+  const PackedMatrix& w13 = P.w13;
+  const PackedMatrix& w2 = P.w2;
+  const std::unique_ptr<DeviceBuffer>& d_x = P.d_x;
+  const std::unique_ptr<DeviceBuffer>& d_ids = P.d_ids;
+  const std::unique_ptr<DeviceBuffer>& d_w = P.d_w;
+  const std::unique_ptr<DeviceBuffer>& d_map = P.d_map;
+  const std::unique_ptr<DeviceBuffer>& d_b13 = P.d_b13;
+  const std::unique_ptr<DeviceBuffer>& d_b2 = P.d_b2;
 
-  cuda::Wna16DecodeArgs args;
+  cuda::Wna16DecodeArgs& args = P.args;
   args.x = d_x->as<void>();
   args.topk_ids = d_ids->as<int32_t>();
   args.topk_weights = d_w->as<float>();
   args.expert_map = d_map->as<int32_t>();
+  // MG_WNA16_FORCE_PER_VALUE=1: the decode kernels take the per-value dequantization for every
+  // matrix (as for non-integer zero points), e.g. to tell the two paths apart on a failure.
+  const bool force_per_value = force_per_value_from_env();
   args.w13 = w13.view;
   args.b13 = c.bias ? d_b13->as<float>() : nullptr;
   args.w2 = w2.view;
+  if (force_per_value) {
+    args.w13.zeros = cuda::Wna16Zeros::kReal;
+    args.w2.zeros = cuda::Wna16Zeros::kReal;
+  }
+  P.exact13 = decode_uses_exact_codes(args.w13);
+  P.exact2 = decode_uses_exact_codes(args.w2);
+  const bool exact13 = P.exact13, exact2 = P.exact2;
   args.b2 = c.bias ? d_b2->as<float>() : nullptr;
+  DeviceBuffer& d_act = *P.d_act;
+  DeviceBuffer& d_out = *P.d_out;
   args.act_scratch = d_act.as<void>();
   args.out = d_out.as<void>();
   args.num_tokens = tokens;
@@ -312,11 +448,6 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   args.hidden = c.hidden;
   args.inter = c.inter;
   args.act = act;
-  const std::vector<uint8_t> bytes = run_eager_and_graph(
-      [&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(args, variant.tiles, s); }, d_out,
-      out_bytes);
-  std::vector<T> out(tokens * c.hidden);
-  std::memcpy(out.data(), bytes.data(), out_bytes);
 
   // The existing path on the same weights: align -> GEMM1 + act -> GEMM2 -> combine.
   DeviceBuffer d_counts(c.experts * 4), d_offsets((c.experts + 1) * 4), d_p2r(pairs * 4),
@@ -353,36 +484,67 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   std::vector<T> out_gemm(tokens * c.hidden);
   d_out_gemm.download(out_gemm.data(), out_bytes);
 
-  std::vector<double> got, gemm, ref;
+  // The fp64 reference on the given weights of W13 and W2: the intermediate rounded to T (as both
+  // paths store it), the weighted top-k sum in fp64.
   std::vector<float> h(c.inter);
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::vector<double> sum(c.hidden, 0.0);
-    const float* xr = x.data() + t * c.hidden;
-    for (int64_t j = 0; j < c.top_k; ++j) {
-      const int32_t e = expert_map[ids[t * c.top_k + j]];
-      if (e < 0) continue;
-      for (int64_t i = 0; i < c.inter; ++i) {
-        double g = dot(xr, w13.ref.data() + (e * n1 + i) * c.hidden, c.hidden);
-        double u =
-            gated ? dot(xr, w13.ref.data() + (e * n1 + c.inter + i) * c.hidden, c.hidden) : 0.0;
-        if (c.bias) {
-          g += b13[e * n1 + i];
-          if (gated) u += b13[e * n1 + c.inter + i];
+  const auto reference = [&](const std::vector<float>& r13, const std::vector<float>& r2) {
+    std::vector<double> out_ref;
+    out_ref.reserve(tokens * c.hidden);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<double> sum(c.hidden, 0.0);
+      const float* xr = x.data() + t * c.hidden;
+      for (int64_t j = 0; j < c.top_k; ++j) {
+        const int32_t e = expert_map[ids[t * c.top_k + j]];
+        if (e < 0) continue;
+        for (int64_t i = 0; i < c.inter; ++i) {
+          double g = dot(xr, r13.data() + (e * n1 + i) * c.hidden, c.hidden);
+          double u =
+              gated ? dot(xr, r13.data() + (e * n1 + c.inter + i) * c.hidden, c.hidden) : 0.0;
+          if (c.bias) {
+            g += b13[e * n1 + i];
+            if (gated) u += b13[e * n1 + c.inter + i];
+          }
+          h[i] = round_to<T>(reference_activation(act, g, u));
         }
-        h[i] = round_to<T>(reference_activation(act, g, u));
+        for (int64_t col = 0; col < c.hidden; ++col) {
+          double y = dot(h.data(), r2.data() + (e * c.hidden + col) * c.inter, c.inter);
+          if (c.bias) y += b2[e * c.hidden + col];
+          sum[col] += weights[t * c.top_k + j] * y;
+        }
       }
-      for (int64_t col = 0; col < c.hidden; ++col) {
-        double y = dot(h.data(), w2.ref.data() + (e * c.hidden + col) * c.inter, c.inter);
-        if (c.bias) y += b2[e * c.hidden + col];
-        sum[col] += weights[t * c.top_k + j] * y;
-      }
+      out_ref.insert(out_ref.end(), sum.begin(), sum.end());
     }
-    for (int64_t col = 0; col < c.hidden; ++col) {
-      ref.push_back(sum[col]);
-      got.push_back(to_f32(out[t * c.hidden + col]));
-      gemm.push_back(to_f32(out_gemm[t * c.hidden + col]));
-    }
-  }
+    return out_ref;
+  };
+  // `rounded`: the weights rounded to T (the per-value path and the grouped GEMM); `ref`: the
+  // weights the decode kernels use, per matrix (exact for integer zero points, PackedMatrix).
+  P.rounded = reference(w13.ref, w2.ref);
+  P.ref = exact13 || exact2 ? reference(exact13 ? w13.exact : w13.ref, exact2 ? w2.exact : w2.ref)
+                            : P.rounded;
+  for (int64_t i = 0; i < tokens * c.hidden; ++i) P.gemm.push_back(to_f32(out_gemm[i]));
+  return problem;
+}
+
+// Runs `problem`'s launch with the variant's tiles (eagerly and as a CUDA graph: the same bytes)
+// and checks it against the reference on the weights it uses and against the grouped GEMM path.
+template <typename T>
+void check_decode_variant(const DecodeProblem<T>& P, const TileVariant& variant) {
+  const DecodeCase& c = P.c;
+  const int64_t tokens = P.tokens;
+  SCOPED_TRACE(fmt::format("{} M {} {} tiles {}", std::is_same_v<T, __half> ? "F16" : "BF16",
+                           tokens, c.describe(), variant.name));
+  const size_t out_bytes = tokens * c.hidden * sizeof(T);
+  const std::vector<uint8_t> bytes = run_eager_and_graph(
+      [&](cudaStream_t s) { cuda::launch_wna16_decode_experts<T>(P.args, variant.tiles, s); },
+      *P.d_out, out_bytes);
+  std::vector<T> out(tokens * c.hidden);
+  std::memcpy(out.data(), bytes.data(), out_bytes);
+  const std::vector<double>& ref = P.ref;
+  const std::vector<double>& rounded = P.rounded;
+  const std::vector<double>& gemm = P.gemm;
+  const bool exact13 = P.exact13, exact2 = P.exact2, zero_token = P.zero_token;
+  std::vector<double> got;
+  for (int64_t i = 0; i < tokens * c.hidden; ++i) got.push_back(to_f32(out[i]));
   if (zero_token) {
     for (int64_t col = 0; col < c.hidden; ++col) {
       ASSERT_EQ(got[(tokens - 1) * c.hidden + col], 0.0) << "a token without local experts";
@@ -390,17 +552,34 @@ void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed,
   }
   // The intermediate is rounded to T by both; one ulp apart across a rounding boundary is
   // possible, so the bounds are those of the existing MLP test.
-  std::string why = compare_bounded(got, ref, 1.0 / 64, 1.0 / 64, 1e-2);
-  EXPECT_TRUE(why.empty()) << "decode vs reference: " << why;
-  why = compare_bounded(got, gemm, 1.0 / 64, 1.0 / 64, 1e-2);
+  constexpr double kRel = 1.0 / 64, kAbs = 1.0 / 64, kL2 = 1e-2;
+  std::string why = compare_bounded(got, ref, kRel, kAbs, kL2);
+  EXPECT_TRUE(why.empty()) << "decode vs reference ("
+                           << (exact13 || exact2 ? "exact weights" : "weights rounded to T")
+                           << "): " << why << "\n"
+                           << (why.empty() ? std::string()
+                                           : explain_decode_failure<T>(c, tokens, P.args, P.ids,
+                                                                       P.expert_map, got, ref,
+                                                                       rounded, gemm));
+  // The grouped GEMM rounds every weight to T: it may differ from the decode path by what that
+  // rounding moves the reference (zero where the decode path rounds the same way).
+  std::vector<double> weight_rounding(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) weight_rounding[i] = std::fabs(ref[i] - rounded[i]);
+  why = compare_bounded(got, gemm, kRel, kAbs, kL2, &weight_rounding);
   EXPECT_TRUE(why.empty()) << "decode vs the grouped GEMM path: " << why;
+}
+
+template <typename T>
+void check_decode(const DecodeCase& c, int64_t tokens, uint32_t seed) {
+  check_decode_variant<T>(*make_decode_problem<T>(c, tokens, seed), TileVariant{"default", {}});
 }
 
 std::vector<DecodeCase> decode_cases() {
   std::vector<DecodeCase> cases;
   const auto add = [&](Kind kind, int64_t group, bool symmetric, int64_t E, int64_t top_k,
-                       int64_t H, int64_t I, MoEActKind act, bool bias) {
+                       int64_t H, int64_t I, MoEActKind act, bool bias, bool real_zeros = false) {
     DecodeCase c;
+    c.real_zeros = real_zeros;
     c.kind = kind;
     c.group = group;
     c.symmetric = symmetric;
@@ -419,6 +598,23 @@ std::vector<DecodeCase> decode_cases() {
   add(Kind::kInt8, -1, false, 8, 2, 328, 136, MoEActKind::kSwigluOai, true);
   add(Kind::kInt8, 128, true, 8, 4, 256, 384, MoEActKind::kGeluTanhGated, false);
   add(Kind::kInt8, 32, false, 5, 2, 128, 160, MoEActKind::kSilu, true);
+  // The shapes where the reverted cheap dequantization (db2fffc: 128 + q and a -(z + 128) Σx
+  // correction per group, which cancelled) put single elements out of bounds on the H100: long
+  // channel-wise groups (H 1024: 8 steps in one group), H 2816 at 16 tokens, channel-wise
+  // asymmetric H 72, groups of 32 with biases, INT8 channel-wise asymmetric over 32 experts.
+  add(Kind::kInt4, -1, true, 4, 2, 1024, 256, MoEActKind::kSiluGated, false);
+  add(Kind::kInt4, 128, false, 4, 2, 2816, 128, MoEActKind::kSiluGated, true);
+  add(Kind::kInt4, -1, false, 6, 2, 72, 136, MoEActKind::kReluSquared, false);
+  add(Kind::kInt4, 32, false, 8, 2, 384, 160, MoEActKind::kGelu, true);
+  add(Kind::kInt8, -1, false, 32, 2, 1024, 136, MoEActKind::kSilu, false);
+  // Groups of 64 (two units; H 320 and I 192 end in a partial step) and 128 over several steps
+  // with a slice starting mid-K (H 640).
+  add(Kind::kInt4, 64, false, 8, 2, 320, 192, MoEActKind::kSiluGated, true);
+  add(Kind::kInt8, 64, false, 6, 4, 320, 192, MoEActKind::kGelu, false);
+  add(Kind::kInt4, 128, false, 16, 1, 640, 384, MoEActKind::kSwigluOai, true);
+  // Zero points that are not integers: the per-value path (Wna16Zeros::kReal).
+  add(Kind::kInt4, 128, false, 8, 2, 384, 256, MoEActKind::kSiluGated, true, true);
+  add(Kind::kInt8, -1, false, 6, 2, 328, 136, MoEActKind::kGelu, false, true);
   // FP4: a partial last scale group is fine (H 72, 328; I 136, 200, 2056).
   add(Kind::kMxfp4, 32, true, 8, 4, 72, 136, MoEActKind::kSwigluOai, true);
   add(Kind::kMxfp4, 32, true, 4, 2, 256, 2056, MoEActKind::kSiluGated, false);
@@ -439,17 +635,39 @@ TEST(CudaWna16Decode, MatchesReferenceAndGemmPath) {
 }
 
 // Every tile choice the timing test sweeps (the K split of both kernels, warps and blocks per CTA,
-// expert slots) on every case and token count, BF16: the same checks as above.
+// expert slots) on every case and token count, BF16: the same checks as above, every variant on
+// the same problem (its data and references made once).
 TEST(CudaWna16Decode, EveryTileVariantMatches) {
   MG_REQUIRE_GPU();
   uint32_t seed = 9000;
-  for (const TileVariant& v : tile_variants()) {
-    for (const DecodeCase& c : decode_cases()) {
-      for (const int64_t tokens : {1, 2, 3, 5, 8, 16}) {
-        check_decode<__nv_bfloat16>(c, tokens, ++seed, v);
-      }
+  const std::vector<TileVariant> variants = tile_variants();
+  for (const DecodeCase& c : decode_cases()) {
+    for (const int64_t tokens : {1, 2, 3, 5, 8, 16}) {
+      const auto problem = make_decode_problem<__nv_bfloat16>(c, tokens, ++seed);
+      for (const TileVariant& v : variants) check_decode_variant(*problem, v);
     }
   }
+}
+
+// The packer's zero-point check (no GPU needed): integer codes in range with scales in
+// [2^-100, 2^100] (or 0) take the exact path, anything else the per-value one.
+TEST(CudaWna16Decode, ZeroKindOnHost) {
+  using cuda::Wna16Zeros;
+  const float scales[3] = {0.01f, 0.0f, -3.5f};
+  const float int_zeros[3] = {0.0f, 7.0f, 15.0f};
+  const uint8_t u8_zeros[3] = {0, 200, 255};
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, nullptr, nullptr, 3, 4), Wna16Zeros::kIntegerCodes);
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, int_zeros, nullptr, 3, 4), Wna16Zeros::kIntegerCodes);
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, nullptr, u8_zeros, 3, 8), Wna16Zeros::kIntegerCodes);
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, nullptr, u8_zeros, 3, 4), Wna16Zeros::kReal);  // > 15
+  const float half_zeros[3] = {0.0f, 7.5f, 15.0f};
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, half_zeros, nullptr, 3, 4), Wna16Zeros::kReal);
+  const float negative_zeros[3] = {0.0f, -1.0f, 15.0f};
+  EXPECT_EQ(cuda::wna16_zero_kind(scales, negative_zeros, nullptr, 3, 4), Wna16Zeros::kReal);
+  const float tiny_scales[3] = {0.01f, 1e-35f, 1.0f};
+  EXPECT_EQ(cuda::wna16_zero_kind(tiny_scales, nullptr, nullptr, 3, 4), Wna16Zeros::kReal);
+  const float nan_scales[3] = {0.01f, std::nanf(""), 1.0f};
+  EXPECT_EQ(cuda::wna16_zero_kind(nan_scales, nullptr, nullptr, 3, 4), Wna16Zeros::kReal);
 }
 
 TEST(CudaWna16Decode, RefusesWhatItCannotTake) {
@@ -516,6 +734,8 @@ RandomMatrix random_matrix(Kind kind, int64_t E, int64_t rows, int64_t cols, int
   m.view =
       cuda::wna16_weights_view(p, m.words->as<uint32_t>(), fp4 ? nullptr : m.params->as<float>(),
                                fp4 ? m.scale_bytes->as<uint8_t>() : nullptr);
+  // launch_wna16_random_fill draws integer zero points (as make_random_wna16_weights marks them).
+  if (!fp4) m.view.zeros = cuda::Wna16Zeros::kIntegerCodes;
   m.bytes_per_expert = p.bytes_per_expert();
   return m;
 }
@@ -632,6 +852,19 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
         std::cout << fmt::format(
             "    {:<24} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n", v.name, us,
             100.0 * floor_us / us, gemm_us / us);
+      }
+      if (sh.kind == Kind::kInt4 || sh.kind == Kind::kInt8) {
+        // The same weights through the per-value dequantization (what non-integer zero points
+        // take), default tiles: the exact path's gain.
+        cuda::Wna16DecodeArgs per_value = a;
+        per_value.w13.zeros = cuda::Wna16Zeros::kReal;
+        per_value.w2.zeros = cuda::Wna16Zeros::kReal;
+        const double us = graph_us([&](cudaStream_t s) {
+          cuda::launch_wna16_decode_experts<T>(per_value, variants.front().tiles, s);
+        });
+        std::cout << fmt::format(
+            "    {:<24} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n",
+            "default, per-value dq", us, 100.0 * floor_us / us, gemm_us / us);
       }
     }
   }

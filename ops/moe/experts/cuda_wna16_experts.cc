@@ -97,8 +97,16 @@ PackedMatrix pack_canonical_on_device(const Wna16MatrixTensors& m, const char* n
            "cuda_wna16: {} zero points of device codes must be F32 {}", name,
            shape_str(scale_shape));
   const Tensor scales = upload(m.scales, device), zeros = upload(m.zeros, device);
-  const cuda::Wna16PackedHost layout =
+  cuda::Wna16PackedHost layout =
       cuda::wna16_layout(experts, rows, cols, m.bits, m.group_size, parts);
+  {
+    // The decode kernels' exact path needs every zero point to be an integer code: checked once
+    // here on host copies of the scales (and zero points), as wna16_pack does.
+    const Tensor host_scales = to_host_tensor(m.scales), host_zeros = to_host_tensor(m.zeros);
+    layout.zeros = cuda::wna16_zero_kind(host_scales.data<float>(),
+                                         host_zeros.defined() ? host_zeros.data<float>() : nullptr,
+                                         nullptr, host_scales.numel(), m.bits);
+  }
   cuda::Wna16PackSource c;
   c.codes = static_cast<const uint8_t*>(m.codes.raw());
   c.row_bytes = int_codes_row_bytes(m.canonical, cols);
@@ -790,6 +798,8 @@ Wna16DeviceWeights make_random_wna16_weights(const ExpertsShape& shape, Device d
   const auto make = [&](int64_t rows, int64_t cols, int64_t parts, float scale, uint64_t salt) {
     Wna16DeviceMatrix m;
     m.layout = cuda::wna16_layout(E, rows, cols, bits, group_size, parts);
+    // launch_wna16_random_fill draws integer zero points and scales of `scale` x [0.5, 1.5).
+    m.layout.zeros = cuda::Wna16Zeros::kIntegerCodes;
     m.words = empty_tensor(device, DType::kI32, {E, m.layout.word_count() / E});
     m.params = empty_tensor(device, DType::kF32, {E, m.layout.param_count() / E});
     cuda::launch_wna16_random_fill(reinterpret_cast<uint32_t*>(m.words.raw()),

@@ -9,12 +9,48 @@
 // (4 KB a warp; evict-first, L1::no_allocate: each weight line is read once per launch) before it
 // uses the first, and by default a slice is at most that many steps, so a warp's whole item is
 // one round of loads and at M = 1 the grid holds thousands of such warps (qwen3-30b-a3b up: 8
-// experts x 96 blocks x 4 slices). It dequantizes in registers with the grouped GEMM's policies
-// (Dequant in wna16_gemm.cuh: INT4/INT8 {s, -z·s} pairs, MXFP4 E8M0 and NVFP4 E4M3 scale bytes,
-// NVFP4's global applied to the accumulator), and multiplies with mma.sync m16n8k16 whose A
-// operand is the (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t) are the x (act)
-// rows of pairs g and g + 8, read as 32-bit pairs of T through L1 (x and act are a few KB to a
-// few hundred KB and are re-read by every warp), zero for rows past the pairs and columns past K.
+// experts x 96 blocks x 4 slices). It multiplies with mma.sync m16n8k16 whose A operand is the
+// (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t) are the x (act) rows of pairs g
+// and g + 8, read as 32-bit pairs of T through L1 (x and act are a few KB to a few hundred KB and
+// are re-read by every warp), zero for rows past the pairs and columns past K.
+//
+// Dequantization, chosen per matrix at launch (the kernels are bound by instruction issue, not
+// bytes, at the grouped GEMM's ~4-5 instructions a value: INT4 at M = 1 streams two values a
+// byte):
+//   integer codes whose zero points are all integer codes (Wna16Weights::zeros ==
+//     kIntegerCodes, found by the packer: symmetric, uint8 zero points, integral F32 ones):
+//     warp_block_gemm_exact. B is the exact integer q - z in T (wna16_exact_codes.h: INT4 one
+//     LOP3 per nibble pair under the half2 magic 128 / 1024, one HSUB2 of the group's magic + z;
+//     INT8 F16 one PRMT + one HSUB2 a pair; INT8 BF16 through F32), the mmas sum
+//     U = Σ x (q - z) of one scale group in its own fp32 accumulator, and the group's end adds
+//     s · U (one fma per C element; groups of 32 / 64 columns end per unit, 128 per step,
+//     channel-wise once per slice). The weights are never rounded (the grouped GEMM rounds each
+//     to T once), every product is exact, and no term is formed that must cancel: the sum's
+//     rounding is the mma's accumulation of the dot product itself. Worst case over a group of
+//     128 with |x| <= 4: |U| <= Σ|x (q - z)| <= 128 · 4 · 15 = 7680 (INT4), and an accumulation
+//     that keeps b bits of its largest addend (b = 24 for fp32; Hopper's mma.sync truncates
+//     rather than rounds the aligned addends) errs by at most 8 mmas x 18 truncations x
+//     2^(1 - b) · Σ|x (q - z)|, i.e. ~1.7e-5 of Σ|x||w| at b = 24, against the 2^-9 relative
+//     rounding of every weight to BF16 on the per-value path (tests/unit/moe/
+//     wna16_exact_codes_test.cc checks that bound on emulated truncating sums). Not rounding the
+//     weights is a difference in itself: the per-value path's round_T(s (q - z)) errs by one
+//     value per code and group (BF16: up to 2^-9 of the weight), which adds up along K and moves
+//     single outputs of the decode test by several times its per-element bound, so that test
+//     holds this path to the reference on the unrounded weights (the first H100 run, against the
+//     rounded ones, "failed" on exactly the elements a host emulation of the exact weights
+//     reproduces bit for bit).
+//   other integer codes (non-integer F32 zero points; Wna16Zeros::kReal): per value with the
+//     grouped GEMM's Dequant (wna16_gemm.cuh: round_T(fma(q, s, -z·s))), warp_block_gemm.
+//   MXFP4 / NVFP4: per value with Dequant (E8M0 / E4M3 scale bytes, NVFP4's global applied to
+//     the accumulator). The E2M1 bit placement with the E8M0 power of two on a per-unit
+//     accumulator (db2fffc) is exact for BF16 but not the old path's value bit for bit (E8M0
+//     code 0, and F16 weights outside F16's range, which the old path rounds), so it was left out.
+// The INT4 nibble pairs (j, j + 4) of warp_block_gemm_exact come in a permuted k order inside
+// the lane's 8 columns of a unit; the A registers are permuted the same way (permute_a: 4 PRMT a
+// unit, shared by gate and up), which the mma's sum over k does not see.
+// x is read from global memory per unit as before (the staged-x and swapped-operand variant of
+// 23e41e0 is not part of this: it needs the >48 KB shared-memory opt-in of a9708ef and has not
+// been re-checked).
 //
 // Why mma.sync and not plain FMAs: with FMAs every dequantized weight costs one FMA per pair
 // (8 at M = 8) on top of its ~4 dequantization instructions, which at INT4 rates (two values a
@@ -44,13 +80,16 @@
 // kernel finishes.
 //
 // What may bound it short of the bandwidth (to check with the timing test before tuning): the
-// dequantization keeps the grouped GEMM's exact fp32 form (shift-or, subtract, fma, half a
-// conversion per value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at
-// 3 TB/s; the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); registers (ptxas, CUDA
-// 13.0 here: 96-127 a thread for the PairRows 8 kernels, up to 128 with a few spilled bytes for
-// PairRows 16; 16 warps an SM at 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5
-// waves); the group_pairs prologue every
-// CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
+// per-value dequantization where it is still used (shift-or, subtract, fma, half a conversion per
+// value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at 3 TB/s; the exact
+// path's group ends (3 pair loads, a reciprocal and an fma per C element: ~75 SASS instructions a
+// part, once per step at g128 but once per unit at g32); the A pairs are 32-bit L1 loads, 2 per k16
+// at M <= 8 (4 above); registers (ptxas, CUDA 13.0 here: 96-127 a thread for the PairRows 8
+// kernels, up to 128 with a few spilled bytes for PairRows 16; the exact variants 98-128, the
+// qwen3 M = 1 pair 121 (up) and 98 (down), and a few (plain INT4 up at PairRows 8, INT8 down)
+// that ptxas holds at 64 with 24-80 stack bytes, none of it in the inner loop; 16 warps an SM at
+// 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves); the group_pairs prologue
+// every CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -61,6 +100,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "framework/core/error.h"
 #include "framework/device/cuda/cuda_check.h"
@@ -69,6 +109,7 @@
 #include "ops/moe/cuda/decode_experts_cuda.cuh"
 #include "ops/moe/cuda/moe_activation_cuda.cuh"
 #include "ops/moe/cuda/wna16/wna16_decode_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_exact_codes.h"
 #include "ops/moe/cuda/wna16/wna16_gemm.cuh"
 
 namespace mg::cuda::wna16_decode {
@@ -235,6 +276,230 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
   }
 }
 
+// The natural pairs x[k + 8 i .. + 1] (i = 0..3: one 32-wide unit of lane t, k = 32 u + 2t) of a
+// T row of `len` elements (len 0: no row, zeros): one base address, immediate offsets, 0 past len
+// (k is even and len a multiple of 8, so a pair is wholly in or out).
+template <typename T>
+__device__ __forceinline__ void unit_pairs(const T* row, int k, int len, uint32_t (&p)[4]) {
+  const unsigned int* base = reinterpret_cast<const unsigned int*>(row + k);
+  const int left = len - k;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p[i] = left > 8 * i ? __ldg(base + 4 * i) : 0u;
+}
+
+// The A registers {a0, a2} of the two k16 mmas of one unit in int4_magic_pairs' order, from the
+// natural pairs p[i] = x[32 u + 2t + 8 i .. + 1]: int4_magic_pairs gives b[m][r] = nibbles
+// (2m + r, 2m + r + 4), i.e. k (2t + 8m + r, 16 + 2t + 8m + r), so mma m takes
+// (x[2t + 8m], x[16 + 2t + 8m]) and (x[2t + 8m + 1], x[17 + 2t + 8m]). One PRMT a register; the
+// mma's sum over k does not see the order.
+__device__ __forceinline__ void permute_a(const uint32_t (&p)[4], uint32_t (&a)[2][2]) {
+  a[0][0] = __byte_perm(p[0], p[2], 0x5410);
+  a[0][1] = __byte_perm(p[0], p[2], 0x7632);
+  a[1][0] = __byte_perm(p[1], p[3], 0x5410);
+  a[1][1] = __byte_perm(p[1], p[3], 0x7632);
+}
+
+// a - b on a packed pair of T (one HSUB2; exact on the integer pairs it gets here).
+template <typename T>
+__device__ __forceinline__ uint32_t sub_pair(uint32_t a, uint32_t b) {
+  uint32_t d;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&b));
+    d = *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const __half2 r =
+        __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    d = *reinterpret_cast<const uint32_t*>(&r);
+  }
+  return d;
+}
+
+// Integer codes whose zero points are integer codes (Wna16Zeros::kIntegerCodes): acc[part] +=
+// the same C fragment as warp_block_gemm's, with the exact q - z as the B values
+// (wna16_exact_codes.h) and the group scale applied once per group: the mmas accumulate
+// U = Σ x (q - z) of the current group in u, and when the group ends (a unit of 32 columns, two,
+// a step, or the slice for channel-wise) each C element (pair row, weight row 2t or 2t + 1) gets
+// acc += s · u with the scale of its weight row. The lane's B row is weight row g of the block,
+// whose z it recovers from its {s, -z·s} pair once per group. No term cancels: the rounding is the
+// fp32 accumulation of the dot product itself and one fma per group and element.
+template <typename T, int Bits, int Parts, bool kHi>
+__device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], const Wna16Weights& w,
+                                                      int expert, int block, int s_begin, int s_end,
+                                                      const T* a_lo, const T* a_hi, int len,
+                                                      uint64_t policy) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kW = Bits == 4 ? 4 : 8;  // words per lane per step
+  constexpr int kVecs = kW / 4;          // 16-byte loads per lane per step
+  constexpr int kStepWords = 32 * kW;
+  constexpr int kV = kStepsInFlight<Bits, Parts>;
+  // INT8 with BF16: q - z through F32 (wna16_exact_codes.h).
+  constexpr bool kViaF32 = Bits == 8 && kBf16;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int g_row = lane >> 2, t = lane & 3;
+  const int k_steps = static_cast<int>(w.k_steps);
+  const int64_t rows_padded = Parts * w.part_rows;
+  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
+  const int64_t groups = w.groups;
+  // A row past the pairs reads nothing (zeros).
+  const int len_lo = a_lo == nullptr ? 0 : len;
+  [[maybe_unused]] const int len_hi = a_hi == nullptr ? 0 : len;
+
+  const uint32_t* wp[Parts];
+  const float2* zp[Parts];  // the pairs of weight row g (the lane's B row): its z
+  const float* sp[Parts];   // the pairs of weight row 2t as floats (s at 2 g); row 2t + 1 follows
+#pragma unroll
+  for (int p = 0; p < Parts; ++p) {
+    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
+    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
+    zp[p] = reinterpret_cast<const float2*>(w.params) + (row_block * 8 + g_row) * groups;
+    sp[p] = w.params + (row_block * 8 + 2 * t) * groups * 2;
+  }
+  // The group of each 32-wide unit, followed with a counter (the units are visited in order), as
+  // warp_block_gemm; units past K (the padding of the last step, A zero there) keep the last
+  // group, so no pair past the row's is read.
+  const int units_per_group = groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
+  const int last_group = static_cast<int>(groups) - 1;
+  int group = groups == 1 ? 0 : 4 * s_begin / units_per_group;
+  int units_left = groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
+  {
+    // The slice's pairs of this lane's row into L1 before the weight loads (warp_block_gemm's
+    // reason); the warp's lanes cover the block's 8 rows, so rows 2t and 2t + 1 too.
+    const int g_first = min(group, last_group);
+    const int g_last = groups == 1 ? 0 : min((4 * s_end - 1) / units_per_group, last_group);
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(zp[p] + g_first) & ~uintptr_t{127};
+      const uintptr_t last = reinterpret_cast<uintptr_t>(zp[p] + g_last);
+      for (uintptr_t line = first; line <= last; line += 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
+      }
+    }
+  }
+  float sc[Parts][2];  // s of weight rows 2t, 2t + 1 (C columns 2t, 2t + 1)
+  uint32_t zm[Parts];  // magic + z of row g: a half2 pair, or (kViaF32) the F32 bits of 2^23 + z
+  const auto load_group = [&] {
+    const int gi = min(group, last_group);
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+      sc[p][0] = __ldg(sp[p] + 2 * gi);
+      sc[p][1] = __ldg(sp[p] + 2 * (groups + gi));
+      const float2 pair = __ldg(zp[p] + gi);
+      const uint32_t z = static_cast<uint32_t>(wna16_exact::zero_code(pair.x, pair.y));
+      zm[p] = kViaF32 ? (wna16_exact::kMagicF32 | z) : wna16_exact::zero_magic_pair<kBf16>(z);
+    }
+  };
+  float u[Parts][4] = {};
+  const auto end_group = [&] {
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        acc[p][c] = fmaf(sc[p][c & 1], u[p][c], acc[p][c]);
+        u[p][c] = 0.0f;
+      }
+    }
+  };
+  load_group();
+
+  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
+    uint4 wv[kV][Parts][kVecs];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      // Past the slice: the last step again (never used; no zero-fill moves).
+      const int sl = min(s0 + v, s_end - 1);
+#pragma unroll
+      for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+        for (int q = 0; q < kVecs; ++q) {
+          wv[v][p][q] =
+              decode::load_weights(wp[p] + static_cast<int64_t>(sl) * kStepWords + q * 128, policy);
+        }
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+      if (s >= s_end) break;  // uniform over the warp
+#pragma unroll
+      for (int unit = 0; unit < 4; ++unit) {
+        const int kc = s * 128 + unit * 32 + 2 * t;
+        if constexpr (Bits == 4) {
+          uint32_t lo[4], hi[4] = {};
+          unit_pairs(a_lo, kc, len_lo, lo);
+          if constexpr (kHi) unit_pairs(a_hi, kc, len_hi, hi);
+          uint32_t alo[2][2], ahi[2][2] = {};
+          permute_a(lo, alo);
+          if constexpr (kHi) permute_a(hi, ahi);
+#pragma unroll
+          for (int p = 0; p < Parts; ++p) {
+            const uint32_t words[4] = {wv[v][p][0].x, wv[v][p][0].y, wv[v][p][0].z, wv[v][p][0].w};
+            uint32_t b[2][2];
+            wna16_exact::int4_magic_pairs<kBf16>(words[unit], b);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+              const uint32_t a[4] = {alo[m][0], ahi[m][0], alo[m][1], ahi[m][1]};
+              const uint32_t bm[2] = {sub_pair<T>(b[m][0], zm[p]), sub_pair<T>(b[m][1], zm[p])};
+              grouped_gemm::mma_16816<T>(u[p], a, bm);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int k = kc + 16 * half;
+            const uint32_t a[4] = {a_pair(a_lo, k, len), kHi ? a_pair(a_hi, k, len) : 0u,
+                                   a_pair(a_lo, k + 8, len), kHi ? a_pair(a_hi, k + 8, len) : 0u};
+#pragma unroll
+            for (int p = 0; p < Parts; ++p) {
+              const uint4& vec = wv[v][p][unit / 2];
+              const uint32_t words[4] = {vec.x, vec.y, vec.z, vec.w};
+              const uint32_t word = words[(2 * unit + half) & 3];
+              uint32_t b[2];
+              if constexpr (kViaF32) {
+                const float zf = __uint_as_float(zm[p]);
+                float d[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  d[i] = __uint_as_float(wna16_exact::int8_magic_f32_bits(word, i)) - zf;
+                }
+                b[0] = wna16::pack_pair<T>(d[0], d[1]);
+                b[1] = wna16::pack_pair<T>(d[2], d[3]);
+              } else {
+                b[0] = sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 0), zm[p]);
+                b[1] = sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 1), zm[p]);
+              }
+              grouped_gemm::mma_16816<T>(u[p], a, b);
+            }
+          }
+        }
+        if (--units_left == 0) {  // uniform over the warp
+          end_group();
+          ++group;
+          units_left = units_per_group;
+          load_group();
+        }
+      }
+    }
+  }
+  end_group();  // the slice's last (or only) group; adds zeros when it just ended
+}
+
+// The block GEMM of a code kind: integer codes with integer zero points (ExactZeros, chosen at
+// launch from Wna16Weights::zeros) take warp_block_gemm_exact, everything else the per-value
+// dequantization.
+template <typename T, int Bits, Wna16Codes Codes, bool ExactZeros, int Parts, bool kHi>
+__device__ __forceinline__ void block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
+                                           int expert, int block, int s_begin, int s_end,
+                                           const T* a_lo, const T* a_hi, int len, uint64_t policy) {
+  if constexpr (Codes == Wna16Codes::kInteger && ExactZeros) {
+    warp_block_gemm_exact<T, Bits, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
+                                               len, policy);
+  } else {
+    warp_block_gemm<T, Bits, Codes, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
+                                                len, policy);
+  }
+}
+
 // The pairs of pair group [first, first + count) of the grouped pairs, as lane (g, t) sees them:
 // pair g (A row g) and pair g + 8 (A row g + 8), -1 past count.
 struct LanePairs {
@@ -280,7 +545,7 @@ struct UpParams {
 // Warp w is slice w % k_slices of block blockIdx.x * blocks_per_cta + w / k_slices; the slices
 // of a block leave their gate and up accumulators in shared memory and the block's slice-0 warp
 // sums them in slice order, then applies the activation.
-template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows>
+template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows, bool ExactZeros>
 __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   constexpr int kParts = Gated ? 2 : 1;
@@ -317,11 +582,11 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
         if (PairRows > 8 && group_end - first > 8) {
-          warp_block_gemm<T, Bits, Codes, kParts, true>(acc, p.w13, e, block, steps.begin,
-                                                        steps.end, a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, ExactZeros, kParts, true>(
+              acc, p.w13, e, block, steps.begin, steps.end, a_lo, a_hi, p.hidden, policy);
         } else {
-          warp_block_gemm<T, Bits, Codes, kParts, false>(acc, p.w13, e, block, steps.begin,
-                                                         steps.end, a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, ExactZeros, kParts, false>(
+              acc, p.w13, e, block, steps.begin, steps.end, a_lo, a_hi, p.hidden, policy);
         }
       }
       if (p.k_slices > 1) {  // uniform over the CTA: the barriers are reached by every thread
@@ -394,7 +659,7 @@ struct DownParams {
 };
 
 // out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
-template <typename T, int Bits, Wna16Codes Codes, int PairRows>
+template <typename T, int Bits, Wna16Codes Codes, int PairRows, bool ExactZeros>
 __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const DownParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   __shared__ decode::PairGroups g;
@@ -458,11 +723,11 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const Do
           float acc[1][4] = {};
           if (steps.begin < steps.end) {  // uniform over the warp
             if (PairRows > 8 && group_end - first > 8) {
-              warp_block_gemm<T, Bits, Codes, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
-                                                       steps.end, a_lo, a_hi, p.inter, policy);
+              block_gemm<T, Bits, Codes, ExactZeros, 1, true>(
+                  acc, p.w2, e, block0 + b, steps.begin, steps.end, a_lo, a_hi, p.inter, policy);
             } else {
-              warp_block_gemm<T, Bits, Codes, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
-                                                        steps.end, a_lo, a_hi, p.inter, policy);
+              block_gemm<T, Bits, Codes, ExactZeros, 1, false>(
+                  acc, p.w2, e, block0 + b, steps.begin, steps.end, a_lo, a_hi, p.inter, policy);
             }
           }
           const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
@@ -554,6 +819,37 @@ inline int resolve_k_slices(int forced, int64_t k_steps, int in_flight) {
   return (steps + per - 1) / per;
 }
 
+// Whether the kernels of `w` take warp_block_gemm_exact (integer codes whose zero points are all
+// integer codes, found by the packer) rather than the per-value dequantization.
+template <Wna16Codes Codes>
+bool uses_exact_zeros(const Wna16Weights& w) {
+  return Codes == Wna16Codes::kInteger && w.zeros == Wna16Zeros::kIntegerCodes;
+}
+
+// The up / down kernel of a launch (the exact variants exist for integer codes only).
+template <typename T, int Bits, Wna16Codes Codes, bool Gated>
+auto up_kernel(bool rows16, [[maybe_unused]] bool exact) -> void (*)(UpParams) {
+  if constexpr (Codes == Wna16Codes::kInteger) {
+    if (exact) {
+      return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, true>
+                    : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, true>;
+    }
+  }
+  return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, false>
+                : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, false>;
+}
+template <typename T, int Bits, Wna16Codes Codes>
+auto down_kernel(bool rows16, [[maybe_unused]] bool exact) -> void (*)(DownParams) {
+  if constexpr (Codes == Wna16Codes::kInteger) {
+    if (exact) {
+      return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, true>
+                    : wna16_decode_down_kernel<T, Bits, Codes, 8, true>;
+    }
+  }
+  return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, false>
+                : wna16_decode_down_kernel<T, Bits, Codes, 8, false>;
+}
+
 template <typename T, int Bits, Wna16Codes Codes>
 void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream_t stream) {
   const int parts = gated ? 2 : 1;
@@ -572,15 +868,10 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   const size_t smem =
       p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
   const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
-  if (gated) {
-    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, true, 16>
-                         : wna16_decode_up_kernel<T, Bits, Codes, true, 8>,
-                  grid, warps, smem, tiles.pdl, stream, p);
-  } else {
-    launch_kernel(rows16 ? wna16_decode_up_kernel<T, Bits, Codes, false, 16>
-                         : wna16_decode_up_kernel<T, Bits, Codes, false, 8>,
-                  grid, warps, smem, tiles.pdl, stream, p);
-  }
+  const bool exact = uses_exact_zeros<Codes>(p.w13);
+  launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, exact)
+                      : up_kernel<T, Bits, Codes, false>(rows16, exact),
+                grid, warps, smem, tiles.pdl, stream, p);
 }
 
 template <typename T, int Bits, Wna16Codes Codes>
@@ -601,9 +892,8 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
   const int64_t row_blocks = (p.hidden + 7) / 8;
   const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
   const bool rows16 = p.num_tokens > 8;  // as launch_up's
-  launch_kernel(rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16>
-                       : wna16_decode_down_kernel<T, Bits, Codes, 8>,
-                grid, warps, smem, tiles.pdl, stream, p);
+  launch_kernel(down_kernel<T, Bits, Codes>(rows16, uses_exact_zeros<Codes>(p.w2)), grid, warps,
+                smem, tiles.pdl, stream, p);
 }
 
 // The kernels of the packed matrix's code kind and width.

@@ -29,6 +29,7 @@ Wna16Weights wna16_weights_view(const Wna16PackedHost& p, const uint32_t* words,
   w.k_steps = p.k_steps;
   w.groups = p.groups;
   w.group_size = p.group_size;
+  w.zeros = p.zeros;
   return w;
 }
 

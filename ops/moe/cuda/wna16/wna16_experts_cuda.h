@@ -82,6 +82,22 @@ namespace mg::cuda {
 
 inline constexpr int64_t kWna16KStep = 128;
 
+// What the kernels may assume about the zero points of integer codes, found once on the host by
+// wna16_zero_kind when the params are made (the decode kernels pick their dequantization from it
+// at launch; the grouped GEMM reads every pair as {s, -z·s} either way).
+enum class Wna16Zeros : int32_t {
+  kReal,          // any F32 zero points (or not known): w = fma(q, s, -z·s) per value
+  kIntegerCodes,  // every pair's z is an integer code 0 .. 2^bits - 1 that the kernels recover
+                  // exactly from {s, -z·s} (wna16_exact_codes.h): the decode kernels multiply
+                  // the exact q - z and apply s once per group
+};
+
+// kIntegerCodes when every (s, z) of `count` groups is an integer code z in 0 .. 2^bits - 1 with
+// s == 0 or 2^-100 <= |s| <= 2^100 (zeros: F32, uint8, or neither: the midpoint 8 / 128), else
+// kReal (wna16_exact_codes.h says why that range makes the recovery exact).
+Wna16Zeros wna16_zero_kind(const float* scales, const float* zeros_f32, const uint8_t* zeros_u8,
+                           int64_t count, int bits);
+
 // Wna16Codes (what a packed code means) and wna16_scale_bytes_per_step: wna16_codes.h.
 
 // The input contract of one matrix on the host (see the math above).
@@ -110,7 +126,8 @@ struct Wna16PackedHost {
   int64_t cols = 0;       // K (unpadded)
   int64_t k_steps = 0;    // ceil(K / 128)
   int64_t groups = 1;
-  int64_t group_size = 0;  // columns per group (K when channel-wise)
+  int64_t group_size = 0;                // columns per group (K when channel-wise)
+  Wna16Zeros zeros = Wna16Zeros::kReal;  // kInteger: set by the packer (wna16_zero_kind)
 
   // Sizes of words, params, scale_bytes and globals (the vectors may be empty: wna16_layout).
   int64_t word_count() const {
@@ -223,6 +240,7 @@ struct Wna16Weights {
   int64_t k_steps = 0;
   int64_t groups = 1;
   int64_t group_size = 0;
+  Wna16Zeros zeros = Wna16Zeros::kReal;
 };
 
 // The device view of `p` whose words, params, scale bytes and globals were uploaded to `words`,

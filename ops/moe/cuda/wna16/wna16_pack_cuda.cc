@@ -111,6 +111,25 @@ Wna16PackedHost wna16_layout(int64_t experts, int64_t rows, int64_t cols, int bi
   return p;
 }
 
+Wna16Zeros wna16_zero_kind(const float* scales, const float* zeros_f32, const uint8_t* zeros_u8,
+                           int64_t count, int bits) {
+  const int max_code = (1 << bits) - 1;
+  const float sym_zero = bits == 4 ? 8.0f : 128.0f;
+  for (int64_t i = 0; i < count; ++i) {
+    float z = sym_zero;
+    if (zeros_f32 != nullptr) z = zeros_f32[i];
+    if (zeros_u8 != nullptr) z = zeros_u8[i];
+    if (!(z >= 0.0f && z <= static_cast<float>(max_code) && z == std::nearbyint(z))) {
+      return Wna16Zeros::kReal;
+    }
+    const float s = scales[i];
+    if (s == 0.0f) continue;
+    const float mag = std::fabs(s);
+    if (!(mag >= 0x1p-100f && mag <= 0x1p100f)) return Wna16Zeros::kReal;
+  }
+  return Wna16Zeros::kIntegerCodes;
+}
+
 Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
   const std::string why = wna16_pack_check(m.bits, m.rows, m.cols, m.group_size, parts);
   MG_CHECK(why.empty(), "WNA16 pack: {}", why);
@@ -177,6 +196,7 @@ Wna16PackedHost wna16_pack(const Wna16HostMatrix& m, int64_t parts) {
     MG_FAIL("WNA16 pack: zero point {} at expert {} row {} exceeds {} bits", m.zeros_u8[at],
             at / (N * p.groups), at / p.groups % N, m.bits);
   }
+  p.zeros = wna16_zero_kind(m.scales, m.zeros_f32, m.zeros_u8, E * N * p.groups, m.bits);
   return p;
 }
 
