@@ -100,7 +100,8 @@ constexpr int64_t kGemvLongRowTargetWarps = 16384;
 
 // Warps that split one output feature's `in` for a GEMV of this shape (1, 2, 4 or 8): the
 // smallest count that puts `target_warps` warps on the GPU (0: the rule above), keeping at least
-// 64 16-byte chunks of the row a warp (two per lane).
+// 64 16-byte chunks of the row a warp (two loads a lane; 32 for rows that are not 16-byte
+// multiples).
 int gemv_warps_per_feature(int64_t in, int64_t out, int element_bytes, int64_t target_warps = 0);
 
 }  // namespace mg::cuda
