@@ -575,24 +575,29 @@ TEST(CudaAttentionPrefill, TimesBothKernelsOnTheQwen3Shape) {
 // Paged batches of the Engine's make-up (decode rows first, then prompt chunks; Qwen3-30B-A3B
 // layer, BF16, blocks of 16) through both kernels, each printed with its passes per 64-row tile
 // and the auto rule's pick: the measurement that tunes kFlashPagedMaxPassesPerTile
-// (attention_flash_rule.h). Decode rows have 1024 cached keys. Opt-in (MG_ATTN_TIMING=1).
+// (attention_flash_rule.h). A decode row's pass walks its whole context in one block, so the
+// rule's count of passes ignores how long each is: the 4096-key decode rows show what that costs.
+// Opt-in (MG_ATTN_TIMING=1).
 TEST(CudaAttentionPrefill, TimesPagedBatchesBothPaths) {
   MG_REQUIRE_GPU();
   if (std::getenv("MG_ATTN_TIMING") == nullptr) GTEST_SKIP() << "set MG_ATTN_TIMING=1 to time";
   struct Shape {
     std::string name;
-    int64_t prompts = 0;  // prompts of 512 tokens from position 0
-    int64_t decode = 0;   // decode rows, one per sequence, before them
+    int64_t prompts = 0;         // prompts of 512 tokens from position 0
+    int64_t decode = 0;          // decode rows, one per sequence, before them
+    int64_t decode_keys = 1024;  // keys each decode row sees
   };
   const std::vector<Shape> shapes = {{"4 prompts x 512", 4, 0},
-                                     {"1 prompt x 512 + 16 decode", 1, 16},
-                                     {"1 prompt x 512 + 64 decode", 1, 64},
-                                     {"4 prompts x 512 + 16 decode", 4, 16},
-                                     {"128 decode", 0, 128}};
+                                     {"1 prompt x 512 + 16 decode of 1024 keys", 1, 16},
+                                     {"1 prompt x 512 + 64 decode of 1024 keys", 1, 64},
+                                     {"1 prompt x 512 + 4 decode of 4096 keys", 1, 4, 4096},
+                                     {"1 prompt x 512 + 8 decode of 1024 keys", 1, 8},
+                                     {"4 prompts x 512 + 16 decode of 1024 keys", 4, 16},
+                                     {"128 decode of 1024 keys", 0, 128}};
   for (const Shape& shape : shapes) {
     PrefillCase c{
         .name = shape.name, .heads = 32, .kv_heads = 4, .head_dim = 128, .block_size = 16};
-    for (int64_t i = 0; i < shape.decode; ++i) c.paged.push_back({1023, 1});
+    for (int64_t i = 0; i < shape.decode; ++i) c.paged.push_back({shape.decode_keys - 1, 1});
     for (int64_t i = 0; i < shape.prompts; ++i) c.paged.push_back({0, 512});
     std::vector<std::unique_ptr<PrefillProblem>> batch;
     batch.push_back(std::make_unique<PrefillProblem>(c, DType::kBF16, 9500, false));
