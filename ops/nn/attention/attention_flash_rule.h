@@ -20,9 +20,8 @@ namespace mg {
 // --gtest_filter='CudaAttentionPrefill.TimesPagedBatchesBothPaths'` (MG_ATTN_TIMING=1: 4 prompts ×
 // 512 tokens, 1 prompt × 512 + 8 / 16 / 64 decode rows, each with its passes per tile) tune it:
 // raise it while flash still wins the batches with decode rows, lower it if flash loses one the
-// rule takes. The count ignores how long each
-// pass is (a decode row's pass walks its whole context): the test's 4096-key decode rows show
-// whether that matters.
+// rule takes. The count ignores how long each pass is (a decode row's pass walks its whole
+// context): the test's 4096-key decode rows show whether that matters.
 constexpr int64_t kFlashPagedMaxPassesPerTile = 2;
 
 // Whether the flash kernel pays on a paged batch of `tokens` rows described by `kv`: its
