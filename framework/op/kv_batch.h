@@ -6,6 +6,11 @@
 
 namespace mg {
 
+// Query rows per tile of the CUDA flash prefill kernel (kFlashRows in attention_cuda.h, which
+// asserts they agree): KvBatch::flash_passes counts the kernel's passes over tiles of this many
+// rows.
+constexpr int64_t kFlashPassTileRows = 64;
+
 // Row t of a forward belongs to sequence slot row_slots[t] (all rows are slot 0 when null).
 // With block_tables, position j of slot s lives in cache row
 //   block_tables[s * max_blocks_per_seq + j / block_size] * block_size + j % block_size
@@ -18,6 +23,40 @@ struct KvBatch {
   int64_t max_blocks_per_seq = 0;
   int64_t block_size = 0;
   int64_t num_blocks = 0;
+  // The batch's make-up as the host knows it (no device code reads it; launchers choose by it): the
+  // sum over the forward's tiles of kFlashPassTileRows rows (rows [64i, 64i + 64)) of the number of
+  // distinct slots among the tile's rows, count_flash_passes(host row_slots, tokens). The flash
+  // prefill kernel makes one pass over the keys per distinct slot of its tile, so passes close to
+  // the tile count (prompt chunks: tiles of one sequence) let the auto rule take it for a paged
+  // batch (flash_passes_pay, attention_flash_rule.h), and many more (a tile of decode rows of many
+  // sequences) keep the per-query kernel. 0: unknown (the launchers assume the worst); the Session
+  // leaves it 0 for forwards it captures in a CUDA graph (replayed for other batches of the same
+  // row count, whose make-up differs).
+  int64_t flash_passes = 0;
 };
+
+// KvBatch::flash_passes of `tokens` rows whose slots are `row_slots` (host memory; null: one
+// sequence, a pass per tile). One pass over the rows: a row of the previous row's slot (prompt
+// chunks) costs one comparison, any other row a look-up among its tile's slots seen so far (at
+// most kFlashPassTileRows).
+inline int64_t count_flash_passes(const int32_t* row_slots, int64_t tokens) {
+  if (tokens <= 0) return 0;
+  if (row_slots == nullptr) return (tokens + kFlashPassTileRows - 1) / kFlashPassTileRows;
+  int64_t passes = 0;
+  int32_t seen[kFlashPassTileRows];
+  int64_t distinct = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const bool tile_start = t % kFlashPassTileRows == 0;
+    if (tile_start) distinct = 0;
+    const int32_t slot = row_slots[t];
+    if (!tile_start && row_slots[t - 1] == slot) continue;
+    bool known = false;
+    for (int64_t i = 0; i < distinct && !known; ++i) known = seen[i] == slot;
+    if (known) continue;
+    seen[distinct++] = slot;
+    ++passes;
+  }
+  return passes;
+}
 
 }  // namespace mg

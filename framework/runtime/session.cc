@@ -169,6 +169,9 @@ void Session::upload_and_run(const int32_t* token_ids, const int32_t* positions,
     MG_ASSERT(slots != nullptr, "a paged forward without sequence slots");
     std::memcpy(host_slots_.raw(), slots, tokens * sizeof(int32_t));
     copy_tensor(row_slots_.slice_rows(0, tokens), host_slots_.slice_rows(0, tokens), stream_.get());
+    // The batch's make-up for the attention kernels' choice (kv_batch.h). A forward captured in a
+    // CUDA graph is replayed for later batches of its row count whatever their make-up: unknown.
+    kv_.flash_passes = tokens <= graph_max_rows_ ? 0 : count_flash_passes(slots, tokens);
     for (int slot : dirty_slots_) {
       copy_tensor(block_tables_.slice_rows(slot, slot + 1),
                   host_block_tables_.slice_rows(slot, slot + 1), stream_.get());

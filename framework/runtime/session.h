@@ -86,6 +86,9 @@ class Session {
   void set_block_table(int slot, std::span<const int32_t> blocks);
   int64_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
   bool paged() const { return options_.kv_blocks > 0; }
+  // Paged sessions: the KV batch the last forward_batch gave the kernels (device pointers, and
+  // the host's description of the batch: KvBatch::flash_passes).
+  const KvBatch& kv_batch() const { return kv_; }
   const SessionOptions& options() const { return options_; }
 
   // Paged sessions: one forward over the rows of several sequences, row t at positions[t] of

@@ -4,12 +4,14 @@
 // 64-row query tiles and 64-key tiles), prompts from position 0 and chunks after cached keys (300
 // rows after 700 keys), head dims 64 and 128, GQA 1, 4 and 8, sliding window, chunks, sinks, an
 // explicit scale, rows in reverse position order, paged caches with several sequences in one
-// batch (prompt chunks and decode rows mixed, as the Engine's steps; forced only: the auto rule
-// keeps paged batches on the per-query kernel) and a row whose position lies
+// batch (prompt chunks and decode rows mixed, as the Engine's steps, described to the auto rule
+// as the Session describes them: KvBatch::flash_passes) and a row whose position lies
 // outside the cache (NaN row), BF16 and F16; every output element must be written (poisoned first).
-// Also: the auto rule takes the flash kernel for prefill rows, the rule's reasons for what it does
-// not take (host only) and MG_FLASH_PREFILL=0 turning it off, a CUDA-graph replay, and
-// (MG_ATTN_TIMING=1) the Qwen3-30B-A3B prefill shape timed through both kernels with its FLOP rate.
+// Also: the auto rule takes the flash kernel for prefill rows and for paged batches of mostly one
+// sequence per 64-row tile (two prompt chunks and a few decode rows), keeps the per-query kernel
+// for decode-heavy paged batches, the rule's reasons for what it does not take (host only) and
+// MG_FLASH_PREFILL=0 turning it off, a CUDA-graph replay, and (MG_ATTN_TIMING=1) the Qwen3-30B-A3B
+// prefill shape timed through both kernels with its FLOP rate, contiguous and paged.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -59,6 +61,9 @@ struct PrefillCase {
   // in slot count - 1 - i.
   int64_t block_size = 0;
   std::vector<std::pair<int64_t, int64_t>> paged = {};
+  // Paged: the auto rule takes the flash kernel (its passes per tile, count_flash_passes, are
+  // within kFlashPagedMaxPassesPerTile); contiguous caches always do.
+  bool paged_auto_flash = false;
 };
 
 // The case's sequences as {cached, rows}.
@@ -132,7 +137,8 @@ std::vector<PrefillCase> prefill_cases() {
                  .head_dim = 128,
                  .out_of_range_row = true,
                  .block_size = 16,
-                 .paged = {{700, 90}, {0, 130}, {40, 1}, {300, 1}, {5, 17}}});
+                 .paged = {{700, 90}, {0, 130}, {40, 1}, {300, 1}, {5, 17}},
+                 .paged_auto_flash = true});  // tiles of 1, 2, 1 and 4 slots: 8 passes
   out.push_back({.name = "paged32_gqa4_d64_window50_sinks",
                  .heads = 4,
                  .kv_heads = 1,
@@ -140,7 +146,25 @@ std::vector<PrefillCase> prefill_cases() {
                  .sliding_window = 50,
                  .sinks = true,
                  .block_size = 32,
-                 .paged = {{0, 100}, {129, 70}}});
+                 .paged = {{0, 100}, {129, 70}},
+                 .paged_auto_flash = true});  // 4 passes in 3 tiles
+  // The Engine's order: decode rows first, then two prompt chunks (one after cached keys): tiles
+  // of 5, 1, 1, 2, 1, 1 slots, 11 passes in 6 tiles: the auto rule takes flash.
+  out.push_back({.name = "paged16_gqa8_d128_4_decode_2_chunks",
+                 .heads = 8,
+                 .kv_heads = 1,
+                 .head_dim = 128,
+                 .block_size = 16,
+                 .paged = {{40, 1}, {90, 1}, {130, 1}, {200, 1}, {300, 200}, {0, 150}},
+                 .paged_auto_flash = true});
+  // 70 decode rows of 70 sequences (beyond split-KV's 64 rows): 70 passes in 2 tiles, per query.
+  PrefillCase decode{.name = "paged16_gqa4_d64_70_decode",
+                     .heads = 4,
+                     .kv_heads = 1,
+                     .head_dim = 64,
+                     .block_size = 16};
+  for (int64_t i = 0; i < 70; ++i) decode.paged.push_back({20 + (7 * i) % 300, 1});
+  out.push_back(decode);
   return out;
 }
 
@@ -263,6 +287,8 @@ class PrefillProblem {
       positions.push_back(static_cast<int32_t>(max_positions_));
       slots.push_back(0);
     }
+    // The Session's description of the batch (kv_batch.h).
+    if (paged) flash_passes_ = count_flash_passes(slots.data(), static_cast<int64_t>(slots.size()));
 
     q_ = upload_as(q, dtype);
     k_cache_ = upload_as(k_cache, dtype);
@@ -297,6 +323,7 @@ class PrefillProblem {
       a.kv.max_blocks_per_seq = max_blocks_;
       a.kv.block_size = case_.block_size;
       a.kv.num_blocks = num_blocks_;
+      a.kv.flash_passes = flash_passes_;
     }
     a.sm_count = device_sm_count();
     a.path = path;
@@ -373,6 +400,7 @@ class PrefillProblem {
 
   const AttentionDims& dims() const { return dims_; }
   int64_t tokens() const { return tokens_; }
+  int64_t flash_passes() const { return flash_passes_; }
 
  private:
   PrefillCase case_;
@@ -383,6 +411,7 @@ class PrefillProblem {
   int64_t max_positions_ = 0;
   int64_t max_blocks_ = 0;
   int64_t num_blocks_ = 0;
+  int64_t flash_passes_ = 0;  // paged: count_flash_passes of the batch's slots
   Tensor sinks_;
   std::vector<float> reference_;
   size_t out_bytes_ = 0;
@@ -420,14 +449,16 @@ TEST(CudaAttentionPrefill, FlashMatchesReferenceAndPerQueryKernel) {
       EXPECT_LT(
           testing::normalized_error(problem.sequence_rows(flash), problem.sequence_rows(per_query)),
           d.tolerance);
-      // Beyond the split-KV rows the auto rule is the flash kernel on a contiguous cache and the
-      // per-query kernel on a paged one (flash_prefill_chosen), bit for bit (NaN rows too), and
-      // with flash_prefill off (MG_FLASH_PREFILL=0) the per-query kernel.
+      // Beyond the split-KV rows the auto rule is the flash kernel on a contiguous cache and on
+      // a paged batch of mostly one sequence per tile, else the per-query kernel
+      // (flash_prefill_chosen), bit for bit (NaN rows too), and with flash_prefill off
+      // (MG_FLASH_PREFILL=0) the per-query kernel.
       if (problem.tokens() > cuda::kSplitKvMaxTokens) {
-        EXPECT_EQ(cuda::flash_prefill_chosen(problem.dims(), dtype_size(d.dtype), a),
-                  c.block_size == 0);
+        const bool takes_flash = c.block_size == 0 || c.paged_auto_flash;
+        EXPECT_EQ(cuda::flash_prefill_chosen(problem.dims(), dtype_size(d.dtype), a), takes_flash)
+            << problem.flash_passes() << " passes";
         const std::vector<float> chosen = problem.run(cuda::AttentionPath::kAuto);
-        const std::vector<float>& expected = c.block_size == 0 ? flash : per_query;
+        const std::vector<float>& expected = takes_flash ? flash : per_query;
         ASSERT_EQ(chosen.size(), expected.size());
         EXPECT_EQ(std::memcmp(chosen.data(), expected.data(), chosen.size() * sizeof(float)), 0);
         const std::vector<float> off =
@@ -541,6 +572,52 @@ TEST(CudaAttentionPrefill, TimesBothKernelsOnTheQwen3Shape) {
   }
 }
 
+// Paged batches of the Engine's make-up (decode rows first, then prompt chunks; Qwen3-30B-A3B
+// layer, BF16, blocks of 16) through both kernels, each printed with its passes per 64-row tile
+// and the auto rule's pick: the measurement that tunes kFlashPagedMaxPassesPerTile
+// (attention_flash_rule.h). A decode row's pass walks its whole context in one block, so the
+// rule's count of passes ignores how long each is: the 4096-key decode rows show what that costs.
+// Opt-in (MG_ATTN_TIMING=1).
+TEST(CudaAttentionPrefill, TimesPagedBatchesBothPaths) {
+  MG_REQUIRE_GPU();
+  if (std::getenv("MG_ATTN_TIMING") == nullptr) GTEST_SKIP() << "set MG_ATTN_TIMING=1 to time";
+  struct Shape {
+    std::string name;
+    int64_t prompts = 0;         // prompts of 512 tokens from position 0
+    int64_t decode = 0;          // decode rows, one per sequence, before them
+    int64_t decode_keys = 1024;  // keys each decode row sees
+  };
+  const std::vector<Shape> shapes = {{"4 prompts x 512", 4, 0},
+                                     {"1 prompt x 512 + 16 decode of 1024 keys", 1, 16},
+                                     {"1 prompt x 512 + 64 decode of 1024 keys", 1, 64},
+                                     {"1 prompt x 512 + 4 decode of 4096 keys", 1, 4, 4096},
+                                     {"1 prompt x 512 + 8 decode of 1024 keys", 1, 8},
+                                     {"4 prompts x 512 + 16 decode of 1024 keys", 4, 16},
+                                     {"128 decode of 1024 keys", 0, 128}};
+  for (const Shape& shape : shapes) {
+    PrefillCase c{
+        .name = shape.name, .heads = 32, .kv_heads = 4, .head_dim = 128, .block_size = 16};
+    for (int64_t i = 0; i < shape.decode; ++i) c.paged.push_back({shape.decode_keys - 1, 1});
+    for (int64_t i = 0; i < shape.prompts; ++i) c.paged.push_back({0, 512});
+    std::vector<std::unique_ptr<PrefillProblem>> batch;
+    batch.push_back(std::make_unique<PrefillProblem>(c, DType::kBF16, 9500, false));
+    const PrefillProblem& problem = *batch.front();
+    const int64_t tiles = (problem.tokens() + cuda::kFlashRows - 1) / cuda::kFlashRows;
+    const bool rule_flash =
+        cuda::flash_prefill_chosen(problem.dims(), 2, problem.args(cuda::AttentionPath::kAuto));
+    const double flash = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kFlashPrefill);
+    const double per_query = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kPerQuery);
+    std::cout << fmt::format(
+                     "[ TIMING ] paged attention {} (qwen3 layer, BF16, {} rows, {} passes in {} "
+                     "tiles = {:.2f} per tile): flash {:.3f} ms, per-query {:.3f} ms ({:.1f}x); "
+                     "the rule takes {}",
+                     shape.name, problem.tokens(), problem.flash_passes(), tiles,
+                     static_cast<double>(problem.flash_passes()) / static_cast<double>(tiles),
+                     flash, per_query, per_query / flash, rule_flash ? "flash" : "per-query")
+              << std::endl;
+  }
+}
+
 #endif  // MG_WITH_CUDA
 
 // The flash rule's objections (host only: no launch).
@@ -576,9 +653,24 @@ TEST(CudaAttentionPrefill, FlashRuleNamesWhatItDoesNotTake) {
   paged.kv.block_size = 16;
   paged.kv.max_blocks_per_seq = 2560;
   EXPECT_EQ(cuda::flash_prefill_unsupported(qwen3, 2, paged), nullptr);
-  // The kernel takes it, but the auto rule does not (one pass per sequence of a block's rows).
+  // The kernel takes it, but the auto rule does not while the batch's make-up is unknown (one
+  // pass per sequence of a block's rows); described, it does when the 64 tiles are mostly one
+  // sequence each (at most 2 passes per tile), and not for a pass per row (decode rows).
   EXPECT_TRUE(cuda::flash_prefill_chosen(qwen3, 2, a));
   EXPECT_FALSE(cuda::flash_prefill_chosen(qwen3, 2, paged));
+  paged.kv.flash_passes = 64;
+  EXPECT_TRUE(cuda::flash_prefill_chosen(qwen3, 2, paged));
+  paged.kv.flash_passes = 128;
+  EXPECT_TRUE(cuda::flash_prefill_chosen(qwen3, 2, paged));
+  paged.kv.flash_passes = 129;
+  EXPECT_FALSE(cuda::flash_prefill_chosen(qwen3, 2, paged));
+  paged.kv.flash_passes = 4096;
+  EXPECT_FALSE(cuda::flash_prefill_chosen(qwen3, 2, paged));
+  cuda::AttentionArgs paged_off = paged;
+  paged_off.kv.flash_passes = 64;
+  paged_off.flash_prefill = false;
+  EXPECT_FALSE(cuda::flash_prefill_chosen(qwen3, 2, paged_off));
+  paged.kv.flash_passes = 0;
   cuda::AttentionArgs off = a;
   off.flash_prefill = false;
   EXPECT_FALSE(cuda::flash_prefill_chosen(qwen3, 2, off));

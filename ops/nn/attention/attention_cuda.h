@@ -10,8 +10,8 @@
 // Three attention paths (attention_cuda.cuh and attention_flash_cuda.cuh have the kernels):
 //  - flash prefill (BF16/F16, head_dim == v_head_dim in {64, 128}): a block per (64 query rows,
 //    head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers; contiguous
-//    caches under the auto rule (a paged cache: one pass over the keys per sequence among the
-//    block's rows; only when forced, flash_prefill_chosen says why).
+//    caches, and paged batches whose tiles are mostly one sequence each (a paged cache: one pass
+//    over the keys per sequence among the block's rows; flash_prefill_chosen says when).
 //  - per query (everything else that is not decode): one block per (head, query row); many rows
 //    fill the GPU by themselves.
 //  - split-KV (decode, flash-decoding): few query rows would launch only heads × rows blocks, so
@@ -32,6 +32,7 @@
 
 #include "framework/core/error.h"
 #include "ops/nn/attention/attention_cpu.h"
+#include "ops/nn/attention/attention_flash_rule.h"
 
 namespace mg::cuda {
 
@@ -245,6 +246,7 @@ inline size_t split_kv_workspace_bound(const AttentionDims& dims, size_t element
 // Flash prefill tiles: query rows per block (4 warps of 16) and keys per shared-memory tile.
 constexpr int64_t kFlashRows = 64;
 constexpr int64_t kFlashKeys = 64;
+static_assert(kFlashRows == kFlashPassTileRows, "KvBatch::flash_passes counts tiles of kFlashRows");
 
 // Why the flash prefill kernel cannot take this launch, or null when it can (forced, or chosen
 // by flash_prefill_chosen). Host only: the launch's pointers and shape.
@@ -272,14 +274,17 @@ inline const char* flash_prefill_unsupported(const AttentionDims& dims, size_t e
 
 // The auto rule's choice of the flash prefill kernel (for launches split-KV does not take): the
 // caller allows it (AttentionArgs::flash_prefill, MG_FLASH_PREFILL), flash_prefill_unsupported has
-// no objection, and the cache is contiguous. Paged batches keep the per-query kernel for now: the
-// flash kernel makes one pass over the keys per sequence among a block's 64 rows, and the op
-// cannot see a batch's make-up on the host (the Engine's 128 decode rows of 128 sequences would
-// be 64 serial passes per block, where the per-query kernel runs 128 × heads blocks at once).
-// Forced (AttentionPath::kFlashPrefill) it is right for any batch.
+// no objection, and the cache is contiguous or the paged batch's make-up says it pays. The flash
+// kernel makes one pass over the keys per sequence among a block's 64 rows, which the op cannot
+// see on the device pointers alone (the Engine's 128 decode rows of 128 sequences would be 64
+// serial passes per block, where the per-query kernel runs 128 × heads blocks at once): the
+// Session describes its batch on the host (KvBatch::flash_passes), and flash_passes_pay
+// (attention_flash_rule.h) takes flash when the tiles are mostly one sequence each (prompt
+// chunks); an undescribed paged batch (flash_passes 0) keeps the per-query kernel. Forced
+// (AttentionPath::kFlashPrefill) it is right for any batch.
 inline bool flash_prefill_chosen(const AttentionDims& dims, size_t element_bytes,
                                  const AttentionArgs& a) {
-  return a.flash_prefill && a.kv.block_tables == nullptr &&
+  return a.flash_prefill && (a.kv.block_tables == nullptr || flash_passes_pay(a.kv, a.tokens)) &&
          flash_prefill_unsupported(dims, element_bytes, a) == nullptr;
 }
 

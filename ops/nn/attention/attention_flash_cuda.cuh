@@ -24,7 +24,8 @@
 // the keys per distinct sequence slot among its rows, reading that slot's keys through its block
 // table, each row attending only in its own slot's pass. A prompt chunk's 64 rows are usually one
 // sequence (one pass); a tile of decode rows of many sequences costs one pass each, so the auto
-// rule keeps paged batches on the per-query kernel (flash_prefill_chosen).
+// rule takes a paged batch only when the host's count of passes says its tiles are mostly one
+// sequence each (KvBatch::flash_passes, flash_prefill_chosen).
 // Other shapes keep the per-query kernel (flash_prefill_unsupported says why).
 //
 // mma.sync m16n8k16 fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with

@@ -248,6 +248,9 @@ TEST_P(EngineTest, MixedBatchForwardEqualsEachSequenceAlone) {
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
   const Tensor& got = batched.forward_batch(ids, pos, slots, rows);
   ASSERT_EQ(got.dim(0), static_cast<int64_t>(ids.size()));
+  // The kernels were told the batch's make-up: its rows are one 64-row tile of three sequences.
+  ASSERT_LE(ids.size(), size_t{64});
+  EXPECT_EQ(batched.kv_batch().flash_passes, 3);
   std::vector<float> got_rows(got.data<float>(), got.data<float>() + got.numel());
 
   // Lone sessions, full prompts: rows of interest are a's last, b's all, c's 6..12.
