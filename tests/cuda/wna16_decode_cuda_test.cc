@@ -859,9 +859,11 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
         cuda::Wna16DecodeArgs per_value = a;
         per_value.w13.zeros = cuda::Wna16Zeros::kReal;
         per_value.w2.zeros = cuda::Wna16Zeros::kReal;
-        const double us = graph_us([&](cudaStream_t s) {
-          cuda::launch_wna16_decode_experts<T>(per_value, variants.front().tiles, s);
-        });
+        const double us = testing::graph_replay_us(
+            [&](cudaStream_t s) {
+              cuda::launch_wna16_decode_experts<T>(per_value, variants.front().tiles, s);
+            },
+            200, 10);
         std::cout << fmt::format(
             "    {:<24} {:7.1f} us ({:3.0f}% of the floor, {:4.2f}x the GEMM)\n",
             "default, per-value dq", us, 100.0 * floor_us / us, gemm_us / us);
