@@ -266,7 +266,7 @@ bool force_per_value_from_env() {
 // Whether the decode kernels take the exact integer-code path for `w` (uses_exact_zeros in
 // wna16_decode_cuda.cuh: integer codes whose zero points are all integer codes).
 bool decode_uses_exact_codes(const cuda::Wna16Weights& w) {
-  return w.codes == Wna16Codes::kInteger && w.zeros == cuda::Wna16Zeros::kIntegerCodes;
+  return cuda::wna16_decode_exact(w);
 }
 
 // What check_decode prints when the decode path misses its reference: the first element out of

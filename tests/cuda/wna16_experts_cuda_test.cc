@@ -1079,9 +1079,9 @@ Tensor host_tensor(DType dtype, Shape shape, const void* data) {
 // make_cuda_wna16_experts on random asymmetric weights with biases, routed from random logits on
 // the GPU, against reference::experts on the dequantized weights and the fp64 routing (BF16
 // activations: weights and the intermediate rounded to BF16, so a normalised error within 2e-2);
-// the kernel chosen (the decode path at M <= 8), the decode path forced (`wna16_decode`, up to 16
-// tokens), the large-M path forced (`wna16_dequant`: dequantize + the BF16 grouped GEMMs at any
-// M) and both GEMM tiles forced.
+// the kernel chosen (the decode path at M <= wna16_decode_threshold), the decode path forced
+// (`wna16_decode`, up to 16 tokens), the large-M path forced (`wna16_dequant`: dequantize + the
+// BF16 grouped GEMMs at any M) and both GEMM tiles forced.
 TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
   MG_REQUIRE_GPU();
   const int64_t E = 6, k = 2, H = 256, I = 128;
@@ -1095,7 +1095,7 @@ TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
       for (const int64_t group : {int64_t{32}, int64_t{128}, int64_t{-1}}) {
         for (const char* kernel :
              {"auto", "wna16_decode", "wna16_dequant", "wna16_mma16", "wna16_mma64"}) {
-          for (const int64_t M : {int64_t{1}, int64_t{5}, int64_t{300}}) {
+          for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{300}}) {
             SCOPED_TRACE(fmt::format("act {} int{} group {} kernel {} M {}", static_cast<int>(act),
                                      bits, group, kernel, M));
             ++seed;

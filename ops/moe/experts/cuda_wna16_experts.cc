@@ -428,11 +428,12 @@ class CudaWna16Experts final : public ExpertsMonolithic {
     return dequant_forced_ || cuda::wna16_dequant_chosen(M, shape_.top_k, shape_.num_experts);
   }
 
-  // The decode kernels at M <= kWna16DecodeThreshold tokens (or up to kWna16DecodeMaxTokens
+  // The decode kernels at M <= wna16_decode_threshold tokens (or up to kWna16DecodeMaxTokens
   // when `wna16_decode` is forced); never when a GEMM tile is forced.
   bool takes_decode_path(int64_t M) const {
     if (request_.has_value() || dequant_forced_) return false;
-    return M <= (decode_forced_ ? cuda::kWna16DecodeMaxTokens : cuda::kWna16DecodeThreshold);
+    return M <= (decode_forced_ ? cuda::kWna16DecodeMaxTokens
+                                : cuda::wna16_decode_threshold(w13_.view, w2_.view));
   }
 
   // Routed ids/weights, the alignment, the intermediate (also the decode path's act, the same

@@ -6,7 +6,8 @@
 //                 GEMM2 (+ b2) -> weighted combine: five launches above 8 tokens, no host sync
 //                 (graph-capturable). The weights stay packed (4 or 8 bits) on the GPU and are
 //                 dequantized in registers (ops/moe/cuda/wna16/wna16_experts_cuda.h says why
-//                 mma.sync). At M = 1 token (kWna16DecodeThreshold) the decode path instead:
+//                 mma.sync). At M = 1 token (2 for integer codes with integer zero points:
+//                 wna16_decode_threshold) the decode path instead:
 //                 route -> up (GEMM1 + act per (token, expert) pair) -> down (GEMM2 + the
 //                 weighted top-k sum into the output), three launches over the same packed
 //                 weights (ops/moe/cuda/wna16/wna16_decode_cuda.h). From

@@ -81,13 +81,32 @@ struct Wna16DecodeTiles {
 inline constexpr int64_t kWna16DecodeMaxTokens = 16;
 
 // The experts backends (cuda_wna16, cuda_fp4) take the decode path at M <= this many tokens
-// unless a kernel is forced (`:wna16_decode` forces it up to kWna16DecodeMaxTokens,
+// (wna16_decode_threshold: weights the per-value dequantization takes; the exact integer-code
+// path has its own, below) unless a kernel is forced (`:wna16_decode` forces it up to
+// kWna16DecodeMaxTokens,
 // `:wna16_mma16|wna16_mma64` the grouped GEMMs). Set by the H100 timing
 //   MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'
 // (session 9): the decode path beats the grouped GEMM at M = 1 on both shapes (qwen3-30b-a3b
 // int4-g128 33.1 vs 37.6 us, gpt-oss-120b MXFP4 91.7 vs 97.3), at M = 2 only on qwen3 int4 (51.6
 // vs 54.5) and not on gpt-oss MXFP4 (176.8 vs 133.6), and loses from M = 4 on.
 inline constexpr int64_t kWna16DecodeThreshold = 1;
+
+// The same for weights the decode kernels take through the exact integer-code path (integer
+// codes whose zero points are all integer codes; wna16_decode_cuda.cuh). The H100 timing above
+// (session 11, qwen3-30b-a3b int4-g128, µs decode / grouped GEMM): M = 1 27.1 / 38.3, M = 2
+// 49.4 / 55.7, M = 4 76.6 / 77.9, M = 8 139.6 / 122.5; the per-value path at M = 2 56.0.
+inline constexpr int64_t kWna16DecodeExactThreshold = 2;
+
+// Whether the decode kernels take `w` through the exact integer-code path.
+inline bool wna16_decode_exact(const Wna16Weights& w) {
+  return w.codes == Wna16Codes::kInteger && w.zeros == Wna16Zeros::kIntegerCodes;
+}
+
+// The tokens up to which the experts backends take the decode path for these weights.
+inline int64_t wna16_decode_threshold(const Wna16Weights& w13, const Wna16Weights& w2) {
+  return wna16_decode_exact(w13) && wna16_decode_exact(w2) ? kWna16DecodeExactThreshold
+                                                           : kWna16DecodeThreshold;
+}
 
 // Bytes of act_scratch for M tokens: [M * k, I] T, rounded up to 256.
 inline size_t wna16_decode_scratch_bytes(int64_t tokens, int64_t top_k, int64_t inter,
