@@ -459,6 +459,40 @@ void Session::pick_greedy_on_device(int64_t rows, int64_t vocab) {
 #endif
 }
 
+Session::GreedyPick Session::greedy_step_on_device(int32_t token, int32_t position) {
+  const ExecutionPlan& p = *plan_;
+  const DeviceScope on_device(p.device);
+  MG_ASSERT(!p.device.is_cpu() && !paged(), "greedy_step_on_device on {}", p.device.str());
+  // The checks forward() makes (the position, the id: device kernels cannot report them).
+  MG_CHECK(position >= 0 && position < p.max_seq_len,
+           "position {} is outside the KV cache of {} positions (max sequence length)", position,
+           p.max_seq_len);
+  MG_CHECK(p.info.vocab_size() <= 0 || (token >= 0 && token < p.info.vocab_size()),
+           "token id {} is outside the vocabulary of {} tokens", token, p.info.vocab_size());
+  const PlanValue& lv = p.values[p.logits];
+  const int64_t vocab = lv.type.shape.back();
+  if (!logits_f32_device_.defined()) {
+    logits_f32_device_ = empty_tensor(p.device, DType::kF32, {p.max_tokens, vocab}, stream_.get());
+  }
+  profiler_.set_tokens(1);
+  profile_bookkeeping_us_ = 0.0;
+  const double start = profiler_.enabled() ? profiler_.now_us() : 0.0;
+  upload_and_run(&token, &position, nullptr, 1);
+  const Tensor row(arena_.buffer(), lv.type.dtype, {1, vocab}, lv.arena_offset);
+  if (lv.type.dtype == DType::kF32) {
+    copy_tensor(logits_f32_device_.slice_rows(0, 1), row, stream_.get());
+  } else {
+    convert_tensor(logits_f32_device_.slice_rows(0, 1), row, stream_.get());
+  }
+  greedy_picks_.assign(1, GreedyPick{});
+  pick_greedy_on_device(1, vocab);
+  if (profiler_.enabled()) {
+    profiler_.record("forward T=1", "session", start,
+                     profiler_.now_us() - start - profile_bookkeeping_us_);
+  }
+  return greedy_picks_[0];
+}
+
 namespace {
 
 // Samples the next token from a row of logits that must be finite: NaN compares false with
@@ -502,6 +536,9 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   result.prefill_seconds = seconds_since(t0);
 
   const int64_t eos = p.info.eos_token_id();
+  // Greedy decoding on a GPU picks each next token on the device (greedy_step_on_device): the
+  // same argmax and the same first non-finite id as the host's, without copying the row back.
+  const bool device_greedy = !p.device.is_cpu() && options.sampling.temperature == 0.0f;
   auto t1 = std::chrono::steady_clock::now();
   int32_t pos = static_cast<int32_t>(prompt.size());
   for (;;) {
@@ -513,6 +550,22 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
          std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), next) !=
              options.stop_token_ids.end())) {
       break;
+    }
+    if (device_greedy) {
+      const GreedyPick pick = greedy_step_on_device(next, pos);
+      if (pick.first_non_finite < 0) {
+        next = pick.token;
+        ++pos;
+        continue;
+      }
+      // A non-finite logit: fetch the row so that sample_finite names it as on the host.
+      logits_.set_rows(1);
+      copy_tensor(logits_.slice_rows(0, 1), logits_f32_device_.slice_rows(0, 1), stream_.get());
+      stream_->synchronize();
+      next = sample_finite(sampler, std::span<const float>(logits_.data<float>(), vocab),
+                           static_cast<int>(result.tokens.size()), pos);
+      ++pos;
+      continue;
     }
     const Tensor& step =
         forward(std::span<const int32_t>(&next, 1), std::span<const int32_t>(&pos, 1));

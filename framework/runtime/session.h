@@ -128,6 +128,10 @@ class Session {
                       int64_t tokens);
   // GPUs: greedy_picks_ of the first `rows` rows of logits_f32_device_ (waits for them).
   void pick_greedy_on_device(int64_t rows, int64_t vocab);
+  // GPUs, contiguous cache: one decode step of `token` at `position` whose next token is picked
+  // greedily on the device (generate with greedy sampling): the step's logits row is reduced
+  // there and two ints come back instead of the F32 row (vocab x 4 bytes) and a host argmax.
+  GreedyPick greedy_step_on_device(int32_t token, int32_t position);
   // Queues every node for `tokens` rows.
   void run_nodes(int64_t tokens);
 

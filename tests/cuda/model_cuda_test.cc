@@ -12,6 +12,7 @@
 
 #include "framework/compile/execution_plan.h"
 #include "framework/import/hf_importer.h"
+#include "framework/io/safetensors.h"
 #include "framework/runtime/session.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/command.h"
@@ -383,6 +384,69 @@ TEST(CudaSession, TokenIdOutsideTheVocabularyIsAnError) {
         prompt_logits(*s, {1, 2, 256});
       },
       {"token id 256 is outside the vocabulary of 256 tokens"});
+}
+
+// Greedy generate on a GPU picks each decode step's token on the device
+// (Session::greedy_step_on_device). A non-finite logit at a decode step is still the error the
+// host gives, naming the step and position: a model whose embedding rows are NaN for every token
+// but the prompt's prefills finite logits, then embeds the first generated token (not in the
+// prompt) as NaN. CPU and GPU (with and without the CUDA graph) give the same message.
+TEST(CudaSession, NonFiniteLogitsAtADecodeStepAreTheHostsError) {
+  MG_REQUIRE_GPU();
+  const std::filesystem::path graph =
+      testing::write_model(testing::temp_dir("nan_decode"), testing::small_spec());
+  // A prompt whose first greedy token is not one of its own (so its embedding can be poisoned).
+  std::vector<int32_t> prompt;
+  int32_t first = -1;
+  {
+    auto clean = open_session(graph, Device::cpu(), std::nullopt);
+    GenerateOptions one;
+    one.max_new_tokens = 1;
+    for (int32_t a = 3; a < 60 && prompt.empty(); a += 7) {
+      const std::vector<int32_t> candidate = {a, a + 1, a + 2};
+      first = clean->generate(candidate, one).tokens.at(0);
+      if (std::find(candidate.begin(), candidate.end(), first) == candidate.end()) {
+        prompt = candidate;
+      }
+    }
+  }
+  ASSERT_FALSE(prompt.empty()) << "no prompt whose first greedy token is new";
+  const std::filesystem::path weights = graph.parent_path() / "model.safetensors";
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  {
+    const auto file = SafetensorsFile::open(weights);
+    for (const SafetensorsEntry& e : file->entries()) {
+      const Tensor src = file->tensor(e);
+      Tensor copy = Tensor::empty_cpu(src.dtype(), src.shape());
+      std::memcpy(copy.raw(), src.raw(), src.nbytes());
+      if (e.name == "embed_tokens.weight") {
+        // All-ones bits are a NaN in F32, BF16 and F16 alike.
+        const size_t row_bytes = copy.nbytes() / static_cast<size_t>(copy.shape()[0]);
+        for (int64_t id = 0; id < copy.shape()[0]; ++id) {
+          if (std::find(prompt.begin(), prompt.end(), id) != prompt.end()) continue;
+          std::memset(static_cast<char*>(copy.raw()) + id * row_bytes, 0xff, row_bytes);
+        }
+      }
+      tensors.emplace_back(e.name, copy);
+    }
+  }
+  write_safetensors(weights, tensors);
+  const std::string expected =
+      fmt::format("step 1 produced non-finite logits (position {}, token 0: NaN)", prompt.size());
+  GenerateOptions gen;
+  gen.max_new_tokens = 4;
+  for (const auto& [device, graphed] :
+       {std::pair{Device::cpu(), false}, std::pair{Device::cuda(0), false},
+        std::pair{Device::cuda(0), true}}) {
+    SCOPED_TRACE(fmt::format("{} cuda_graph {}", device.str(), graphed));
+    auto s = open_session(graph, device, DType::kF32, 64, graphed);
+    try {
+      const GenerateResult r = s->generate(prompt, gen);
+      ADD_FAILURE() << "generate went on past NaN logits: " << r.tokens.size() << " tokens";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(expected));
+    }
+  }
 }
 
 TEST(CudaCli, RunsTheBundledMoEModelOnTheGpu) {
