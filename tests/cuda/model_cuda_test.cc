@@ -12,7 +12,6 @@
 
 #include "framework/compile/execution_plan.h"
 #include "framework/import/hf_importer.h"
-#include "framework/io/safetensors.h"
 #include "framework/runtime/session.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing/command.h"
@@ -412,25 +411,15 @@ TEST(CudaSession, NonFiniteLogitsAtADecodeStepAreTheHostsError) {
   }
   ASSERT_FALSE(prompt.empty()) << "no prompt whose first greedy token is new";
   const std::filesystem::path weights = graph.parent_path() / "model.safetensors";
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  {
-    const auto file = SafetensorsFile::open(weights);
-    for (const SafetensorsEntry& e : file->entries()) {
-      const Tensor src = file->tensor(e);
-      Tensor copy = Tensor::empty_cpu(src.dtype(), src.shape());
-      std::memcpy(copy.raw(), src.raw(), src.nbytes());
-      if (e.name == "embed_tokens.weight") {
-        // All-ones bits are a NaN in F32, BF16 and F16 alike.
-        const size_t row_bytes = copy.nbytes() / static_cast<size_t>(copy.shape()[0]);
-        for (int64_t id = 0; id < copy.shape()[0]; ++id) {
-          if (std::find(prompt.begin(), prompt.end(), id) != prompt.end()) continue;
-          std::memset(static_cast<char*>(copy.raw()) + id * row_bytes, 0xff, row_bytes);
-        }
-      }
-      tensors.emplace_back(e.name, copy);
+  // All-ones bits are a NaN in F32, BF16 and F16 alike.
+  testing::edit_weights(weights, [&](const std::string& name, Tensor& t) {
+    if (name != "embed_tokens.weight") return;
+    const size_t row_bytes = t.nbytes() / static_cast<size_t>(t.shape()[0]);
+    for (int64_t id = 0; id < t.shape()[0]; ++id) {
+      if (std::find(prompt.begin(), prompt.end(), id) != prompt.end()) continue;
+      std::memset(static_cast<char*>(t.raw()) + id * row_bytes, 0xff, row_bytes);
     }
-  }
-  write_safetensors(weights, tensors);
+  });
   const std::string expected =
       fmt::format("step 1 produced non-finite logits (position {}, token 0: NaN)", prompt.size());
   GenerateOptions gen;

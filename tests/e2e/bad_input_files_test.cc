@@ -28,7 +28,6 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/io/json.h"
-#include "framework/io/safetensors.h"
 #include "tests/testing/command.h"
 #include "tests/testing/model_fixture.h"
 #include "tests/testing/test_util.h"
@@ -328,21 +327,10 @@ TEST(SilentGarbage, AddWithANanScale) {
 TEST(SilentGarbage, NanWeightsAreNeverSampled) {
   const auto graph = small_model("nan-weights");
   const auto weights = graph.parent_path() / "model.safetensors";
-  {
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    {
-      const auto file = SafetensorsFile::open(weights);
-      for (const SafetensorsEntry& e : file->entries()) {
-        const Tensor src = file->tensor(e);
-        Tensor copy = Tensor::empty_cpu(src.dtype(), src.shape());
-        std::memcpy(copy.raw(), src.raw(), src.nbytes());
-        // All-ones bytes are NaN in every float dtype.
-        if (e.name == "lm_head.weight") std::memset(copy.raw(), 0xff, copy.nbytes());
-        tensors.emplace_back(e.name, copy);
-      }
-    }
-    write_safetensors(weights, tensors);
-  }
+  // All-ones bytes are NaN in every float dtype.
+  testing::edit_weights(weights, [](const std::string& name, Tensor& t) {
+    if (name == "lm_head.weight") std::memset(t.raw(), 0xff, t.nbytes());
+  });
   expect_quick_clean_error(run_timed({"run", graph.string()}),
                            {"step 0 produced non-finite logits", "--check-weights"});
   // The scan names the poisoned tensor.

@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <utility>
+#include <vector>
+
 #include "framework/io/graph_loader.h"
+#include "framework/io/safetensors.h"
 
 namespace mg::testing {
 
@@ -25,6 +30,22 @@ DecoderSpec small_spec(const std::string& family) {
 std::filesystem::path write_model(const std::filesystem::path& dir, const DecoderSpec& spec) {
   build_decoder(spec).write(dir);
   return dir / GraphBuilder::kGraphFile;
+}
+
+void edit_weights(const std::filesystem::path& weights,
+                  const std::function<void(const std::string& name, Tensor& tensor)>& edit) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  {
+    const auto file = SafetensorsFile::open(weights);
+    for (const SafetensorsEntry& e : file->entries()) {
+      const Tensor src = file->tensor(e);
+      Tensor copy = Tensor::empty_cpu(src.dtype(), src.shape());
+      std::memcpy(copy.raw(), src.raw(), src.nbytes());
+      edit(e.name, copy);
+      tensors.emplace_back(e.name, copy);
+    }
+  }
+  write_safetensors(weights, tensors);
 }
 
 std::filesystem::path edit_graph(const std::filesystem::path& graph_file,

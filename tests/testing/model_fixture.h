@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "framework/core/tensor.h"
 #include "models/builders/decoder_builder.h"
 #include "proto/model.pb.h"
 
@@ -19,6 +20,12 @@ std::filesystem::path write_model(const std::filesystem::path& dir, const Decode
 std::filesystem::path edit_graph(const std::filesystem::path& graph_file,
                                  const std::function<void(proto::Model&)>& edit,
                                  const std::string& name = "edited.pbtxt");
+
+// Rewrites the safetensors file `weights` in place: every tensor is copied to the host, passed to
+// `edit` with its name (which may change its bytes, e.g. write NaN: all-ones bytes are a NaN in
+// F32, BF16 and F16 alike), and written back.
+void edit_weights(const std::filesystem::path& weights,
+                  const std::function<void(const std::string& name, Tensor& tensor)>& edit);
 
 // The node named `name` (fails the test if absent).
 proto::Node& find_node(proto::Model& model, const std::string& name);

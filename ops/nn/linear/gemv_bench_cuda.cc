@@ -66,12 +66,40 @@ double time_calls(cudaStream_t stream, const Call& call) {
   return us[us.size() / 2];
 }
 
+// The q/k/v blocks of a layer (2048 -> 4096 + 512 + 512) as one split GEMV over `w` (their rows one
+// after another) into `y` ([rows, out_b] per block, one after another): loads in flight, target
+// warps and the blocks' warps per feature as GemvSplitArgs takes them (0: the launcher's rule).
+constexpr int64_t kQkvIn = 2048;
+constexpr int64_t kQkvOuts[3] = {4096, 512, 512};
+
+void launch_qkv_split(DType dtype, const void* x, const void* w, void* y, int64_t rows, int loads,
+                      int64_t target_warps, const int (&warps_per_feature)[3],
+                      cudaStream_t stream) {
+  cuda::GemvSplitArgs args;
+  args.x = x;
+  args.w = w;
+  args.rows = rows;
+  args.in = kQkvIn;
+  args.loads_in_flight = loads;
+  args.target_warps = target_warps;
+  args.num_blocks = 3;
+  char* out = static_cast<char*>(y);
+  for (int b = 0; b < 3; ++b) {
+    args.blocks[b].y = out;
+    args.blocks[b].out = kQkvOuts[b];
+    args.blocks[b].warps_per_feature = warps_per_feature[b];
+    out += static_cast<size_t>(kQkvOuts[b] * rows) * dtype_size(dtype);
+  }
+  cuda::dispatch_float_dtype(
+      dtype, [&](auto tag) { cuda::launch_gemv_split<decltype(tag)>(args, stream); });
+}
+
 // A layer's q/k/v (in 2048 -> 4096 + 512 + 512 rows) as the unfused graph runs them, three GEMVs
 // one after another, against the split GEMV the fused linear launches once over their
 // concatenated weight (linear_gemv_cuda.h, the fuse-ops pass's output_features).
 void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* workspace) {
-  constexpr int64_t kIn = 2048;
-  const int64_t outs[3] = {4096, 512, 512};
+  constexpr int64_t kIn = kQkvIn;
+  const int64_t(&outs)[3] = kQkvOuts;
   const int64_t total = outs[0] + outs[1] + outs[2];
   const size_t elem = dtype_size(o.dtype);
   const size_t weight_bytes = static_cast<size_t>(kIn * total) * elem;
@@ -104,21 +132,9 @@ void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* works
     });
     const auto split_call = [&](int loads) {
       return [&, loads](int i) {
-        cuda::GemvSplitArgs args;
-        args.loads_in_flight = loads;
-        args.x = x.ptr;
-        args.w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
-        args.rows = rows;
-        args.in = kIn;
-        args.num_blocks = 3;
-        char* out = static_cast<char*>(y.ptr);
-        for (int b = 0; b < 3; ++b) {
-          args.blocks[b].y = out;
-          args.blocks[b].out = outs[b];
-          out += static_cast<size_t>(outs[b] * rows) * elem;
-        }
-        cuda::dispatch_float_dtype(
-            o.dtype, [&](auto tag) { cuda::launch_gemv_split<decltype(tag)>(args, stream); });
+        launch_qkv_split(o.dtype, x.ptr,
+                         static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes, y.ptr,
+                         rows, loads, 0, {0, 0, 0}, stream);
       };
     };
     const double split_us = time_calls(stream, split_call(4));
@@ -140,7 +156,6 @@ void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShap
   const size_t elem = dtype_size(o.dtype);
   const int loads[2] = {4, 8};
   const int64_t targets[3] = {4096, 8192, 16384};
-  const int64_t qkv_outs[3] = {4096, 512, 512};
   std::cout << "\nGEMV grid sweep, us (loads in flight / target warps):\n";
   std::cout << fmt::format("{:<10} {:>4} |", "shape", "rows");
   for (const int l : loads) {
@@ -150,7 +165,7 @@ void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShap
   }
   std::cout << " | L2-warm default\n";
   std::vector<GemvBenchShape> all = shapes;
-  all.push_back({"qkv split", 2048, qkv_outs[0] + qkv_outs[1] + qkv_outs[2]});
+  all.push_back({"qkv split", kQkvIn, kQkvOuts[0] + kQkvOuts[1] + kQkvOuts[2]});
   for (const GemvBenchShape& s : all) {
     if ((s.in * static_cast<int64_t>(elem)) % 16 != 0) continue;  // 8 loads need 16-byte rows
     const bool split = std::string(s.name) == "qkv split";
@@ -166,21 +181,7 @@ void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShap
       cuda::dispatch_float_dtype(o.dtype, [&](auto tag) {
         using T = decltype(tag);
         if (split) {
-          cuda::GemvSplitArgs args;
-          args.x = x.ptr;
-          args.w = w;
-          args.rows = rows;
-          args.in = s.in;
-          args.loads_in_flight = l;
-          args.target_warps = t;
-          args.num_blocks = 3;
-          char* out = static_cast<char*>(y.ptr);
-          for (int b = 0; b < 3; ++b) {
-            args.blocks[b].y = out;
-            args.blocks[b].out = qkv_outs[b];
-            out += static_cast<size_t>(qkv_outs[b] * rows) * elem;
-          }
-          cuda::launch_gemv_split<T>(args, stream);
+          launch_qkv_split(o.dtype, x.ptr, w, y.ptr, rows, l, t, {0, 0, 0}, stream);
         } else {
           cuda::GemvArgs args;
           args.x = x.ptr;
@@ -218,8 +219,8 @@ void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShap
 // block and of the k/v blocks forced, µs: which split of the row over warps suits each block when
 // they share one launch (the rule gives q 1 and k/v 8).
 void bench_split_warps(const GemvBenchOptions& o, cudaStream_t stream) {
-  constexpr int64_t kIn = 2048;
-  const int64_t outs[3] = {4096, 512, 512};
+  constexpr int64_t kIn = kQkvIn;
+  const int64_t(&outs)[3] = kQkvOuts;
   const size_t elem = dtype_size(o.dtype);
   const size_t weight_bytes = static_cast<size_t>(kIn * (outs[0] + outs[1] + outs[2])) * elem;
   const int copies =
@@ -235,21 +236,9 @@ void bench_split_warps(const GemvBenchOptions& o, cudaStream_t stream) {
     std::cout << fmt::format("q {}", q_wpf);
     for (const int kv_wpf : {1, 2, 4, 8}) {
       const double us = time_calls(stream, [&](int i) {
-        cuda::GemvSplitArgs args;
-        args.x = x.ptr;
-        args.w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
-        args.rows = 1;
-        args.in = kIn;
-        args.num_blocks = 3;
-        char* out = static_cast<char*>(y.ptr);
-        for (int b = 0; b < 3; ++b) {
-          args.blocks[b].y = out;
-          args.blocks[b].out = outs[b];
-          args.blocks[b].warps_per_feature = b == 0 ? q_wpf : kv_wpf;
-          out += static_cast<size_t>(outs[b]) * elem;
-        }
-        cuda::dispatch_float_dtype(
-            o.dtype, [&](auto tag) { cuda::launch_gemv_split<decltype(tag)>(args, stream); });
+        launch_qkv_split(o.dtype, x.ptr,
+                         static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes, y.ptr,
+                         1, 0, 0, {q_wpf, kv_wpf, kv_wpf}, stream);
       });
       std::cout << fmt::format(" {:>9.2f}", us);
     }
