@@ -128,7 +128,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages,
                 return Value::string(std::string(buf, n));
               }));
   try {
-    return jinja::render(*body_, globals);
+    return jinja::render(*body_, globals, options.work_limit.value_or(jinja::kMaxRenderWork));
   } catch (const Error& e) {
     MG_FAIL("{}: chat template: {}", name_, e.what());
   }

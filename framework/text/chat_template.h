@@ -6,6 +6,7 @@
 // a wrong prompt later.
 #pragma once
 
+#include <cstdint>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -32,6 +33,9 @@ struct ChatRenderOptions {
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
   // strftime_now's clock; unset: the current local time.
   std::optional<std::time_t> now;
+  // The render's work bound (jinja/limits.h); unset: kMaxRenderWork. The fuzzer lowers it so
+  // that each input stays fast.
+  std::optional<int64_t> work_limit;
 };
 
 class ChatTemplate {

@@ -128,4 +128,10 @@ size_t utf8_length(std::string_view text) {
   return n;
 }
 
+std::vector<size_t> utf8_char_starts(std::string_view text) {
+  std::vector<size_t> starts;
+  for (size_t pos = 0; pos < text.size(); pos += utf8_char_length(text, pos)) starts.push_back(pos);
+  return starts;
+}
+
 }  // namespace mg::text

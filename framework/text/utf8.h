@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mg::text {
 
@@ -34,5 +35,8 @@ bool is_unicode_white_space(char32_t cp);
 
 // Number of code points of valid UTF-8 `text`.
 size_t utf8_length(std::string_view text);
+
+// The byte offset of each code point of `text` (a truncated last sequence counts as one).
+std::vector<size_t> utf8_char_starts(std::string_view text);
 
 }  // namespace mg::text

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 
 #include "framework/core/error.h"
 #include "framework/text/jinja/ast.h"
+#include "framework/text/jinja/limits.h"
 #include "framework/text/utf8.h"
 
 namespace mg::text::jinja {
@@ -77,6 +79,11 @@ std::string replace_all(const std::string& s, const std::string& from, const std
                         int64_t max_count) {
   if (from.empty()) {
     // Python inserts `to` between every character (and at both ends).
+    const uint64_t inserts = utf8_length(s) + 1;
+    check_string_size(to.empty() || inserts <= kMaxStringBytes / to.size()
+                          ? s.size() + inserts * to.size()
+                          : kMaxStringBytes + 1,
+                      "replace");
     std::string out = to;
     for (size_t i = 0; i < s.size(); i += utf8_char_length(s, i)) {
       out += s.substr(i, utf8_char_length(s, i)) + to;
@@ -89,6 +96,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   for (;;) {
     const size_t hit = s.find(from, pos);
     if (hit == std::string::npos || (max_count >= 0 && n >= max_count)) break;
+    check_string_size(out.size() + (hit - pos) + to.size() + (s.size() - hit), "replace");
     out += s.substr(pos, hit - pos) + to;
     pos = hit + from.size();
     ++n;
@@ -98,6 +106,10 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 
 ValueList split_string(const std::string& s, const Value& sep, int64_t max_split) {
   ValueList out;
+  const auto push = [&out](std::string piece) {
+    check_list_size(out.size() + 1, "split");
+    out.push_back(Value::string(std::move(piece)));
+  };
   if (sep.is_undefined() || sep.is_none()) {
     // Runs of whitespace separate; no empty pieces.
     size_t i = 0;
@@ -107,12 +119,12 @@ ValueList split_string(const std::string& s, const Value& sep, int64_t max_split
       if (max_split >= 0 && static_cast<int64_t>(out.size()) >= max_split) {
         size_t e = s.size();
         while (e > i && is_py_space(s[e - 1])) --e;
-        out.push_back(Value::string(s.substr(i, e - i)));
+        push(s.substr(i, e - i));
         break;
       }
       size_t j = i;
       while (j < s.size() && !is_py_space(s[j])) ++j;
-      out.push_back(Value::string(s.substr(i, j - i)));
+      push(s.substr(i, j - i));
       i = j;
     }
     return out;
@@ -126,10 +138,10 @@ ValueList split_string(const std::string& s, const Value& sep, int64_t max_split
         (max_split >= 0 && static_cast<int64_t>(out.size()) >= max_split)) {
       break;
     }
-    out.push_back(Value::string(s.substr(pos, hit - pos)));
+    push(s.substr(pos, hit - pos));
     pos = hit + d.size();
   }
-  out.push_back(Value::string(s.substr(pos)));
+  push(s.substr(pos));
   return out;
 }
 
@@ -163,10 +175,16 @@ Value get_attribute_path(const Value& v, const std::string& path) {
   Value cur = v;
   size_t pos = 0;
   while (pos <= path.size()) {
+    charge_work(1);
     const size_t dot = path.find('.', pos);
     const std::string part = path.substr(pos, dot == std::string::npos ? path.npos : dot - pos);
+    int64_t index = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
     if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit) && cur.is_list()) {
-      cur = get_item(cur, Value::integer(std::stoll(part)));
+      // An index too large for int64 is past any list's end: undefined, as jinja2 gives.
+      cur = ec == std::errc() && end == part.data() + part.size()
+                ? get_item(cur, Value::integer(index))
+                : Value();
     } else {
       cur = get_item(cur, Value::string(part));
     }
@@ -185,7 +203,9 @@ CallArgs rest_args(const CallArgs& args, size_t skip) {
 }
 
 int compare_for_sort(const Value& a, const Value& b, bool case_sensitive) {
+  charge_work(1);
   if (a.is_string() && b.is_string() && !case_sensitive) {
+    charge_bytes(a.as_string().size() + b.as_string().size());
     const std::string x = lower(a.as_string());
     const std::string y = lower(b.as_string());
     return x < y ? -1 : (y < x ? 1 : 0);
@@ -200,7 +220,9 @@ Value sum_values(const ValueList& items, Value start) {
   for (const Value& v : items) {
     MG_CHECK(v.is_number() && total.is_number(), "sum: expected numbers, got {}", v.type_name());
     if (v.kind() == Value::Kind::kInt && total.kind() == Value::Kind::kInt) {
-      total = Value::integer(total.as_int() + v.as_int());
+      int64_t r = 0;
+      MG_CHECK(!__builtin_add_overflow(total.as_int(), v.as_int(), &r), "sum: integer overflow");
+      total = Value::integer(r);
     } else {
       total = Value::real(total.as_number() + v.as_number());
     }
@@ -236,6 +258,7 @@ bool value_contains(const Value& haystack, const Value& needle) {
     case Value::Kind::kString:
       MG_CHECK(needle.is_string(), "'in <string>' requires a string as the left operand, got {}",
                needle.type_name());
+      charge_bytes(haystack.as_string().size());
       return haystack.as_string().find(needle.as_string()) != std::string::npos;
     case Value::Kind::kList:
       for (const Value& v : haystack.as_list()) {
@@ -259,8 +282,10 @@ bool value_contains(const Value& haystack, const Value& needle) {
 ValueList iterate(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kList:
+      charge_items(v.as_list().size());
       return v.as_list();
     case Value::Kind::kDict: {
+      charge_items(v.as_dict().size());
       ValueList keys;
       for (const auto& [k, e] : v.as_dict().items()) keys.push_back(Value::string(k));
       return keys;
@@ -268,6 +293,10 @@ ValueList iterate(const Value& v) {
     case Value::Kind::kString: {
       ValueList chars;
       const std::string& s = v.as_string();
+      const size_t n = utf8_length(s);
+      check_list_size(n, "iterating a string's characters");
+      charge_items(n);
+      chars.reserve(n);
       for (size_t i = 0; i < s.size(); i += utf8_char_length(s, i)) {
         chars.push_back(Value::string(s.substr(i, utf8_char_length(s, i))));
       }
@@ -302,12 +331,15 @@ Value get_item(const Value& obj, const Value& key) {
     }
     case Value::Kind::kString: {
       if (key.kind() != Value::Kind::kInt) return Value();
-      const ValueList chars = iterate(obj);
-      const int64_t n = static_cast<int64_t>(chars.size());
+      const std::string& s = obj.as_string();
+      charge_bytes(s.size());
+      const std::vector<size_t> starts = utf8_char_starts(s);
+      const int64_t n = static_cast<int64_t>(starts.size());
       int64_t i = key.as_int();
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value();
-      return chars[static_cast<size_t>(i)];
+      const size_t at = starts[static_cast<size_t>(i)];
+      return Value::string(s.substr(at, utf8_char_length(s, at)));
     }
     case Value::Kind::kUndefined:
       MG_FAIL("cannot read '{}' of an undefined value", to_str(key));
@@ -360,17 +392,20 @@ bool apply_test(std::string_view name, const Value& v, const CallArgs& args) {
 Value apply_filter(std::string_view name, const Value& v, const CallArgs& args) {
   using K = Value::Kind;
   const Value a0 = arg(args, 0, "");
+  if (v.is_string()) charge_bytes(v.as_string().size());  // every filter scans it at most once
   if (name == "safe" || name == "string") {
     return name == "safe" && !v.is_string() ? v : Value::string(to_str(v));
   }
   if (name == "tojson") {
     const Value indent = arg(args, 0, "indent");
     const Value sort_keys = arg(args, 100, "sort_keys");
-    return Value::string(to_json(v,
-                                 indent.is_undefined() || indent.is_none()
-                                     ? -1
-                                     : static_cast<int>(want_int(indent, "tojson indent")),
-                                 sort_keys.truthy()));
+    int json_indent = -1;
+    if (!indent.is_undefined() && !indent.is_none()) {
+      const int64_t i = want_int(indent, "tojson indent");
+      MG_CHECK(i >= 0 && i <= 1024, "tojson: indent {} is outside 0..1024", i);
+      json_indent = static_cast<int>(i);
+    }
+    return Value::string(to_json(v, json_indent, sort_keys.truthy()));
   }
   if (name == "length" || name == "count") {
     switch (v.kind()) {
@@ -416,12 +451,20 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args) 
     const Value attribute = arg(args, 1, "attribute");
     std::string out;
     bool first = true;
+    const std::string separator = a0.is_undefined() ? "" : to_str(a0);
     for (const Value& e : iterate(v)) {
-      if (!first && !a0.is_undefined()) out += to_str(a0);
+      const std::string part =
+          to_str(attribute.is_undefined() ? e : get_attribute_path(e, to_str(attribute)));
+      check_string_size(out.size() + (first ? 0 : separator.size()) + part.size(), "join");
+      if (!first) out += separator;
       first = false;
-      out += to_str(attribute.is_undefined() ? e : get_attribute_path(e, to_str(attribute)));
+      out += part;
     }
     return Value::string(out);
+  }
+  if ((name == "first" || name == "last") && v.is_list()) {
+    if (v.as_list().empty()) return Value();
+    return name == "first" ? v.as_list().front() : v.as_list().back();
   }
   if (name == "first" || name == "last") {
     const ValueList items = iterate(v);
@@ -431,9 +474,13 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args) 
   if (name == "list") return Value::list(iterate(v));
   if (name == "reverse") {
     if (v.is_string()) {
-      ValueList chars = iterate(v);
+      const std::string& s = v.as_string();
+      const std::vector<size_t> starts = utf8_char_starts(s);
       std::string out;
-      for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += it->as_string();
+      out.reserve(s.size());
+      for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
+        out.append(s, *it, utf8_char_length(s, *it));
+      }
       return Value::string(out);
     }
     ValueList items = iterate(v);
@@ -484,6 +531,9 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args) 
     for (const Value& e : iterate(v)) {
       bool seen = false;
       for (const Value& o : out) {
+        if (e.is_string() && o.is_string()) {
+          charge_bytes(e.as_string().size() + o.as_string().size());
+        }
         if (e.is_string() && o.is_string() ? lower(e.as_string()) == lower(o.as_string())
                                            : values_equal(e, o)) {
           seen = true;
@@ -554,12 +604,22 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args) 
   }
   if (name == "abs") {
     MG_CHECK(v.is_number(), "abs: expected a number, got {}", v.type_name());
-    return v.kind() == K::kInt ? Value::integer(std::llabs(v.as_int()))
-                               : Value::real(std::fabs(v.as_number()));
+    if (v.kind() == K::kInt) {
+      MG_CHECK(v.as_int() != INT64_MIN, "abs: integer overflow");
+      return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    }
+    return Value::real(std::fabs(v.as_number()));
   }
   if (name == "int") {
     if (v.kind() == K::kInt) return v;
-    if (v.kind() == K::kFloat) return Value::integer(static_cast<int64_t>(v.as_number()));
+    if (v.kind() == K::kFloat) {
+      // jinja2 gives the default where int() fails (nan, inf) and ours cannot hold the result.
+      const double d = std::trunc(v.as_number());
+      if (d >= -9.2233720368547758e18 && d < 9.2233720368547758e18) {
+        return Value::integer(static_cast<int64_t>(d));
+      }
+      return a0.is_undefined() ? Value::integer(0) : a0;
+    }
     if (v.kind() == K::kBool) return Value::integer(v.as_bool());
     if (v.is_string()) {
       try {
@@ -589,8 +649,10 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args) 
   }
   if (name == "indent") {
     const Value width = arg(args, 0, "width");
-    const std::string pad(width.is_undefined() ? 4 : static_cast<size_t>(want_int(width, "indent")),
-                          ' ');
+    // A negative width pads nothing (Python's ' ' * -1).
+    const int64_t w = width.is_undefined() ? 4 : std::max<int64_t>(0, want_int(width, "indent"));
+    check_string_size(static_cast<uint64_t>(w), "indent");
+    const std::string pad(static_cast<size_t>(w), ' ');
     const bool first = arg(args, 1, "first").truthy();
     const bool blank = arg(args, 2, "blank").truthy();
     const std::string& s = want_string(v, "indent");
@@ -600,6 +662,7 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args) 
     while (pos <= s.size()) {
       const size_t nl = s.find('\n', pos);
       const std::string line = s.substr(pos, nl == std::string::npos ? s.npos : nl - pos);
+      check_string_size(out.size() + pad.size() + line.size() + 1, "indent");
       if ((first_line ? first : true) && (blank || !line.empty())) out += pad;
       out += line;
       first_line = false;
@@ -616,6 +679,7 @@ std::optional<Value> call_method(const Value& v, std::string_view name, const Ca
   const Value a0 = arg(args, 0, "");
   if (v.is_string()) {
     const std::string& s = v.as_string();
+    charge_bytes(s.size());  // every method scans or copies at most the string
     if (name == "startswith" || name == "endswith") {
       ValueList prefixes = a0.is_list() ? a0.as_list() : ValueList{a0};
       for (const Value& p : prefixes) {
@@ -671,9 +735,11 @@ std::optional<Value> call_method(const Value& v, std::string_view name, const Ca
       std::string out;
       bool first = true;
       for (const Value& e : iterate(a0)) {
+        const std::string& part = want_string(e, "join");
+        check_string_size(out.size() + (first ? 0 : s.size()) + part.size(), "join");
         if (!first) out += s;
         first = false;
-        out += want_string(e, "join");
+        out += part;
       }
       return Value::string(out);
     }
@@ -682,6 +748,7 @@ std::optional<Value> call_method(const Value& v, std::string_view name, const Ca
       size_t pos = 0;
       while (pos < s.size()) {
         const size_t nl = s.find_first_of("\r\n", pos);
+        check_list_size(out.size() + 1, "splitlines");
         if (nl == std::string::npos) {
           out.push_back(Value::string(s.substr(pos)));
           break;
@@ -704,6 +771,7 @@ std::optional<Value> call_method(const Value& v, std::string_view name, const Ca
     return std::nullopt;
   }
   if (v.is_dict()) {
+    charge_items(v.as_dict().size());
     if (name == "items") return apply_filter("items", v, {});
     if (name == "keys") return Value::list(iterate(v));
     if (name == "values") {

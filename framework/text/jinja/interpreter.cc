@@ -20,15 +20,55 @@ class LineError : public Error {
   using Error::Error;
 };
 
+// Python's ints do not overflow; ours are int64, so a result that does not fit is an error (a
+// template computing such numbers is broken) instead of undefined behaviour.
+// `op` is "+", "-", or "*" / "**" (both multiply).
+int64_t checked_int(std::string_view op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  const bool overflow = op == "+"   ? __builtin_add_overflow(a, b, &r)
+                        : op == "-" ? __builtin_sub_overflow(a, b, &r)
+                                    : __builtin_mul_overflow(a, b, &r);
+  MG_CHECK(!overflow, "integer overflow in '{}'", op);
+  return r;
+}
+
 int64_t floor_div(int64_t a, int64_t b) {
+  MG_CHECK(!(a == INT64_MIN && b == -1), "integer overflow in '//'");
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 
 int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 overflows in C++; Python's answer is 0
   const int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+// a ** b for b >= 0, by squaring (a loop of b multiplications would run for 2^63 steps).
+int64_t int_pow(int64_t a, int64_t b) {
+  int64_t result = 1;
+  int64_t base = a;
+  for (;;) {
+    if (b & 1) result = checked_int("**", result, base);
+    b >>= 1;
+    if (b == 0) return result;
+    base = checked_int("**", base, base);
+  }
+}
+
+// Charges the work of computing `v` (limits.h): its bytes (a string) or items (a list, a dict).
+void charge_value(const Value& v) {
+  if (v.is_string()) charge_bytes(v.as_string().size());
+  if (v.is_list()) charge_items(v.as_list().size());
+  if (v.is_dict()) charge_items(v.as_dict().size());
+}
+
+// Whether evaluating `e` only looks a value up (shared, not copied): no charge for its size, so a
+// loop that reads a long `messages` list costs one unit a read.
+bool looks_up(const Expr& e) {
+  return e.kind == Expr::Kind::kLiteral || e.kind == Expr::Kind::kName ||
+         e.kind == Expr::Kind::kGetAttr || e.kind == Expr::Kind::kGetItem;
 }
 
 // Python slicing of `n` elements: the selected indices.
@@ -52,7 +92,8 @@ std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& s
   const int64_t b = clamp(as_opt_int(start, "start"), step > 0 ? 0 : n - 1);
   const int64_t e = clamp(as_opt_int(stop, "stop"), step > 0 ? n : -1);
   std::vector<int64_t> out;
-  for (int64_t i = b; step > 0 ? i < e : i > e; i += step) out.push_back(i);
+  // In 128 bits: `i += step` can pass int64's range after the last index (`s[1::2**63-1]`).
+  for (__int128 i = b; step > 0 ? i < e : i > e; i += step) out.push_back(static_cast<int64_t>(i));
   return out;
 }
 
@@ -63,6 +104,15 @@ class Interpreter {
     for (const auto& [k, v] : globals.items()) frames_[0][k] = v;
     install_builtins();
   }
+
+  // Attribute assignment is the one way to change a value after it is made, so every cycle
+  // (`{% set ns.self = ns %}`) passes through a dict it changed: emptying those dicts frees
+  // what the render made, cycles included, instead of leaking it on each request.
+  ~Interpreter() {
+    for (auto& [ptr, d] : assigned_into_) d.as_dict() = ValueDict();
+  }
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   std::string run(const Body& body) {
     std::string out;
@@ -87,10 +137,18 @@ class Interpreter {
       const int64_t stop = v.size() == 1 ? v[0] : v[1];
       const int64_t step = v.size() == 3 ? v[2] : 1;
       MG_CHECK(step != 0, "range() step must not be zero");
+      // The count first (in 128 bits: stop - start can overflow int64), then the items.
+      const __int128 span = static_cast<__int128>(stop) - start;
+      const __int128 count = step > 0 ? (span > 0 ? (span + step - 1) / step : 0)
+                                      : (span < 0 ? (span + step + 1) / step : 0);
+      check_list_size(
+          count > static_cast<__int128>(SIZE_MAX) ? SIZE_MAX : static_cast<size_t>(count),
+          "range()");
       ValueList out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        MG_CHECK(out.size() < 1000000, "range() of more than a million items");
-        out.push_back(Value::integer(i));
+      out.reserve(static_cast<size_t>(count));
+      for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+        out.push_back(
+            Value::integer(static_cast<int64_t>(start + static_cast<__int128>(k) * step)));
       }
       return Value::list(std::move(out));
     });
@@ -132,6 +190,7 @@ class Interpreter {
   }
 
   void append(std::string& out, std::string_view s, int line) {
+    charge_bytes(s.size());
     if (out.size() + s.size() > kMaxRenderBytes) {
       fail_at(line, fmt::format("the rendered prompt exceeds {} bytes", kMaxRenderBytes));
     }
@@ -157,13 +216,17 @@ class Interpreter {
   }
 
   Flow exec_node(const Node& n, std::string& out) {
+    charge_work(1);
+    // Blocks run by recursion too, and count toward the same depth as expressions.
+    const DepthGuard depth(eval_depth_, kMaxEvalDepth,
+                           "expressions and blocks (macro calls included)");
     switch (n.kind) {
       case Node::Kind::kText:
         append(out, n.text, n.line);
         return Flow::kNormal;
       case Node::Kind::kOutput: {
         const Value v = eval(*n.expr);
-        append(out, to_str(v), n.line);
+        append(out, at_line(n.line, [&] { return to_str(v); }), n.line);
         return Flow::kNormal;
       }
       case Node::Kind::kIf:
@@ -184,6 +247,7 @@ class Interpreter {
                                 n.attr, n.targets[0], target.type_name()));
           }
           target.as_dict().set(n.attr, v);
+          assigned_into_.emplace(&target.as_dict(), target);
         } else {
           assign(n.targets, v, n.line);
         }
@@ -228,6 +292,7 @@ class Interpreter {
     }
     const int64_t length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
+      charge_items(10);  // the loop variable's ten entries, made each iteration
       ValueDict loop;
       loop.set("index", Value::integer(i + 1));
       loop.set("index0", Value::integer(i));
@@ -253,7 +318,7 @@ class Interpreter {
 
   Value make_macro(const Node& n) {
     return Value::callable([this, &n](const CallArgs& args) {
-      MG_CHECK(depth_ < kMaxCallDepth, "macro calls nested more than {} deep", kMaxCallDepth);
+      MG_CHECK(call_depth_ < kMaxCallDepth, "macro calls nested more than {} deep", kMaxCallDepth);
       MG_CHECK(args.positional.size() <= n.params.size(), "macro '{}' takes {} arguments, got {}",
                n.name, n.params.size(), args.positional.size());
       // The macro runs in a scope over the template's top-level names only.
@@ -262,7 +327,7 @@ class Interpreter {
                    std::make_move_iterator(frames_.end()));
       frames_.resize(1);
       frames_.emplace_back();
-      ++depth_;
+      ++call_depth_;
       std::string out;
       try {
         for (size_t i = 0; i < n.params.size(); ++i) {
@@ -289,12 +354,12 @@ class Interpreter {
         }
         exec(n.body, out);
       } catch (...) {
-        --depth_;
+        --call_depth_;
         frames_.resize(1);
         for (Frame& f : saved) frames_.push_back(std::move(f));
         throw;
       }
-      --depth_;
+      --call_depth_;
       frames_.resize(1);
       for (Frame& f : saved) frames_.push_back(std::move(f));
       return Value::string(std::move(out));
@@ -309,7 +374,14 @@ class Interpreter {
   }
 
   Value eval(const Expr& e) {
-    return at_line(e.line, [&] { return eval_unchecked(e); });
+    return at_line(e.line, [&] {
+      const DepthGuard depth(eval_depth_, kMaxEvalDepth,
+                             "expressions and blocks (macro calls included)");
+      charge_work(1);
+      Value v = eval_unchecked(e);
+      if (!looks_up(e)) charge_value(v);
+      return v;
+    });
   }
 
   Value eval_unchecked(const Expr& e) {
@@ -349,11 +421,14 @@ class Interpreter {
           if (e.items[i] != nullptr) parts[i] = eval(*e.items[i]);
         }
         if (obj.is_string()) {
-          const ValueList chars = iterate(obj);
+          // Slices by character, through the characters' byte offsets (no list of them).
+          const std::string& s = obj.as_string();
+          const std::vector<size_t> starts = utf8_char_starts(s);
           std::string out;
           for (int64_t i :
-               slice_indices(static_cast<int64_t>(chars.size()), parts[0], parts[1], parts[2])) {
-            out += chars[static_cast<size_t>(i)].as_string();
+               slice_indices(static_cast<int64_t>(starts.size()), parts[0], parts[1], parts[2])) {
+            const size_t at = starts[static_cast<size_t>(i)];
+            out.append(s, at, utf8_char_length(s, at));
           }
           return Value::string(out);
         }
@@ -391,8 +466,11 @@ class Interpreter {
         if (e.name == "not") return Value::boolean(!v.truthy());
         MG_CHECK(v.is_number(), "bad operand type for unary {}: {}", e.name, v.type_name());
         if (e.name == "+") return v;
-        return v.kind() == Value::Kind::kInt ? Value::integer(-v.as_int())
-                                             : Value::real(-v.as_number());
+        if (v.kind() == Value::Kind::kInt) {
+          MG_CHECK(v.as_int() != INT64_MIN, "integer overflow in unary '-'");
+          return Value::integer(-v.as_int());
+        }
+        return Value::real(-v.as_number());
       }
       case Expr::Kind::kBinary:
         return eval_binary(e);
@@ -447,7 +525,12 @@ class Interpreter {
     if (op == ">=") return Value::boolean(!value_less(a, b));
     if (op == "in") return Value::boolean(value_contains(b, a));
     if (op == "not in") return Value::boolean(!value_contains(b, a));
-    if (op == "~") return Value::string(to_str(a) + to_str(b));
+    if (op == "~") {
+      std::string x = to_str(a);
+      const std::string y = to_str(b);
+      check_string_size(x.size() + y.size(), "'~'");
+      return Value::string(std::move(x) + y);
+    }
     const bool ints = (a.kind() == K::kInt || a.kind() == K::kBool) &&
                       (b.kind() == K::kInt || b.kind() == K::kBool);
     const auto as_int = [](const Value& v) {
@@ -459,29 +542,41 @@ class Interpreter {
       return v.kind() == K::kBool ? static_cast<double>(v.as_bool()) : v.as_number();
     };
     if (op == "+") {
-      if (ints) return Value::integer(as_int(a) + as_int(b));
+      if (ints) return Value::integer(checked_int("+", as_int(a), as_int(b)));
       if (numbers) return Value::real(as_num(a) + as_num(b));
-      if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
+      if (a.is_string() && b.is_string()) {
+        check_string_size(a.as_string().size() + b.as_string().size(), "'+'");
+        return Value::string(a.as_string() + b.as_string());
+      }
       if (a.is_list() && b.is_list()) {
+        check_list_size(a.as_list().size() + b.as_list().size(), "'+'");
         ValueList out = a.as_list();
         out.insert(out.end(), b.as_list().begin(), b.as_list().end());
         return Value::list(std::move(out));
       }
     } else if (op == "-") {
-      if (ints) return Value::integer(as_int(a) - as_int(b));
+      if (ints) return Value::integer(checked_int("-", as_int(a), as_int(b)));
       if (numbers) return Value::real(as_num(a) - as_num(b));
     } else if (op == "*") {
-      if (ints) return Value::integer(as_int(a) * as_int(b));
+      if (ints) return Value::integer(checked_int("*", as_int(a), as_int(b)));
       if (numbers) return Value::real(as_num(a) * as_num(b));
       const Value& seq = a.is_number() ? b : a;
       const Value& count = a.is_number() ? a : b;
       if (count.kind() == K::kInt && (seq.is_string() || seq.is_list())) {
-        MG_CHECK(count.as_int() <= 1000000, "sequence repeated more than a million times");
+        // The result's size before it is built (a count times a long string is a huge
+        // allocation); a negative count repeats nothing, as in Python.
+        const uint64_t times = count.as_int() < 0 ? 0 : static_cast<uint64_t>(count.as_int());
+        const uint64_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
+        const uint64_t total =
+            unit == 0 ? 0 : (times > UINT64_MAX / unit ? UINT64_MAX : times * unit);
+        if (total == 0) return seq.is_string() ? Value::string("") : Value::list();  // '' * 10^18
         if (seq.is_string()) {
+          check_string_size(total, "'*'");
           std::string out;
           for (int64_t i = 0; i < count.as_int(); ++i) out += seq.as_string();
           return Value::string(out);
         }
+        check_list_size(total, "'*'");
         ValueList out;
         for (int64_t i = 0; i < count.as_int(); ++i) {
           out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
@@ -514,23 +609,22 @@ class Interpreter {
       }
       MG_CHECK(!a.is_string(), "string formatting with '%' is not supported");
     } else if (op == "**") {
-      if (ints && as_int(b) >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < as_int(b); ++i) r *= as_int(a);
-        return Value::integer(r);
-      }
+      if (ints && as_int(b) >= 0) return Value::integer(int_pow(as_int(a), as_int(b)));
       if (numbers) return Value::real(std::pow(as_num(a), as_num(b)));
     }
     MG_FAIL("unsupported operand types for {}: {} and {}", op, a.type_name(), b.type_name());
   }
 
   std::vector<Frame> frames_;
-  int depth_ = 0;
+  std::unordered_map<const ValueDict*, Value> assigned_into_;  // dicts an assignment changed
+  int call_depth_ = 0;                                         // macro calls in progress
+  int eval_depth_ = 0;  // expressions being evaluated and blocks being run, macros' included
 };
 
 }  // namespace
 
-std::string render(const Body& body, const ValueDict& globals) {
+std::string render(const Body& body, const ValueDict& globals, int64_t work_limit) {
+  WorkBudget budget(work_limit);
   Interpreter interpreter(globals);
   return interpreter.run(body);
 }

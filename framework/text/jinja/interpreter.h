@@ -6,19 +6,16 @@
 #include <string>
 
 #include "framework/text/jinja/ast.h"
+#include "framework/text/jinja/limits.h"
 #include "framework/text/jinja/value.h"
 
 namespace mg::text::jinja {
 
-// Bounds a render: output bytes and macro-call depth. A template that exceeds them is broken
-// (or hostile), not a long prompt.
-inline constexpr size_t kMaxRenderBytes = 64u << 20;
-inline constexpr int kMaxCallDepth = 64;
-
 // `globals`: the render's variables (messages, tools, add_generation_prompt, bos_token, ...) and
 // functions (raise_exception, strftime_now). range(), namespace() and dict() are built in.
 // Throws mg::Error "line N: ..." for an error during the render (raise_exception's message
-// included).
-std::string render(const Body& body, const ValueDict& globals);
+// included), and for a render past one of limits.h's bounds (`work_limit` replaces the work
+// bound, for tests).
+std::string render(const Body& body, const ValueDict& globals, int64_t work_limit = kMaxRenderWork);
 
 }  // namespace mg::text::jinja

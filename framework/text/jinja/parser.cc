@@ -6,8 +6,11 @@
 #include <cctype>
 #include <charconv>
 
+#include <fmt/format.h>
+
 #include "framework/core/error.h"
 #include "framework/text/jinja/ast.h"
+#include "framework/text/jinja/limits.h"
 
 namespace mg::text::jinja {
 
@@ -302,6 +305,7 @@ class ExprParser {
 
   // expression with an optional `if ... else ...`
   ExprPtr parse_expression(bool with_conditional = true) {
+    const DepthGuard guard = nest();
     ExprPtr e = parse_or();
     while (with_conditional && is_name("if")) {
       ++pos_;
@@ -335,7 +339,17 @@ class ExprParser {
   }
 
  private:
+  // Recursive descent recurses once per nesting level of the source ('((((x))))', 'not not x',
+  // '- - x'): bounded, so a hostile template cannot overflow the stack.
+  DepthGuard nest() {
+    return DepthGuard(depth_, kMaxParseDepth, fmt::format("line {}: expressions", line_));
+  }
+
   ExprPtr make(Expr::Kind kind) {
+    // Chains like `a + b + c + ...` grow the tree without recursing here; the node count bounds
+    // their depth (evaluating and destroying the tree recurse along it).
+    MG_CHECK(++nodes_ <= kMaxExprNodes, "line {}: an expression of more than {} parts", line_,
+             kMaxExprNodes);
     auto e = std::make_unique<Expr>();
     e->kind = kind;
     e->line = line_;
@@ -360,6 +374,7 @@ class ExprParser {
     return e;
   }
   ExprPtr parse_not() {
+    const DepthGuard guard = nest();
     if (accept_name("not")) {
       auto e = make(Expr::Kind::kUnary);
       e->name = "not";
@@ -423,6 +438,7 @@ class ExprParser {
     return e;
   }
   ExprPtr parse_unary() {
+    const DepthGuard guard = nest();
     if (is_op("-") || is_op("+")) {
       auto e = make(Expr::Kind::kUnary);
       e->name = tokens_[pos_++].text;
@@ -617,6 +633,8 @@ class ExprParser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int line_;
+  int depth_ = 0;     // parse_* calls in progress
+  size_t nodes_ = 0;  // nodes made for this tag
 };
 
 // ---- Stage 4: statements
@@ -683,6 +701,8 @@ class TemplateParser {
   }
 
   NodePtr parse_statement(const std::string& keyword, ExprParser& p, int line) {
+    // Blocks nest by recursion (parse_body), as does running them.
+    const DepthGuard guard(depth_, kMaxParseDepth, fmt::format("line {}: blocks", line));
     std::string stop;
     if (keyword == "if") {
       auto n = node(Node::Kind::kIf, line);
@@ -777,6 +797,7 @@ class TemplateParser {
 
   std::vector<Segment> segments_;
   size_t pos_ = 0;
+  int depth_ = 0;  // parse_statement calls in progress
 };
 
 }  // namespace

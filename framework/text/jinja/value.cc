@@ -4,12 +4,67 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 #include <fmt/format.h>
 
 #include "framework/core/error.h"
+#include "framework/text/jinja/limits.h"
 
 namespace mg::text::jinja {
+
+namespace {
+
+// The recursions over values below (from_json, ==, repr, tojson) each hold a depth: a value can
+// contain itself (`{% set ns.self = ns %}`), and JSON can nest deeply.
+void check_value_depth(int depth, std::string_view what) {
+  MG_CHECK(depth < kMaxValueDepth,
+           "{}: a value nested more than {} deep (a list or dict that contains itself?)", what,
+           kMaxValueDepth);
+}
+
+// Appends to a string a render builds, within kMaxStringBytes.
+void append_bounded(std::string& out, std::string_view s, std::string_view what) {
+  check_string_size(out.size() + s.size(), what);
+  out += s;
+}
+
+// Lists and dicts are freed without recursion: a template can nest them thousands deep (a loop of
+// `{% set ns.x = namespace(prev=ns.x) %}`), and freeing the outermost would otherwise recurse
+// once per level and overflow the stack. The first container freed on a thread frees the rest in
+// a loop; containers whose count drops to zero meanwhile are queued, not freed inside it.
+struct ReleaseQueue {
+  std::vector<ValueList*> lists;
+  std::vector<ValueDict*> dicts;
+  bool draining = false;
+};
+thread_local ReleaseQueue release_queue;  // one for lists and dicts: they nest in each other
+
+template <typename Container>
+void release_container(Container* c) {
+  ReleaseQueue& q = release_queue;
+  if constexpr (std::is_same_v<Container, ValueList>) {
+    q.lists.push_back(c);
+  } else {
+    q.dicts.push_back(c);
+  }
+  if (q.draining) return;
+  q.draining = true;
+  while (!q.lists.empty() || !q.dicts.empty()) {
+    if (!q.lists.empty()) {
+      ValueList* l = q.lists.back();
+      q.lists.pop_back();
+      delete l;
+    } else {
+      ValueDict* d = q.dicts.back();
+      q.dicts.pop_back();
+      delete d;
+    }
+  }
+  q.draining = false;
+}
+
+}  // namespace
 
 const Value* ValueDict::find(std::string_view key) const {
   for (const auto& [k, v] : items_) {
@@ -70,14 +125,16 @@ Value Value::string(std::string s) {
 Value Value::list(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
-  v.list_ = std::make_shared<ValueList>(std::move(items));
+  v.list_ =
+      std::shared_ptr<ValueList>(new ValueList(std::move(items)), &release_container<ValueList>);
   return v;
 }
 
 Value Value::dict(ValueDict items) {
   Value v;
   v.kind_ = Kind::kDict;
-  v.dict_ = std::make_shared<ValueDict>(std::move(items));
+  v.dict_ =
+      std::shared_ptr<ValueDict>(new ValueDict(std::move(items)), &release_container<ValueDict>);
   return v;
 }
 
@@ -88,41 +145,53 @@ Value Value::callable(Callable fn) {
   return v;
 }
 
+namespace {
+Value from_json_at(const nlohmann::ordered_json& json, int depth);
+}  // namespace
+
 Value Value::from_json(const nlohmann::ordered_json& json) {
+  return from_json_at(json, 0);
+}
+
+namespace {
+Value from_json_at(const nlohmann::ordered_json& json, int depth) {
   using J = nlohmann::ordered_json::value_t;
+  using V = Value;
+  check_value_depth(depth, "JSON");
   switch (json.type()) {
     case J::null:
     case J::discarded:
-      return none();
+      return V::none();
     case J::boolean:
-      return boolean(json.get<bool>());
+      return V::boolean(json.get<bool>());
     case J::number_integer:
-      return integer(json.get<int64_t>());
+      return V::integer(json.get<int64_t>());
     case J::number_unsigned: {
       const uint64_t u = json.get<uint64_t>();
       MG_CHECK(u <= static_cast<uint64_t>(INT64_MAX), "integer {} is too large", u);
-      return integer(static_cast<int64_t>(u));
+      return V::integer(static_cast<int64_t>(u));
     }
     case J::number_float:
-      return real(json.get<double>());
+      return V::real(json.get<double>());
     case J::string:
-      return string(json.get<std::string>());
+      return V::string(json.get<std::string>());
     case J::array: {
       ValueList items;
       items.reserve(json.size());
-      for (const auto& e : json) items.push_back(from_json(e));
-      return list(std::move(items));
+      for (const auto& e : json) items.push_back(from_json_at(e, depth + 1));
+      return V::list(std::move(items));
     }
     case J::object: {
       ValueDict items;
-      for (const auto& [k, e] : json.items()) items.set(k, from_json(e));
-      return dict(std::move(items));
+      for (const auto& [k, e] : json.items()) items.set(k, from_json_at(e, depth + 1));
+      return V::dict(std::move(items));
     }
     case J::binary:
       MG_FAIL("binary JSON values have no template value");
   }
   MG_FAIL("unknown JSON value type");
 }
+}  // namespace
 
 bool Value::truthy() const {
   switch (kind_) {
@@ -171,15 +240,22 @@ const char* Value::type_name() const {
   return "?";
 }
 
-bool values_equal(const Value& a, const Value& b) {
+namespace {
+bool values_equal_at(const Value& a, const Value& b, int depth) {
   using K = Value::Kind;
+  check_value_depth(depth, "==");
+  charge_work(1);
   if (a.is_number() && b.is_number()) {
     if (a.kind() == K::kInt && b.kind() == K::kInt) return a.as_int() == b.as_int();
     return a.as_number() == b.as_number();
   }
   // Python: True == 1.
-  if (a.kind() == K::kBool && b.is_number()) return values_equal(Value::integer(a.as_bool()), b);
-  if (b.kind() == K::kBool && a.is_number()) return values_equal(a, Value::integer(b.as_bool()));
+  if (a.kind() == K::kBool && b.is_number()) {
+    return values_equal_at(Value::integer(a.as_bool()), b, depth);
+  }
+  if (b.kind() == K::kBool && a.is_number()) {
+    return values_equal_at(a, Value::integer(b.as_bool()), depth);
+  }
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case K::kUndefined:
@@ -197,7 +273,7 @@ bool values_equal(const Value& a, const Value& b) {
       const ValueList& y = b.as_list();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {
-        if (!values_equal(x[i], y[i])) return false;
+        if (!values_equal_at(x[i], y[i], depth + 1)) return false;
       }
       return true;
     }
@@ -207,7 +283,7 @@ bool values_equal(const Value& a, const Value& b) {
       if (x.size() != y.size()) return false;
       for (const auto& [k, v] : x.items()) {
         const Value* other = y.find(k);
-        if (other == nullptr || !values_equal(v, *other)) return false;
+        if (other == nullptr || !values_equal_at(v, *other, depth + 1)) return false;
       }
       return true;
     }
@@ -215,6 +291,11 @@ bool values_equal(const Value& a, const Value& b) {
       return false;
   }
   return false;
+}
+}  // namespace
+
+bool values_equal(const Value& a, const Value& b) {
+  return values_equal_at(a, b, 0);
 }
 
 std::string python_float_repr(double d) {
@@ -326,11 +407,17 @@ void json_string(std::string& out, const std::string& s) {
 
 void json_dump(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
   using K = Value::Kind;
-  MG_CHECK(depth < 256, "tojson: value nested more than 256 deep");
+  check_value_depth(depth, "tojson");
+  charge_work(1);
+  // Each element starts within the bound; a string's escapes can take it at most 6x past it.
+  check_string_size(out.size(), "tojson");
   const auto newline = [&](int level) {
     if (indent < 0) return;
+    const uint64_t spaces = static_cast<uint64_t>(indent) * static_cast<uint64_t>(level);
+    check_string_size(out.size() + 1 + (spaces > kMaxStringBytes ? kMaxStringBytes : spaces),
+                      "tojson");
     out += '\n';
-    out.append(static_cast<size_t>(indent) * level, ' ');
+    out.append(static_cast<size_t>(spaces), ' ');
   };
   switch (v.kind()) {
     case K::kUndefined:
@@ -358,6 +445,7 @@ void json_dump(std::string& out, const Value& v, int indent, bool sort_keys, int
       return;
     }
     case K::kString:
+      check_string_size(out.size() + v.as_string().size(), "tojson");
       json_string(out, v.as_string());
       return;
     case K::kList: {
@@ -404,29 +492,38 @@ void json_dump(std::string& out, const Value& v, int indent, bool sort_keys, int
 
 }  // namespace
 
-std::string to_repr(const Value& v) {
+namespace {
+void repr_into(std::string& out, const Value& v, int depth) {
   using K = Value::Kind;
+  check_value_depth(depth, "str");
+  charge_work(1);
   switch (v.kind()) {
     case K::kString:
-      return python_string_repr(v.as_string());
+      check_string_size(out.size() + v.as_string().size(), "str");
+      append_bounded(out, python_string_repr(v.as_string()), "str");
+      return;
     case K::kList: {
-      std::string out = "[";
+      append_bounded(out, "[", "str");
       const ValueList& items = v.as_list();
       for (size_t i = 0; i < items.size(); ++i) {
-        if (i > 0) out += ", ";
-        out += to_repr(items[i]);
+        if (i > 0) append_bounded(out, ", ", "str");
+        repr_into(out, items[i], depth + 1);
       }
-      return out + "]";
+      append_bounded(out, "]", "str");
+      return;
     }
     case K::kDict: {
-      std::string out = "{";
+      append_bounded(out, "{", "str");
       bool first = true;
       for (const auto& [k, e] : v.as_dict().items()) {
-        if (!first) out += ", ";
+        if (!first) append_bounded(out, ", ", "str");
         first = false;
-        out += python_string_repr(k) + ": " + to_repr(e);
+        check_string_size(out.size() + k.size(), "str");
+        append_bounded(out, python_string_repr(k) + ": ", "str");
+        repr_into(out, e, depth + 1);
       }
-      return out + "}";
+      append_bounded(out, "}", "str");
+      return;
     }
     case K::kUndefined:
     case K::kNone:
@@ -434,9 +531,16 @@ std::string to_repr(const Value& v) {
     case K::kInt:
     case K::kFloat:
     case K::kCallable:
-      return v.is_undefined() ? "Undefined" : to_str(v);
+      append_bounded(out, v.is_undefined() ? "Undefined" : to_str(v), "str");
+      return;
   }
-  return "";
+}
+}  // namespace
+
+std::string to_repr(const Value& v) {
+  std::string out;
+  repr_into(out, v, 0);
+  return out;
 }
 
 std::string to_str(const Value& v) {

@@ -32,7 +32,7 @@ class ValueDict {
   Value* find(std::string_view key);
   void set(const std::string& key, Value value);
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  size_t size() const { return items_.size(); }
+  size_t size() const;  // defined below Value: clang needs Value complete for the pair's size
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
@@ -96,6 +96,8 @@ class Value {
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<const Callable> fn_;
 };
+
+inline size_t ValueDict::size() const { return items_.size(); }
 
 // Python's ==, as jinja2 compares (1 == 1.0, lists and dicts element by element).
 bool values_equal(const Value& a, const Value& b);
