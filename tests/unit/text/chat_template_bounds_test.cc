@@ -84,6 +84,9 @@ TEST(ChatTemplateBounds, IntegersOverflowToAnErrorNotUndefinedBehaviour) {
             "4611686018427387904 12 1 -1");
   EXPECT_EQ(render("{{ -5 // 2 }} {{ -5 % 3 }} {{ 5 % -3 }} {{ (-9223372036854775807 - 1) % -1 }}"),
             "-3 1 -1 0");
+  // Float literals past a double's range are inf (below it 0.0), as Python's float() makes them
+  // (std::stod threw std::out_of_range at parse: found by fuzz_chat_template).
+  EXPECT_EQ(render("{{ 1e666 }} {{ -1e666 }} {{ 1e-999 }}"), "inf -inf 0.0");
   // int() of a float it cannot hold gives the default, as jinja2's int filter does.
   EXPECT_EQ(render("{{ 1e300 | int }} {{ 2.9 | int }} {{ -2.9 | int }}"), "0 2 -2");
   EXPECT_EQ(render("{{ range(-9223372036854775807, 9223372036854775807, 4611686018427387904) "
