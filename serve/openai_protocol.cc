@@ -3,12 +3,20 @@
 #include <atomic>
 #include <chrono>
 #include <random>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
 namespace mg::serve {
 
 namespace {
+
+// A request body's JSON: nesting depth and members of one object at most (check_body_shape). An
+// OpenAI request nests ~10 deep (a tool's JSON schema the most) and its objects have a few to a
+// few hundred members.
+constexpr size_t kMaxBodyDepth = 64;
+constexpr size_t kMaxObjectMembers = 1024;
 
 // Stop strings per request at most (OpenAI allows 4; vLLM any number).
 constexpr size_t kMaxStopStrings = 16;
@@ -210,13 +218,76 @@ ojson error_body(const ApiError& e) {
   return ojson{{"error", err}};
 }
 
+// Checks the nesting and the object sizes of a request body before nlohmann parses it: copying
+// and converting JSON recurse once per level (so 16 M nested '[' overflow a request thread's
+// stack), and an ordered_json object finds each new key by a linear scan (so one object of a few
+// million keys takes hours). Bytes inside strings are skipped; malformed JSON is left to the
+// parser.
+void check_body_shape(std::string_view body) {
+  std::vector<size_t> members;  // per open array/object: commas seen so far + 1
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        break;
+      case '[':
+      case '{':
+        if (members.size() >= kMaxBodyDepth) {
+          throw ApiError(400,
+                         fmt::format("the request body nests more than {} arrays or objects "
+                                     "(byte {})",
+                                     kMaxBodyDepth, i),
+                         "", "invalid_json");
+        }
+        members.push_back(c == '{' ? 1 : 0);  // arrays: not counted
+        break;
+      case ',':
+        if (!members.empty() && members.back() > 0 && ++members.back() > kMaxObjectMembers) {
+          throw ApiError(400,
+                         fmt::format("an object in the request body has more than {} members "
+                                     "(byte {})",
+                                     kMaxObjectMembers, i),
+                         "", "invalid_json");
+        }
+        break;
+      case ']':
+      case '}':
+        if (!members.empty()) members.pop_back();
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 ojson parse_body(const std::string& body) {
+  check_body_shape(body);
   ojson j;
   try {
     j = ojson::parse(body);
   } catch (const ojson::parse_error& e) {
     throw ApiError(400, fmt::format("the request body is not valid JSON (byte {})", e.byte), "",
                    "invalid_json");
+  } catch (const ojson::exception& e) {
+    // A number past a double's range (1e400) is nlohmann's out_of_range, not a parse_error: a bad
+    // body all the same (found by fuzz_chat_request; it was a 500). The message without
+    // nlohmann's "[json.exception.out_of_range.406] " prefix.
+    const std::string what = e.what();
+    const size_t cut = what.find("] ");
+    throw ApiError(400,
+                   fmt::format("the request body is not valid JSON ({})",
+                               cut == std::string::npos ? what : what.substr(cut + 2)),
+                   "", "invalid_json");
   }
   if (!j.is_object()) {
     throw ApiError(400,

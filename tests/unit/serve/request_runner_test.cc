@@ -164,12 +164,51 @@ ApiError error_of(const std::function<void()>& fn) {
   return ApiError(0, "");
 }
 
+TEST(OpenAiProtocol, BodiesNestedTooDeepOrWithHugeObjectsAreRefusedBeforeParsing) {
+  // 10^6 nested arrays: converting and copying the parsed JSON recursed once per level and
+  // overflowed the request thread's stack.
+  const std::string deep =
+      "{\"tools\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  const ApiError nested = error_of([&] { parse_body(deep); });
+  EXPECT_EQ(nested.status, 400);
+  EXPECT_EQ(nested.code, "invalid_json");
+  EXPECT_NE(std::string(nested.what()).find("nests more than 64 arrays or objects (byte 73)"),
+            std::string::npos)
+      << nested.what();
+  // An ordered_json object finds each new key by a linear scan: millions of members took hours.
+  const auto object_of = [](int members) {
+    std::string body = "{\"chat_template_kwargs\": {";
+    for (int i = 0; i < members; ++i) body += (i ? ", \"k" : "\"k") + std::to_string(i) + "\": 0";
+    return body + "}}";
+  };
+  const ApiError wide = error_of([&] { parse_body(object_of(1025)); });
+  EXPECT_EQ(wide.status, 400);
+  EXPECT_NE(std::string(wide.what()).find("an object in the request body has more than 1024"),
+            std::string::npos)
+      << wide.what();
+  EXPECT_EQ(parse_body(object_of(1024))["chat_template_kwargs"].size(), 1024u);
+  // 64 levels pass; brackets, braces and commas inside strings (escaped quotes too) count for
+  // nothing; arrays may be as long as the body allows.
+  const std::string levels = std::string(63, '[') + std::string(63, ']');
+  EXPECT_EQ(parse_body("{\"a\": " + levels + "}")["a"].size(), 1u);
+  EXPECT_EQ(parse_body(R"({"s": "[[[{{{,,,\"]]]"})")["s"], "[[[{{{,,,\"]]]");
+  std::string long_array = "{\"prompt\": [";
+  for (int i = 0; i < 5000; ++i) long_array += (i ? ", " : "") + std::to_string(i);
+  EXPECT_EQ(parse_body(long_array + "]}")["prompt"].size(), 5000u);
+}
+
 TEST(OpenAiProtocol, ValidatesEveryFieldWithStatusAndParam) {
   const auto completion = [](const char* body) {
     return [body] { parse_completion_request(parse_body(body), "m"); };
   };
   EXPECT_EQ(error_of([] { parse_body("{bad"); }).status, 400);
   EXPECT_EQ(error_of([] { parse_body("[1]"); }).status, 400);
+  // A number past a double's range is nlohmann's out_of_range, not a parse error (fuzz_chat_request
+  // found it: the server answered 500).
+  const ApiError huge = error_of([] { parse_body(R"({"messages": [1e400]})"); });
+  EXPECT_EQ(huge.status, 400);
+  EXPECT_EQ(huge.code, "invalid_json");
+  EXPECT_STREQ(huge.what(), "the request body is not valid JSON (number overflow parsing '1e400')");
   const ApiError model = error_of(completion(R"({"model": "other", "prompt": "x"})"));
   EXPECT_EQ(model.status, 404);
   EXPECT_EQ(model.code, "model_not_found");
