@@ -7,7 +7,7 @@
 #   CORPUS_ROOT:    corpora live in CORPUS_ROOT/<target>; seeds are regenerated into
 #                   CORPUS_ROOT/seeds; findings go to CORPUS_ROOT/artifacts.
 # Each worker is one libFuzzer process (-jobs/-workers), so CPU time = SECONDS x WORKERS.
-# MG_FUZZ_TARGETS (default: all five) picks the targets, e.g. "fuzz_hf_config".
+# MG_FUZZ_TARGETS (default: all seven) picks the targets, e.g. "fuzz_hf_config".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -23,8 +23,9 @@ export MG_FUZZ_TOKENIZER_FIXTURES="$repo/tests/fixtures/tokenizers"
 mkdir -p "$root/artifacts" "$root/logs"
 
 declare -A corpus=([fuzz_safetensors]=safetensors [fuzz_graph_loader]=graph [fuzz_npy]=npy
-                   [fuzz_hf_config]=hf [fuzz_tokenizer]=tokenizer)
-targets="${MG_FUZZ_TARGETS:-fuzz_safetensors fuzz_graph_loader fuzz_npy fuzz_hf_config fuzz_tokenizer}"
+                   [fuzz_hf_config]=hf [fuzz_tokenizer]=tokenizer
+                   [fuzz_chat_template]=chat_template [fuzz_chat_request]=chat_request)
+targets="${MG_FUZZ_TARGETS:-fuzz_safetensors fuzz_graph_loader fuzz_npy fuzz_hf_config fuzz_tokenizer fuzz_chat_template fuzz_chat_request}"
 pids=()
 for target in $targets; do
   c="${corpus[$target]}"

@@ -1,8 +1,11 @@
 // Writes small valid seed files for the fuzz corpora:
-//   make_fuzz_seeds DIR  ->  DIR/safetensors/*, DIR/graph/*, DIR/npy/*, DIR/hf/*, DIR/tokenizer/*
+//   make_fuzz_seeds DIR  ->  DIR/safetensors/*, DIR/graph/*, DIR/npy/*, DIR/hf/*, DIR/tokenizer/*,
+//                            DIR/chat_template/*, DIR/chat_request/*
 // (hf seeds: one per committed HF fixture, in fuzz_hf_config's layout: a family byte, the
 // fixture's config.json, and for the first family also a variant with a shard index; tokenizer
-// seeds: each committed tokenizer.json fixture with a text, in fuzz_tokenizer's layout)
+// seeds: each committed tokenizer.json fixture with a text, in fuzz_tokenizer's layout; chat
+// seeds: each committed family template with each test conversation, and each conversation as a
+// chat request body, in fuzz_chat_template's and fuzz_chat_request's layouts)
 // Seeds are generated, not committed: the build folder holds them (docs/formats.md, "Fuzzing").
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "framework/core/tensor.h"
 #include "framework/io/graph_loader.h"
@@ -166,6 +170,48 @@ void write_tokenizer_seeds(const std::filesystem::path& dir) {
   }
 }
 
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// tests/fixtures/chat_templates: every family's template with every conversation's messages
+// (fuzz_chat_template), and every conversation as a chat request body behind each family byte
+// (fuzz_chat_request; even bytes parse it as a chat request).
+void write_chat_seeds(const std::filesystem::path& template_dir,
+                      const std::filesystem::path& request_dir) {
+  using ojson = nlohmann::ordered_json;
+  const std::filesystem::path fixtures =
+      std::filesystem::path(MG_SOURCE_DIR) / "tests/fixtures/chat_templates";
+  const ojson conversations = ojson::parse(read_text(fixtures / "conversations.json"));
+  int family_index = 0;
+  for (const auto& e : std::filesystem::directory_iterator(fixtures)) {
+    if (e.path().extension() != ".jinja") continue;
+    const std::string source = read_text(e.path());
+    for (size_t i = 0; i < conversations.size(); ++i) {
+      std::ofstream(template_dir / fmt::format("{}-{}.seed", e.path().stem().string(), i),
+                    std::ios::binary)
+          << source << "\n#messages#\n"
+          << conversations[i]["messages"].dump();
+    }
+    ++family_index;
+  }
+  for (size_t i = 0; i < conversations.size(); ++i) {
+    const ojson& c = conversations[i];
+    ojson body = {{"model", "m"}, {"messages", c["messages"]}, {"max_tokens", 8}};
+    if (c.contains("tools")) body["tools"] = c["tools"];
+    if (c.contains("kwargs")) body["chat_template_kwargs"] = c["kwargs"];
+    for (int family = 0; family < family_index; family += 2) {
+      std::ofstream(request_dir / fmt::format("{}-{}.seed", i, family), std::ios::binary)
+          << static_cast<char>(family) << body.dump();
+    }
+  }
+  std::ofstream(request_dir / "completion.seed", std::ios::binary)
+      << '\x01' << R"({"model": "m", "prompt": [1, 2, 3], "max_tokens": 4, "stop": ["x"]})";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -174,7 +220,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::filesystem::path root = argv[1];
-  for (const char* sub : {"safetensors", "graph", "npy", "hf", "tokenizer"}) {
+  for (const char* sub :
+       {"safetensors", "graph", "npy", "hf", "tokenizer", "chat_template", "chat_request"}) {
     std::filesystem::create_directories(root / sub);
   }
   write_safetensors_seeds(root / "safetensors");
@@ -182,6 +229,7 @@ int main(int argc, char** argv) {
   write_npy_seeds(root / "npy");
   write_hf_seeds(root / "hf");
   write_tokenizer_seeds(root / "tokenizer");
+  write_chat_seeds(root / "chat_template", root / "chat_request");
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }
