@@ -531,6 +531,7 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& args) 
     for (const Value& e : iterate(v)) {
       bool seen = false;
       for (const Value& o : out) {
+        charge_work(1);  // n^2 comparisons
         if (e.is_string() && o.is_string()) {
           charge_bytes(e.as_string().size() + o.as_string().size());
         }
