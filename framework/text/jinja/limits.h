@@ -45,8 +45,6 @@ class WorkBudget {
   WorkBudget(const WorkBudget&) = delete;
   WorkBudget& operator=(const WorkBudget&) = delete;
 
-  int64_t used() const { return used_; }
-
  private:
   friend void charge_work(int64_t units);
   int64_t limit_;
