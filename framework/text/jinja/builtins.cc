@@ -60,6 +60,10 @@ bool is_py_space(unsigned char c) {
 }
 
 std::string strip_chars(const std::string& s, const Value& chars, bool left, bool right) {
+  // As Python's str.strip(5): a TypeError (this read a string out of a non-string: found by
+  // fuzz_chat_template).
+  MG_CHECK(chars.is_undefined() || chars.is_none() || chars.is_string(),
+           "strip: the characters to strip must be a string, got {}", chars.type_name());
   auto strip_it = [&](unsigned char c) {
     if (chars.is_undefined() || chars.is_none()) return is_py_space(c);
     return chars.as_string().find(static_cast<char>(c)) != std::string::npos;

@@ -229,6 +229,17 @@ TEST(ChatTemplateBounds, DeepJsonIsRefusedNotRecursedInto) {
                                 "JSON: a value nested more than 256 deep"));
 }
 
+TEST(ChatTemplateBounds, ArgumentsOfTheWrongTypeAreErrors) {
+  // strip(5) read a string out of an int (UBSan: a null reference; a crash in a release build):
+  // found by fuzz_chat_template.
+  EXPECT_TRUE(throws_error_with([] { render("{{ ' a '.strip(5) }}"); },
+                                "strip: the characters to strip must be a string, got int"));
+  EXPECT_TRUE(throws_error_with([] { render("{{ ' a ' | trim([1]) }}"); },
+                                "strip: the characters to strip must be a string, got list"));
+  EXPECT_EQ(render("[{{ ' a '.strip() }}|{{ 'xax'.strip('x') }}|{{ ' a '.lstrip(none) }}]"),
+            "[a|a|a ]");
+}
+
 TEST(ChatTemplateBounds, StringIndexingAndSlicingGoByCharacters) {
   // Indexing a string no longer builds a list of all its characters.
   EXPECT_EQ(render("{{ 'héllo'[1] }}|{{ 'héllo'[1:4] }}|{{ 'héllo'[::-1] }}|{{ 'héllo' | reverse }}"
