@@ -97,7 +97,9 @@ class Value {
   std::shared_ptr<const Callable> fn_;
 };
 
-inline size_t ValueDict::size() const { return items_.size(); }
+inline size_t ValueDict::size() const {
+  return items_.size();
+}
 
 // Python's ==, as jinja2 compares (1 == 1.0, lists and dicts element by element).
 bool values_equal(const Value& a, const Value& b);
