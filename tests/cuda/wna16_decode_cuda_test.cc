@@ -2,9 +2,9 @@
 // launch_wna16_decode_experts forced at M = 1, 2, 3, 5, 8 and 16 tokens, against
 // - an fp64 reference on the weights the packed matrices hold (wna16_unpack_host: fma(q, s, -z·s)
 //   for INT4 / INT8, e2m1 x scale byte (x global) for MXFP4 / NVFP4), rounded through T where the
-//   kernels round them (the per-value path; the exact integer-code path for integer zero points
-//   never rounds a weight, so its reference takes them unrounded), the intermediate rounded to T,
-//   the weighted top-k sum in fp64;
+//   kernels round them (the per-value path; the exact paths, integer codes with integer zero points
+//   and every FP4 matrix, never round a weight, so their reference takes them unrounded), the
+//   intermediate rounded to T, the weighted top-k sum in fp64;
 // - the existing path on the same packed weights (align -> mma.sync GEMM1 + act -> GEMM2 ->
 //   combine, wna16_mma16), which rounds the weights to T, with the bounds widened by what that
 //   rounding moves the reference;
@@ -251,7 +251,8 @@ std::vector<TileVariant> tile_variants() {
   });
   add("down L2 prefetch", [](cuda::Wna16DecodeTiles& t) { t.down_prefetch_l2 = true; });
   add("no evict-first", [](cuda::Wna16DecodeTiles& t) { t.evict_first = false; });
-  add("no PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = false; });
+  add("no PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = 0; });
+  add("PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = 1; });
   return v;
 }
 
@@ -263,8 +264,8 @@ bool force_per_value_from_env() {
   return v != nullptr && std::strcmp(v, "0") != 0;
 }
 
-// Whether the decode kernels take the exact integer-code path for `w` (uses_exact_zeros in
-// wna16_decode_cuda.cuh: integer codes whose zero points are all integer codes).
+// Whether the decode kernels take an exact path for `w` (uses_exact_path in wna16_decode_cuda.cuh:
+// FP4 codes, and integer codes whose zero points are all integer codes).
 bool decode_uses_exact_codes(const cuda::Wna16Weights& w) {
   return cuda::wna16_decode_exact(w);
 }
@@ -272,8 +273,9 @@ bool decode_uses_exact_codes(const cuda::Wna16Weights& w) {
 // What check_decode prints when the decode path misses its reference: the first element out of
 // compare_bounded's bounds (token, column, the token's experts) with the decode result, its
 // reference, the reference on the weights rounded to T, the grouped GEMM's result and, when `args`
-// took the exact path for a matrix, the same launch through the per-value path (zeros kReal), so
-// one failing run shows which path is off, where, and by how much.
+// took the exact integer-code path for a matrix, the same launch through the per-value path (zeros
+// kReal; FP4 has no other path), so one failing run shows which path is off, where, and by how
+// much.
 template <typename T>
 std::string explain_decode_failure(const DecodeCase& c, int64_t tokens,
                                    const cuda::Wna16DecodeArgs& args,
@@ -301,7 +303,8 @@ std::string explain_decode_failure(const DecodeCase& c, int64_t tokens,
       "first element out of bounds: {} = token {} column {}, experts {}: decode {} reference {} "
       "(on the weights rounded to T: {}), grouped GEMM {}",
       bad, token, col, experts, got[bad], ref[bad], rounded[bad], gemm[bad]);
-  if (decode_uses_exact_codes(args.w13) || decode_uses_exact_codes(args.w2)) {
+  if (args.w13.codes == Wna16Codes::kInteger &&
+      (decode_uses_exact_codes(args.w13) || decode_uses_exact_codes(args.w2))) {
     cuda::Wna16DecodeArgs per_value = args;
     per_value.w13.zeros = cuda::Wna16Zeros::kReal;
     per_value.w2.zeros = cuda::Wna16Zeros::kReal;

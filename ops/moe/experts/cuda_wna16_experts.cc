@@ -429,9 +429,11 @@ class CudaWna16Experts final : public ExpertsMonolithic {
   }
 
   // The decode kernels at M <= wna16_decode_threshold tokens (or up to kWna16DecodeMaxTokens
-  // when `wna16_decode` is forced); never when a GEMM tile is forced.
+  // when `wna16_decode` is forced) and at most kWna16DecodeMaxPairs pairs; never when a GEMM tile
+  // is forced.
   bool takes_decode_path(int64_t M) const {
     if (request_.has_value() || dequant_forced_) return false;
+    if (!decode_forced_ && M * shape_.top_k > cuda::kWna16DecodeMaxPairs) return false;
     return M <= (decode_forced_ ? cuda::kWna16DecodeMaxTokens
                                 : cuda::wna16_decode_threshold(w13_.view, w2_.view));
   }

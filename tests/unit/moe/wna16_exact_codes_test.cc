@@ -8,7 +8,10 @@
 //   wna16_zero_kind accepts, also when the quotient is 2 ulp off (the device's approximate
 //   reciprocal);
 // - a group's U = Σ x (q - z) summed the way a tensor core may (addends aligned to the largest and
-//   truncated to a few bits) stays within n · 2^-bits of Σ |x (q - z)|: nothing cancels.
+//   truncated to a few bits) stays within n · 2^-bits of Σ |x (q - z)|: nothing cancels;
+// - the FP4 path's bit placements: E2M1 codes (times the unbias power of two) and E4M3 scales
+//   (times 2^120) are their values for every code, E8M0 bytes the power 2^(code - 127) in F32 and
+//   as a BF16 pair.
 // A wrong mask, shift, magic constant or selector moves a value by at least 1 (or by 2^4).
 #include "ops/moe/cuda/wna16/wna16_exact_codes.h"
 
@@ -20,10 +23,13 @@
 #include <random>
 #include <vector>
 
+#include "framework/core/fp4.h"
+#include "framework/core/fp4_scale_bytes.h"
+
 namespace mg::cuda::wna16_exact {
 namespace {
 
-// The value of a BF16 / F16 bit pattern (normal numbers and zero: all these tests need).
+// The value of a BF16 / F16 bit pattern (zero, subnormal or normal: all these tests need).
 double half_value(uint32_t bits, bool bf16) {
   bits &= 0xFFFFu;
   if (bf16) {
@@ -199,6 +205,83 @@ TEST(Wna16ExactCodes, GroupSumOfExactProductsStaysWithinTheAccumulationBound) {
             << code_bits << "-bit codes, z " << z << ", " << bits << " accumulation bits";
       }
     }
+  }
+}
+
+// The E2M1 placement of the FP4 path (warp_block_gemm_e2m1): every code in every nibble, times the
+// unbias power of two, is the code's E2M1 value (or twice it), subnormal codes 1 / 9 (0.5) and
+// -0 included; the product has two significant bits, so the device's HMUL2 rounds nothing.
+TEST_P(Int4, E2M1PlacedPairsTimesTheUnbiasAreTheCodesValues) {
+  const bool bf16 = GetParam();
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<uint32_t> any;
+  for (const bool doubled : {false, true}) {
+    const uint32_t unbias = bf16 ? (doubled ? kE2M1Unbias<true, true> : kE2M1Unbias<true, false>)
+                                 : (doubled ? kE2M1Unbias<false, true> : kE2M1Unbias<false, false>);
+    const double factor = half_value(unbias, bf16);
+    ASSERT_EQ(factor, std::ldexp(1.0, (bf16 ? 126 : 14) + (doubled ? 1 : 0)));
+    ASSERT_EQ(half_value(unbias >> 16, bf16), factor);
+    for (int pos = 0; pos < 8; ++pos) {
+      for (uint32_t q = 0; q < 16; ++q) {
+        const uint32_t word = (any(rng) & ~(0xFu << (4 * pos))) | (q << (4 * pos));
+        uint32_t b[2][2];
+        if (bf16) {
+          e2m1_placed_pairs<true>(word, b);
+        } else {
+          e2m1_placed_pairs<false>(word, b);
+        }
+        // Nibble j = 2m + r in the low half of b[m][r], j + 4 in the high half.
+        const int j = pos % 4, m = j / 2, r = j % 2, half = pos / 4;
+        const uint32_t bits = (b[m][r] >> (16 * half)) & 0xFFFFu;
+        const double v = half_value(bits, bf16) * factor;
+        const double want =
+            static_cast<double>(fp4_e2m1_to_float(static_cast<uint8_t>(q))) * (doubled ? 2.0 : 1.0);
+        ASSERT_EQ(v, want) << "code " << q << " nibble " << pos << (doubled ? " doubled" : "");
+        ASSERT_EQ(round_digits(v, bf16 ? 8 : 11), v);
+        // The sign bit is the code's (-0 stays -0: the mma adds it as 0 either way).
+        ASSERT_EQ((bits >> 15) != 0, (q & 8u) != 0) << "code " << q;
+      }
+    }
+  }
+}
+
+TEST(Wna16ExactCodes, E8M0ScaleBitsAreTwoToTheCodeMinus127ForEveryCodeAndByte) {
+  for (int unit = 0; unit < 4; ++unit) {
+    for (uint32_t code = 0; code < 255; ++code) {
+      // Code at byte `unit`, the other bytes ones and NaN codes (they must not leak in).
+      const uint32_t bytes = (0xFFu * 0x01010101u & ~(0xFFu << (8 * unit))) | (code << (8 * unit));
+      const uint32_t bits = e8m0_scale_bits(bytes, unit);
+      float v;
+      std::memcpy(&v, &bits, 4);
+      ASSERT_EQ(v, std::ldexp(1.0f, static_cast<int>(code) - 127)) << "code " << code;
+    }
+  }
+}
+
+TEST(Wna16ExactCodes, E8M0Bf16PairIsTwoToTheCodeMinus127ForEveryCodeAndByte) {
+  for (int unit = 0; unit < 4; ++unit) {
+    for (uint32_t code = 0; code < 255; ++code) {
+      const uint32_t bytes = (0xFFu * 0x01010101u & ~(0xFFu << (8 * unit))) | (code << (8 * unit));
+      const uint32_t pair = e8m0_bf16_pair(bytes, unit);
+      const double want = std::ldexp(1.0, static_cast<int>(code) - 127);
+      ASSERT_EQ(half_value(pair, true), want) << "code " << code << " byte " << unit;
+      ASSERT_EQ(half_value(pair >> 16, true), want) << "code " << code << " byte " << unit;
+    }
+  }
+}
+
+TEST(Wna16ExactCodes, E4M3PlacedPairTimesTwoTo120IsTheScaleForEveryCode) {
+  ASSERT_EQ(half_value(kE4M3UnbiasBf16, true), std::ldexp(1.0, 120));
+  ASSERT_EQ(half_value(kE4M3UnbiasBf16 >> 16, true), std::ldexp(1.0, 120));
+  for (uint32_t lo = 0; lo < 256; ++lo) {
+    if ((lo & 0x7Fu) == 0x7Fu) continue;  // NaN: never a scale
+    const uint32_t hi = lo ^ 0x80u;       // the other sign in the other half
+    const uint32_t pair = e4m3_placed_pair_bf16(0xC3A50000u | hi << 8 | lo);
+    const double factor = std::ldexp(1.0, 120);
+    ASSERT_EQ(half_value(pair, true) * factor, static_cast<double>(e4m3_scale_value(lo)))
+        << "code " << lo;
+    ASSERT_EQ(half_value(pair >> 16, true) * factor, static_cast<double>(e4m3_scale_value(hi)))
+        << "code " << hi;
   }
 }
 

@@ -41,11 +41,18 @@
 //     reproduces bit for bit).
 //   other integer codes (non-integer F32 zero points; Wna16Zeros::kReal): per value with the
 //     grouped GEMM's Dequant (wna16_gemm.cuh: round_T(fma(q, s, -z·s))), warp_block_gemm.
-//   MXFP4 / NVFP4: per value with Dequant (E8M0 / E4M3 scale bytes, NVFP4's global applied to
-//     the accumulator). The E2M1 bit placement with the E8M0 power of two on a per-unit
-//     accumulator (db2fffc) is exact for BF16 but not the old path's value bit for bit (E8M0
-//     code 0, and F16 weights outside F16's range, which the old path rounds), so it was left out.
-// The INT4 nibble pairs (j, j + 4) of warp_block_gemm_exact come in a permuted k order inside
+//   MXFP4 / NVFP4: warp_block_gemm_e2m1. B is the E2M1 code placed bit for bit into T (its
+//     magnitude bits as T's lowest exponent bits and top mantissa bit: e2m1 · 2^-126 in BF16,
+//     subnormal codes included) times one HMUL2 by the power of two that unbiases it: 19
+//     instructions for 8 values where the per-value Dequant (a byte permute, the 2^23 trick, a
+//     multiply and half a conversion a value) takes ~4-5 a value. The scale multiplies the B
+//     values in T with one more HMUL2 where T holds every scale exactly (BF16 MXFP4: BF16 has
+//     F32's exponent range; NVFP4 in both), else (F16 MXFP4) a per-unit fp32 accumulator
+//     (acc += 2^(e - 127) · U, the unit being its one scale group). No weight is rounded: BF16
+//     and NVFP4 give the per-value path's values bit for bit, F16 MXFP4 the unrounded weights'
+//     result (the per-value path rounds 2^(e - 127) · e2m1 to F16, the same value wherever F16
+//     holds it).
+// The INT4 and E2M1 nibble pairs (j, j + 4) of the exact paths come in a permuted k order inside
 // the lane's 8 columns of a unit; the A registers are permuted the same way (permute_a: 4 PRMT a
 // unit, shared by gate and up), which the mma's sum over k does not see.
 // x is read from global memory per unit as before (the staged-x and swapped-operand variant of
@@ -75,9 +82,9 @@
 //         partial + b2) is summed over j in order: one rounding, the weighted top-k sum fused (no
 //         combine launch).
 // Every CTA groups the M * k pairs by local expert in shared memory first
-// (decode::group_pairs, the BF16 decode path's), so no permutation launch is needed. The down
-// kernel is launched with programmatic stream serialization and groups its pairs while the up
-// kernel finishes.
+// (decode::group_pairs, the BF16 decode path's), so no permutation launch is needed. For integer
+// codes the down kernel is launched with programmatic stream serialization and groups its pairs
+// while the up kernel finishes (FP4: without, Wna16DecodeTiles::pdl says why).
 //
 // What may bound it short of the bandwidth (to check with the timing test before tuning): the
 // per-value dequantization where it is still used (shift-or, subtract, fma, half a conversion per
@@ -88,7 +95,8 @@
 // kernels, up to 128 with a few spilled bytes for PairRows 16; the exact variants 98-128, the
 // qwen3 M = 1 pair 121 (up) and 98 (down), and a few (plain INT4 up at PairRows 8, INT8 down)
 // that ptxas holds at 64 with 24-80 stack bytes, none of it in the inner loop; 16 warps an SM at
-// 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves); the group_pairs prologue
+// 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves; the FP4 up kernels are held
+// to 80, kUpMaxRegisters, with 24-108 bytes spilled); the group_pairs prologue
 // every CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
 #pragma once
 
@@ -113,6 +121,8 @@
 #include "ops/moe/cuda/wna16/wna16_gemm.cuh"
 
 namespace mg::cuda::wna16_decode {
+
+static_assert(kWna16DecodeMaxPairs == decode::kMaxPairs, "the host's bound is the kernels'");
 
 // Warps of a CTA at most (the launch bound; the host checks the forced tiles against it).
 inline constexpr int kMaxWarps = 16;
@@ -149,8 +159,9 @@ __device__ __forceinline__ uint32_t a_pair(const T* row, int k, int len) {
 // + 8)ᵀ over the K steps [s_begin, s_end) of K = len: A row g is a_lo (pair g), row g + 8 is a_hi
 // (pair g + 8), each a T row of `len` elements or null (zeros). !kHi: no group has more than 8
 // pairs, a_hi is not read (the A rows 8..15 are zeros without a load: M <= 8). Every lane of the
-// warp calls it (mma.sync).
-template <typename T, int Bits, Wna16Codes Codes, int Parts, bool kHi>
+// warp calls it (mma.sync). Integer codes through the grouped GEMM's per-value Dequant (what
+// zero points that are not integer codes take).
+template <typename T, int Bits, int Parts, bool kHi>
 __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                                 int expert, int block, int s_begin, int s_end,
                                                 const T* a_lo, const T* a_hi, int len,
@@ -158,8 +169,6 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
   constexpr int kW = Bits == 4 ? 4 : 8;  // words per lane per step
   constexpr int kVecs = kW / 4;          // 16-byte loads per lane per step
   constexpr int kStepWords = 32 * kW;
-  constexpr bool kFp4 = Codes != Wna16Codes::kInteger;
-  constexpr int kScaleBytes = kScaleBytesPerStep<Codes>;
   constexpr int kV = kStepsInFlight<Bits, Parts>;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int g_row = lane >> 2, t = lane & 3;
@@ -168,30 +177,23 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
   const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
 
   const uint32_t* wp[Parts];
-  [[maybe_unused]] const float2* pp[Parts];
-  [[maybe_unused]] const uint8_t* sp[Parts];
+  const float2* pp[Parts];
 #pragma unroll
   for (int p = 0; p < Parts; ++p) {
     const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
     wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
-    if constexpr (kFp4) {
-      sp[p] = w.scale_bytes + row_block * k_steps * (8 * kScaleBytes) + g_row * kScaleBytes;
-    } else {
-      const int64_t row = row_block * 8 + g_row;  // expert * rows_padded + part row
-      pp[p] = reinterpret_cast<const float2*>(w.params) + row * w.groups;
-    }
+    const int64_t row = row_block * 8 + g_row;  // expert * rows_padded + part row
+    pp[p] = reinterpret_cast<const float2*>(w.params) + row * w.groups;
   }
-  // Integer codes: the scale group of each 32-wide unit, followed with a counter instead of a
-  // division per unit (the units are visited in order): units_per_group units share a group
-  // (G / 32: G is a multiple of 32 when there are several groups; channel-wise, one group of any
-  // K, never advances). The slice starts at unit 4 s_begin.
-  [[maybe_unused]] const int units_per_group =
-      w.groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
-  [[maybe_unused]] const int last_group = static_cast<int>(w.groups) - 1;
-  [[maybe_unused]] int group = w.groups == 1 ? 0 : 4 * s_begin / units_per_group;
-  [[maybe_unused]] int units_left =
-      w.groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
-  if constexpr (!kFp4) {
+  // The scale group of each 32-wide unit, followed with a counter instead of a division per unit
+  // (the units are visited in order): units_per_group units share a group (G / 32: G is a
+  // multiple of 32 when there are several groups; channel-wise, one group of any K, never
+  // advances). The slice starts at unit 4 s_begin.
+  const int units_per_group = w.groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
+  const int last_group = static_cast<int>(w.groups) - 1;
+  int group = w.groups == 1 ? 0 : 4 * s_begin / units_per_group;
+  int units_left = w.groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
+  {
     // The slice's pairs of this lane's row are contiguous (groups g_first .. g_last): ask L1 for
     // their lines before the weight loads, so the per-unit __ldg below hits L1 instead of
     // waiting on L2 in the middle of the dequantization (no registers held for them).
@@ -209,7 +211,6 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
 
   for (int s0 = s_begin; s0 < s_end; s0 += kV) {
     uint4 wv[kV][Parts][kVecs];
-    [[maybe_unused]] uint2 sv[kFp4 ? kV : 1][Parts];
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int s = s0 + v;
@@ -222,16 +223,6 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
                                   wp[p] + static_cast<int64_t>(s) * kStepWords + q * 128, policy)
                             : make_uint4(0u, 0u, 0u, 0u);
         }
-        if constexpr (kFp4) {
-          const uint8_t* src = sp[p] + static_cast<int64_t>(s) * (8 * kScaleBytes);
-          if (s >= s_end) {
-            sv[v][p] = make_uint2(0u, 0u);
-          } else if constexpr (kScaleBytes == 4) {
-            sv[v][p] = make_uint2(__ldg(reinterpret_cast<const unsigned int*>(src)), 0u);
-          } else {
-            sv[v][p] = __ldg(reinterpret_cast<const uint2*>(src));
-          }
-        }
       }
     }
 #pragma unroll
@@ -240,20 +231,15 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
       if (s >= s_end) break;  // uniform over the warp
 #pragma unroll
       for (int unit = 0; unit < 4; ++unit) {
+        // Units past K (the padding of the last step, A zero there) keep the last group, so no
+        // pair past the row's is read.
+        const int g = min(group, last_group);
         float2 sc[Parts];
-        if constexpr (kFp4) {
 #pragma unroll
-          for (int p = 0; p < Parts; ++p) sc[p] = wna16::fp4_unit_scales<Codes>(sv[v][p], unit);
-        } else {
-          // Units past K (the padding of the last step, A zero there) keep the last group, so
-          // no pair past the row's is read.
-          const int g = min(group, last_group);
-#pragma unroll
-          for (int p = 0; p < Parts; ++p) sc[p] = __ldg(pp[p] + g);
-          if (--units_left == 0) {
-            ++group;
-            units_left = units_per_group;
-          }
+        for (int p = 0; p < Parts; ++p) sc[p] = __ldg(pp[p] + g);
+        if (--units_left == 0) {
+          ++group;
+          units_left = units_per_group;
         }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -267,7 +253,7 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
             // 4 bits: word `unit`; 8 bits: word 2 unit + half of the step's 8 (two vectors).
             const uint32_t word = Bits == 4 ? words[unit] : words[(2 * unit + half) & 3];
             uint32_t b[2];
-            wna16::Dequant<Bits, Codes>::template fragment<T>(word, half, sc[p], b);
+            wna16::Dequant<Bits, Wna16Codes::kInteger>::template fragment<T>(word, half, sc[p], b);
             grouped_gemm::mma_16816<T>(acc[p], a, b);
           }
         }
@@ -287,32 +273,15 @@ __device__ __forceinline__ void unit_pairs(const T* row, int k, int len, uint32_
   for (int i = 0; i < 4; ++i) p[i] = left > 8 * i ? __ldg(base + 4 * i) : 0u;
 }
 
-// The A registers {a0, a2} of the two k16 mmas of one unit in int4_magic_pairs' order, from the
-// natural pairs p[i] = x[32 u + 2t + 8 i .. + 1]: int4_magic_pairs gives b[m][r] = nibbles
-// (2m + r, 2m + r + 4), i.e. k (2t + 8m + r, 16 + 2t + 8m + r), so mma m takes
-// (x[2t + 8m], x[16 + 2t + 8m]) and (x[2t + 8m + 1], x[17 + 2t + 8m]). One PRMT a register; the
-// mma's sum over k does not see the order.
-__device__ __forceinline__ void permute_a(const uint32_t (&p)[4], uint32_t (&a)[2][2]) {
-  a[0][0] = __byte_perm(p[0], p[2], 0x5410);
-  a[0][1] = __byte_perm(p[0], p[2], 0x7632);
-  a[1][0] = __byte_perm(p[1], p[3], 0x5410);
-  a[1][1] = __byte_perm(p[1], p[3], 0x7632);
-}
-
-// a - b on a packed pair of T (one HSUB2; exact on the integer pairs it gets here).
-template <typename T>
-__device__ __forceinline__ uint32_t sub_pair(uint32_t a, uint32_t b) {
-  uint32_t d;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                     *reinterpret_cast<const __nv_bfloat162*>(&b));
-    d = *reinterpret_cast<const uint32_t*>(&r);
-  } else {
-    const __half2 r =
-        __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
-    d = *reinterpret_cast<const uint32_t*>(&r);
-  }
-  return d;
+// The A operands of one unit's two k16 mmas in the exact paths' k order (wna16::permute_a) for
+// pair rows a_lo (g) and a_hi (g + 8; zeros unless kHi), read from global memory through L1.
+template <bool kHi, typename T>
+__device__ __forceinline__ void unit_a(const T* a_lo, const T* a_hi, int k, int len_lo, int len_hi,
+                                       uint32_t (&a)[2][4]) {
+  uint32_t lo[4], hi[4] = {};
+  unit_pairs(a_lo, k, len_lo, lo);
+  if constexpr (kHi) unit_pairs(a_hi, k, len_hi, hi);
+  wna16::permute_a<kHi>(lo, hi, a);
 }
 
 // Integer codes whose zero points are integer codes (Wna16Zeros::kIntegerCodes): acc[part] +=
@@ -425,12 +394,8 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
       for (int unit = 0; unit < 4; ++unit) {
         const int kc = s * 128 + unit * 32 + 2 * t;
         if constexpr (Bits == 4) {
-          uint32_t lo[4], hi[4] = {};
-          unit_pairs(a_lo, kc, len_lo, lo);
-          if constexpr (kHi) unit_pairs(a_hi, kc, len_hi, hi);
-          uint32_t alo[2][2], ahi[2][2] = {};
-          permute_a(lo, alo);
-          if constexpr (kHi) permute_a(hi, ahi);
+          uint32_t a[2][4];
+          unit_a<kHi>(a_lo, a_hi, kc, len_lo, len_hi, a);
 #pragma unroll
           for (int p = 0; p < Parts; ++p) {
             const uint32_t words[4] = {wv[v][p][0].x, wv[v][p][0].y, wv[v][p][0].z, wv[v][p][0].w};
@@ -438,9 +403,9 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
             wna16_exact::int4_magic_pairs<kBf16>(words[unit], b);
 #pragma unroll
             for (int m = 0; m < 2; ++m) {
-              const uint32_t a[4] = {alo[m][0], ahi[m][0], alo[m][1], ahi[m][1]};
-              const uint32_t bm[2] = {sub_pair<T>(b[m][0], zm[p]), sub_pair<T>(b[m][1], zm[p])};
-              grouped_gemm::mma_16816<T>(u[p], a, bm);
+              const uint32_t bm[2] = {wna16::sub_pair<T>(b[m][0], zm[p]),
+                                      wna16::sub_pair<T>(b[m][1], zm[p])};
+              grouped_gemm::mma_16816<T>(u[p], a[m], bm);
             }
           }
         } else {
@@ -465,8 +430,8 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
                 b[0] = wna16::pack_pair<T>(d[0], d[1]);
                 b[1] = wna16::pack_pair<T>(d[2], d[3]);
               } else {
-                b[0] = sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 0), zm[p]);
-                b[1] = sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 1), zm[p]);
+                b[0] = wna16::sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 0), zm[p]);
+                b[1] = wna16::sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 1), zm[p]);
               }
               grouped_gemm::mma_16816<T>(u[p], a, b);
             }
@@ -484,19 +449,133 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
   end_group();  // the slice's last (or only) group; adds zeros when it just ended
 }
 
-// The block GEMM of a code kind: integer codes with integer zero points (ExactZeros, chosen at
-// launch from Wna16Weights::zeros) take warp_block_gemm_exact, everything else the per-value
-// dequantization.
-template <typename T, int Bits, Wna16Codes Codes, bool ExactZeros, int Parts, bool kHi>
+// FP4 codes (MXFP4, NVFP4): acc[part] += the same C fragment as warp_block_gemm's, the E2M1
+// values placed bit for bit into T (wna16_exact::e2m1_placed_pairs: 15 bit instructions and 4
+// HMUL2 for 8 values, against ~4-5 a value through the per-value Dequant) in int4_magic_pairs'
+// order (the A registers permuted as warp_block_gemm_exact's), and the scales applied without
+// rounding anything:
+//   in T (BF16 MXFP4, NVFP4): the B values times the scale pair of the lane's weight row g (one
+//          HMUL2 a register; a B register's halves are nibbles j and j + 4, one from each 16-wide
+//          half of the unit, so NVFP4's pair is (half 0, half 1)): exact, as BF16 holds every
+//          E8M0 power of two (F32's exponent range) and 2^(e - 127) · e2m1 or 2·e2m1 · e4m3 has at
+//          most 6 significant bits; the per-value path's values bit for bit (NVFP4's part global
+//          / 2 multiplies the result as before);
+//   on the accumulator (F16 MXFP4: its range holds few E8M0 powers): the two mmas of a unit sum
+//          U = Σ x e2m1 of its one scale group, and each C element (pair row, weight row 2t or
+//          2t + 1) gets acc += 2^(e - 127) · U with its weight row's code (the lane loads rows 2t
+//          and 2t + 1's scale bytes): exact but for the fp32 sums.
+template <typename T, Wna16Codes Codes, int Parts, bool kHi>
+__device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], const Wna16Weights& w,
+                                                     int expert, int block, int s_begin, int s_end,
+                                                     const T* a_lo, const T* a_hi, int len,
+                                                     uint64_t policy) {
+  static_assert(Codes != Wna16Codes::kInteger);
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool kMx = Codes == Wna16Codes::kMxfp4;
+  constexpr bool kScaleInT = wna16::kFp4ScaleInT<T, Codes>;
+  constexpr int kStepWords = 32 * 4;                      // one 16-byte load a lane and step
+  constexpr int kScaleBytes = kScaleBytesPerStep<Codes>;  // a row's per step: 4 (MX) / 8 (NV)
+  constexpr int kV = kStepsInFlight<4, Parts>;
+  constexpr uint32_t kUnbias = wna16_exact::kE2M1Unbias<kBf16, !kMx>;
+  // The scale bytes a lane loads per step: MXFP4 in T row g's 4 (one word); on the accumulator
+  // rows 2t and 2t + 1's (8); NVFP4 row g's 8.
+  using ScaleWords = std::conditional_t<kMx && kScaleInT, uint32_t, uint2>;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int g_row = lane >> 2, t = lane & 3;
+  const int k_steps = static_cast<int>(w.k_steps);
+  const int64_t rows_padded = Parts * w.part_rows;
+  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
+  // A row past the pairs reads nothing (zeros).
+  const int len_lo = a_lo == nullptr ? 0 : len;
+  [[maybe_unused]] const int len_hi = a_hi == nullptr ? 0 : len;
+
+  const uint32_t* wp[Parts];
+  const ScaleWords* sp[Parts];
+#pragma unroll
+  for (int p = 0; p < Parts; ++p) {
+    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
+    wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
+    sp[p] = reinterpret_cast<const ScaleWords*>(w.scale_bytes +
+                                                row_block * k_steps * (8 * kScaleBytes) +
+                                                (kScaleInT ? g_row : 2 * t) * kScaleBytes);
+  }
+  constexpr int kScaleStep = 8 * kScaleBytes / static_cast<int>(sizeof(ScaleWords));
+
+  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
+    uint4 wv[kV][Parts];
+    ScaleWords sv[kV][Parts];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      // Past the slice: the last step again (never used; no zero-fill moves).
+      const int sl = min(s0 + v, s_end - 1);
+#pragma unroll
+      for (int p = 0; p < Parts; ++p) {
+        wv[v][p] = decode::load_weights(wp[p] + static_cast<int64_t>(sl) * kStepWords, policy);
+        sv[v][p] = __ldg(sp[p] + static_cast<int64_t>(sl) * kScaleStep);
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+      if (s >= s_end) break;  // uniform over the warp
+#pragma unroll
+      for (int unit = 0; unit < 4; ++unit) {
+        const int kc = s * 128 + unit * 32 + 2 * t;
+        uint32_t a[2][4];
+        unit_a<kHi>(a_lo, a_hi, kc, len_lo, len_hi, a);
+#pragma unroll
+        for (int p = 0; p < Parts; ++p) {
+          const uint32_t words[4] = {wv[v][p].x, wv[v][p].y, wv[v][p].z, wv[v][p].w};
+          uint32_t b[2][2];
+          if constexpr (kScaleInT) {
+            uint2 bytes;
+            if constexpr (kMx) {
+              bytes = make_uint2(sv[v][p], 0u);
+            } else {
+              bytes = sv[v][p];
+            }
+            wna16::fp4_placed_fragments<T, Codes>(words[unit],
+                                                  wna16::fp4_scale_pair<T, Codes>(bytes, unit), b);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+              grouped_gemm::mma_16816<T>(acc[p], a[m], b[m]);
+            }
+          } else {
+            wna16_exact::e2m1_placed_pairs<kBf16>(words[unit], b);
+            float u[4] = {};
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+              const uint32_t bm[2] = {wna16::mul_pair<T>(b[m][0], kUnbias),
+                                      wna16::mul_pair<T>(b[m][1], kUnbias)};
+              grouped_gemm::mma_16816<T>(u, a[m], bm);
+            }
+            const float s_even = __uint_as_float(wna16_exact::e8m0_scale_bits(sv[v][p].x, unit));
+            const float s_odd = __uint_as_float(wna16_exact::e8m0_scale_bits(sv[v][p].y, unit));
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[p][c] = fmaf(c & 1 ? s_odd : s_even, u[c], acc[p][c]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The block GEMM of a code kind: FP4 codes take warp_block_gemm_e2m1; integer codes with integer
+// zero points (Exact, chosen at launch from Wna16Weights::zeros) warp_block_gemm_exact;
+// everything else the per-value dequantization.
+template <typename T, int Bits, Wna16Codes Codes, bool Exact, int Parts, bool kHi>
 __device__ __forceinline__ void block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                            int expert, int block, int s_begin, int s_end,
                                            const T* a_lo, const T* a_hi, int len, uint64_t policy) {
-  if constexpr (Codes == Wna16Codes::kInteger && ExactZeros) {
+  if constexpr (Codes != Wna16Codes::kInteger) {
+    warp_block_gemm_e2m1<T, Codes, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
+                                               len, policy);
+  } else if constexpr (Exact) {
     warp_block_gemm_exact<T, Bits, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
                                                len, policy);
   } else {
-    warp_block_gemm<T, Bits, Codes, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
-                                                len, policy);
+    warp_block_gemm<T, Bits, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len,
+                                         policy);
   }
 }
 
@@ -527,6 +606,13 @@ __device__ __forceinline__ StepRange slice_steps(int k_steps, int slices, int sl
   return r;
 }
 
+// Registers of an up kernel's thread at most: 128 lets a CTA of kMaxThreads run; FP4's gated up
+// kernel wants 82-101 (ptxas, CUDA 13.0), which leaves two 8-warp CTAs an SM, and at 80 three
+// fit (a few dozen bytes spilled): gpt-oss-120b MXFP4 on the H200 (session 13, the timing test)
+// M = 1 58.5 -> 52.2 us, M = 16 514.4 -> 479.6 (its 360 CTAs in one wave instead of 1.36).
+template <Wna16Codes Codes>
+inline constexpr int kUpMaxRegisters = Codes == Wna16Codes::kInteger ? 128 : 80;
+
 struct UpParams {
   const void* x = nullptr;  // [tokens, hidden] T
   const int32_t* topk_ids = nullptr;
@@ -545,8 +631,8 @@ struct UpParams {
 // Warp w is slice w % k_slices of block blockIdx.x * blocks_per_cta + w / k_slices; the slices
 // of a block leave their gate and up accumulators in shared memory and the block's slice-0 warp
 // sums them in slice order, then applies the activation.
-template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows, bool ExactZeros>
-__global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpParams p) {
+template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows, bool Exact>
+__global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const UpParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   constexpr int kParts = Gated ? 2 : 1;
   __shared__ decode::PairGroups g;
@@ -582,11 +668,11 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_up_kernel(const UpPa
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
         if (PairRows > 8 && group_end - first > 8) {
-          block_gemm<T, Bits, Codes, ExactZeros, kParts, true>(
-              acc, p.w13, e, block, steps.begin, steps.end, a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, Exact, kParts, true>(acc, p.w13, e, block, steps.begin,
+                                                          steps.end, a_lo, a_hi, p.hidden, policy);
         } else {
-          block_gemm<T, Bits, Codes, ExactZeros, kParts, false>(
-              acc, p.w13, e, block, steps.begin, steps.end, a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, Exact, kParts, false>(acc, p.w13, e, block, steps.begin,
+                                                           steps.end, a_lo, a_hi, p.hidden, policy);
         }
       }
       if (p.k_slices > 1) {  // uniform over the CTA: the barriers are reached by every thread
@@ -659,7 +745,7 @@ struct DownParams {
 };
 
 // out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
-template <typename T, int Bits, Wna16Codes Codes, int PairRows, bool ExactZeros>
+template <typename T, int Bits, Wna16Codes Codes, int PairRows, bool Exact>
 __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const DownParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   __shared__ decode::PairGroups g;
@@ -723,11 +809,11 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const Do
           float acc[1][4] = {};
           if (steps.begin < steps.end) {  // uniform over the warp
             if (PairRows > 8 && group_end - first > 8) {
-              block_gemm<T, Bits, Codes, ExactZeros, 1, true>(
-                  acc, p.w2, e, block0 + b, steps.begin, steps.end, a_lo, a_hi, p.inter, policy);
+              block_gemm<T, Bits, Codes, Exact, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
+                                                         steps.end, a_lo, a_hi, p.inter, policy);
             } else {
-              block_gemm<T, Bits, Codes, ExactZeros, 1, false>(
-                  acc, p.w2, e, block0 + b, steps.begin, steps.end, a_lo, a_hi, p.inter, policy);
+              block_gemm<T, Bits, Codes, Exact, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
+                                                          steps.end, a_lo, a_hi, p.inter, policy);
             }
           }
           const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
@@ -819,35 +905,42 @@ inline int resolve_k_slices(int forced, int64_t k_steps, int in_flight) {
   return (steps + per - 1) / per;
 }
 
-// Whether the kernels of `w` take warp_block_gemm_exact (integer codes whose zero points are all
-// integer codes, found by the packer) rather than the per-value dequantization.
+// Whether the kernels of `w` take an exact path (FP4 codes: warp_block_gemm_e2m1, always; integer
+// codes whose zero points are all integer codes, found by the packer: warp_block_gemm_exact)
+// rather than the per-value dequantization.
 template <Wna16Codes Codes>
-bool uses_exact_zeros(const Wna16Weights& w) {
-  return Codes == Wna16Codes::kInteger && w.zeros == Wna16Zeros::kIntegerCodes;
+bool uses_exact_path(const Wna16Weights& w) {
+  return Codes != Wna16Codes::kInteger || w.zeros == Wna16Zeros::kIntegerCodes;
 }
 
-// The up / down kernel of a launch (the exact variants exist for integer codes only).
+// The up / down kernel of a launch (FP4 codes have only the exact variants).
 template <typename T, int Bits, Wna16Codes Codes, bool Gated>
 auto up_kernel(bool rows16, [[maybe_unused]] bool exact) -> void (*)(UpParams) {
   if constexpr (Codes == Wna16Codes::kInteger) {
-    if (exact) {
-      return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, true>
-                    : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, true>;
+    if (!exact) {
+      return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, false>
+                    : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, false>;
     }
   }
-  return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, false>
-                : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, false>;
+  return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, true>
+                : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, true>;
 }
 template <typename T, int Bits, Wna16Codes Codes>
 auto down_kernel(bool rows16, [[maybe_unused]] bool exact) -> void (*)(DownParams) {
   if constexpr (Codes == Wna16Codes::kInteger) {
-    if (exact) {
-      return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, true>
-                    : wna16_decode_down_kernel<T, Bits, Codes, 8, true>;
+    if (!exact) {
+      return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, false>
+                    : wna16_decode_down_kernel<T, Bits, Codes, 8, false>;
     }
   }
-  return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, false>
-                : wna16_decode_down_kernel<T, Bits, Codes, 8, false>;
+  return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, true>
+                : wna16_decode_down_kernel<T, Bits, Codes, 8, true>;
+}
+
+// Whether the kernels launch with programmatic stream serialization (Wna16DecodeTiles::pdl).
+template <Wna16Codes Codes>
+bool use_pdl(const Wna16DecodeTiles& tiles) {
+  return tiles.pdl < 0 ? Codes == Wna16Codes::kInteger : tiles.pdl != 0;
 }
 
 template <typename T, int Bits, Wna16Codes Codes>
@@ -868,16 +961,21 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   const size_t smem =
       p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
   const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
-  const bool exact = uses_exact_zeros<Codes>(p.w13);
+  const bool exact = uses_exact_path<Codes>(p.w13);
   launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, exact)
                       : up_kernel<T, Bits, Codes, false>(rows16, exact),
-                grid, warps, smem, tiles.pdl, stream, p);
+                grid, warps, smem, use_pdl<Codes>(tiles), stream, p);
 }
 
 template <typename T, int Bits, Wna16Codes Codes>
 void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t stream) {
   const int warps = tiles.down_warps > 0 ? tiles.down_warps : 8;
   p.k_slices = resolve_k_slices(tiles.down_k_slices, p.w2.k_steps, kStepsInFlight<Bits, 1>);
+  if (Codes != Wna16Codes::kInteger && tiles.down_k_slices == 0) {
+    const int fill = (warps + p.num_pairs - 1) / p.num_pairs;  // one item a warp, pairs distinct
+    p.k_slices =
+        resolve_k_slices(std::min(p.k_slices, fill), p.w2.k_steps, kStepsInFlight<Bits, 1>);
+  }
   // The partial sums of all slices stay in shared memory: fewer slices when they would not fit.
   const size_t slice_bytes =
       static_cast<size_t>(p.num_pairs) * p.blocks_per_cta * 8 * sizeof(float);
@@ -892,8 +990,8 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
   const int64_t row_blocks = (p.hidden + 7) / 8;
   const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
   const bool rows16 = p.num_tokens > 8;  // as launch_up's
-  launch_kernel(down_kernel<T, Bits, Codes>(rows16, uses_exact_zeros<Codes>(p.w2)), grid, warps,
-                smem, tiles.pdl, stream, p);
+  launch_kernel(down_kernel<T, Bits, Codes>(rows16, uses_exact_path<Codes>(p.w2)), grid, warps,
+                smem, use_pdl<Codes>(tiles), stream, p);
 }
 
 // The kernels of the packed matrix's code kind and width.

@@ -57,8 +57,11 @@ struct Wna16DecodeTiles {
   int up_blocks_per_cta = 0;
   // grid.y of the up kernel: CTAs per act-column tile that share the distinct experts.
   int up_expert_slots = 16;
-  // Down kernel: K (= I) slices per (expert, 8-row block) item; 0: as for up_k_slices. Fewer when
-  // the partial sums would not fit in 32 KB of shared memory.
+  // Down kernel: K (= I) slices per (expert, 8-row block) item; 0: as for up_k_slices, and for
+  // FP4 no more than give each warp of a CTA one item when every pair has its own expert
+  // (ceil(warps / pairs): gpt-oss-120b MXFP4, H200, session 13, µs with slices by the rule (3) /
+  // 2 / 1: M = 1 52.2 / 49.2 / 51.1, M = 2 92.6 / 91.7 / 88.4, M = 16 479.6 / 472.2 / 450.0).
+  // Fewer when the partial sums would not fit in 32 KB of shared memory.
   int down_k_slices = 0;
   // Down kernel: warps per CTA (1 .. 16), dealt the CTA's (expert, block, slice) items in turn;
   // 0: 8.
@@ -70,7 +73,12 @@ struct Wna16DecodeTiles {
   bool down_prefetch_l2 = false;
   // Weight loads ask L2 to evict their lines first (each is read once per launch).
   bool evict_first = true;
-  bool pdl = true;  // launch both kernels with programmatic stream serialization
+  // Programmatic stream serialization for both kernels: 1 on, 0 off, -1 the rule: on for integer
+  // codes, off for FP4. H200 timing (session 13, `MG_WNA16_TIMING=1 mg_cuda_tests
+  // --gtest_filter='CudaWna16Decode.Timing*'`, µs on / off): qwen3-30b-a3b int4 M = 1 27.0 / 27.8,
+  // M = 2 48.0 / 49.6; gpt-oss-120b MXFP4 M = 1 52.2 / 49.2, M = 4 170.3 / 152.5, M = 16 479.6 /
+  // 425.3 (the down kernel's CTAs, resident early, take SM room the up kernel's wave could use).
+  int pdl = -1;
 };
 
 // The most tokens the kernels take: a (16-row) m16n8k16 A operand holds the pairs of one expert,
@@ -79,11 +87,13 @@ struct Wna16DecodeTiles {
 // kernels use groups of 8, half the A operand, in a variant with fewer registers). The pairs
 // (M * k <= 256) are grouped in shared memory.
 inline constexpr int64_t kWna16DecodeMaxTokens = 16;
+// The most (token, expert) pairs one launch takes (M * k; grouped in shared memory).
+inline constexpr int64_t kWna16DecodeMaxPairs = 256;
 
 // The experts backends (cuda_wna16, cuda_fp4) take the decode path at M <= this many tokens
-// (wna16_decode_threshold: weights the per-value dequantization takes; the exact integer-code
-// path has its own, below) unless a kernel is forced (`:wna16_decode` forces it up to
-// kWna16DecodeMaxTokens,
+// (wna16_decode_threshold: integer weights the per-value dequantization takes; the exact
+// integer-code path and FP4 have their own, below) unless a kernel is forced (`:wna16_decode`
+// forces it up to kWna16DecodeMaxTokens,
 // `:wna16_mma16|wna16_mma64` the grouped GEMMs). Set by the H100 timing
 //   MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'
 // (session 9): the decode path beats the grouped GEMM at M = 1 on both shapes (qwen3-30b-a3b
@@ -97,13 +107,26 @@ inline constexpr int64_t kWna16DecodeThreshold = 1;
 // 49.4 / 55.7, M = 4 76.6 / 77.9, M = 8 139.6 / 122.5; the per-value path at M = 2 56.0.
 inline constexpr int64_t kWna16DecodeExactThreshold = 2;
 
-// Whether the decode kernels take `w` through the exact integer-code path.
+// The same for FP4 codes (always the exact E2M1 path). Against the grouped GEMM with the same
+// bit placement (wna16_gemm.cuh), H200, session 13 (docs/performance.md, "FP4 experts with the
+// E2M1 codes placed bit for bit"): `MG_WNA16_TIMING=1 mg_cuda_tests
+// --gtest_filter='CudaWna16Decode.Timing*'`, gpt-oss-120b MXFP4, µs decode / grouped GEMM: M = 1
+// 46.2 / 54.9, 2 80.7 / 72.8, 4 143.3 / 127.1, 16 401.2 / 316.8; `moegraph bench moe --quant
+// mxfp4|nvfp4 --shape gpt-oss-120b,qwen3-30b-a3b --kernel wna16_decode,wna16_mma16 --tokens
+// 1,2,3,4,6,8,12,16 --no-check`: the GEMM wins from 3 tokens on both shapes and both schemes, at
+// 2 on gpt-oss (88.9 / 83.4 MXFP4), ties at 2 on qwen3 (50.8 / 51.8), loses at 1 on qwen3 (37.1
+// / 41.8) and NVFP4 gpt-oss (62.3 / 71.0).
+inline constexpr int64_t kWna16DecodeFp4Threshold = 1;
+
+// Whether the decode kernels take `w` through an exact path: FP4 codes always (E2M1 placed bit
+// for bit), integer codes when every zero point is an integer code (found by the packer).
 inline bool wna16_decode_exact(const Wna16Weights& w) {
-  return w.codes == Wna16Codes::kInteger && w.zeros == Wna16Zeros::kIntegerCodes;
+  return w.codes != Wna16Codes::kInteger || w.zeros == Wna16Zeros::kIntegerCodes;
 }
 
 // The tokens up to which the experts backends take the decode path for these weights.
 inline int64_t wna16_decode_threshold(const Wna16Weights& w13, const Wna16Weights& w2) {
+  if (w13.codes != Wna16Codes::kInteger) return kWna16DecodeFp4Threshold;
   return wna16_decode_exact(w13) && wna16_decode_exact(w2) ? kWna16DecodeExactThreshold
                                                            : kWna16DecodeThreshold;
 }

@@ -93,6 +93,69 @@ MG_HOST_DEVICE inline void int4_magic_pairs(uint32_t word, uint32_t (&b)[2][2]) 
   b[1][1] = and_or(word >> 12, kMask, kMagic);
 }
 
+// E2M1 (MXFP4 / NVFP4 codes: sign bit 3, exponent bits 2..1, mantissa bit 0), placed bit for bit:
+// b[m][r] holds nibbles j = 2m + r (low half) and j + 4 (high half), the pairing of
+// int4_magic_pairs, each with its magnitude bits (e, m) as T's lowest exponent bits and top
+// mantissa bit (BF16 bits 6..8, F16 bits 9..11) and its sign as T's sign. A T value so made is
+// e2m1 · 2^-126 (BF16) / e2m1 · 2^-14 (F16) for every code: exponent 0 is T's subnormal m / 2
+// times the smallest normal, exactly E2M1's own subnormal 0.5 · m. One multiply by
+// kE2M1Unbias (exact: a power of two, the result a normal number of two significant bits) makes
+// it the code's value. 7 shifts and 8 LOP3 for 8 values.
+template <bool kBf16>
+inline constexpr uint32_t kE2M1MagMask = kBf16 ? 0x01C001C0u : 0x0E000E00u;
+template <int kShift>
+MG_HOST_DEVICE constexpr uint32_t shift_left(uint32_t word) {  // a right shift for kShift < 0
+  if constexpr (kShift >= 0) {
+    return word << kShift;
+  } else {
+    return word >> -kShift;
+  }
+}
+template <bool kBf16>
+MG_HOST_DEVICE inline void e2m1_placed_pairs(uint32_t word, uint32_t (&b)[2][2]) {
+  constexpr uint32_t kSign = 0x80008000u, kMag = kE2M1MagMask<kBf16>;
+  // Nibble j's code bit 0 (at 4j) goes to T bit kS, its sign (4j + 3) to bit 15.
+  constexpr int kS = kBf16 ? 6 : 9;
+  b[0][0] = and_or(word << 12, kSign, shift_left<kS>(word) & kMag);
+  b[0][1] = and_or(word << 8, kSign, shift_left<kS - 4>(word) & kMag);
+  b[1][0] = and_or(word << 4, kSign, shift_left<kS - 8>(word) & kMag);
+  b[1][1] = and_or(word, kSign, shift_left<kS - 12>(word) & kMag);
+}
+
+// The half2 pair that makes e2m1_placed_pairs' values E2M1 values (2^126 BF16, 2^14 F16) or, with
+// kDoubled, twice them (2^127, 2^15: the per-value path's 2·e2m1, which NVFP4's 0.5 · global
+// expects).
+template <bool kBf16, bool kDoubled>
+inline constexpr uint32_t kE2M1Unbias = kBf16 ? (kDoubled ? 0x7F007F00u : 0x7E807E80u)
+                                              : (kDoubled ? 0x78007800u : 0x74007400u);
+
+// The F32 bits of the E8M0 scale 2^(code - 127) of byte `unit` of `bytes`: the byte shifted into
+// the exponent field; code 0 (2^-127, an F32 subnormal) through the max (every other code's bits
+// are larger). Code 255 (NaN) never reaches the kernels (the packer refuses it).
+MG_HOST_DEVICE inline uint32_t e8m0_scale_bits(uint32_t bytes, int unit) {
+  const int shift = 23 - 8 * unit;  // byte `unit` -> bits 23..30
+  const uint32_t bits = (shift >= 0 ? bytes << shift : bytes >> -shift) & 0x7F800000u;
+  return bits > 0x00400000u ? bits : 0x00400000u;
+}
+
+// The E8M0 scale 2^(code - 127) of byte `unit` of `bytes` as a BF16 pair (both halves): BF16 has
+// F32's exponent range, so every code is exact, code 0 as the subnormal 2^-127 (bits 0x0040).
+// One PRMT (the byte into both halves), one shift, one max (every other code's bits are larger).
+MG_HOST_DEVICE inline uint32_t e8m0_bf16_pair(uint32_t bytes, int unit) {
+  const uint32_t u = static_cast<uint32_t>(unit);
+  const uint32_t both = byte_perm(bytes, 0u, 0x4040u | u | (u << 8)) << 7;
+  return both > 0x00400040u ? both : 0x00400040u;
+}
+
+// E4M3 codes (NVFP4's scales) in bytes 0 and 1 of `bytes`, placed into a BF16 pair bit for bit:
+// value · 2^-120 (exponent bias 7 against 127; E4M3's subnormals are BF16 subnormals of the same
+// scaled value); one multiply by kE4M3Unbias makes it exact. Byte 0 -> the low half.
+MG_HOST_DEVICE inline uint32_t e4m3_placed_pair_bf16(uint32_t bytes) {
+  const uint32_t pair = byte_perm(bytes, 0u, 0x4140u);  // byte 0 -> bits 0..7, byte 1 -> 16..23
+  return and_or(pair << 4, 0x07F007F0u, (pair << 8) & 0x80008000u);
+}
+inline constexpr uint32_t kE4M3UnbiasBf16 = 0x7B807B80u;  // 2^120, both halves
+
 // INT8, F16: bytes 2h and 2h + 1 of `word` as the pair (1024 + q, 1024 + q') (one PRMT).
 MG_HOST_DEVICE inline uint32_t int8_magic_pair_f16(uint32_t word, int h) {
   return byte_perm(word, 0x64646464u, h == 0 ? 0x4140u : 0x4342u);

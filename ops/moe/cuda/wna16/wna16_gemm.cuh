@@ -16,8 +16,11 @@
 //       E4M3: one cvt of both halves' bytes to half2)
 // and each lane turns its own 16 (or 32) bytes of B into its mma fragments: per value one
 // shift-and-or into a float whose low mantissa bits are the code (2^23 + q), one subtraction
-// (exact), one fma with the group's pair, and half a conversion to a packed BF16/F16 pair. Rows,
-// columns and K tails are zero-filled by cp.async, so the MMAs need no masks.
+// (exact), one fma with the group's pair, and half a conversion to a packed BF16/F16 pair. FP4
+// codes whose scales T holds (BF16 MXFP4, NVFP4) instead take the decode kernels' bit placement
+// (fp4_placed_fragments: 15 bit instructions and 8 HMUL2 for 8 values, the same values), with
+// both k16 halves of a unit's A permuted to its k order (permute_a, 8 PRMT a unit and m16 block).
+// Rows, columns and K tails are zero-filled by cp.async, so the MMAs need no masks.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,6 +36,7 @@
 #include "framework/device/cuda/cuda_utils.cuh"
 #include "ops/moe/cuda/grouped_gemm_common.cuh"
 #include "ops/moe/cuda/moe_activation_cuda.cuh"
+#include "ops/moe/cuda/wna16/wna16_exact_codes.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_gemm_launch.h"
 
@@ -102,6 +106,104 @@ __device__ __forceinline__ float e2m1_doubled_at(uint32_t word, int shift) {
   const uint32_t mag = __byte_perm(kE2M1DoubledLo, kE2M1DoubledHi, c & 7u);
   const float v = __uint_as_float(mag | 0x4B000000u) - 8388608.0f;
   return __uint_as_float(__float_as_uint(v) | ((c & 8u) << 28));
+}
+
+// ---- FP4 codes placed bit for bit (wna16_exact::e2m1_placed_pairs), shared with the decode
+// kernels (wna16_decode_cuda.cuh): a B register holds nibbles j and j + 4 of a unit (k and
+// k + 16), so the A registers are permuted to match (permute_a).
+
+// The A operands of the two k16 mmas of one unit in int4_magic_pairs' order (also
+// e2m1_placed_pairs'), from the natural pairs lo[i] = row g's x[32 u + 2t + 8 i .. + 1] and hi[i]
+// = row g + 8's: int4_magic_pairs gives b[m][r] = nibbles (2m + r, 2m + r + 4), i.e. k
+// (2t + 8m + r, 16 + 2t + 8m + r), so mma m takes (x[2t + 8m], x[16 + 2t + 8m]) and
+// (x[2t + 8m + 1], x[17 + 2t + 8m]) of both rows. One PRMT a register; the mma's sum over k does
+// not see the order. kHi false: rows g + 8 are zeros (no PRMT).
+template <bool kHi = true>
+__device__ __forceinline__ void permute_a(const uint32_t (&lo)[4], const uint32_t (&hi)[4],
+                                          uint32_t (&a)[2][4]) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    a[m][0] = __byte_perm(lo[m], lo[m + 2], 0x5410);
+    a[m][1] = kHi ? __byte_perm(hi[m], hi[m + 2], 0x5410) : 0u;
+    a[m][2] = __byte_perm(lo[m], lo[m + 2], 0x7632);
+    a[m][3] = kHi ? __byte_perm(hi[m], hi[m + 2], 0x7632) : 0u;
+  }
+}
+
+// Packed pairs of T (BF16 / F16) as the 32-bit registers the mmas take, and back.
+template <typename T>
+using Pair2 = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+template <typename T>
+__device__ __forceinline__ Pair2<T> as_pair2(uint32_t bits) {
+  Pair2<T> v;
+  memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pair_bits(Pair2<T> v) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof(bits));
+  return bits;
+}
+
+// a * b and a - b on packed pairs of T (one HMUL2 / HSUB2; exact wherever these kernels use them:
+// powers of two, products of at most 6 significant bits in T's range, differences of integers
+// T holds).
+template <typename T>
+__device__ __forceinline__ uint32_t mul_pair(uint32_t a, uint32_t b) {
+  return pair_bits<T>(__hmul2(as_pair2<T>(a), as_pair2<T>(b)));
+}
+template <typename T>
+__device__ __forceinline__ uint32_t sub_pair(uint32_t a, uint32_t b) {
+  return pair_bits<T>(__hsub2(as_pair2<T>(a), as_pair2<T>(b)));
+}
+
+// NVFP4: the E4M3 scales of both 16-wide halves of one unit (bytes 0 and 1 of `bytes`) as a pair
+// of T, exact (F16: one cvt; BF16: bit placement and one HMUL2).
+template <typename T>
+__device__ __forceinline__ uint32_t e4m3_scale_pair(uint32_t bytes) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return mul_pair<T>(wna16_exact::e4m3_placed_pair_bf16(bytes), wna16_exact::kE4M3UnbiasBf16);
+  } else {
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes & 0xFFFFu), __NV_E4M3);
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  }
+}
+
+// Whether FP4 B values of T can carry their scale exactly (fp4_placed_fragments): every E8M0 power
+// of two is a BF16 value (BF16 has F32's exponent range), NVFP4's E4M3 scales are BF16 and F16
+// values and 2·e2m1 · e4m3 has at most 6 significant bits; F16 holds few E8M0 powers.
+template <typename T, Wna16Codes Codes>
+inline constexpr bool kFp4ScaleInT = Codes == Wna16Codes::kNvfp4 ||
+                                     (Codes == Wna16Codes::kMxfp4 &&
+                                      std::is_same_v<T, __nv_bfloat16>);
+
+// The scale pair of 32-wide unit `unit` of a row from its scale bytes of the step (MXFP4: byte
+// `unit` of bytes.x, both halves; NVFP4: bytes 2 unit and 2 unit + 1, (half 0, half 1)).
+template <typename T, Wna16Codes Codes>
+__device__ __forceinline__ uint32_t fp4_scale_pair(uint2 bytes, int unit) {
+  if constexpr (Codes == Wna16Codes::kMxfp4) {
+    return wna16_exact::e8m0_bf16_pair(bytes.x, unit);
+  } else {
+    return e4m3_scale_pair<T>((unit < 2 ? bytes.x : bytes.y) >> (16 * (unit & 1)));
+  }
+}
+
+// The B fragments b[m] (k16 mma m of the unit, A permuted by permute_a) of one lane's word of FP4
+// codes with the row's scale pair applied: the placed values unbiased (MXFP4 to e2m1, NVFP4 to
+// 2·e2m1: the layout's 0.5 · global) and scaled, two HMUL2 a register, exact.
+template <typename T, Wna16Codes Codes>
+__device__ __forceinline__ void fp4_placed_fragments(uint32_t word, uint32_t scale_pair,
+                                                     uint32_t (&b)[2][2]) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr uint32_t kUnbias = wna16_exact::kE2M1Unbias<kBf16, Codes == Wna16Codes::kNvfp4>;
+  wna16_exact::e2m1_placed_pairs<kBf16>(word, b);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) b[m][r] = mul_pair<T>(mul_pair<T>(b[m][r], kUnbias), scale_pair);
+  }
 }
 
 // The dequantization policy: the B fragment {b0, b1} of one k16 half from the lane's packed
@@ -195,6 +297,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   using grouped_gemm::swizzled;
   using S = typename Tile::template Stage<Bits, Codes, Gated>;
   constexpr bool kFp4 = Codes != Wna16Codes::kInteger;
+  // FP4 codes placed bit for bit, scaled in T (fp4_placed_fragments), where T holds the scales.
+  constexpr bool kPlaced = kFp4 && kFp4ScaleInT<T, Codes>;
   constexpr int kScaleBytes = S::kScaleBytes;
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, kStages = Tile::Stages;
   constexpr int MI = Tile::MI, NI = Tile::NI, kThreads = Tile::kThreads;
@@ -400,6 +504,47 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
 #pragma unroll
     for (int unit = 0; unit < 4; ++unit) {
+      if constexpr (kPlaced) {
+        // Both k16 halves of the unit's A, permuted into the placed pairs' k order: mma m takes
+        // (x[k], x[k + 16]) pairs (permute_a) against fp4_placed_fragments' b[m].
+        uint32_t am[MI][2][4];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          uint32_t h0[4], h1[4];
+          ldmatrix_x4(h0, s_a + (unit >> 1) * (BM * 128) +
+                              swizzled(a_row + mi * 16, ((2 * unit) & 3) * 2 + a_half_chunk));
+          ldmatrix_x4(h1, s_a + (unit >> 1) * (BM * 128) +
+                              swizzled(a_row + mi * 16, ((2 * unit + 1) & 3) * 2 + a_half_chunk));
+          // Row g's natural pairs (k 2t, 2t + 8, 16 + 2t, 24 + 2t) and row g + 8's.
+          const uint32_t lo[4] = {h0[0], h0[2], h1[0], h1[2]};
+          const uint32_t hi[4] = {h0[1], h0[3], h1[1], h1[3]};
+          permute_a(lo, hi, am[mi]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          uint32_t b[2][2];
+          fp4_placed_fragments<T, Codes>(wg[ni][unit], fp4_scale_pair<T, Codes>(bg[ni], unit), b);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+              grouped_gemm::mma_16816<T>(acc[mi][ni], am[mi][m], b[m]);
+            }
+          }
+          if constexpr (Gated) {
+            fp4_placed_fragments<T, Codes>(wu[ni][unit],
+                                           fp4_scale_pair<T, Codes>(bu[kUp * ni], unit), b);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+#pragma unroll
+              for (int mi = 0; mi < MI; ++mi) {
+                grouped_gemm::mma_16816<T>(acc_up[mi][ni], am[mi][m], b[m]);
+              }
+            }
+          }
+        }
+        continue;  // the per-value path below is for the other codes
+      }
       float2 sg[NI];
       float2 su[Gated ? NI : 1];
 #pragma unroll
