@@ -96,7 +96,7 @@
 // qwen3 M = 1 pair 121 (up) and 98 (down), and a few (plain INT4 up at PairRows 8, INT8 down)
 // that ptxas holds at 64 with 24-80 stack bytes, none of it in the inner loop; 16 warps an SM at
 // 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves; the FP4 up kernels are held
-// to 80, kUpMaxRegisters, with 24-108 bytes spilled); the group_pairs prologue
+// to 80, kUpMaxRegisters, with 28-108 bytes of spill stores); the group_pairs prologue
 // every CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
 #pragma once
 
@@ -608,8 +608,8 @@ __device__ __forceinline__ StepRange slice_steps(int k_steps, int slices, int sl
 
 // Registers of an up kernel's thread at most: 128 lets a CTA of kMaxThreads run; FP4's gated up
 // kernel wants 82-101 (ptxas, CUDA 13.0), which leaves two 8-warp CTAs an SM, and at 80 three
-// fit (a few dozen bytes spilled): gpt-oss-120b MXFP4 on the H200 (session 13, the timing test)
-// M = 1 58.5 -> 52.2 us, M = 16 514.4 -> 479.6 (its 360 CTAs in one wave instead of 1.36).
+// fit (28-108 bytes of spill stores, ptxas): gpt-oss-120b MXFP4 on the H200 (session 13, the timing
+// test) M = 1 58.5 -> 52.2 us, M = 16 514.4 -> 479.6 (its 360 CTAs in one wave instead of 1.36).
 template <Wna16Codes Codes>
 inline constexpr int kUpMaxRegisters = Codes == Wna16Codes::kInteger ? 128 : 80;
 
