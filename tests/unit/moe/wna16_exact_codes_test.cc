@@ -211,7 +211,9 @@ TEST(Wna16ExactCodes, GroupSumOfExactProductsStaysWithinTheAccumulationBound) {
 // The E2M1 placement of the FP4 path (warp_block_gemm_e2m1): every code in every nibble, times the
 // unbias power of two, is the code's E2M1 value (or twice it), subnormal codes 1 / 9 (0.5) and
 // -0 included; the product has two significant bits, so the device's HMUL2 rounds nothing.
-TEST_P(Int4, E2M1PlacedPairsTimesTheUnbiasAreTheCodesValues) {
+class E2M1 : public testing::TestWithParam<bool> {};  // BF16 (true) or F16
+
+TEST_P(E2M1, PlacedPairsTimesTheUnbiasAreTheCodesValues) {
   const bool bf16 = GetParam();
   std::mt19937 rng(17);
   std::uniform_int_distribution<uint32_t> any;
@@ -244,6 +246,9 @@ TEST_P(Int4, E2M1PlacedPairsTimesTheUnbiasAreTheCodesValues) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Wna16ExactCodes, E2M1, testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "bf16" : "f16"; });
 
 TEST(Wna16ExactCodes, E8M0ScaleBitsAreTwoToTheCodeMinus127ForEveryCodeAndByte) {
   for (int unit = 0; unit < 4; ++unit) {
