@@ -390,7 +390,7 @@ void expect_backend_matches_reference(const Fp4Case& c, uint32_t& seed, E4m3Rang
     return s;
   }();
   for (const char* kernel :
-       {"auto", "wna16_decode", "wna16_dequant", "wna16_mma16", "wna16_mma64"}) {
+       {"auto", "wna16_decode", "wna16_dequant", "wna16_mma16", "wna16_mma32", "wna16_mma64"}) {
     ExpertsBuild build{config, shape, Device::cuda(0), CanonicalExpertWeights{}, Tensor()};
     build.kernel = kernel;
     build.quant = fp4_quant_config(config, raw, kDtype);

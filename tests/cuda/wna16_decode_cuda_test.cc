@@ -6,8 +6,9 @@
 //   and every FP4 matrix, never round a weight, so their reference takes them unrounded), the
 //   intermediate rounded to T, the weighted top-k sum in fp64;
 // - the existing path on the same packed weights (align -> mma.sync GEMM1 + act -> GEMM2 ->
-//   combine, wna16_mma16), which rounds the weights to T, with the bounds widened by what that
-//   rounding moves the reference;
+//   combine, wna16_mma16), which rounds the weights to T on its per-value path (F16 MXFP4, integer
+//   codes with real zero points), with the bounds widened by what that rounding moves the
+//   reference;
 // and eager against a replayed CUDA graph (bit for bit). Cases: INT4 and INT8 with groups of 32
 // and 128 columns and channel-wise, symmetric and asymmetric; MXFP4 and NVFP4 (globals != 1 per
 // expert and part, partial last scale groups); H and I not multiples of 64 / 128 where the
@@ -564,8 +565,9 @@ void check_decode_variant(const DecodeProblem<T>& P, const TileVariant& variant)
                                            : explain_decode_failure<T>(c, tokens, P.args, P.ids,
                                                                        P.expert_map, got, ref,
                                                                        rounded, gemm));
-  // The grouped GEMM rounds every weight to T: it may differ from the decode path by what that
-  // rounding moves the reference (zero where the decode path rounds the same way).
+  // The grouped GEMM's per-value path rounds every weight to T: it may differ from the decode
+  // path by what that rounding moves the reference (zero where the decode path rounds the same
+  // way; the GEMM's exact and placed paths round no weight, the bound only widens there).
   std::vector<double> weight_rounding(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) weight_rounding[i] = std::fabs(ref[i] - rounded[i]);
   why = compare_bounded(got, gemm, kRel, kAbs, kL2, &weight_rounding);
@@ -815,7 +817,8 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
       mlp.act = act;
       mlp.h = d_h.as<void>();
       mlp.out = d_y.as<void>();
-      const cuda::Wna16GemmKernel kernel = cuda::choose_wna16_gemm_kernel(pairs, sh.E);
+      const cuda::Wna16GemmKernel kernel =
+          cuda::choose_wna16_gemm_kernel(pairs, sh.E, w13.view.codes);
       const double gemm_us = testing::graph_replay_us(
           [&](cudaStream_t s) {
             cuda::launch_moe_align(d_ids->as<int32_t>(), pairs, d_map->as<int32_t>(), sh.E, sh.E,

@@ -118,7 +118,10 @@ struct Bounds {
 
 // ---- Quantized weights -----------------------------------------------------------------------
 
-enum class Zeros { kSymmetric, kF32, kU8 };
+// kF32Real: the asymmetric zero points plus 0.25 (not integer codes: Wna16Zeros::kReal, so the
+// kernels take the per-value path; every other kind takes the exact q - z path on the 16- and
+// 32-row tiles, cuda::wna16_gemm_exact).
+enum class Zeros { kSymmetric, kF32, kU8, kF32Real };
 
 const char* zeros_label(Zeros z) {
   switch (z) {
@@ -128,6 +131,8 @@ const char* zeros_label(Zeros z) {
       return "asym-f32";
     case Zeros::kU8:
       return "asym-u8";
+    case Zeros::kF32Real:
+      return "asym-f32-real";
   }
   return "?";
 }
@@ -137,7 +142,8 @@ const char* zeros_label(Zeros z) {
 struct QuantMatrix {
   cuda::Wna16HostCodes codes;
   std::vector<uint8_t> zeros_u8;
-  std::vector<float> ref;  // [E, N, K] real weights rounded through T
+  std::vector<float> zeros_real;  // Zeros::kF32Real
+  std::vector<float> ref;         // [E, N, K] real weights rounded through T
   // [E, N, K] the packed layout read back on the host (wna16_unpack_host): fma(q, s, -z·s) or
   // e2m1 times its scale (and global), F32 before any rounding to T
   std::vector<float> unpacked;
@@ -164,6 +170,11 @@ QuantMatrix make_matrix(int64_t experts, int64_t rows, int64_t cols, int bits, i
     }
     view.zeros_f32 = nullptr;
     view.zeros_u8 = m.zeros_u8.data();
+  }
+  if (zeros == Zeros::kF32Real) {
+    m.zeros_real = m.codes.zeros;
+    for (float& z : m.zeros_real) z += 0.25f;
+    view.zeros_f32 = m.zeros_real.data();
   }
   m.ref = cuda::wna16_dequantize_host(view);
   for (float& v : m.ref) v = round_to<T>(v);
@@ -295,6 +306,35 @@ TEST(CudaWna16Experts, PackPutsEveryCodeWhereTheLayoutSays) {
   }
 }
 
+// The tile rule by rows an expert averages and code kind (choose_wna16_gemm_kernel cites the
+// benchmark), at its edges, and which tiles take the exact integer path; host only.
+TEST(CudaWna16Experts, GemmTileFollowsTheRowsAnExpertAveragesAndTheCodes) {
+  using cuda::choose_wna16_gemm_kernel;
+  using cuda::Wna16Codes;
+  for (const Wna16Codes codes : {Wna16Codes::kInteger, Wna16Codes::kMxfp4, Wna16Codes::kNvfp4}) {
+    const bool fp4 = codes != Wna16Codes::kInteger;
+    EXPECT_EQ(choose_wna16_gemm_kernel(1, 128, codes), Wna16GemmKernel::kMma16);
+    EXPECT_EQ(choose_wna16_gemm_kernel(16 * 128, 128, codes), Wna16GemmKernel::kMma16);
+    EXPECT_EQ(choose_wna16_gemm_kernel(16 * 128 + 1, 128, codes),
+              fp4 ? Wna16GemmKernel::kMma32 : Wna16GemmKernel::kMma64);
+    EXPECT_EQ(choose_wna16_gemm_kernel(64 * 128, 128, codes),
+              fp4 ? Wna16GemmKernel::kMma32 : Wna16GemmKernel::kMma64);
+    EXPECT_EQ(choose_wna16_gemm_kernel(64 * 128 + 1, 128, codes), Wna16GemmKernel::kMma64);
+    EXPECT_EQ(choose_wna16_gemm_kernel(16, 0, codes), Wna16GemmKernel::kMma16);  // E 0: as one
+  }
+  cuda::Wna16Weights w;
+  w.codes = Wna16Codes::kInteger;
+  w.zeros = cuda::Wna16Zeros::kIntegerCodes;
+  EXPECT_TRUE(cuda::wna16_gemm_exact(w, Wna16GemmKernel::kMma16));
+  EXPECT_TRUE(cuda::wna16_gemm_exact(w, Wna16GemmKernel::kMma32));
+  EXPECT_FALSE(cuda::wna16_gemm_exact(w, Wna16GemmKernel::kMma64));
+  w.zeros = cuda::Wna16Zeros::kReal;
+  EXPECT_FALSE(cuda::wna16_gemm_exact(w, Wna16GemmKernel::kMma16));
+  w.codes = Wna16Codes::kMxfp4;
+  w.zeros = cuda::Wna16Zeros::kIntegerCodes;
+  EXPECT_FALSE(cuda::wna16_gemm_exact(w, Wna16GemmKernel::kMma16));
+}
+
 TEST(CudaWna16Experts, RefusesUnsupportedInputsWithTheReason) {
   EXPECT_NE(cuda::wna16_pack_check(4, 8, 192, 128, 1).find("multiple of the group size"),
             std::string::npos);
@@ -398,6 +438,16 @@ void check_gemm(const GemmCase& c, Wna16GemmKernel kernel, uint32_t seed) {
   std::vector<uint16_t> out_bits(out.size());
   std::memcpy(out_bits.data(), out.data(), out.size() * sizeof(T));
 
+  // The reference weights are what the kernel multiplies: on the exact path the unrounded
+  // weights; on the per-value path its B operand, round_T(fma(q, s, -z·s)) (the layout read back,
+  // rounded), not the contract's (q - z) · s rounded, which goes to the other neighbour of T when
+  // the two F32 values straddle a rounding boundary: one ulp of a weight, past these bounds after
+  // a cancelling sum (it did so once in ~10^5 weights). PackPutsEveryCodeWhereTheLayoutSays checks
+  // the layout against the contract.
+  std::vector<float> operand = w.unpacked;
+  if (!cuda::wna16_gemm_exact(w.view, kernel)) {
+    for (float& v : operand) v = round_to<T>(v);
+  }
   std::vector<double> got, ref;
   bool untouched = true;
   for (int64_t row = 0; row < max_rows; ++row) {
@@ -412,8 +462,8 @@ void check_gemm(const GemmCase& c, Wna16GemmKernel kernel, uint32_t seed) {
     const int64_t src = c.gather ? row_to_pair[row] / top_k : row;
     const float* xr = x.data() + src * c.k;
     for (int64_t col = 0; col < c.n; ++col) {
-      double g = dot(xr, w.ref.data() + (e * n_b + col) * c.k, c.k);
-      double u = c.gated() ? dot(xr, w.ref.data() + (e * n_b + c.n + col) * c.k, c.k) : 0.0;
+      double g = dot(xr, operand.data() + (e * n_b + col) * c.k, c.k);
+      double u = c.gated() ? dot(xr, operand.data() + (e * n_b + c.n + col) * c.k, c.k) : 0.0;
       if (c.bias) {
         g += bias[e * n_b + col];
         if (c.gated()) u += bias[e * n_b + c.n + col];
@@ -447,7 +497,7 @@ std::vector<GemmCase> gemm_cases() {
   int index = 0;
   for (const int bits : {4, 8}) {
     for (const int64_t group : {int64_t{32}, int64_t{64}, int64_t{128}, int64_t{-1}}) {
-      for (const Zeros zeros : {Zeros::kSymmetric, Zeros::kF32, Zeros::kU8}) {
+      for (const Zeros zeros : {Zeros::kSymmetric, Zeros::kF32, Zeros::kU8, Zeros::kF32Real}) {
         for (int epi = 0; epi < 3; ++epi) {  // plain bias, gated act, plain act
           for (int s = 0; s < 2; ++s) {
             GemmCase c;
@@ -733,9 +783,13 @@ void check_mlp(const MlpCase& c, const MlpPath& path, uint32_t seed) {
   std::vector<T> out(c.tokens * c.hidden);
   std::memcpy(out.data(), bytes.data(), out_bytes);
 
+  // The mma kernels' exact path multiplies the unrounded weights; the per-value path and the
+  // large-M path (which writes round_T(fma(q, s, -z·s))) the weights rounded to T.
+  const bool exact = !dequant && cuda::wna16_gemm_exact(w13.view, path.kernel) &&
+                     cuda::wna16_gemm_exact(w2.view, path.kernel);
   std::vector<double> ref, allowance;
-  mlp_reference<T>(c, in, w13.ref, w2.ref, c.bias ? b13.data() : nullptr,
-                   c.bias ? b2.data() : nullptr, ref, allowance);
+  mlp_reference<T>(c, in, exact ? w13.unpacked : w13.ref, exact ? w2.unpacked : w2.ref,
+                   c.bias ? b13.data() : nullptr, c.bias ? b2.data() : nullptr, ref, allowance);
   std::vector<double> got(out.size());
   for (size_t i = 0; i < out.size(); ++i) got[i] = to_f32(out[i]);
   if (c.tokens > 1) {
@@ -760,7 +814,8 @@ TEST(CudaWna16Experts, ExpertMlpEveryKernelMatchesReference) {
         c.top_k = index % 2 == 0 ? 2 : 4;
         c.bits = bits;
         c.group = group;
-        c.zeros = index % 3 == 0 ? Zeros::kSymmetric : index % 3 == 1 ? Zeros::kF32 : Zeros::kU8;
+        constexpr Zeros kZeros[] = {Zeros::kSymmetric, Zeros::kF32, Zeros::kU8, Zeros::kF32Real};
+        c.zeros = kZeros[(index + index / 4) % 4];  // every kind gated and plain, at every M
         c.kind = index % 4 == 3 ? kPlainKinds[index % 3] : kGatedKinds[index % 4];
         c.bias = index % 2 == 1;
         // H 256 I 128, or H 384 I 72 (I not a multiple of 64 nor of 128: partial tiles and a
@@ -1093,8 +1148,8 @@ TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
     const int64_t n1 = shape.w13_rows();
     for (const int bits : {4, 8}) {
       for (const int64_t group : {int64_t{32}, int64_t{128}, int64_t{-1}}) {
-        for (const char* kernel :
-             {"auto", "wna16_decode", "wna16_dequant", "wna16_mma16", "wna16_mma64"}) {
+        for (const char* kernel : {"auto", "wna16_decode", "wna16_dequant", "wna16_mma16",
+                                   "wna16_mma32", "wna16_mma64"}) {
           for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{300}}) {
             SCOPED_TRACE(fmt::format("act {} int{} group {} kernel {} M {}", static_cast<int>(act),
                                      bits, group, kernel, M));
@@ -1441,7 +1496,7 @@ TEST(CudaWna16Experts, TimingDequantQwen3Shape) {
     mma.w2 = w2.view;
     mma.h = d_h.as<void>();
     mma.out = d_y.as<void>();
-    const Wna16GemmKernel tile = cuda::choose_wna16_gemm_kernel(pairs, E);
+    const Wna16GemmKernel tile = cuda::choose_wna16_gemm_kernel(pairs, E, w13.view.codes);
     const double mma_us = testing::graph_replay_us(
         [&](cudaStream_t s) {
           align_and_combine(

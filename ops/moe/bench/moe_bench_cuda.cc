@@ -54,7 +54,11 @@ struct Timing {
   int reps;
 };
 
-// CUDA events around each call: warm-up, then enough calls to fill `target_ms` (5..400).
+// CUDA events around each call: warm-up, then enough calls to fill `target_ms` (5..400). The
+// warm-up is 3 calls and then as many as fill a quarter of target_ms (at most 400): after 3 calls
+// alone a run's first point read high (H200, gpt-oss-120b MXFP4, 256 tokens: 1093.0 µs as the
+// first point, 853.1 inside another run's sweep; 830.6 as the first point with this warm-up;
+// docs/performance.md, session 14).
 template <typename Fn>
 Timing time_calls(Fn&& call, double target_ms, cudaStream_t stream, int warmup = 3) {
   for (int i = 0; i < warmup; ++i) call(i);
@@ -67,6 +71,9 @@ Timing time_calls(Fn&& call, double target_ms, cudaStream_t stream, int warmup =
   MG_CUDA_CHECK(cudaEventSynchronize(b));
   float one_ms = 0;
   MG_CUDA_CHECK(cudaEventElapsedTime(&one_ms, a, b));
+  const int more_warmup = std::clamp(static_cast<int>(target_ms / 4 / std::max(one_ms, 1e-3f)), 0,
+                                     400);
+  for (int i = 0; i < more_warmup; ++i) call(i);
   const int reps = std::clamp(static_cast<int>(target_ms / std::max(one_ms, 1e-3f)), 5, 400);
   std::vector<cudaEvent_t> starts(reps), ends(reps);
   for (int r = 0; r < reps; ++r) {

@@ -300,7 +300,7 @@ constexpr std::string_view kDecodeRequest = "wna16_decode";
 constexpr std::string_view kDequantRequest = "wna16_dequant";
 
 // "" or the name of a GEMM tile request ("", "auto", "wna16_decode", "wna16_dequant",
-// "wna16_mma16", "wna16_mma64"); nullopt when no tile is forced.
+// "wna16_mma16", "wna16_mma32", "wna16_mma64"); nullopt when no tile is forced.
 std::optional<cuda::Wna16GemmKernel> parse_request(std::string_view kernel) {
   if (kernel.empty() || kernel == "auto" || kernel == kDecodeRequest || kernel == kDequantRequest) {
     return std::nullopt;
@@ -308,7 +308,7 @@ std::optional<cuda::Wna16GemmKernel> parse_request(std::string_view kernel) {
   const std::optional<cuda::Wna16GemmKernel> k = cuda::parse_wna16_gemm_kernel(kernel);
   MG_CHECK(k.has_value(),
            "cuda_wna16 has no kernel '{}' (auto, wna16_decode, wna16_dequant, wna16_mma16, "
-           "wna16_mma64)",
+           "wna16_mma32, wna16_mma64)",
            kernel);
   return k;
 }
@@ -350,7 +350,8 @@ class CudaWna16Experts final : public ExpertsMonolithic {
     Scratch sc(ws, shape_, M, takes_dequant_path(M));
     if (M == 0) return;
     const int64_t P = M * k;
-    const cuda::Wna16GemmKernel kernel = request_.value_or(cuda::choose_wna16_gemm_kernel(P, E));
+    const cuda::Wna16GemmKernel kernel =
+        request_.value_or(cuda::choose_wna16_gemm_kernel(P, E, w13_.view.codes));
     const cudaStream_t s = cuda::native(ctx.stream);
     cuda::launch_moe_route<float>(route_, t.router_logits, M,
                                   bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,

@@ -16,8 +16,8 @@
 //                 workspace and cuda_moe's grouped GEMMs run over them -> combine
 //                 (wna16_experts_cuda.h, section 4). `cuda_wna16:wna16_decode` forces the decode
 //                 path up to 16 tokens,
-//                 `:wna16_dequant` the large-M path at any M; `:wna16_mma16` or `:wna16_mma64`
-//                 forces the GEMM tile (never the decode or the large-M path).
+//                 `:wna16_dequant` the large-M path at any M; `:wna16_mma16`, `:wna16_mma32` or
+//                 `:wna16_mma64` forces the GEMM tile (never the decode or the large-M path).
 //   cuda_fp4      the same backend and kernels for FP4 E2M1 weights (MXFP4: GPT-OSS; NVFP4; the
 //                 FP4 oracle module, ops/moe/oracle/fp4.h, lists it first on CUDA): the codes stay
 //                 packed 4-bit (repacked once at build into the kernels' layout by

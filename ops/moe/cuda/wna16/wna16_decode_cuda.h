@@ -94,7 +94,7 @@ inline constexpr int64_t kWna16DecodeMaxPairs = 256;
 // (wna16_decode_threshold: integer weights the per-value dequantization takes; the exact
 // integer-code path and FP4 have their own, below) unless a kernel is forced (`:wna16_decode`
 // forces it up to kWna16DecodeMaxTokens,
-// `:wna16_mma16|wna16_mma64` the grouped GEMMs). Set by the H100 timing
+// `:wna16_mma16|wna16_mma32|wna16_mma64` the grouped GEMMs). Set by the H100 timing
 //   MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'
 // (session 9): the decode path beats the grouped GEMM at M = 1 on both shapes (qwen3-30b-a3b
 // int4-g128 33.1 vs 37.6 us, gpt-oss-120b MXFP4 91.7 vs 97.3), at M = 2 only on qwen3 int4 (51.6

@@ -55,6 +55,16 @@ void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel
   switch (b.codes) {
     case Wna16Codes::kInteger:
       MG_CHECK(b.params != nullptr, "WNA16 grouped GEMM: integer codes need their F32 pairs");
+      if (wna16_gemm_exact(b, kernel)) {
+        switch (b.bits) {
+          case 4:
+            return wna16::launch_gemm<T, 4, Wna16Codes::kInteger, true>(args, kernel, gated,
+                                                                        stream);
+          case 8:
+            return wna16::launch_gemm<T, 8, Wna16Codes::kInteger, true>(args, kernel, gated,
+                                                                        stream);
+        }
+      }
       switch (b.bits) {
         case 4:
           return wna16::launch_gemm<T, 4, Wna16Codes::kInteger>(args, kernel, gated, stream);

@@ -254,16 +254,19 @@ Wna16Weights wna16_weights_view(const Wna16PackedHost& p, const uint32_t* words,
 
 enum class Wna16GemmKernel : int32_t {
   kMma16,  // 16-row tiles: decode-sized groups (few rows per expert), every weight read once
+  kMma32,  // 32-row tiles: each dequantized B fragment feeds two m16 MMAs
   kMma64,  // 64-row tiles: each dequantized B fragment feeds four m16 MMAs
 };
 
-inline constexpr Wna16GemmKernel kAllWna16GemmKernels[] = {Wna16GemmKernel::kMma16,
-                                                           Wna16GemmKernel::kMma64};
+inline constexpr Wna16GemmKernel kAllWna16GemmKernels[] = {
+    Wna16GemmKernel::kMma16, Wna16GemmKernel::kMma32, Wna16GemmKernel::kMma64};
 
 constexpr std::string_view wna16_gemm_kernel_name(Wna16GemmKernel kernel) {
   switch (kernel) {
     case Wna16GemmKernel::kMma16:
       return "wna16_mma16";
+    case Wna16GemmKernel::kMma32:
+      return "wna16_mma32";
     case Wna16GemmKernel::kMma64:
       return "wna16_mma64";
   }
@@ -278,12 +281,38 @@ inline std::optional<Wna16GemmKernel> parse_wna16_gemm_kernel(std::string_view n
   return std::nullopt;
 }
 
-// 16-row tiles while the experts average at most 16 rows (then the weights are nearly all the
-// bytes and more, narrower CTAs stream them), else 64-row tiles. M <= 8 tokens (decode) always
-// lands on kMma16 for top_k <= 2 E.
-inline Wna16GemmKernel choose_wna16_gemm_kernel(int64_t max_rows, int64_t num_experts) {
-  return max_rows <= 16 * (num_experts > 0 ? num_experts : 1) ? Wna16GemmKernel::kMma16
-                                                              : Wna16GemmKernel::kMma64;
+// By the rows an expert averages (max_rows / E): 16-row tiles up to 16 (then the weights are
+// nearly all the bytes and more, narrower CTAs stream them); then FP4 codes take 32-row tiles up
+// to 64 and 64-row tiles above, integer codes 64-row tiles (the large-M path takes over from
+// kWna16DequantMinRowsPerExpert). M <= 8 tokens (decode) always lands on kMma16 for top_k <= 2 E.
+// Set by
+//   moegraph bench moe --quant mxfp4|int4-g128|int4-g64 --shape gpt-oss-120b,qwen3-30b-a3b
+//     --tokens 256,512,1024,2048,4096 --kernel wna16_mma16,wna16_mma32,wna16_mma64 --no-check
+// on an H200 (2026-12-02; docs/performance.md), µs mma16 / mma32 / mma64 by rows an expert,
+// MXFP4: 16: gpt-oss-120b 1208.8 / 1181.2 / 1818.0, qwen3-30b-a3b 268.9 / 269.2 / 397.0; 32:
+// 2009.3 / 1729.1 / 1871.4, 443.6 / 387.6 / 426.4; 64: 3597.1 / 2865.2 / 2768.5, 777.6 / 626.7 /
+// 666.1; 128: 6724.7 / 5126.1 / 4632.5, 1427.4 / 1102.6 / 1102.5. INT4 (qwen3 g128, gpt-oss g64;
+// mma16 and mma32 on the exact path, wna16_gemm_exact): 16: qwen3 337.2 / 348.2 / 479.7, gpt-oss
+// 1612.2 / 1634.7 / 2365.2; 32: 555.9 / 512.6 / 483.2 (the per-value mma64 of an earlier run;
+// 521.4 exact), 2711.4 / 2417.3 / 2103.5 (per value); 64: 986.3 / 839.3 / 754.3 (per value).
+inline Wna16GemmKernel choose_wna16_gemm_kernel(int64_t max_rows, int64_t num_experts,
+                                                Wna16Codes codes) {
+  const int64_t experts = num_experts > 0 ? num_experts : 1;
+  if (max_rows <= 16 * experts) return Wna16GemmKernel::kMma16;
+  if (codes == Wna16Codes::kInteger) return Wna16GemmKernel::kMma64;
+  return max_rows <= 64 * experts ? Wna16GemmKernel::kMma32 : Wna16GemmKernel::kMma64;
+}
+
+// Whether the grouped GEMM takes `w` through the exact integer path (wna16_gemm.cuh): integer
+// codes whose zero points are integer codes, on the 16- and 32-row tiles. The 64-row tile keeps
+// the per-value path: there each B fragment already feeds four m16 blocks, and the exact path's
+// per-block A permutation, group sums and zero-point recovery made it slower (qwen3-30b-a3b int4
+// g128, µs per value / exact, same H200 session: 483.2 / 521.4 at 512 tokens, 754.3 / 826.3 at
+// 1024, 1265.1 / 1390.9 at 2048; gpt-oss-120b int4 g64 2103.5 / 2440.5 at 1024), while the 16-row
+// tile gained 1.2-1.3x (qwen3 256 tokens 437.4 / 337.2, gpt-oss 512 1996.5 / 1612.2).
+inline bool wna16_gemm_exact(const Wna16Weights& w, Wna16GemmKernel kernel) {
+  return w.codes == Wna16Codes::kInteger && w.zeros == Wna16Zeros::kIntegerCodes &&
+         kernel != Wna16GemmKernel::kMma64;
 }
 
 // All pointers device pointers; a and c 16-byte aligned.
@@ -389,17 +418,20 @@ void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel ker
 // the budget on the host, never from the device's counts, so a call is graph-capturable; experts
 // of a chunk that got no rows are skipped by the dequantize kernel (their CTAs read the counts).
 //
-// The values: a dequantized weight is exactly the section-2 kernels' B operand, round_T(fma(q, s,
-// -z·s)) for integer codes, round_T(2·e2m1(q) · 2^(code - 128)) for MXFP4 (the same Dequant
-// policies of wna16_gemm.cuh compute both); NVFP4 weights are round_T(e2m1 · e4m3 · global), one
-// rounding of the real weight, where the mma path keeps 2·e2m1 · e4m3 (exact in T) and applies
-// global / 2 to the fp32 accumulator: a T weight cannot hold the product unrounded. The BF16
-// GEMMs take T biases, so the F32 biases are rounded to T here (the mma path adds them in fp32);
-// both differences are within half an ulp of T per value, as for any BF16 copy of the weights.
+// The values: a dequantized weight is the section-2 kernels' per-value B operand, round_T(fma(q,
+// s, -z·s)) for integer codes, round_T(2·e2m1(q) · 2^(code - 128)) for MXFP4 (the same Dequant
+// policies of wna16_gemm.cuh compute both; their exact integer path rounds no weight, so it
+// differs from this path by each weight's rounding to T); NVFP4 weights are round_T(e2m1 · e4m3 ·
+// global), one rounding of the real weight, where the mma path keeps 2·e2m1 · e4m3 (exact in T) and
+// applies global / 2 to the fp32 accumulator: a T weight cannot hold the product unrounded. The
+// BF16 GEMMs take T biases, so the F32 biases are rounded to T here (the mma path adds them in
+// fp32); both differences are within half an ulp of T per value, as for any BF16 copy of the
+// weights.
 
 // When the experts backends (cuda_wna16, cuda_fp4) take this path unless a kernel is forced
-// (`:wna16_dequant` forces it at any M, `:wna16_mma16|wna16_mma64` the section-2 GEMMs): from
-// kWna16DequantMinRowsPerExpert expected rows per expert (tokens x top_k / E) on. Set by
+// (`:wna16_dequant` forces it at any M, `:wna16_mma16|wna16_mma32|wna16_mma64` the section-2
+// GEMMs): from kWna16DequantMinRowsPerExpert expected rows per expert (tokens x top_k / E) on. Set
+// by
 //   MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Experts.TimingDequant*'
 // on an H100 (2026-11-25, qwen3-30b-a3b INT4 g128, E 128, k 8): mma path / this path / BF16
 // weights 737.6 / 1117.2 / 530.7 us at 1024 tokens (64 rows an expert), 2255.6 / 1474.4 / 883.4

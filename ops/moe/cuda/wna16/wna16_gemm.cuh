@@ -14,12 +14,20 @@
 //       first unit); FP4: the step's scale bytes of the CTA's 8-row blocks, as they lie in memory
 //       (4 or 8 per row), decoded per unit in registers (E8M0: a shift into an F32 exponent;
 //       E4M3: one cvt of both halves' bytes to half2)
-// and each lane turns its own 16 (or 32) bytes of B into its mma fragments: per value one
-// shift-and-or into a float whose low mantissa bits are the code (2^23 + q), one subtraction
-// (exact), one fma with the group's pair, and half a conversion to a packed BF16/F16 pair. FP4
-// codes whose scales T holds (BF16 MXFP4, NVFP4) instead take the decode kernels' bit placement
-// (fp4_placed_fragments: 15 bit instructions and 8 HMUL2 for 8 values, the same values), with
-// both k16 halves of a unit's A permuted to its k order (permute_a, 8 PRMT a unit and m16 block).
+// and each lane turns its own 16 (or 32) bytes of B into its mma fragments, by one of three
+// paths (the decode kernels' three, wna16_decode_cuda.cuh):
+//   exact (integer codes whose zero points are integer codes, Wna16Zeros::kIntegerCodes: GPTQ,
+//     AWQ, compressed-tensors, symmetric): the exact q - z in T (INT4 one LOP3 a nibble pair under
+//     a half2 magic and one HSUB2; INT8 a PRMT and an HSUB2, BF16 through F32), the mmas summing
+//     U = Σ x (q - z) of one scale group in fp32 accumulators of their own, and the group's end
+//     adding s · U to the outputs (one fma an element). No weight is rounded to T.
+//   placed (FP4 codes whose scales T holds: BF16 MXFP4, NVFP4): the E2M1 bits placed into T
+//     (fp4_placed_fragments: 15 bit instructions and 8 HMUL2 for 8 values, exact).
+//   per value (other integer codes, F16 MXFP4): one shift-and-or into a float whose low mantissa
+//     bits are the code (2^23 + q), one subtraction (exact), one fma with the group's pair, and
+//     half a conversion to a packed BF16/F16 pair: round_T(fma(q, s, -z·s)).
+// The exact INT4 and placed paths pair nibbles j and j + 4, so both k16 halves of a unit's A are
+// permuted to that k order after ldmatrix (permute_a, 8 PRMT a unit and m16 block).
 // Rows, columns and K tails are zero-filled by cp.async, so the MMAs need no masks.
 #pragma once
 
@@ -63,8 +71,10 @@ struct Wna16Tile {
   };
 };
 
-// mma16: 4 stages (gated int4 64 KB, int8 96 KB); mma64: 3 stages (gated int4 84 KB, int8 108 KB).
+// mma16: 4 stages (gated int4 64 KB, int8 96 KB); mma32: 4 stages (gated int4 80 KB, int8 112
+// KB); mma64: 3 stages (gated int4 84 KB, int8 108 KB).
 using Wna16Mma16Tile = Wna16Tile<16, 4>;
+using Wna16Mma32Tile = Wna16Tile<32, 4>;
 using Wna16Mma64Tile = Wna16Tile<64, 3>;
 
 // 8 bytes global → shared through L1 (the groups' pairs are shared by the 4 units of a step and
@@ -289,7 +299,11 @@ __device__ __forceinline__ float epilogue_value(const Wna16GemmArgs& args, const
   }
 }
 
-template <typename T, int Bits, Wna16Codes Codes, class Tile, bool Gated>
+// Exact (integer codes whose zero points are integer codes, Wna16Zeros::kIntegerCodes): the exact
+// q - z in T as B (wna16_exact_codes.h, as the decode kernels' warp_block_gemm_exact), summed per
+// scale group in fp32 accumulators of their own and added to the outputs as s · U when the group
+// ends; no weight is rounded to T.
+template <typename T, int Bits, Wna16Codes Codes, class Tile, bool Gated, bool Exact>
 __global__ void __launch_bounds__(Tile::kThreads)
     wna16_gemm_kernel(const Wna16GemmArgs args, int m_tiles_bound, int n_tiles) {
   using grouped_gemm::cp_async_16;
@@ -299,6 +313,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   constexpr bool kFp4 = Codes != Wna16Codes::kInteger;
   // FP4 codes placed bit for bit, scaled in T (fp4_placed_fragments), where T holds the scales.
   constexpr bool kPlaced = kFp4 && kFp4ScaleInT<T, Codes>;
+  static_assert(!Exact || Codes == Wna16Codes::kInteger, "the exact path is for integer codes");
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kScaleBytes = S::kScaleBytes;
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, kStages = Tile::Stages;
   constexpr int MI = Tile::MI, NI = Tile::NI, kThreads = Tile::kThreads;
@@ -346,16 +362,19 @@ __global__ void __launch_bounds__(Tile::kThreads)
   // fixed, so they are found once (through row_to_pair: the gather).
   constexpr int kAIters = BM * 16 / kThreads;
   static_assert(BM * 16 % kThreads == 0, "A chunks split evenly over the threads");
-  const T* a_src[kAIters];
+  // Held as 32-bit row indices, not pointers: half the registers, which the 64-row gated tile
+  // lacks (one 64-bit multiply-add a copy finds the address).
+  int a_src_row[kAIters];
   const int a_chunk_id = tid & 15;
 #pragma unroll
   for (int it = 0; it < kAIters; ++it) {
     const int row = (tid >> 4) + it * (kThreads / 16);
     const int r = min(row, rows_here - 1);  // rows past the tile: zero-filled, any valid source
-    int64_t src_row = work.row_begin + r;
+    int src_row = work.row_begin + r;
     if (args.row_to_pair != nullptr) src_row = __ldg(args.row_to_pair + src_row) / args.top_k;
-    a_src[it] = static_cast<const T*>(args.a) + src_row * k;
+    a_src_row[it] = src_row;
   }
+  const T* a_base = static_cast<const T*>(args.a);
 
   auto load = [&](int stage, int step) {
     const uint32_t s_a = smem_base + stage * kStageBytes;
@@ -368,7 +387,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
       const int kc = k0 + a_chunk_id * 8;
       const bool valid = row < rows_here && kc < k;
       const uint32_t dst = s_a + (a_chunk_id >> 3) * (BM * 128) + swizzled(row, a_chunk_id & 7);
-      cp_async_16(dst, valid ? a_src[it] + kc : a_src[0], valid);
+      const int src_row = valid ? a_src_row[it] : a_src_row[0];
+      cp_async_16(dst, a_base + static_cast<int64_t>(src_row) * k + (valid ? kc : 0), valid);
     }
     // B: the CTA's 8-row blocks, each kStepWords contiguous words in memory and in the stage:
     // chunk i of the stage is 16-byte chunk i % kChunksPerBlock of block i / kChunksPerBlock.
@@ -421,6 +441,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   float acc[MI][NI][4];
   float acc_up[Gated ? MI : 1][Gated ? NI : 1][4];
+  // Exact: the current scale group's sums U (gate, up), added to acc as s · U when it ends.
+  [[maybe_unused]] float grp[Exact ? MI : 1][Exact ? NI : 1][4];
+  [[maybe_unused]] float grp_up[Exact && Gated ? MI : 1][Exact && Gated ? NI : 1][4];
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
@@ -429,9 +452,15 @@ __global__ void __launch_bounds__(Tile::kThreads)
       for (int q = 0; q < 4; ++q) {
         acc[mi][ni][q] = 0.0f;
         if constexpr (Gated) acc_up[mi][ni][q] = 0.0f;
+        if constexpr (Exact) grp[mi][ni][q] = 0.0f;
+        if constexpr (Exact && Gated) grp_up[mi][ni][q] = 0.0f;
       }
     }
   }
+  // Exact: units (32 columns) until the current group ends; K's last unit ends the last group
+  // (channel-wise: the only end).
+  [[maybe_unused]] const int units_per_group = groups == 1 ? INT_MAX : group_size / 32;
+  [[maybe_unused]] int units_left = units_per_group;
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -504,13 +533,152 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
 #pragma unroll
     for (int unit = 0; unit < 4; ++unit) {
-      if constexpr (kPlaced) {
-        // Both k16 halves of the unit's A, permuted into the placed pairs' k order: mma m takes
-        // (x[k], x[k + 16]) pairs (permute_a) against fp4_placed_fragments' b[m].
-        uint32_t am[MI][2][4];
+      if constexpr (Exact) {
+        // The lane's B row g of each block: its group's z (recovered from {s, -z·s}) as the magic
+        // pair HSUB2 takes off (INT8 BF16: the F32 bits of 2^23 + z).
+        const int p_unit = unit / unit_group * unit_group;
+        constexpr bool kViaF32 = Bits == 8 && kBf16;
+        const auto zero_magic = [&](int row) {
+          const float2 pair = s_p[row * 4 + p_unit];
+          const uint32_t z = static_cast<uint32_t>(wna16_exact::zero_code(pair.x, pair.y));
+          return kViaF32 ? (wna16_exact::kMagicF32 | z) : wna16_exact::zero_magic_pair<kBf16>(z);
+        };
+        uint32_t zg[NI], zu[Gated ? NI : 1];
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const int row = (warp * NI + ni) * 8 + g_row;
+          zg[ni] = zero_magic(row);
+          if constexpr (Gated) zu[ni] = zero_magic(BN + row);
+        }
+        if constexpr (Bits == 4) {
+          // INT4: both k16 halves' B of the unit (nibble pairs j, j + 4: the placed paths' k
+          // order), then per m16 block its A permuted to match (permute_a).
+          uint32_t bgf[NI][2][2];
+          uint32_t buf[Gated ? NI : 1][2][2];
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            wna16_exact::int4_magic_pairs<kBf16>(wg[ni][unit], bgf[ni]);
+            if constexpr (Gated) wna16_exact::int4_magic_pairs<kBf16>(wu[ni][unit], buf[ni]);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                bgf[ni][m][r] = sub_pair<T>(bgf[ni][m][r], zg[ni]);
+                if constexpr (Gated) buf[ni][m][r] = sub_pair<T>(buf[ni][m][r], zu[kUp * ni]);
+              }
+            }
+          }
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+            uint32_t h0[4], h1[4], am[2][4];
+            ldmatrix_x4(h0, s_a + (unit >> 1) * (BM * 128) +
+                                swizzled(a_row + mi * 16, ((2 * unit) & 3) * 2 + a_half_chunk));
+            ldmatrix_x4(h1, s_a + (unit >> 1) * (BM * 128) +
+                                swizzled(a_row + mi * 16, ((2 * unit + 1) & 3) * 2 + a_half_chunk));
+            const uint32_t lo[4] = {h0[0], h0[2], h1[0], h1[2]};
+            const uint32_t hi[4] = {h0[1], h0[3], h1[1], h1[3]};
+            permute_a(lo, hi, am);
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+              for (int m = 0; m < 2; ++m) {
+                grouped_gemm::mma_16816<T>(grp[mi][ni], am[m], bgf[ni][m]);
+                if constexpr (Gated) {
+                  grouped_gemm::mma_16816<T>(grp_up[kUp * mi][kUp * ni], am[m], buf[kUp * ni][m]);
+                }
+              }
+            }
+          }
+        } else {
+          // INT8: word 2 unit + half holds the half's 4 codes in k order (the per-value path's).
+          const auto exact_pairs = [&](uint32_t word, uint32_t zm, uint32_t(&b)[2]) {
+            if constexpr (kViaF32) {
+              const float zf = __uint_as_float(zm);
+              float d[4];
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                d[i] = __uint_as_float(wna16_exact::int8_magic_f32_bits(word, i)) - zf;
+              }
+              b[0] = pack_pair<T>(d[0], d[1]);
+              b[1] = pack_pair<T>(d[2], d[3]);
+            } else {
+              b[0] = sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 0), zm);
+              b[1] = sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 1), zm);
+            }
+          };
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int kk = 2 * unit + half;
+            uint32_t af[MI][4];
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+              ldmatrix_x4(af[mi], s_a + (kk >> 2) * (BM * 128) +
+                                      swizzled(a_row + mi * 16, (kk & 3) * 2 + a_half_chunk));
+            }
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+              uint32_t b[2];
+              exact_pairs(wg[ni][kk], zg[ni], b);
+#pragma unroll
+              for (int mi = 0; mi < MI; ++mi) grouped_gemm::mma_16816<T>(grp[mi][ni], af[mi], b);
+              if constexpr (Gated) {
+                exact_pairs(wu[kUp * ni][kk], zu[kUp * ni], b);
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi) {
+                  grouped_gemm::mma_16816<T>(grp_up[kUp * mi][kUp * ni], af[mi], b);
+                }
+              }
+            }
+          }
+        }
+        // The group ends (uniform over the CTA): C columns 2t, 2t + 1 of each block get s · U
+        // with their weight rows' s.
+        if (--units_left == 0 || (unit == 3 && step == k_steps - 1)) {
+          units_left = units_per_group;
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            const int row = (warp * NI + ni) * 8 + 2 * (lane & 3);
+            const float s0 = s_p[row * 4 + p_unit].x, s1 = s_p[(row + 1) * 4 + p_unit].x;
+            [[maybe_unused]] float su0 = 0.0f, su1 = 0.0f;
+            if constexpr (Gated) {
+              su0 = s_p[(BN + row) * 4 + p_unit].x;
+              su1 = s_p[(BN + row + 1) * 4 + p_unit].x;
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+              for (int q = 0; q < 4; ++q) {
+                acc[mi][ni][q] = fmaf(q & 1 ? s1 : s0, grp[mi][ni][q], acc[mi][ni][q]);
+                grp[mi][ni][q] = 0.0f;
+                if constexpr (Gated) {
+                  acc_up[mi][ni][q] =
+                      fmaf(q & 1 ? su1 : su0, grp_up[kUp * mi][kUp * ni][q], acc_up[mi][ni][q]);
+                  grp_up[kUp * mi][kUp * ni][q] = 0.0f;
+                }
+              }
+            }
+          }
+        }
+      } else if constexpr (kPlaced) {
+        // The unit's B fragments first (gate and up, every n8 block: 8 registers a block), then
+        // per m16 block both k16 halves of its A, permuted into the placed pairs' k order: mma m
+        // takes (x[k], x[k + 16]) pairs (permute_a) against fp4_placed_fragments' b[m]. One m16
+        // block's A is live at a time, so 64-row tiles hold 8 A registers, not 32 (the 64-row
+        // gated kernel spilled at 253 registers with every block's A live).
+        uint32_t bgf[NI][2][2];
+        uint32_t buf[Gated ? NI : 1][2][2];
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          fp4_placed_fragments<T, Codes>(wg[ni][unit], fp4_scale_pair<T, Codes>(bg[ni], unit),
+                                         bgf[ni]);
+          if constexpr (Gated) {
+            fp4_placed_fragments<T, Codes>(wu[ni][unit],
+                                           fp4_scale_pair<T, Codes>(bu[kUp * ni], unit), buf[ni]);
+          }
+        }
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
-          uint32_t h0[4], h1[4];
+          uint32_t h0[4], h1[4], am[2][4];
           ldmatrix_x4(h0, s_a + (unit >> 1) * (BM * 128) +
                               swizzled(a_row + mi * 16, ((2 * unit) & 3) * 2 + a_half_chunk));
           ldmatrix_x4(h1, s_a + (unit >> 1) * (BM * 128) +
@@ -518,70 +686,55 @@ __global__ void __launch_bounds__(Tile::kThreads)
           // Row g's natural pairs (k 2t, 2t + 8, 16 + 2t, 24 + 2t) and row g + 8's.
           const uint32_t lo[4] = {h0[0], h0[2], h1[0], h1[2]};
           const uint32_t hi[4] = {h0[1], h0[3], h1[1], h1[3]};
-          permute_a(lo, hi, am[mi]);
-        }
+          permute_a(lo, hi, am);
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-          uint32_t b[2][2];
-          fp4_placed_fragments<T, Codes>(wg[ni][unit], fp4_scale_pair<T, Codes>(bg[ni], unit), b);
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-              grouped_gemm::mma_16816<T>(acc[mi][ni], am[mi][m], b[m]);
-            }
-          }
-          if constexpr (Gated) {
-            fp4_placed_fragments<T, Codes>(wu[ni][unit],
-                                           fp4_scale_pair<T, Codes>(bu[kUp * ni], unit), b);
+          for (int ni = 0; ni < NI; ++ni) {
 #pragma unroll
             for (int m = 0; m < 2; ++m) {
-#pragma unroll
-              for (int mi = 0; mi < MI; ++mi) {
-                grouped_gemm::mma_16816<T>(acc_up[mi][ni], am[mi][m], b[m]);
-              }
+              grouped_gemm::mma_16816<T>(acc[mi][ni], am[m], bgf[ni][m]);
+              if constexpr (Gated) grouped_gemm::mma_16816<T>(acc_up[mi][ni], am[m], buf[ni][m]);
             }
           }
         }
-        continue;  // the per-value path below is for the other codes
-      }
-      float2 sg[NI];
-      float2 su[Gated ? NI : 1];
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        if constexpr (kFp4) {
-          sg[ni] = fp4_unit_scales<Codes>(bg[ni], unit);
-          if constexpr (Gated) su[ni] = fp4_unit_scales<Codes>(bu[kUp * ni], unit);
-        } else {
-          const int row = (warp * NI + ni) * 8 + g_row;
-          const int p_unit = unit / unit_group * unit_group;
-          sg[ni] = s_p[row * 4 + p_unit];
-          if constexpr (Gated) su[ni] = s_p[(BN + row) * 4 + p_unit];
-        }
-      }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int kk = 2 * unit + half;  // k16 index within the step
-        uint32_t af[MI][4];
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-          ldmatrix_x4(af[mi], s_a + (kk >> 2) * (BM * 128) +
-                                  swizzled(a_row + mi * 16, (kk & 3) * 2 + a_half_chunk));
-        }
+      } else {  // per value
+        float2 sg[NI];
+        float2 su[Gated ? NI : 1];
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
-          uint32_t bf[2];
-          const uint32_t word = Bits == 4 ? wg[ni][unit] : wg[ni][2 * unit + half];
-          Dequant<Bits, Codes>::template fragment<T>(word, half, sg[ni], bf);
+          if constexpr (kFp4) {
+            sg[ni] = fp4_unit_scales<Codes>(bg[ni], unit);
+            if constexpr (Gated) su[ni] = fp4_unit_scales<Codes>(bu[kUp * ni], unit);
+          } else {
+            const int row = (warp * NI + ni) * 8 + g_row;
+            const int p_unit = unit / unit_group * unit_group;
+            sg[ni] = s_p[row * 4 + p_unit];
+            if constexpr (Gated) su[ni] = s_p[(BN + row) * 4 + p_unit];
+          }
+        }
 #pragma unroll
-          for (int mi = 0; mi < MI; ++mi) grouped_gemm::mma_16816<T>(acc[mi][ni], af[mi], bf);
-          if constexpr (Gated) {
-            uint32_t bfu[2];
-            const uint32_t uword = Bits == 4 ? wu[ni][unit] : wu[ni][2 * unit + half];
-            Dequant<Bits, Codes>::template fragment<T>(uword, half, su[ni], bfu);
+        for (int half = 0; half < 2; ++half) {
+          const int kk = 2 * unit + half;  // k16 index within the step
+          uint32_t af[MI][4];
 #pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-              grouped_gemm::mma_16816<T>(acc_up[mi][ni], af[mi], bfu);
+          for (int mi = 0; mi < MI; ++mi) {
+            ldmatrix_x4(af[mi], s_a + (kk >> 2) * (BM * 128) +
+                                    swizzled(a_row + mi * 16, (kk & 3) * 2 + a_half_chunk));
+          }
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            uint32_t bf[2];
+            const uint32_t word = Bits == 4 ? wg[ni][unit] : wg[ni][2 * unit + half];
+            Dequant<Bits, Codes>::template fragment<T>(word, half, sg[ni], bf);
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) grouped_gemm::mma_16816<T>(acc[mi][ni], af[mi], bf);
+            if constexpr (Gated) {
+              uint32_t bfu[2];
+              const uint32_t uword = Bits == 4 ? wu[ni][unit] : wu[ni][2 * unit + half];
+              Dequant<Bits, Codes>::template fragment<T>(uword, half, su[ni], bfu);
+#pragma unroll
+              for (int mi = 0; mi < MI; ++mi) {
+                grouped_gemm::mma_16816<T>(acc_up[mi][ni], af[mi], bfu);
+              }
             }
           }
         }
@@ -646,14 +799,14 @@ inline int64_t m_tiles_bound(const Wna16GemmArgs& args, int bm) {
   return (args.max_rows + bm - 1) / bm + std::min(args.num_experts, args.max_rows);
 }
 
-template <typename T, int Bits, Wna16Codes Codes, class Tile, bool Gated>
+template <typename T, int Bits, Wna16Codes Codes, class Tile, bool Gated, bool Exact>
 void launch_tile(const Wna16GemmArgs& args, cudaStream_t stream) {
   const int64_t m_bound = m_tiles_bound(args, Tile::BM);
   const int64_t n_tiles = (args.n + Tile::BN - 1) / Tile::BN;
   const int64_t blocks = m_bound * n_tiles;
   MG_CHECK(blocks <= INT32_MAX, "WNA16 grouped GEMM: {} tiles exceed the grid", blocks);
   constexpr int kSmem = Tile::template Stage<Bits, Codes, Gated>::kSmem;
-  auto* kernel = wna16_gemm_kernel<T, Bits, Codes, Tile, Gated>;
+  auto* kernel = wna16_gemm_kernel<T, Bits, Codes, Tile, Gated, Exact>;
   // Above 48 KB a kernel must opt in; a host-side attribute, not a stream operation.
   MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   kernel<<<static_cast<unsigned>(blocks), Tile::kThreads, kSmem, stream>>>(
@@ -661,16 +814,23 @@ void launch_tile(const Wna16GemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int Bits, Wna16Codes Codes>
+template <typename T, int Bits, Wna16Codes Codes, bool Exact>
 void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
                  cudaStream_t stream) {
   switch (kernel) {
     case Wna16GemmKernel::kMma16:
-      return gated ? launch_tile<T, Bits, Codes, Wna16Mma16Tile, true>(args, stream)
-                   : launch_tile<T, Bits, Codes, Wna16Mma16Tile, false>(args, stream);
+      return gated ? launch_tile<T, Bits, Codes, Wna16Mma16Tile, true, Exact>(args, stream)
+                   : launch_tile<T, Bits, Codes, Wna16Mma16Tile, false, Exact>(args, stream);
+    case Wna16GemmKernel::kMma32:
+      return gated ? launch_tile<T, Bits, Codes, Wna16Mma32Tile, true, Exact>(args, stream)
+                   : launch_tile<T, Bits, Codes, Wna16Mma32Tile, false, Exact>(args, stream);
     case Wna16GemmKernel::kMma64:
-      return gated ? launch_tile<T, Bits, Codes, Wna16Mma64Tile, true>(args, stream)
-                   : launch_tile<T, Bits, Codes, Wna16Mma64Tile, false>(args, stream);
+      // No exact 64-row tile (wna16_gemm_exact says why): the caller takes the per-value one.
+      if constexpr (!Exact) {
+        return gated ? launch_tile<T, Bits, Codes, Wna16Mma64Tile, true, false>(args, stream)
+                     : launch_tile<T, Bits, Codes, Wna16Mma64Tile, false, false>(args, stream);
+      }
+      break;
   }
   MG_FAIL("WNA16 grouped GEMM: unknown kernel {}", static_cast<int>(kernel));
 }

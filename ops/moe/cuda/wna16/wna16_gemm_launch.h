@@ -1,6 +1,7 @@
-// The WNA16 grouped GEMM launchers per activation dtype, bit width and code kind, each instantiated
-// in its own wna16_gemm_<dtype>_<int4|int8|mxfp4|nvfp4>.cu (four kernels per file: two tiles, gated
-// and plain); launch_wna16_grouped_gemm (wna16_experts_cuda.cc) picks one. Host-only.
+// The WNA16 grouped GEMM launchers per activation dtype, bit width, code kind and (integer codes)
+// path, each instantiated in its own wna16_gemm_<dtype>_<int4|int8|mxfp4|nvfp4>[_exact].cu (three
+// tiles, gated and plain; the exact path has no 64-row tile); launch_wna16_grouped_gemm
+// (wna16_experts_cuda.cc) picks one (wna16_gemm_exact). Host-only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,8 +11,9 @@
 namespace mg::cuda::wna16 {
 
 // Gated: b holds 2 parts (gate, up) of part_rows rows per expert, the epilogue is act(gate, up).
-// Plain: one part, bias or bias + plain activation.
-template <typename T, int Bits, Wna16Codes Codes>
+// Plain: one part, bias or bias + plain activation. Exact: integer codes whose zero points are
+// integer codes (Wna16Zeros::kIntegerCodes) through the exact q - z (wna16_gemm.cuh).
+template <typename T, int Bits, Wna16Codes Codes, bool Exact = false>
 void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
                  cudaStream_t stream);
 
