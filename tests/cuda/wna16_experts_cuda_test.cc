@@ -317,9 +317,9 @@ TEST(CudaWna16Experts, GemmTileFollowsTheRowsAnExpertAveragesAndTheCodes) {
     EXPECT_EQ(choose_wna16_gemm_kernel(16 * 128, 128, codes), Wna16GemmKernel::kMma16);
     EXPECT_EQ(choose_wna16_gemm_kernel(16 * 128 + 1, 128, codes),
               fp4 ? Wna16GemmKernel::kMma32 : Wna16GemmKernel::kMma64);
-    EXPECT_EQ(choose_wna16_gemm_kernel(64 * 128, 128, codes),
+    EXPECT_EQ(choose_wna16_gemm_kernel(32 * 128, 128, codes),
               fp4 ? Wna16GemmKernel::kMma32 : Wna16GemmKernel::kMma64);
-    EXPECT_EQ(choose_wna16_gemm_kernel(64 * 128 + 1, 128, codes), Wna16GemmKernel::kMma64);
+    EXPECT_EQ(choose_wna16_gemm_kernel(32 * 128 + 1, 128, codes), Wna16GemmKernel::kMma64);
     EXPECT_EQ(choose_wna16_gemm_kernel(16, 0, codes), Wna16GemmKernel::kMma16);  // E 0: as one
   }
   cuda::Wna16Weights w;

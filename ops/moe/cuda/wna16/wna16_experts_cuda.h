@@ -283,24 +283,28 @@ inline std::optional<Wna16GemmKernel> parse_wna16_gemm_kernel(std::string_view n
 
 // By the rows an expert averages (max_rows / E): 16-row tiles up to 16 (then the weights are
 // nearly all the bytes and more, narrower CTAs stream them); then FP4 codes take 32-row tiles up
-// to 64 and 64-row tiles above, integer codes 64-row tiles (the large-M path takes over from
+// to 32 and 64-row tiles above, integer codes 64-row tiles (the large-M path takes over from
 // kWna16DequantMinRowsPerExpert). M <= 8 tokens (decode) always lands on kMma16 for top_k <= 2 E.
-// Set by
+// A tile's cost follows the tiles each expert needs (its rows are spread around the average), so
+// from ~48 rows an expert the 32-row tile's third tile loses to the 64-row tile's second. Set by
 //   moegraph bench moe --quant mxfp4|int4-g128|int4-g64 --shape gpt-oss-120b,qwen3-30b-a3b
-//     --tokens 256,512,1024,2048,4096 --kernel wna16_mma16,wna16_mma32,wna16_mma64 --no-check
+//     --tokens 256,512,768,1024,1536,2048,4096 --kernel wna16_mma16,wna16_mma32,wna16_mma64
+//     --no-check
 // on an H200 (2026-12-02; docs/performance.md), µs mma16 / mma32 / mma64 by rows an expert,
 // MXFP4: 16: gpt-oss-120b 1208.8 / 1181.2 / 1818.0, qwen3-30b-a3b 268.9 / 269.2 / 397.0; 32:
-// 2009.3 / 1729.1 / 1871.4, 443.6 / 387.6 / 426.4; 64: 3597.1 / 2865.2 / 2768.5, 777.6 / 626.7 /
-// 666.1; 128: 6724.7 / 5126.1 / 4632.5, 1427.4 / 1102.6 / 1102.5. INT4 (qwen3 g128, gpt-oss g64;
-// mma16 and mma32 on the exact path, wna16_gemm_exact): 16: qwen3 337.2 / 348.2 / 479.7, gpt-oss
-// 1612.2 / 1634.7 / 2365.2; 32: 555.9 / 512.6 / 483.2 (the per-value mma64 of an earlier run;
-// 521.4 exact), 2711.4 / 2417.3 / 2103.5 (per value); 64: 986.3 / 839.3 / 754.3 (per value).
+// 2009.3 / 1729.1 / 1871.4, 443.6 / 387.6 / 426.4; 48 (mma32 / mma64): 2469.3 / 1953.9 (gpt-oss
+// 1536 tokens), 515.5 / 467.1 (qwen3 768); 64: 3597.1 / 2865.2 / 2768.5, 777.6 / 626.7 / 666.1
+// (qwen3 the one point the rule loses, by 6%); 128: 6724.7 / 5126.1 / 4632.5, 1427.4 / 1102.6 /
+// 1102.5. INT4 (qwen3 g128, gpt-oss g64; mma16 and mma32 on the exact path, wna16_gemm_exact):
+// 16: qwen3 337.2 / 348.2 / 479.7, gpt-oss 1612.2 / 1634.7 / 2365.2; 32: 555.9 / 512.6 / 483.2
+// (the per-value mma64 of an earlier run; 521.4 exact), 2711.4 / 2417.3 / 2103.5 (per value); 64:
+// 986.3 / 839.3 / 754.3 (per value).
 inline Wna16GemmKernel choose_wna16_gemm_kernel(int64_t max_rows, int64_t num_experts,
                                                 Wna16Codes codes) {
   const int64_t experts = num_experts > 0 ? num_experts : 1;
   if (max_rows <= 16 * experts) return Wna16GemmKernel::kMma16;
   if (codes == Wna16Codes::kInteger) return Wna16GemmKernel::kMma64;
-  return max_rows <= 64 * experts ? Wna16GemmKernel::kMma32 : Wna16GemmKernel::kMma64;
+  return max_rows <= 32 * experts ? Wna16GemmKernel::kMma32 : Wna16GemmKernel::kMma64;
 }
 
 // Whether the grouped GEMM takes `w` through the exact integer path (wna16_gemm.cuh): integer

@@ -285,6 +285,44 @@ struct Dequant<4, Wna16Codes::kMxfp4> {
 template <>
 struct Dequant<4, Wna16Codes::kNvfp4> : Dequant<4, Wna16Codes::kMxfp4> {};
 
+// The mmas of one 32-wide unit on the paths that pair nibbles j and j + 4 (exact INT4, placed FP4):
+// per m16 block both k16 halves of its A (stage half at s_a, BM rows), permuted into that k order
+// (permute_a), against the unit's B fragments b[ni][m] (gate) and b_up (when Gated) into c and
+// c_up. One block's A is live at a time (the 64-row gated FP4 tile spilled at 253 registers with
+// every block's A live).
+template <typename T, int BM, bool Gated, int MI, int NI, int MU, int NU, int NB>
+__device__ __forceinline__ void permuted_unit_mmas(uint32_t s_a, int unit, int a_row,
+                                                   int a_half_chunk, const uint32_t (&b)[NI][2][2],
+                                                   const uint32_t (&b_up)[NB][2][2],
+                                                   float (&c)[MI][NI][4],
+                                                   float (&c_up)[MU][NU][4]) {
+  using grouped_gemm::ldmatrix_x4;
+  using grouped_gemm::swizzled;
+  constexpr int kUp = Gated ? 1 : 0;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+    uint32_t h0[4], h1[4], am[2][4];
+    ldmatrix_x4(h0, s_a + (unit >> 1) * (BM * 128) +
+                        swizzled(a_row + mi * 16, ((2 * unit) & 3) * 2 + a_half_chunk));
+    ldmatrix_x4(h1, s_a + (unit >> 1) * (BM * 128) +
+                        swizzled(a_row + mi * 16, ((2 * unit + 1) & 3) * 2 + a_half_chunk));
+    // Row g's natural pairs (k 2t, 2t + 8, 16 + 2t, 24 + 2t) and row g + 8's.
+    const uint32_t lo[4] = {h0[0], h0[2], h1[0], h1[2]};
+    const uint32_t hi[4] = {h0[1], h0[3], h1[1], h1[3]};
+    permute_a(lo, hi, am);
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        grouped_gemm::mma_16816<T>(c[mi][ni], am[m], b[ni][m]);
+        if constexpr (Gated) {
+          grouped_gemm::mma_16816<T>(c_up[kUp * mi][kUp * ni], am[m], b_up[kUp * ni][m]);
+        }
+      }
+    }
+  }
+}
+
 // The GEMM epilogue of one output (up only read when Gated); bias F32 [N_b] of the expert.
 template <bool Gated>
 __device__ __forceinline__ float epilogue_value(const Wna16GemmArgs& args, const float* bias,
@@ -568,27 +606,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
               }
             }
           }
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi) {
-            uint32_t h0[4], h1[4], am[2][4];
-            ldmatrix_x4(h0, s_a + (unit >> 1) * (BM * 128) +
-                                swizzled(a_row + mi * 16, ((2 * unit) & 3) * 2 + a_half_chunk));
-            ldmatrix_x4(h1, s_a + (unit >> 1) * (BM * 128) +
-                                swizzled(a_row + mi * 16, ((2 * unit + 1) & 3) * 2 + a_half_chunk));
-            const uint32_t lo[4] = {h0[0], h0[2], h1[0], h1[2]};
-            const uint32_t hi[4] = {h0[1], h0[3], h1[1], h1[3]};
-            permute_a(lo, hi, am);
-#pragma unroll
-            for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-              for (int m = 0; m < 2; ++m) {
-                grouped_gemm::mma_16816<T>(grp[mi][ni], am[m], bgf[ni][m]);
-                if constexpr (Gated) {
-                  grouped_gemm::mma_16816<T>(grp_up[kUp * mi][kUp * ni], am[m], buf[kUp * ni][m]);
-                }
-              }
-            }
-          }
+          permuted_unit_mmas<T, BM, Gated>(s_a, unit, a_row, a_half_chunk, bgf, buf, grp, grp_up);
         } else {
           // INT8: word 2 unit + half holds the half's 4 codes in k order (the per-value path's).
           const auto exact_pairs = [&](uint32_t word, uint32_t zm, uint32_t(&b)[2]) {
@@ -676,26 +694,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
                                            fp4_scale_pair<T, Codes>(bu[kUp * ni], unit), buf[ni]);
           }
         }
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-          uint32_t h0[4], h1[4], am[2][4];
-          ldmatrix_x4(h0, s_a + (unit >> 1) * (BM * 128) +
-                              swizzled(a_row + mi * 16, ((2 * unit) & 3) * 2 + a_half_chunk));
-          ldmatrix_x4(h1, s_a + (unit >> 1) * (BM * 128) +
-                              swizzled(a_row + mi * 16, ((2 * unit + 1) & 3) * 2 + a_half_chunk));
-          // Row g's natural pairs (k 2t, 2t + 8, 16 + 2t, 24 + 2t) and row g + 8's.
-          const uint32_t lo[4] = {h0[0], h0[2], h1[0], h1[2]};
-          const uint32_t hi[4] = {h0[1], h0[3], h1[1], h1[3]};
-          permute_a(lo, hi, am);
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-            for (int m = 0; m < 2; ++m) {
-              grouped_gemm::mma_16816<T>(acc[mi][ni], am[m], bgf[ni][m]);
-              if constexpr (Gated) grouped_gemm::mma_16816<T>(acc_up[mi][ni], am[m], buf[ni][m]);
-            }
-          }
-        }
+        permuted_unit_mmas<T, BM, Gated>(s_a, unit, a_row, a_half_chunk, bgf, buf, acc, acc_up);
       } else {  // per value
         float2 sg[NI];
         float2 su[Gated ? NI : 1];
