@@ -496,7 +496,9 @@ std::vector<GemmCase> gemm_cases() {
   std::vector<GemmCase> cases;
   int index = 0;
   for (const int bits : {4, 8}) {
-    for (const int64_t group : {int64_t{32}, int64_t{64}, int64_t{128}, int64_t{-1}}) {
+    // 256: a group spanning two K steps (the exact path's group sums cross a step).
+    for (const int64_t group :
+         {int64_t{32}, int64_t{64}, int64_t{128}, int64_t{256}, int64_t{-1}}) {
       for (const Zeros zeros : {Zeros::kSymmetric, Zeros::kF32, Zeros::kU8, Zeros::kF32Real}) {
         for (int epi = 0; epi < 3; ++epi) {  // plain bias, gated act, plain act
           for (int s = 0; s < 2; ++s) {

@@ -679,10 +679,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
         }
       } else if constexpr (kPlaced) {
         // The unit's B fragments first (gate and up, every n8 block: 8 registers a block), then
-        // per m16 block both k16 halves of its A, permuted into the placed pairs' k order: mma m
-        // takes (x[k], x[k + 16]) pairs (permute_a) against fp4_placed_fragments' b[m]. One m16
-        // block's A is live at a time, so 64-row tiles hold 8 A registers, not 32 (the 64-row
-        // gated kernel spilled at 253 registers with every block's A live).
+        // the mmas against each m16 block's permuted A (permuted_unit_mmas).
         uint32_t bgf[NI][2][2];
         uint32_t buf[Gated ? NI : 1][2][2];
 #pragma unroll
