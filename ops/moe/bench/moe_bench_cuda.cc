@@ -71,8 +71,8 @@ Timing time_calls(Fn&& call, double target_ms, cudaStream_t stream, int warmup =
   MG_CUDA_CHECK(cudaEventSynchronize(b));
   float one_ms = 0;
   MG_CUDA_CHECK(cudaEventElapsedTime(&one_ms, a, b));
-  const int more_warmup = std::clamp(static_cast<int>(target_ms / 4 / std::max(one_ms, 1e-3f)), 0,
-                                     400);
+  const int more_warmup =
+      std::clamp(static_cast<int>(target_ms / 4 / std::max(one_ms, 1e-3f)), 0, 400);
   for (int i = 0; i < more_warmup; ++i) call(i);
   const int reps = std::clamp(static_cast<int>(target_ms / std::max(one_ms, 1e-3f)), 5, 400);
   std::vector<cudaEvent_t> starts(reps), ends(reps);

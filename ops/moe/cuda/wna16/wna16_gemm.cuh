@@ -825,8 +825,9 @@ void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
       if constexpr (!Exact) {
         return gated ? launch_tile<T, Bits, Codes, Wna16Mma64Tile, true, false>(args, stream)
                      : launch_tile<T, Bits, Codes, Wna16Mma64Tile, false, false>(args, stream);
+      } else {
+        MG_FAIL("WNA16 grouped GEMM: the exact path has no 64-row tile (wna16_gemm_exact)");
       }
-      break;
   }
   MG_FAIL("WNA16 grouped GEMM: unknown kernel {}", static_cast<int>(kernel));
 }
