@@ -561,7 +561,11 @@ bool run_gemm(const GemmCase& c, const QuantRows& a, const Fp8Weights& w,
   args.k = c.k;
   args.epilogue = c.epilogue;
   args.act.kind = c.kind;
-  if (!runs_here(kernel)) {
+  const bool tma_shape =
+      cuda::fp8_tma_shape_check(c.n, c.k, max_rows, experts, args.b_scales.block_n,
+                                args.b_scales.block_k, c.gated())
+          .empty();
+  if (!runs_here(kernel) || (kernel == Fp8GemmKernel::kTma && !tma_shape)) {
     if (max_rows > 0) {
       EXPECT_THROW(cuda::launch_fp8_grouped_gemm<T>(args, kernel, nullptr), Error);
     }
@@ -634,7 +638,7 @@ void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
       ref.push_back(c.epilogue == GroupedEpilogue::kBias ? g : reference_activation(act, g, u));
       got.push_back(to_f32(out[row * c.n + col]));
       double allowance = 0.0;
-      if (kernel == Fp8GemmKernel::kWgmma) {
+      if (kernel == Fp8GemmKernel::kWgmma || kernel == Fp8GemmKernel::kTma) {
         const double dg = kWgmmaAccumulation * block_scaled_dot(a, row, w, e, col, true);
         const double du =
             c.gated() ? kWgmmaAccumulation * block_scaled_dot(a, row, w, e, c.n + col, true) : 0.0;
@@ -832,6 +836,53 @@ TEST(CudaFp8Experts, GroupedGemmExactSumsEveryKernel) {
         }
       }
     }
+  }
+}
+
+// fp8_tma computes fp8_wgmma's sums in fp8_wgmma's order, so the two must agree bit for bit, here
+// on random data over more tiles than the GPU has SMs (every CTA of the persistent kernel loops
+// over several tiles) and more K blocks than it has stages (each stage's barriers go through
+// several phases), with experts of no rows, 1 row, 64/65 rows (one or both consumer warpgroups)
+// and a partial last 128-wide N tile.
+TEST(CudaFp8Experts, TmaKernelMatchesWgmmaOverManyTilesPerCta) {
+  MG_REQUIRE_GPU();
+  if (!runs_here(Fp8GemmKernel::kTma)) GTEST_SKIP() << "no sm_90a kernels here";
+  uint32_t seed = 5600;
+  for (const bool gated : {true, false}) {
+    GemmCase c;
+    c.rows_per_expert = {700, 0, 129, 1, 64, 65, 1500, 300, 900};
+    c.first_row = 3;
+    c.extra_rows = 5;
+    c.n = gated ? 448 : 1000;
+    c.k = 1040;
+    c.epilogue = gated ? GroupedEpilogue::kActivation : GroupedEpilogue::kBias;
+    c.kind = MoEActKind::kSiluGated;
+    c.bias = true;
+    c.per_token = !gated;
+    for_each_dtype([&]<typename T>() {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_label<T>(), c.describe()));
+      std::mt19937 rng(++seed);
+      const std::vector<int32_t> offsets = case_offsets(c);
+      const int64_t experts = static_cast<int64_t>(c.rows_per_expert.size());
+      const int64_t max_rows = offsets[experts] + c.extra_rows;
+      const int64_t n_b = gated ? 2 * c.n : c.n;
+      const QuantRows a = quantize_rows(random_activations<T>(max_rows, c.k, 2.0f, rng), max_rows,
+                                        c.k, c.per_token);
+      const Fp8Weights w = random_weights(experts, n_b, c.k, c.scales, rng);
+      std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
+      std::vector<float> bias(experts * n_b);
+      for (float& b : bias) b = bias_value(rng);
+      std::vector<T> tma, wgmma;
+      ASSERT_TRUE(run_gemm<T>(c, a, w, bias, Fp8GemmKernel::kTma, tma));
+      ASSERT_TRUE(run_gemm<T>(c, a, w, bias, Fp8GemmKernel::kWgmma, wgmma));
+      ASSERT_EQ(tma.size(), wgmma.size());
+      int64_t differ = 0;
+      for (size_t i = 0; i < tma.size(); ++i) {
+        differ += std::memcmp(&tma[i], &wgmma[i], sizeof(T)) != 0;
+      }
+      EXPECT_EQ(differ, 0) << "of " << tma.size() << " outputs";
+      EXPECT_TRUE(rows_outside_untouched(c, tma));
+    });
   }
 }
 
@@ -1082,7 +1133,7 @@ void check_mlp(const MlpCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   // against the fp64 y of the GPU's own h (read back from the scratch), so a GEMM whose
   // accumulation is less precise than fp32 (fp8_wgmma: kWgmmaAccumulation) is judged by its own
   // error, not by where an intermediate one T ulp off crosses an e4m3 rounding boundary.
-  const bool wgmma = kernel == Fp8GemmKernel::kWgmma;
+  const bool wgmma = kernel == Fp8GemmKernel::kWgmma || kernel == Fp8GemmKernel::kTma;
   std::vector<T> h_gpu(pairs * c.inter);
   MG_CUDA_CHECK(
       cudaMemcpy(h_gpu.data(),

@@ -91,8 +91,12 @@ struct TmaTile {
     return 1024 + barrier_offset<kStaged>() + (2 * Stages + 2 * kTileSlots) * 8 + kTileSlots * 4;
   }
 };
-static_assert(128 * TmaTile::kProducerRegs + 256 * TmaTile::kConsumerRegs <= 65536,
-              "setmaxnreg counts exceed the register file");
+// setmaxnreg moves registers within the CTA's allocation, which the launch bound sets at 168 a
+// thread (65536 / 384 rounded down to a multiple of 8): a consumer's setmaxnreg.inc that asks for
+// more than the producer's .dec gave back waits forever.
+static_assert(128 * TmaTile::kProducerRegs + 256 * TmaTile::kConsumerRegs <=
+                  TmaTile::kThreads * 168,
+              "setmaxnreg counts exceed the CTA's registers");
 static_assert(TmaTile::smem_bytes<true>() <= 227 * 1024, "shared memory over the sm_90 limit");
 
 // The dynamic tile scheduler's device counters: [slot][0] the next tile, [1] CTAs finished.
@@ -316,6 +320,114 @@ __device__ __forceinline__ void persistent_tile_coords(int tile, int m_tiles, in
   n_tile = in_group / group_m;
 }
 
+// Tile t of a persistent launch: its n tile and its expert's rows.
+template <int BM>
+__device__ __forceinline__ TileWork persistent_tile_work(const int32_t* __restrict__ offsets,
+                                                         int num_experts, int tile, int m_tiles,
+                                                         int n_tiles, int& n_tile) {
+  int m_tile;
+  persistent_tile_coords(tile, m_tiles, n_tiles, m_tile, n_tile);
+  TileWork work;
+  find_tile<BM>(offsets, num_experts, m_tile, work);
+  return work;
+}
+
+// The tile hand-off of a persistent TMA kernel (this file's and fp8_gemm_tma.cuh's): the producer
+// warp passes each tile index, then an end mark (an index >= num_tiles), through kSlots
+// shared-memory slots, each with a full barrier (1 arrival: the producer) and an empty one (one
+// arrival per consumer warp).
+struct TileHandoff {
+  uint32_t full_bar;   // [kSlots]
+  uint32_t empty_bar;  // [kSlots]
+  uint32_t slots;      // [kSlots] int
+};
+
+// Thread 0 initialises the barriers of a persistent TMA kernel: per stage a full barrier
+// (full_arrivals: the producer's, plus the TMA bytes) and an empty one (one arrival per consumer
+// warp), per tile slot the hand-off's two. The caller then syncs the CTA.
+template <int kStages, int kSlots>
+__device__ __forceinline__ void init_tma_barriers(uint32_t full_bar, uint32_t empty_bar,
+                                                  uint32_t full_arrivals, const TileHandoff& h,
+                                                  uint32_t consumer_warps) {
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    mbar_init(full_bar + s * 8, full_arrivals);
+    mbar_init(empty_bar + s * 8, consumer_warps);
+  }
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    mbar_init(h.full_bar + s * 8, 1);
+    mbar_init(h.empty_bar + s * 8, consumer_warps);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// The producer warp's loop: takes tiles from the launch's device counter, hands each to the
+// consumers and calls produce(tile) (the whole warp) for it; the last CTA to finish resets the
+// counter slot for the launch that takes it next.
+template <int kSlots, class Produce>
+__device__ __forceinline__ void produce_tiles(unsigned* counter, int num_tiles,
+                                              const TileHandoff& h, Produce&& produce) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  int next = 0;
+  if (lane == 0) next = static_cast<int>(atomicAdd(&counter[0], 1u));
+  next = __shfl_sync(0xffffffffu, next, 0);
+  for (uint32_t i = 0;; ++i) {
+    const int tile = next;
+    if (lane == 0) {  // hand the tile (or the end mark) to the consumers
+      const uint32_t slot = i % kSlots;
+      mbar_wait(h.empty_bar + slot * 8, ((i / kSlots) & 1) ^ 1);
+      st_shared_u32(h.slots + slot * 4, static_cast<uint32_t>(tile));
+      mbar_arrive(h.full_bar + slot * 8);  // release: the slot's value is visible
+    }
+    if (tile >= num_tiles) break;
+    // The next tile's index is fetched while this tile's loads are issued.
+    if (lane == 0) next = static_cast<int>(atomicAdd(&counter[0], 1u));
+    produce(tile);
+    next = __shfl_sync(0xffffffffu, next, 0);
+  }
+  if (lane == 0) {
+    // Every CTA has taken its last tile once all have counted themselves here.
+    __threadfence();
+    if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
+      atomicExch(&counter[0], 0u);
+      atomicExch(&counter[1], 0u);
+    }
+  }
+}
+
+// A consumer warp's loop: consume(tile) for every tile handed over, until the end mark.
+template <int kSlots, class Consume>
+__device__ __forceinline__ void consume_tiles(int num_tiles, const TileHandoff& h,
+                                              Consume&& consume) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  for (uint32_t i = 0;; ++i) {
+    const uint32_t slot = i % kSlots;
+    mbar_wait(h.full_bar + slot * 8, (i / kSlots) & 1);
+    const int tile = static_cast<int>(ld_shared_u32(h.slots + slot * 4));
+    __syncwarp();
+    if (lane == 0) mbar_arrive(h.empty_bar + slot * 8);
+    if (tile >= num_tiles) break;
+    consume(tile);
+  }
+}
+
+// A consumer warpgroup with no rows in a tile frees each of the tile's k_tiles stages once it has
+// landed (waiting for it keeps this warpgroup's arrivals in the phase of that use); `it` counts
+// the stage uses.
+template <int kStages>
+__device__ __forceinline__ void skip_stages(uint32_t full_bar, uint32_t empty_bar, int k_tiles,
+                                            uint32_t& it) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+    const uint32_t stage = it % kStages;
+    mbar_wait(full_bar + stage * 8, (it / kStages) & 1);
+    if (lane == 0) mbar_arrive(empty_bar + stage * 8);
+    __syncwarp();
+  }
+}
+
 #endif  // MG_GROUPED_GEMM_WGMMA
 
 // kStaged: see the file comment (epilogue).
@@ -337,22 +449,12 @@ __global__ void __launch_bounds__(TmaTile::kThreads, 1)
   const uint32_t slot_full_bar = empty_bar + kStages * 8;                    // [kSlots]
   const uint32_t slot_empty_bar = slot_full_bar + kSlots * 8;                // [kSlots]
   const uint32_t tile_slots = slot_empty_bar + kSlots * 8;                   // [kSlots] int
+  const TileHandoff handoff{slot_full_bar, slot_empty_bar, tile_slots};
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5, warpgroup = warp >> 2;
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full_bar + s * 8, 1);  // the producer's arrive.expect_tx (+ the TMA bytes)
-      mbar_init(empty_bar + s * 8, TmaTile::kConsumerWarps);
-    }
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      mbar_init(slot_full_bar + s * 8, 1);
-      mbar_init(slot_empty_bar + s * 8, TmaTile::kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  // Full: the producer's arrive.expect_tx (+ the TMA bytes).
+  init_tma_barriers<kStages, kSlots>(full_bar, empty_bar, 1, handoff, TmaTile::kConsumerWarps);
   __syncthreads();
 
   const int num_experts = static_cast<int>(args.num_experts);
@@ -372,10 +474,9 @@ __global__ void __launch_bounds__(TmaTile::kThreads, 1)
     uint32_t it = 0;  // k steps issued by this CTA (lane 0): stage it % kStages, use it / kStages
     // The loads of one tile (the whole warp finds the tile, lane 0 issues).
     const auto produce = [&](int tile) {
-      int m_tile, n_tile;
-      persistent_tile_coords(tile, m_tiles, n_tiles, m_tile, n_tile);
-      TileWork work;
-      find_tile<BM>(args.expert_offsets, num_experts, m_tile, work);
+      int n_tile;
+      const TileWork work = persistent_tile_work<BM>(args.expert_offsets, num_experts, tile,
+                                                     m_tiles, n_tiles, n_tile);
       if (lane == 0) {
         const bool both_halves = work.row_end - work.row_begin > 64;
         const uint32_t bytes = (both_halves ? 2 : 1) * kAHalfBytes + kBBytes;
@@ -398,33 +499,7 @@ __global__ void __launch_bounds__(TmaTile::kThreads, 1)
       }
       __syncwarp();
     };
-    unsigned* counter = g_tile_counters[counter_slot];
-    int next = 0;
-    if (lane == 0) next = static_cast<int>(atomicAdd(&counter[0], 1u));
-    next = __shfl_sync(0xffffffffu, next, 0);
-    for (uint32_t i = 0;; ++i) {
-      const int tile = next;
-      if (lane == 0) {  // hand the tile (or the end mark, tile >= num_tiles) to the consumers
-        const uint32_t slot = i % kSlots;
-        mbar_wait(slot_empty_bar + slot * 8, ((i / kSlots) & 1) ^ 1);
-        st_shared_u32(tile_slots + slot * 4, static_cast<uint32_t>(tile));
-        mbar_arrive(slot_full_bar + slot * 8);  // release: the slot's value is visible
-      }
-      if (tile >= num_tiles) break;
-      // The next tile's index is fetched while this tile's loads are issued.
-      if (lane == 0) next = static_cast<int>(atomicAdd(&counter[0], 1u));
-      produce(tile);
-      next = __shfl_sync(0xffffffffu, next, 0);
-    }
-    if (lane == 0) {
-      // Every CTA has taken its last tile once all have counted themselves here: the last
-      // one resets the slot for the launch that takes it next.
-      __threadfence();
-      if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
-        atomicExch(&counter[0], 0u);
-        atomicExch(&counter[1], 0u);
-      }
-    }
+    produce_tiles<kSlots>(g_tile_counters[counter_slot], num_tiles, handoff, produce);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(TmaTile::kConsumerRegs));
     const int half = warpgroup - 1;  // this warpgroup's rows: [64 half, 64 half + 64)
@@ -432,19 +507,11 @@ __global__ void __launch_bounds__(TmaTile::kThreads, 1)
         smem_base + TmaTile::kStagingOffset + (warp - 4) * TmaTile::kStagingBytes;
     uint32_t it = 0;  // k steps consumed, in the producer's order
     const auto consume = [&](int tile) {
-      int m_tile, n_tile;
-      persistent_tile_coords(tile, m_tiles, n_tiles, m_tile, n_tile);
-      TileWork work;
-      find_tile<BM>(args.expert_offsets, num_experts, m_tile, work);
-      if (work.row_end - work.row_begin <= half * 64) {
-        // No rows for this warpgroup: free each stage once it has landed (waiting for it keeps
-        // this warpgroup's arrivals in the phase of that use).
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-          const uint32_t stage = it % kStages;
-          mbar_wait(full_bar + stage * 8, (it / kStages) & 1);
-          if (lane == 0) mbar_arrive(empty_bar + stage * 8);
-          __syncwarp();
-        }
+      int n_tile;
+      const TileWork work = persistent_tile_work<BM>(args.expert_offsets, num_experts, tile,
+                                                     m_tiles, n_tiles, n_tile);
+      if (work.row_end - work.row_begin <= half * 64) {  // no rows for this warpgroup
+        skip_stages<kStages>(full_bar, empty_bar, k_tiles, it);
         return;
       }
       // The whole main loop sits in this branch: no wgmma group is in flight where the
@@ -479,15 +546,7 @@ __global__ void __launch_bounds__(TmaTile::kThreads, 1)
         store_wgmma_tile<T, Gated>(acc, args, work, n_tile * BN, warp_row0 + (lane >> 2));
       }
     };
-    for (uint32_t i = 0;; ++i) {
-      const uint32_t slot = i % kSlots;
-      mbar_wait(slot_full_bar + slot * 8, (i / kSlots) & 1);
-      const int tile = static_cast<int>(ld_shared_u32(tile_slots + slot * 4));
-      __syncwarp();
-      if (lane == 0) mbar_arrive(slot_empty_bar + slot * 8);
-      if (tile >= num_tiles) break;
-      consume(tile);
-    }
+    consume_tiles<kSlots>(num_tiles, handoff, consume);
   }
 #endif  // MG_GROUPED_GEMM_WGMMA
 }
@@ -520,10 +579,13 @@ inline unsigned tile_counter_slot() {
 template <typename T>
 CUtensorMap encode_tensor_map(const void* base, int rank, const cuuint64_t* dims,
                               const cuuint64_t* strides_bytes, const cuuint32_t* box) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>);
+  // uint8_t: FP8 codes (fp8_gemm_tma.cuh); TMA moves bytes, the type only sizes the elements.
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> ||
+                std::is_same_v<T, uint8_t>);
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+                                   : std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap map;
   const CUresult result = tensor_map_encoder()(

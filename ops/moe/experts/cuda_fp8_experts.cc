@@ -174,6 +174,8 @@ class CudaFp8Experts final : public ExpertsMonolithic {
         return cuda::Fp8GemmKernel::kMma64;
       case Fp8Kernel::kWgmma:
         return cuda::Fp8GemmKernel::kWgmma;
+      case Fp8Kernel::kTma:
+        return cuda::Fp8GemmKernel::kTma;
       case Fp8Kernel::kDecode:
         break;
     }

@@ -9,7 +9,7 @@ namespace mg {
 namespace {
 
 constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::kMma64,
-                              Fp8Kernel::kWgmma};
+                              Fp8Kernel::kWgmma, Fp8Kernel::kTma};
 
 // Rows of the table, in order; the first that holds decides.
 //   D1  M <= 8: decode. The unquantized table's row P1 (its decode kernels beat the grouped
@@ -17,10 +17,14 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 //       not been timed yet (docs/performance.md has no FP8 table), so this threshold is the
 //       unquantized one, not a measured FP8 one.
 //   G1  rows per expert <= 16: fp8_mma16 (narrow tiles: more CTAs stream the weights).
-//   G2  otherwise fp8_wgmma on sm_90a: `bench moe --quant fp8-block --backend
-//       cuda_fp8:fp8_mma64,cuda_fp8:fp8_wgmma` on an H100 (2026-11-25, docs/performance.md):
-//       deepseek-v3 M=256 6194 vs 7643 us, M=4096 10512 vs 19917; mixtral M=256 962 vs 1734,
-//       M=4096 7214 vs 15869 (wgmma vs mma64).
+//   G2  otherwise fp8_tma on sm_90a (the expert MLP runs a GEMM whose shape its TMA boxes do
+//       not fit on fp8_wgmma). fp8_wgmma first took this row over fp8_mma64 (`bench moe --quant
+//       fp8-block --backend cuda_fp8:fp8_mma64,cuda_fp8:fp8_wgmma`, H100, 2026-11-25: deepseek-v3
+//       M=256 6194 vs 7643 us, M=4096 10512 vs 19917; mixtral M=256 962 vs 1734, M=4096 7214 vs
+//       15869); fp8_tma then beat fp8_wgmma at every point timed (`bench moe --quant fp8-block
+//       --shape mixtral,qwen3-30b-a3b,deepseek-v3,gpt-oss-120b --tokens 256,1024,4096 --kernel
+//       fp8_wgmma,fp8_tma`, H200, 2026-12-02, docs/performance.md), e.g. mixtral M=256 (64 rows
+//       an expert) 646 vs 925 us, M=4096 5463 vs 7155; deepseek-v3 M=4096 8232 vs 10737.
 //   G3  otherwise (no sm_90a code) fp8_mma64.
 // (G1-G3 are cuda::choose_fp8_gemm_kernel's rule, written down here as the one place.)
 Fp8Choice rule_choice(const Fp8Problem& p, int64_t tokens) {
@@ -29,7 +33,7 @@ Fp8Choice rule_choice(const Fp8Problem& p, int64_t tokens) {
   if (rows <= 16 * std::max<int64_t>(1, p.local_experts)) {
     return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert"};
   }
-  if (p.sm90a_kernels) return {Fp8Kernel::kWgmma, "G2: > 16 rows per expert, sm_90a"};
+  if (p.sm90a_kernels) return {Fp8Kernel::kTma, "G2: > 16 rows per expert, sm_90a"};
   return {Fp8Kernel::kMma64, "G3: > 16 rows per expert, no sm_90a kernels"};
 }
 
@@ -45,6 +49,8 @@ std::string_view fp8_kernel_name(Fp8Kernel kernel) {
       return "fp8_mma64";
     case Fp8Kernel::kWgmma:
       return "fp8_wgmma";
+    case Fp8Kernel::kTma:
+      return "fp8_tma";
   }
   return "?";
 }
@@ -65,8 +71,9 @@ std::optional<Fp8Kernel> parse_fp8_kernel_request(std::string_view name) {
 }
 
 std::string check_fp8_kernel_request(const Fp8Problem& p, std::optional<Fp8Kernel> request) {
-  if (request == Fp8Kernel::kWgmma && !p.sm90a_kernels) {
-    return "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
+  if ((request == Fp8Kernel::kWgmma || request == Fp8Kernel::kTma) && !p.sm90a_kernels) {
+    return fmt::format("{} needs the sm_90a kernels, which this GPU or build lacks",
+                       fp8_kernel_name(*request));
   }
   // fp8_wgmma: on an H100 (2026-11-25) it gave exact sums bit for bit
   // (CudaFp8Experts.GroupedGemmExactSumsEveryKernel) and its GEMMs and MLP stay within the

@@ -9,6 +9,9 @@
 //                                   quantize h -> grouped GEMM2 -> combine, on that GEMM kernel
 //   fp8_wgmma                       the same on wgmma (sm_90a): chosen over fp8_mma64 above 16
 //                                   rows per expert (the bench's numbers in the .cc)
+//   fp8_tma                         the same wgmma tile fed by TMA, warp-specialised and
+//                                   persistent (sm_90a); a GEMM whose shape its boxes do not fit
+//                                   runs fp8_wgmma
 // A request (`cuda_fp8:NAME`, one of the names above, or `auto`) forces it; a forced kernel that
 // cannot run is an error saying why.
 //
@@ -23,7 +26,7 @@
 
 namespace mg {
 
-enum class Fp8Kernel { kDecode, kMma16, kMma64, kWgmma };
+enum class Fp8Kernel { kDecode, kMma16, kMma64, kWgmma, kTma };
 
 std::string_view fp8_kernel_name(Fp8Kernel kernel);
 // "auto" and every kernel name.

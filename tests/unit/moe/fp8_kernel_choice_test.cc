@@ -16,7 +16,7 @@ TEST(Fp8KernelChoice, RulesAtTheirEdges) {
   // 9 tokens x k 2 = 18 rows over 8 experts: <= 16 per expert -> mma16, up to 64 tokens.
   EXPECT_EQ(choose_fp8_kernel(p, 9, std::nullopt).kernel, Fp8Kernel::kMma16);
   EXPECT_EQ(choose_fp8_kernel(p, 64, std::nullopt).kernel, Fp8Kernel::kMma16);
-  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).kernel, Fp8Kernel::kWgmma);
+  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).kernel, Fp8Kernel::kTma);
   EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).why, "G2: > 16 rows per expert, sm_90a");
   const Fp8Problem plain{8, 2, false};  // no sm_90a code: 64-row mma tiles
   EXPECT_EQ(choose_fp8_kernel(plain, 65, std::nullopt).kernel, Fp8Kernel::kMma64);
@@ -34,14 +34,17 @@ TEST(Fp8KernelChoice, RequestsAreHonouredOrRefusedWithAReason) {
     }
   }
   EXPECT_EQ(check_fp8_kernel_request(p, Fp8Kernel::kWgmma), "");
-  EXPECT_MG_ERROR(parse_fp8_kernel_request("fp8_tma"),
-                  "unknown FP8 MoE kernel 'fp8_tma' (known: auto, fp8_decode");
+  EXPECT_EQ(check_fp8_kernel_request(p, Fp8Kernel::kTma), "");
+  EXPECT_MG_ERROR(parse_fp8_kernel_request("fp8_mma128"),
+                  "unknown FP8 MoE kernel 'fp8_mma128' (known: auto, fp8_decode");
   EXPECT_MG_ERROR(choose_fp8_kernel(p, 9, Fp8Kernel::kDecode),
                   "cuda_fp8:fp8_decode takes at most 8 tokens per forward, got 9");
   const Fp8Problem no_sm90a{8, 2, false};
   EXPECT_EQ(check_fp8_kernel_request(no_sm90a, Fp8Kernel::kWgmma),
             "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks");
   EXPECT_MG_ERROR(choose_fp8_kernel(no_sm90a, 100, Fp8Kernel::kWgmma), "needs the sm_90a kernels");
+  EXPECT_EQ(check_fp8_kernel_request(no_sm90a, Fp8Kernel::kTma),
+            "fp8_tma needs the sm_90a kernels, which this GPU or build lacks");
 }
 
 }  // namespace

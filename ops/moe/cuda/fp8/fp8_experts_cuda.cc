@@ -68,6 +68,17 @@ MlpScratch carve_mlp_scratch(void* scratch, size_t bytes, int64_t rows, int64_t 
   return s;
 }
 
+// The kernel one GEMM of the MLP runs: fp8_tma where its boxes fit the GEMM, else fp8_wgmma (the
+// same tile fed by cp.async); every other kernel as asked.
+Fp8GemmKernel mlp_gemm_kernel(Fp8GemmKernel kernel, const Fp8GemmArgs& g, bool gated) {
+  if (kernel != Fp8GemmKernel::kTma) return kernel;
+  return fp8_tma_shape_check(g.n, g.k, g.max_rows, g.num_experts, g.b_scales.block_n,
+                             g.b_scales.block_k, gated)
+                 .empty()
+             ? Fp8GemmKernel::kTma
+             : Fp8GemmKernel::kWgmma;
+}
+
 }  // namespace
 
 template <typename T>
@@ -150,7 +161,7 @@ void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel,
   g1.k = args.hidden;
   g1.epilogue = GroupedEpilogue::kActivation;
   g1.act = args.act;
-  launch_fp8_grouped_gemm<T>(g1, kernel, stream);
+  launch_fp8_grouped_gemm<T>(g1, mlp_gemm_kernel(kernel, g1, is_gated(args.act.kind)), stream);
 
   Fp8QuantArgs qh;
   qh.x = s.h;
@@ -177,7 +188,7 @@ void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel,
   g2.n = args.hidden;
   g2.k = args.inter;
   g2.epilogue = GroupedEpilogue::kBias;
-  launch_fp8_grouped_gemm<T>(g2, kernel, stream);
+  launch_fp8_grouped_gemm<T>(g2, mlp_gemm_kernel(kernel, g2, false), stream);
 }
 
 template void launch_fp8_grouped_gemm<__nv_bfloat16>(const Fp8GemmArgs&, Fp8GemmKernel,

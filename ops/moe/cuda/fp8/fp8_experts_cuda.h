@@ -124,10 +124,13 @@ enum class Fp8GemmKernel : int32_t {
   kMma16,  // mma.sync, 16-row tiles (decode-sized groups: few rows per expert)
   kMma64,  // mma.sync, 64-row tiles
   kWgmma,  // wgmma m64n128k32, 128-row tiles; sm_90a only (grouped_gemm_sm90a_kernels())
+  // The same wgmma tile fed by TMA, warp-specialised and persistent; sm_90a only, and the shapes
+  // its boxes fit (fp8_tma_shape_check).
+  kTma,
 };
 
 inline constexpr Fp8GemmKernel kAllFp8GemmKernels[] = {Fp8GemmKernel::kMma16, Fp8GemmKernel::kMma64,
-                                                       Fp8GemmKernel::kWgmma};
+                                                       Fp8GemmKernel::kWgmma, Fp8GemmKernel::kTma};
 
 constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
   switch (kernel) {
@@ -137,6 +140,8 @@ constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
       return "fp8_mma64";
     case Fp8GemmKernel::kWgmma:
       return "fp8_wgmma";
+    case Fp8GemmKernel::kTma:
+      return "fp8_tma";
   }
   return "?";
 }
@@ -153,6 +158,8 @@ inline std::string fp8_gemm_kernel_check(Fp8GemmKernel kernel, bool sm90a) {
       return "";
     case Fp8GemmKernel::kWgmma:
       return sm90a ? "" : "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
+    case Fp8GemmKernel::kTma:
+      return sm90a ? "" : "fp8_tma needs the sm_90a kernels, which this GPU or build lacks";
   }
   return "unknown FP8 GEMM kernel";
 }
@@ -190,6 +197,30 @@ struct Fp8GemmArgs {
   GroupedEpilogue epilogue = GroupedEpilogue::kBias;  // kActivation: GEMM1 (gated or plain)
   MoEActParams act;
 };
+
+// "" when fp8_tma's boxes fit a GEMM of N outputs over K with max_rows rows (the driver rejects a
+// box larger than its tensor: K >= 128, >= 64 rows, N >= 128 plain or 64 gated weight rows) and
+// its scale offsets fit 32 bits, else the reason. The expert MLP runs each GEMM that fails it on
+// fp8_wgmma instead.
+inline std::string fp8_tma_shape_check(int64_t n, int64_t k, int64_t max_rows, int64_t num_experts,
+                                       int64_t block_n, int64_t block_k, bool gated) {
+  const int64_t box_rows = gated ? 64 : 128;
+  if (k < 128 || max_rows < 64 || n < box_rows) {
+    return "fp8_tma's boxes need K >= 128, >= 64 rows and N >= " + std::to_string(box_rows) +
+           ", not K " + std::to_string(k) + ", " + std::to_string(max_rows) + " rows, N " +
+           std::to_string(n);
+  }
+  const int64_t n_b = gated ? 2 * n : n;
+  const int64_t scale_count =
+      num_experts * ((n_b + block_n - 1) / block_n) * ((k + block_k - 1) / block_k);
+  if (block_n <= 0 || block_k <= 0 || scale_count >= (int64_t{1} << 31) ||
+      max_rows * ((k + 127) / 128) >= (int64_t{1} << 31)) {
+    return "fp8_tma indexes scales with 32-bit offsets: " + std::to_string(num_experts) +
+           " experts of " + std::to_string(n_b) + " x " + std::to_string(k) + " and " +
+           std::to_string(max_rows) + " rows need more";
+  }
+  return "";
+}
 
 // "" when the FP8 kernels take a GEMM with N outputs over K, else the reason: every row is read in
 // 16-byte vectors of 16 codes, so K must be a multiple of 16.
@@ -254,7 +285,8 @@ size_t fp8_expert_mlp_scratch_h_offset(int64_t max_rows, int64_t hidden);
 std::string fp8_expert_mlp_check(int64_t hidden, int64_t inter, bool gated,
                                  const Fp8WeightScales& s13, const Fp8WeightScales& s2);
 
-// Four launches; `kernel` picks the GEMM tile of both GEMMs.
+// Four launches; `kernel` picks the GEMM tile of both GEMMs (fp8_tma: of each GEMM its boxes fit,
+// fp8_wgmma for the other).
 template <typename T>
 void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel, cudaStream_t stream);
 

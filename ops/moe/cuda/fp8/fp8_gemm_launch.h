@@ -1,7 +1,7 @@
 // The FP8 grouped GEMM launchers per epilogue kind, each instantiated in its own
 // fp8_gemm_mma_<dtype>_<gated|plain>.cu so that no compile job holds more than two kernels (the
-// wgmma one apart, in fp8_gemm_wgmma_<dtype>_<gated|plain>.cu); launch_fp8_grouped_gemm
-// (fp8_gemm_cuda.cu) picks one. Host-only.
+// wgmma and TMA ones apart, in fp8_gemm_{wgmma,tma}_<dtype>_<gated|plain>.cu);
+// launch_fp8_grouped_gemm (fp8_experts_cuda.cc) picks one. Host-only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,5 +18,9 @@ void launch_gemm(const Fp8GemmArgs& args, Fp8GemmKernel kernel, cudaStream_t str
 // The wgmma kernel (fp8_gemm_wgmma.cuh), in fp8_gemm_wgmma_<dtype>_<gated|plain>.cu.
 template <typename T, bool Gated>
 void launch_wgmma(const Fp8GemmArgs& args, cudaStream_t stream);
+
+// The TMA kernel (fp8_gemm_tma.cuh), in fp8_gemm_tma_<dtype>_<gated|plain>.cu.
+template <typename T, bool Gated>
+void launch_tma(const Fp8GemmArgs& args, cudaStream_t stream);
 
 }  // namespace mg::cuda::fp8

@@ -77,6 +77,49 @@ __device__ __forceinline__ void wgmma_wait64(float (&d)[64]) {
 
 #endif  // MG_FP8_GEMM_WGMMA
 
+// The epilogue of a wgmma tile (this file's kernel and the TMA one, fp8_gemm_tma.cuh): the lane
+// holds rows row0 and row0 + 8 of the tile (tile-relative) and, per 8-column block j, columns
+// n0 + 8j + 2t (+1) (gated: gate blocks j < 8, up blocks j + 8); rows past the expert's and
+// columns past N are not stored.
+template <typename T, bool Gated>
+__device__ __forceinline__ void store_wgmma_acc(const float (&acc)[64], const Fp8GemmArgs& args,
+                                                const grouped_gemm::TileWork& work, int n0,
+                                                int row0) {
+  constexpr int kBlocks = 16;  // 8-column accumulator blocks (gate + up)
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int n = static_cast<int>(args.n);
+  const int64_t b_rows_per_expert = Gated ? 2 * args.n : args.n;
+  const int rows_here = work.row_end - work.row_begin;
+  const float* bias = args.bias == nullptr ? nullptr : args.bias + work.expert * b_rows_per_expert;
+  T* c = static_cast<T*>(args.c) + static_cast<int64_t>(work.row_begin) * n;
+  const bool pair_stores = (n & 1) == 0;
+  constexpr int kOutBlocks = Gated ? kBlocks / 2 : kBlocks;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + half * 8;
+    if (row >= rows_here) continue;
+    T* c_row = c + static_cast<int64_t>(row) * n;
+#pragma unroll
+    for (int j = 0; j < kOutBlocks; ++j) {
+      const int col = n0 + j * 8 + (lane & 3) * 2;
+      if (col >= n) continue;
+      const int up_j = Gated ? j + kOutBlocks : j;
+      const float g0 = acc[j * 4 + half * 2], g1 = acc[j * 4 + half * 2 + 1];
+      const float u0 = Gated ? acc[up_j * 4 + half * 2] : 0.0f;
+      const float u1 = Gated ? acc[up_j * 4 + half * 2 + 1] : 0.0f;
+      const float v0 = epilogue_value<Gated>(args, bias, col, g0, u0);
+      if (pair_stores) {
+        grouped_gemm::store_pair(c_row + col, v0,
+                                 epilogue_value<Gated>(args, bias, col + 1, g1, u1));
+      } else {
+        c_row[col] = from_float<T>(v0);
+        if (col + 1 < n)
+          c_row[col + 1] = from_float<T>(epilogue_value<Gated>(args, bias, col + 1, g1, u1));
+      }
+    }
+  }
+}
+
 template <typename T, bool Gated>
 __global__ void __launch_bounds__(Fp8WgmmaTile::kThreads, 1)
     fp8_gemm_wgmma_kernel(const Fp8GemmArgs args, int m_tiles_bound, int n_tiles) {
@@ -192,34 +235,7 @@ __global__ void __launch_bounds__(Fp8WgmmaTile::kThreads, 1)
   }
   grouped_gemm::cp_async_wait<0>();
 
-  const float* bias = args.bias == nullptr ? nullptr : args.bias + work.expert * b_rows_per_expert;
-  T* c = static_cast<T*>(args.c) + static_cast<int64_t>(work.row_begin) * n;
-  const bool pair_stores = (n & 1) == 0;
-  constexpr int kOutBlocks = Gated ? kBlocks / 2 : kBlocks;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + half * 8;
-    if (row >= rows_here) continue;
-    T* c_row = c + static_cast<int64_t>(row) * n;
-#pragma unroll
-    for (int j = 0; j < kOutBlocks; ++j) {
-      const int col = n0 + j * 8 + (lane & 3) * 2;
-      if (col >= n) continue;
-      const int up_j = Gated ? j + kOutBlocks : j;
-      const float g0 = acc[j * 4 + half * 2], g1 = acc[j * 4 + half * 2 + 1];
-      const float u0 = Gated ? acc[up_j * 4 + half * 2] : 0.0f;
-      const float u1 = Gated ? acc[up_j * 4 + half * 2 + 1] : 0.0f;
-      const float v0 = epilogue_value<Gated>(args, bias, col, g0, u0);
-      if (pair_stores) {
-        grouped_gemm::store_pair(c_row + col, v0,
-                                 epilogue_value<Gated>(args, bias, col + 1, g1, u1));
-      } else {
-        c_row[col] = from_float<T>(v0);
-        if (col + 1 < n)
-          c_row[col + 1] = from_float<T>(epilogue_value<Gated>(args, bias, col + 1, g1, u1));
-      }
-    }
-  }
+  store_wgmma_acc<T, Gated>(acc, args, work, n0, row0);
 #endif  // MG_FP8_GEMM_WGMMA
 }
 
