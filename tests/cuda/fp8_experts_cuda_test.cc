@@ -919,6 +919,22 @@ TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
   // (fp8_kernel_choice.cc), which keeps it disabled for now.
   EXPECT_EQ(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, true), "");
   EXPECT_NE(cuda::fp8_gemm_kernel_check(Fp8GemmKernel::kWgmma, false), "");
+  // fp8_tma's boxes: K >= 128, >= 64 rows, N >= 64 gated / 128 plain; 32-bit scale offsets.
+  EXPECT_EQ(cuda::fp8_tma_shape_check(448, 448, 64, 4, 128, 128, true), "");
+  EXPECT_EQ(cuda::fp8_tma_shape_check(128, 128, 64, 1, 1, 128, false), "");
+  EXPECT_NE(cuda::fp8_tma_shape_check(448, 96, 1000, 4, 128, 128, true).find("K 96"),
+            std::string::npos);
+  EXPECT_NE(cuda::fp8_tma_shape_check(448, 448, 63, 4, 128, 128, true).find("63 rows"),
+            std::string::npos);
+  EXPECT_NE(cuda::fp8_tma_shape_check(63, 448, 1000, 4, 128, 128, true).find("N 63"),
+            std::string::npos);
+  EXPECT_NE(cuda::fp8_tma_shape_check(100, 448, 1000, 4, 128, 128, false).find("N 100"),
+            std::string::npos);
+  EXPECT_NE(cuda::fp8_tma_shape_check(448, 448, 1000, 4, 0, 128, true).find("positive"),
+            std::string::npos);
+  EXPECT_NE(
+      cuda::fp8_tma_shape_check(4096, 4096, 1000, int64_t{1} << 20, 1, 128, false).find("32-bit"),
+      std::string::npos);
   EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5, 5), Fp8GemmKernel::kMma16);
   EXPECT_EQ(cuda::choose_fp8_gemm_kernel(16 * 5 + 1, 5), Fp8GemmKernel::kMma64);
   cuda::Fp8GemmArgs args;

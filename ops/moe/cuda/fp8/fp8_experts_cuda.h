@@ -210,11 +210,14 @@ inline std::string fp8_tma_shape_check(int64_t n, int64_t k, int64_t max_rows, i
            ", not K " + std::to_string(k) + ", " + std::to_string(max_rows) + " rows, N " +
            std::to_string(n);
   }
+  if (block_n <= 0 || block_k <= 0) {
+    return "FP8 weight scale blocks " + std::to_string(block_n) + " x " + std::to_string(block_k) +
+           " must be positive";
+  }
   const int64_t n_b = gated ? 2 * n : n;
   const int64_t scale_count =
       num_experts * ((n_b + block_n - 1) / block_n) * ((k + block_k - 1) / block_k);
-  if (block_n <= 0 || block_k <= 0 || scale_count >= (int64_t{1} << 31) ||
-      max_rows * ((k + 127) / 128) >= (int64_t{1} << 31)) {
+  if (scale_count >= (int64_t{1} << 31) || max_rows * ((k + 127) / 128) >= (int64_t{1} << 31)) {
     return "fp8_tma indexes scales with 32-bit offsets: " + std::to_string(num_experts) +
            " experts of " + std::to_string(n_b) + " x " + std::to_string(k) + " and " +
            std::to_string(max_rows) + " rows need more";
