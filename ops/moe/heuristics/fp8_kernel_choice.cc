@@ -13,8 +13,8 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 
 // Rows of the table, in order; the first that holds decides.
 //   D1  M <= 8: decode. The unquantized table's row P1 (its decode kernels beat the grouped
-//       pipeline up to 8 tokens on every shape of `bench moe`) carried over: the FP8 kernels have
-//       not been timed yet (docs/performance.md has no FP8 table), so this threshold is the
+//       pipeline up to 8 tokens on every shape of `bench moe`) carried over: the FP8 tables of
+//       docs/performance.md time the decode kernels at M = 1 only, so this threshold is the
 //       unquantized one, not a measured FP8 one.
 //   G1  rows per expert <= 16: fp8_mma16 (narrow tiles: more CTAs stream the weights).
 //   G2  otherwise fp8_tma on sm_90a (the expert MLP runs a GEMM whose shape its TMA boxes do

@@ -7,11 +7,11 @@
 //                                   (token, expert) pair, every touched expert's weights read once
 //   fp8_mma16 | fp8_mma64           align -> quantize-gather -> grouped GEMM1 + act ->
 //                                   quantize h -> grouped GEMM2 -> combine, on that GEMM kernel
-//   fp8_wgmma                       the same on wgmma (sm_90a): chosen over fp8_mma64 above 16
-//                                   rows per expert (the bench's numbers in the .cc)
+//   fp8_wgmma                       the same on wgmma (sm_90a), fed by cp.async
 //   fp8_tma                         the same wgmma tile fed by TMA, warp-specialised and
 //                                   persistent (sm_90a); a GEMM whose shape its boxes do not fit
-//                                   runs fp8_wgmma
+//                                   runs fp8_wgmma. Chosen above 16 rows per expert on sm_90a
+//                                   (the bench's numbers in the .cc)
 // A request (`cuda_fp8:NAME`, one of the names above, or `auto`) forces it; a forced kernel that
 // cannot run is an error saying why.
 //

@@ -174,7 +174,7 @@ inline std::optional<Fp8GemmKernel> parse_fp8_gemm_kernel(std::string_view name)
 
 // The tile for a problem: 16-row tiles while the experts average at most 16 rows (their weights
 // are nearly all the bytes: more, narrower CTAs stream them), else 64-row tiles. (The model path
-// chooses through fp8_kernel_choice.cc, which takes fp8_wgmma over 64-row tiles on sm_90a.)
+// chooses through fp8_kernel_choice.cc, which takes fp8_tma over 64-row tiles on sm_90a.)
 inline Fp8GemmKernel choose_fp8_gemm_kernel(int64_t max_rows, int64_t num_experts) {
   return max_rows <= 16 * (num_experts > 0 ? num_experts : 1) ? Fp8GemmKernel::kMma16
                                                               : Fp8GemmKernel::kMma64;
