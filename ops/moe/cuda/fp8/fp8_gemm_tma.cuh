@@ -60,6 +60,8 @@ static_assert(128 * Fp8TmaTile::kProducerRegs + 256 * Fp8TmaTile::kConsumerRegs 
                   Fp8TmaTile::kThreads * 168,
               "setmaxnreg counts exceed the CTA's registers");
 static_assert(Fp8TmaTile::kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
+static_assert(Fp8TmaTile::BRows == Fp8WgmmaTile::BRows,
+              "the epilogue (store_wgmma_acc) is fp8_wgmma's, for its 128 weight rows");
 static_assert(Fp8TmaTile::BRows % 32 == 0 && Fp8TmaTile::BM % 32 == 0,
               "each lane copies whole weight-row and row scale sets");
 

@@ -85,7 +85,7 @@ template <typename T, bool Gated>
 __device__ __forceinline__ void store_wgmma_acc(const float (&acc)[64], const Fp8GemmArgs& args,
                                                 const grouped_gemm::TileWork& work, int n0,
                                                 int row0) {
-  constexpr int kBlocks = 16;  // 8-column accumulator blocks (gate + up)
+  constexpr int kBlocks = Fp8WgmmaTile::BRows / 8;  // 8-column accumulator blocks (gate + up)
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int n = static_cast<int>(args.n);
   const int64_t b_rows_per_expert = Gated ? 2 * args.n : args.n;
