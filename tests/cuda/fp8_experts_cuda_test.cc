@@ -565,7 +565,7 @@ bool run_gemm(const GemmCase& c, const QuantRows& a, const Fp8Weights& w,
       cuda::fp8_tma_shape_check(c.n, c.k, max_rows, experts, args.b_scales.block_n,
                                 args.b_scales.block_k, c.gated())
           .empty();
-  if (!runs_here(kernel) || (kernel == Fp8GemmKernel::kTma && !tma_shape)) {
+  if (!runs_here(kernel) || (cuda::is_fp8_tma_kernel(kernel) && !tma_shape)) {
     if (max_rows > 0) {
       EXPECT_THROW(cuda::launch_fp8_grouped_gemm<T>(args, kernel, nullptr), Error);
     }
@@ -638,7 +638,7 @@ void check_gemm(const GemmCase& c, Fp8GemmKernel kernel, uint32_t seed) {
       ref.push_back(c.epilogue == GroupedEpilogue::kBias ? g : reference_activation(act, g, u));
       got.push_back(to_f32(out[row * c.n + col]));
       double allowance = 0.0;
-      if (kernel == Fp8GemmKernel::kWgmma || kernel == Fp8GemmKernel::kTma) {
+      if (kernel == Fp8GemmKernel::kWgmma || cuda::is_fp8_tma_kernel(kernel)) {
         const double dg = kWgmmaAccumulation * block_scaled_dot(a, row, w, e, col, true);
         const double du =
             c.gated() ? kWgmmaAccumulation * block_scaled_dot(a, row, w, e, c.n + col, true) : 0.0;
@@ -839,11 +839,12 @@ TEST(CudaFp8Experts, GroupedGemmExactSumsEveryKernel) {
   }
 }
 
-// fp8_tma computes fp8_wgmma's sums in fp8_wgmma's order, so the two must agree bit for bit, here
-// on random data over more tiles than the GPU has SMs (every CTA of the persistent kernel loops
-// over several tiles) and more K blocks than it has stages (each stage's barriers go through
-// several phases), with experts of no rows, 1 row, 64/65 rows (one or both consumer warpgroups)
-// and a partial last 128-wide N tile.
+// fp8_tma and fp8_tma64 compute fp8_wgmma's sums in fp8_wgmma's order, so each must agree with it
+// bit for bit, here on random data over more tiles than the GPU has SMs (every CTA of the
+// persistent kernel loops over several tiles; fp8_tma64's two pipelines take them apart) and more
+// K blocks than it has stages (each stage's barriers go through several phases), with experts of
+// no rows, 1 row, 64/65 rows (one or both consumer warpgroups of a 128-row tile; one or two
+// 64-row tiles) and a partial last N tile.
 TEST(CudaFp8Experts, TmaKernelMatchesWgmmaOverManyTilesPerCta) {
   MG_REQUIRE_GPU();
   if (!runs_here(Fp8GemmKernel::kTma)) GTEST_SKIP() << "no sm_90a kernels here";
@@ -872,16 +873,20 @@ TEST(CudaFp8Experts, TmaKernelMatchesWgmmaOverManyTilesPerCta) {
       std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
       std::vector<float> bias(experts * n_b);
       for (float& b : bias) b = bias_value(rng);
-      std::vector<T> tma, wgmma;
-      ASSERT_TRUE(run_gemm<T>(c, a, w, bias, Fp8GemmKernel::kTma, tma));
+      std::vector<T> wgmma;
       ASSERT_TRUE(run_gemm<T>(c, a, w, bias, Fp8GemmKernel::kWgmma, wgmma));
-      ASSERT_EQ(tma.size(), wgmma.size());
-      int64_t differ = 0;
-      for (size_t i = 0; i < tma.size(); ++i) {
-        differ += std::memcmp(&tma[i], &wgmma[i], sizeof(T)) != 0;
+      for (const Fp8GemmKernel kernel : {Fp8GemmKernel::kTma, Fp8GemmKernel::kTma64}) {
+        SCOPED_TRACE(cuda::fp8_gemm_kernel_name(kernel));
+        std::vector<T> tma;
+        ASSERT_TRUE(run_gemm<T>(c, a, w, bias, kernel, tma));
+        ASSERT_EQ(tma.size(), wgmma.size());
+        int64_t differ = 0;
+        for (size_t i = 0; i < tma.size(); ++i) {
+          differ += std::memcmp(&tma[i], &wgmma[i], sizeof(T)) != 0;
+        }
+        EXPECT_EQ(differ, 0) << "of " << tma.size() << " outputs";
+        EXPECT_TRUE(rows_outside_untouched(c, tma));
       }
-      EXPECT_EQ(differ, 0) << "of " << tma.size() << " outputs";
-      EXPECT_TRUE(rows_outside_untouched(c, tma));
     });
   }
 }
@@ -1149,7 +1154,7 @@ void check_mlp(const MlpCase& c, Fp8GemmKernel kernel, uint32_t seed) {
   // against the fp64 y of the GPU's own h (read back from the scratch), so a GEMM whose
   // accumulation is less precise than fp32 (fp8_wgmma: kWgmmaAccumulation) is judged by its own
   // error, not by where an intermediate one T ulp off crosses an e4m3 rounding boundary.
-  const bool wgmma = kernel == Fp8GemmKernel::kWgmma || kernel == Fp8GemmKernel::kTma;
+  const bool wgmma = kernel == Fp8GemmKernel::kWgmma || cuda::is_fp8_tma_kernel(kernel);
   std::vector<T> h_gpu(pairs * c.inter);
   MG_CUDA_CHECK(
       cudaMemcpy(h_gpu.data(),

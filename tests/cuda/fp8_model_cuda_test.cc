@@ -96,7 +96,7 @@ TEST(CudaFp8Model, EveryKernelMatchesTheCpuModel) {
     auto cpu_short = open(g, Device::cpu(), "", true);
     const std::vector<float> ref_short = run(*cpu_short, kShortPrompt);
     for (const char* kernel :
-         {"auto", "fp8_mma16", "fp8_mma64", "fp8_wgmma", "fp8_tma", "fp8_decode"}) {
+         {"auto", "fp8_mma16", "fp8_mma64", "fp8_wgmma", "fp8_tma", "fp8_tma64", "fp8_decode"}) {
       const std::string what = fmt::format("{} cuda_fp8:{}", layout.name, kernel);
       SCOPED_TRACE(what);
       const std::string request = std::string("cuda_fp8:") + kernel;

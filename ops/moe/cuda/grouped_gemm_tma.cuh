@@ -364,9 +364,9 @@ __device__ __forceinline__ void init_tma_barriers(uint32_t full_bar, uint32_t em
 }
 
 // The producer warp's loop: takes tiles from the launch's device counter, hands each to the
-// consumers and calls produce(tile) (the whole warp) for it; the last CTA to finish resets the
-// counter slot for the launch that takes it next.
-template <int kSlots, class Produce>
+// consumers and calls produce(tile) (the whole warp) for it; the last producer warp to finish
+// (of kProducersPerCta a CTA) resets the counter slot for the launch that takes it next.
+template <int kSlots, int kProducersPerCta = 1, class Produce>
 __device__ __forceinline__ void produce_tiles(unsigned* counter, int num_tiles,
                                               const TileHandoff& h, Produce&& produce) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -390,7 +390,7 @@ __device__ __forceinline__ void produce_tiles(unsigned* counter, int num_tiles,
   if (lane == 0) {
     // Every CTA has taken its last tile once all have counted themselves here.
     __threadfence();
-    if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
+    if (atomicAdd(&counter[1], 1u) == gridDim.x * kProducersPerCta - 1) {
       atomicExch(&counter[0], 0u);
       atomicExch(&counter[1], 0u);
     }

@@ -176,6 +176,8 @@ class CudaFp8Experts final : public ExpertsMonolithic {
         return cuda::Fp8GemmKernel::kWgmma;
       case Fp8Kernel::kTma:
         return cuda::Fp8GemmKernel::kTma;
+      case Fp8Kernel::kTma64:
+        return cuda::Fp8GemmKernel::kTma64;
       case Fp8Kernel::kDecode:
         break;
     }

@@ -9,7 +9,7 @@ namespace mg {
 namespace {
 
 constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::kMma64,
-                              Fp8Kernel::kWgmma, Fp8Kernel::kTma};
+                              Fp8Kernel::kWgmma,  Fp8Kernel::kTma,   Fp8Kernel::kTma64};
 
 // Rows of the table, in order; the first that holds decides.
 //   D1  M <= 8: decode. The unquantized table's row P1 (its decode kernels beat the grouped
@@ -17,7 +17,14 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 //       docs/performance.md time the decode kernels at M = 1 only, so this threshold is the
 //       unquantized one, not a measured FP8 one.
 //   G1  rows per expert <= 16: fp8_mma16 (narrow tiles: more CTAs stream the weights).
-//   G2  otherwise fp8_tma on sm_90a (the expert MLP runs a GEMM whose shape its TMA boxes do
+//   G2  rows per expert <= 64 on sm_90a: fp8_tma64 (64-row tiles, two pipelines a CTA). It beat
+//       fp8_tma at every point up to 64 rows an expert and tied at 64 (`bench moe --quant
+//       fp8-block --kernel auto,fp8_tma,fp8_tma64 --tokens 64,128,256,512,1024,2048,4096,8192`,
+//       H200, 2026-12-02, docs/performance.md), e.g. at 32 rows deepseek-v3 (M=1024) 4067 vs
+//       5280 us, gpt-oss-120b (M=1024) 1193 vs 1657, qwen3-30b-a3b (M=512) 399 vs 557, mixtral
+//       (M=128) 458 vs 575; at 64 rows mixtral 699 vs 690. Above 64 rows the shapes split (128:
+//       qwen3 759 vs 838, mixtral 1045 vs 1008; 256: qwen3 1326 vs 1404, mixtral 1706 vs 1643).
+//   G3  otherwise fp8_tma on sm_90a (the expert MLP runs a GEMM whose shape its TMA boxes do
 //       not fit on fp8_wgmma). fp8_wgmma first took this row over fp8_mma64 (`bench moe --quant
 //       fp8-block --backend cuda_fp8:fp8_mma64,cuda_fp8:fp8_wgmma`, H100, 2026-11-25: deepseek-v3
 //       M=256 6194 vs 7643 us, M=4096 10512 vs 19917; mixtral M=256 962 vs 1734, M=4096 7214 vs
@@ -25,16 +32,19 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 //       --shape mixtral,qwen3-30b-a3b,deepseek-v3,gpt-oss-120b --tokens 256,1024,4096 --kernel
 //       fp8_wgmma,fp8_tma`, H200, 2026-12-02, docs/performance.md), e.g. mixtral M=256 (64 rows
 //       an expert) 646 vs 925 us, M=4096 5463 vs 7155; deepseek-v3 M=4096 8232 vs 10737.
-//   G3  otherwise (no sm_90a code) fp8_mma64.
-// (G1-G3 are cuda::choose_fp8_gemm_kernel's rule, written down here as the one place.)
+//   G4  otherwise (no sm_90a code) fp8_mma64.
+// (G1-G4 are cuda::choose_fp8_gemm_kernel's rule, written down here as the one place.)
 Fp8Choice rule_choice(const Fp8Problem& p, int64_t tokens) {
   if (tokens <= kFp8DecodeMaxTokens) return {Fp8Kernel::kDecode, "D1: M <= 8"};
   const int64_t rows = tokens * p.top_k;
   if (rows <= 16 * std::max<int64_t>(1, p.local_experts)) {
     return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert"};
   }
-  if (p.sm90a_kernels) return {Fp8Kernel::kTma, "G2: > 16 rows per expert, sm_90a"};
-  return {Fp8Kernel::kMma64, "G3: > 16 rows per expert, no sm_90a kernels"};
+  if (!p.sm90a_kernels) return {Fp8Kernel::kMma64, "G4: > 16 rows per expert, no sm_90a kernels"};
+  if (rows <= 64 * std::max<int64_t>(1, p.local_experts)) {
+    return {Fp8Kernel::kTma64, "G2: <= 64 rows per expert, sm_90a"};
+  }
+  return {Fp8Kernel::kTma, "G3: > 64 rows per expert, sm_90a"};
 }
 
 }  // namespace
@@ -51,6 +61,8 @@ std::string_view fp8_kernel_name(Fp8Kernel kernel) {
       return "fp8_wgmma";
     case Fp8Kernel::kTma:
       return "fp8_tma";
+    case Fp8Kernel::kTma64:
+      return "fp8_tma64";
   }
   return "?";
 }
@@ -71,7 +83,9 @@ std::optional<Fp8Kernel> parse_fp8_kernel_request(std::string_view name) {
 }
 
 std::string check_fp8_kernel_request(const Fp8Problem& p, std::optional<Fp8Kernel> request) {
-  if ((request == Fp8Kernel::kWgmma || request == Fp8Kernel::kTma) && !p.sm90a_kernels) {
+  const bool wgmma =
+      request == Fp8Kernel::kWgmma || request == Fp8Kernel::kTma || request == Fp8Kernel::kTma64;
+  if (wgmma && !p.sm90a_kernels) {
     return fmt::format("{} needs the sm_90a kernels, which this GPU or build lacks",
                        fp8_kernel_name(*request));
   }

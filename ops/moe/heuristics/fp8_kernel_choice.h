@@ -10,8 +10,10 @@
 //   fp8_wgmma                       the same on wgmma (sm_90a), fed by cp.async
 //   fp8_tma                         the same wgmma tile fed by TMA, warp-specialised and
 //                                   persistent (sm_90a); a GEMM whose shape its boxes do not fit
-//                                   runs fp8_wgmma. Chosen above 16 rows per expert on sm_90a
-//                                   (the bench's numbers in the .cc)
+//                                   runs fp8_wgmma
+//   fp8_tma64                       fp8_tma's kernel on 64-row tiles, two pipelines a CTA
+// Above 16 rows per expert on sm_90a the table takes fp8_tma64 or fp8_tma by rows per expert
+// (the bench's numbers in the .cc).
 // A request (`cuda_fp8:NAME`, one of the names above, or `auto`) forces it; a forced kernel that
 // cannot run is an error saying why.
 //
@@ -26,7 +28,7 @@
 
 namespace mg {
 
-enum class Fp8Kernel { kDecode, kMma16, kMma64, kWgmma, kTma };
+enum class Fp8Kernel { kDecode, kMma16, kMma64, kWgmma, kTma, kTma64 };
 
 std::string_view fp8_kernel_name(Fp8Kernel kernel);
 // "auto" and every kernel name.

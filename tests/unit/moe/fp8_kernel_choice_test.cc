@@ -16,12 +16,18 @@ TEST(Fp8KernelChoice, RulesAtTheirEdges) {
   // 9 tokens x k 2 = 18 rows over 8 experts: <= 16 per expert -> mma16, up to 64 tokens.
   EXPECT_EQ(choose_fp8_kernel(p, 9, std::nullopt).kernel, Fp8Kernel::kMma16);
   EXPECT_EQ(choose_fp8_kernel(p, 64, std::nullopt).kernel, Fp8Kernel::kMma16);
-  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).kernel, Fp8Kernel::kTma);
-  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).why, "G2: > 16 rows per expert, sm_90a");
+  // 65..256 tokens: <= 64 rows per expert -> the 64-row TMA tiles; above, the 128-row ones.
+  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).kernel, Fp8Kernel::kTma64);
+  EXPECT_EQ(choose_fp8_kernel(p, 65, std::nullopt).why, "G2: <= 64 rows per expert, sm_90a");
+  EXPECT_EQ(choose_fp8_kernel(p, 256, std::nullopt).kernel, Fp8Kernel::kTma64);
+  EXPECT_EQ(choose_fp8_kernel(p, 257, std::nullopt).kernel, Fp8Kernel::kTma);
+  EXPECT_EQ(choose_fp8_kernel(p, 257, std::nullopt).why, "G3: > 64 rows per expert, sm_90a");
   const Fp8Problem plain{8, 2, false};  // no sm_90a code: 64-row mma tiles
-  EXPECT_EQ(choose_fp8_kernel(plain, 65, std::nullopt).kernel, Fp8Kernel::kMma64);
-  EXPECT_EQ(choose_fp8_kernel(plain, 65, std::nullopt).why,
-            "G3: > 16 rows per expert, no sm_90a kernels");
+  for (const int64_t tokens : {65, 257}) {
+    EXPECT_EQ(choose_fp8_kernel(plain, tokens, std::nullopt).kernel, Fp8Kernel::kMma64);
+    EXPECT_EQ(choose_fp8_kernel(plain, tokens, std::nullopt).why,
+              "G4: > 16 rows per expert, no sm_90a kernels");
+  }
 }
 
 TEST(Fp8KernelChoice, RequestsAreHonouredOrRefusedWithAReason) {
@@ -35,6 +41,7 @@ TEST(Fp8KernelChoice, RequestsAreHonouredOrRefusedWithAReason) {
   }
   EXPECT_EQ(check_fp8_kernel_request(p, Fp8Kernel::kWgmma), "");
   EXPECT_EQ(check_fp8_kernel_request(p, Fp8Kernel::kTma), "");
+  EXPECT_EQ(check_fp8_kernel_request(p, Fp8Kernel::kTma64), "");
   EXPECT_MG_ERROR(parse_fp8_kernel_request("fp8_mma128"),
                   "unknown FP8 MoE kernel 'fp8_mma128' (known: auto, fp8_decode");
   EXPECT_MG_ERROR(choose_fp8_kernel(p, 9, Fp8Kernel::kDecode),
@@ -45,6 +52,8 @@ TEST(Fp8KernelChoice, RequestsAreHonouredOrRefusedWithAReason) {
   EXPECT_MG_ERROR(choose_fp8_kernel(no_sm90a, 100, Fp8Kernel::kWgmma), "needs the sm_90a kernels");
   EXPECT_EQ(check_fp8_kernel_request(no_sm90a, Fp8Kernel::kTma),
             "fp8_tma needs the sm_90a kernels, which this GPU or build lacks");
+  EXPECT_EQ(check_fp8_kernel_request(no_sm90a, Fp8Kernel::kTma64),
+            "fp8_tma64 needs the sm_90a kernels, which this GPU or build lacks");
 }
 
 }  // namespace

@@ -68,14 +68,14 @@ MlpScratch carve_mlp_scratch(void* scratch, size_t bytes, int64_t rows, int64_t 
   return s;
 }
 
-// The kernel one GEMM of the MLP runs: fp8_tma where its boxes fit the GEMM, else fp8_wgmma (the
-// same tile fed by cp.async); every other kernel as asked.
+// The kernel one GEMM of the MLP runs: a TMA kernel (fp8_tma, fp8_tma64) where its boxes fit the
+// GEMM, else fp8_wgmma (the same tile fed by cp.async); every other kernel as asked.
 Fp8GemmKernel mlp_gemm_kernel(Fp8GemmKernel kernel, const Fp8GemmArgs& g, bool gated) {
-  if (kernel != Fp8GemmKernel::kTma) return kernel;
+  if (!is_fp8_tma_kernel(kernel)) return kernel;
   return fp8_tma_shape_check(g.n, g.k, g.max_rows, g.num_experts, g.b_scales.block_n,
                              g.b_scales.block_k, gated)
                  .empty()
-             ? Fp8GemmKernel::kTma
+             ? kernel
              : Fp8GemmKernel::kWgmma;
 }
 

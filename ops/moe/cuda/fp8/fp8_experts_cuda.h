@@ -127,10 +127,19 @@ enum class Fp8GemmKernel : int32_t {
   // The same wgmma tile fed by TMA, warp-specialised and persistent; sm_90a only, and the shapes
   // its boxes fit (fp8_tma_shape_check).
   kTma,
+  // kTma's kernel on 64-row tiles: two independent pipelines (producer warp, consumer warpgroup,
+  // stages) per CTA; the same limits.
+  kTma64,
 };
 
 inline constexpr Fp8GemmKernel kAllFp8GemmKernels[] = {Fp8GemmKernel::kMma16, Fp8GemmKernel::kMma64,
-                                                       Fp8GemmKernel::kWgmma, Fp8GemmKernel::kTma};
+                                                       Fp8GemmKernel::kWgmma, Fp8GemmKernel::kTma,
+                                                       Fp8GemmKernel::kTma64};
+
+// The kernels fed by TMA (fp8_gemm_tma.cuh): their boxes must fit the GEMM (fp8_tma_shape_check).
+constexpr bool is_fp8_tma_kernel(Fp8GemmKernel kernel) {
+  return kernel == Fp8GemmKernel::kTma || kernel == Fp8GemmKernel::kTma64;
+}
 
 constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
   switch (kernel) {
@@ -142,6 +151,8 @@ constexpr std::string_view fp8_gemm_kernel_name(Fp8GemmKernel kernel) {
       return "fp8_wgmma";
     case Fp8GemmKernel::kTma:
       return "fp8_tma";
+    case Fp8GemmKernel::kTma64:
+      return "fp8_tma64";
   }
   return "?";
 }
@@ -159,7 +170,10 @@ inline std::string fp8_gemm_kernel_check(Fp8GemmKernel kernel, bool sm90a) {
     case Fp8GemmKernel::kWgmma:
       return sm90a ? "" : "fp8_wgmma needs the sm_90a kernels, which this GPU or build lacks";
     case Fp8GemmKernel::kTma:
-      return sm90a ? "" : "fp8_tma needs the sm_90a kernels, which this GPU or build lacks";
+    case Fp8GemmKernel::kTma64:
+      return sm90a ? ""
+                   : std::string(fp8_gemm_kernel_name(kernel)) +
+                         " needs the sm_90a kernels, which this GPU or build lacks";
   }
   return "unknown FP8 GEMM kernel";
 }
@@ -174,7 +188,7 @@ inline std::optional<Fp8GemmKernel> parse_fp8_gemm_kernel(std::string_view name)
 
 // The tile for a problem: 16-row tiles while the experts average at most 16 rows (their weights
 // are nearly all the bytes: more, narrower CTAs stream them), else 64-row tiles. (The model path
-// chooses through fp8_kernel_choice.cc, which takes fp8_tma over 64-row tiles on sm_90a.)
+// chooses through fp8_kernel_choice.cc, which takes fp8_tma64 or fp8_tma on sm_90a.)
 inline Fp8GemmKernel choose_fp8_gemm_kernel(int64_t max_rows, int64_t num_experts) {
   return max_rows <= 16 * (num_experts > 0 ? num_experts : 1) ? Fp8GemmKernel::kMma16
                                                               : Fp8GemmKernel::kMma64;
@@ -198,17 +212,17 @@ struct Fp8GemmArgs {
   MoEActParams act;
 };
 
-// "" when fp8_tma's boxes fit a GEMM of N outputs over K with max_rows rows (the driver rejects a
-// box larger than its tensor: K >= 128, >= 64 rows, N >= 128 plain or 64 gated weight rows) and
-// its scale offsets fit 32 bits, else the reason. The expert MLP runs each GEMM that fails it on
-// fp8_wgmma instead.
+// "" when the TMA kernels' boxes (fp8_tma, fp8_tma64) fit a GEMM of N outputs over K with max_rows
+// rows (the driver rejects a box larger than its tensor: K >= 128, >= 64 rows, N >= 128 plain or 64
+// gated weight rows) and its scale offsets fit 32 bits, else the reason. The expert MLP runs each
+// GEMM that fails it on fp8_wgmma instead.
 inline std::string fp8_tma_shape_check(int64_t n, int64_t k, int64_t max_rows, int64_t num_experts,
                                        int64_t block_n, int64_t block_k, bool gated) {
   const int64_t box_rows = gated ? 64 : 128;
   if (k < 128 || max_rows < 64 || n < box_rows) {
-    return "fp8_tma's boxes need K >= 128, >= 64 rows and N >= " + std::to_string(box_rows) +
-           ", not K " + std::to_string(k) + ", " + std::to_string(max_rows) + " rows, N " +
-           std::to_string(n);
+    return "fp8_tma's and fp8_tma64's boxes need K >= 128, >= 64 rows and N >= " +
+           std::to_string(box_rows) + ", not K " + std::to_string(k) + ", " +
+           std::to_string(max_rows) + " rows, N " + std::to_string(n);
   }
   if (block_n <= 0 || block_k <= 0) {
     return "FP8 weight scale blocks " + std::to_string(block_n) + " x " + std::to_string(block_k) +
@@ -218,9 +232,9 @@ inline std::string fp8_tma_shape_check(int64_t n, int64_t k, int64_t max_rows, i
   const int64_t scale_count =
       num_experts * ((n_b + block_n - 1) / block_n) * ((k + block_k - 1) / block_k);
   if (scale_count >= (int64_t{1} << 31) || max_rows * ((k + 127) / 128) >= (int64_t{1} << 31)) {
-    return "fp8_tma indexes scales with 32-bit offsets: " + std::to_string(num_experts) +
-           " experts of " + std::to_string(n_b) + " x " + std::to_string(k) + " and " +
-           std::to_string(max_rows) + " rows need more";
+    return "fp8_tma and fp8_tma64 index scales with 32-bit offsets: " +
+           std::to_string(num_experts) + " experts of " + std::to_string(n_b) + " x " +
+           std::to_string(k) + " and " + std::to_string(max_rows) + " rows need more";
   }
   return "";
 }
@@ -288,8 +302,8 @@ size_t fp8_expert_mlp_scratch_h_offset(int64_t max_rows, int64_t hidden);
 std::string fp8_expert_mlp_check(int64_t hidden, int64_t inter, bool gated,
                                  const Fp8WeightScales& s13, const Fp8WeightScales& s2);
 
-// Four launches; `kernel` picks the GEMM tile of both GEMMs (fp8_tma: of each GEMM its boxes fit,
-// fp8_wgmma for the other).
+// Four launches; `kernel` picks the GEMM tile of both GEMMs (fp8_tma, fp8_tma64: of each GEMM its
+// boxes fit, fp8_wgmma for the other).
 template <typename T>
 void launch_fp8_expert_mlp(const Fp8ExpertMlpArgs& args, Fp8GemmKernel kernel, cudaStream_t stream);
 

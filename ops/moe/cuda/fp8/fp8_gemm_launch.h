@@ -19,8 +19,9 @@ void launch_gemm(const Fp8GemmArgs& args, Fp8GemmKernel kernel, cudaStream_t str
 template <typename T, bool Gated>
 void launch_wgmma(const Fp8GemmArgs& args, cudaStream_t stream);
 
-// The TMA kernel (fp8_gemm_tma.cuh), in fp8_gemm_tma_<dtype>_<gated|plain>.cu.
+// The TMA kernels (fp8_gemm_tma.cuh: kernel fp8_tma or fp8_tma64), in
+// fp8_gemm_tma_<dtype>_<gated|plain>.cu.
 template <typename T, bool Gated>
-void launch_tma(const Fp8GemmArgs& args, cudaStream_t stream);
+void launch_tma(const Fp8GemmArgs& args, Fp8GemmKernel kernel, cudaStream_t stream);
 
 }  // namespace mg::cuda::fp8

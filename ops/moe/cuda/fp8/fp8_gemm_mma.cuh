@@ -363,7 +363,8 @@ void launch_gemm(const Fp8GemmArgs& args, Fp8GemmKernel kernel, cudaStream_t str
     case Fp8GemmKernel::kWgmma:
       return launch_wgmma<T, Gated>(args, stream);
     case Fp8GemmKernel::kTma:
-      return launch_tma<T, Gated>(args, stream);
+    case Fp8GemmKernel::kTma64:
+      return launch_tma<T, Gated>(args, kernel, stream);
   }
   MG_FAIL("FP8 grouped GEMM: unknown kernel {}", static_cast<int>(kernel));
 }

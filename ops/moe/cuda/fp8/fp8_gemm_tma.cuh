@@ -1,6 +1,7 @@
-// The TMA-fed, warp-specialised, persistent FP8 grouped GEMM (Fp8GemmKernel::kTma, "fp8_tma";
-// sm_90a) for the compute-bound regime (tens to thousands of rows per expert). nvcc only; included
-// by fp8_gemm_tma_<dtype>_<gated|plain>.cu.
+// The TMA-fed, warp-specialised, persistent FP8 grouped GEMMs (sm_90a) for the compute-bound
+// regime (tens to thousands of rows per expert): Fp8GemmKernel::kTma ("fp8_tma", 128-row tiles)
+// and kTma64 ("fp8_tma64", the same kernel run as two 64-row pipelines; below). nvcc only;
+// included by fp8_gemm_tma_<dtype>_<gated|plain>.cu.
 //
 // The BF16 TMA kernel's structure (ops/moe/cuda/grouped_gemm_tma.cuh, whose barriers, tile
 // scheduler and tensor-map encoding this reuses) with fp8_wgmma's math (fp8_gemm_wgmma.cuh):
@@ -22,6 +23,14 @@
 // accumulators are 128 registers a consumer thread, so 256 weight rows (the BF16 tile) do not fit.
 // The sums and their order are fp8_wgmma's, so the two give the same bits.
 //
+// fp8_tma64 runs the same code as two independent pipelines in a CTA (Fp8TmaTileT<2>): warps 0
+// and 1 of warpgroup 0 are the producers, warpgroup 1 consumes pipeline 0's tiles and warpgroup 2
+// pipeline 1's, each with its own 4 stages, barriers and tile hand-off in its own part of shared
+// memory, all taking 64-row tiles from the one device counter. No warpgroup waits for the other,
+// and an expert's rows round up to 64 instead of 128; the price is a weight tile loaded per 64 rows
+// instead of per 128 (twice the L2 reads for the same rows), so which wins depends on the rows per
+// expert (the FP8 kernel table, ops/moe/heuristics/fp8_kernel_choice.cc).
+//
 // Bounds: TMA fills zeros past K, past N (the weight map is 4-D [E][gate/up][N][K]) and past
 // max_rows; A rows past an expert's last row are the next expert's rows, computed and never
 // stored; their scales, and those of weight rows past N, are a clamped neighbour's. The boxes must
@@ -33,10 +42,18 @@
 
 namespace mg::cuda::fp8 {
 
-struct Fp8TmaTile {
-  static constexpr int BM = 128, BRows = 128, BK = 128, Stages = 6;
-  static constexpr int kThreads = 384;      // producer warpgroup + 2 consumer warpgroups
-  static constexpr int kConsumerWarps = 8;  // arrivals that free a stage or a tile slot
+// Pipelines = 1 (fp8_tma): one 128-row tile at a time, both consumer warpgroups on it (64 rows
+// each), one producer warp. Pipelines = 2 (fp8_tma64): two independent pipelines in the CTA, each
+// a producer warp, a consumer warpgroup, its own stages and tile hand-off, on 64-row tiles: one
+// warpgroup's epilogue runs while the other's wgmmas do, and an expert's last tile wastes at most
+// 63 rows instead of 127, for twice the weight-tile loads per row.
+template <int Pipelines>
+struct Fp8TmaTileT {
+  static constexpr int kPipelines = Pipelines;
+  static constexpr int BM = 128 / Pipelines, BRows = 128, BK = 128;
+  static constexpr int Stages = Pipelines == 1 ? 6 : 4;  // per pipeline
+  static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+  static constexpr int kConsumerWarps = 8 / Pipelines;  // a pipeline's: they free a stage or slot
   // The producer computes the scale sources of its lanes (8 offsets) besides the TMA issue.
   static constexpr int kProducerRegs = 48, kConsumerRegs = 224;
   static constexpr int kAHalfBytes = 64 * BK;  // one consumer warpgroup's rows: one A box
@@ -46,24 +63,27 @@ struct Fp8TmaTile {
   static constexpr int kScaleFloats = BRows + BM;  // per stage: weight rows', then rows'
   static constexpr int kScalesPerLane = kScaleFloats / 32;
   static constexpr int kTileSlots = 4;
-  // From the 1024-aligned base: the stages, their scales, the barriers (full and empty per stage,
-  // full and empty per tile slot) and the tile slots; + 1024 for aligning the base.
+  // A pipeline's region, from a 1024-aligned base: the stages, their scales, the barriers (full
+  // and empty per stage, full and empty per tile slot) and the tile slots, rounded up to 1024; +
+  // 1024 for aligning the base.
   static constexpr int kScaleOffset = Stages * kStageBytes;
   static constexpr int kBarrierOffset = kScaleOffset + Stages * kScaleFloats * 4;
-  static constexpr int kSmemBytes =
-      1024 + kBarrierOffset + (2 * Stages + 2 * kTileSlots) * 8 + kTileSlots * 4;
+  static constexpr int kPipelineBytes =
+      (kBarrierOffset + (2 * Stages + 2 * kTileSlots) * 8 + kTileSlots * 4 + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = 1024 + Pipelines * kPipelineBytes;
+  // setmaxnreg moves registers within the CTA's allocation, which the launch bound sets at 168 a
+  // thread (65536 / 384 rounded down to a multiple of 8): a consumer's setmaxnreg.inc that asks
+  // for more than the producer's .dec gave back waits forever.
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * 168,
+                "setmaxnreg counts exceed the CTA's registers");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
+  static_assert(BRows % 32 == 0 && BM % 32 == 0,
+                "each lane copies whole weight-row and row scale sets");
+  static_assert(kStageBytes % 1024 == 0, "stages at the 1024-byte swizzle atom");
 };
-// setmaxnreg moves registers within the CTA's allocation, which the launch bound sets at 168 a
-// thread (65536 / 384 rounded down to a multiple of 8): a consumer's setmaxnreg.inc that asks
-// for more than the producer's .dec gave back waits forever.
-static_assert(128 * Fp8TmaTile::kProducerRegs + 256 * Fp8TmaTile::kConsumerRegs <=
-                  Fp8TmaTile::kThreads * 168,
-              "setmaxnreg counts exceed the CTA's registers");
-static_assert(Fp8TmaTile::kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
+using Fp8TmaTile = Fp8TmaTileT<1>;
 static_assert(Fp8TmaTile::BRows == Fp8WgmmaTile::BRows,
               "the epilogue (store_wgmma_acc) is fp8_wgmma's, for its 128 weight rows");
-static_assert(Fp8TmaTile::BRows % 32 == 0 && Fp8TmaTile::BM % 32 == 0,
-              "each lane copies whole weight-row and row scale sets");
 
 #ifdef MG_FP8_GEMM_WGMMA
 
@@ -77,35 +97,49 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
 
 #endif  // MG_FP8_GEMM_WGMMA
 
-template <typename T, bool Gated>
+template <typename T, bool Gated, int Pipelines>
 __global__ void __launch_bounds__(Fp8TmaTile::kThreads, 1)
     fp8_gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a,
                         const __grid_constant__ CUtensorMap map_b, const Fp8GemmArgs args,
                         int n_tiles, unsigned counter_slot) {
 #ifdef MG_FP8_GEMM_WGMMA
   using namespace grouped_gemm;
-  using Tile = Fp8TmaTile;
+  using Tile = Fp8TmaTileT<Pipelines>;
   constexpr int BM = Tile::BM, BK = Tile::BK, kStages = Tile::Stages, kSlots = Tile::kTileSlots;
   constexpr int BN = Gated ? Tile::BRows / 2 : Tile::BRows;  // output columns
   constexpr int kABytes = Tile::kABytes, kAHalfBytes = Tile::kAHalfBytes;
   constexpr int kBBytes = Tile::kBBytes, kStageBytes = Tile::kStageBytes;
   constexpr int kScaleFloats = Tile::kScaleFloats;
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw_base = smem_u32(smem_raw);
-  const uint32_t smem_base = (raw_base + 1023u) & ~1023u;
-  const uint32_t scale_base = smem_base + Tile::kScaleOffset;  // [kStages][kScaleFloats]
-  const float* scale_smem = reinterpret_cast<const float*>(smem_raw + (scale_base - raw_base));
-  const uint32_t full_bar = smem_base + Tile::kBarrierOffset;  // [kStages]
-  const uint32_t empty_bar = full_bar + kStages * 8;           // [kStages]
-  const uint32_t slot_full_bar = empty_bar + kStages * 8;      // [kSlots]
-  const uint32_t slot_empty_bar = slot_full_bar + kSlots * 8;  // [kSlots]
-  const uint32_t tile_slots = slot_empty_bar + kSlots * 8;     // [kSlots] int
-  const TileHandoff handoff{slot_full_bar, slot_empty_bar, tile_slots};
-
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5, warpgroup = warp >> 2;
-  // Full: lane 0's arrive.expect_tx (+ the TMA bytes) and the 32 lanes' cp.async arrivals.
-  init_tma_barriers<kStages, kSlots>(full_bar, empty_bar, 1 + 32, handoff, Tile::kConsumerWarps);
+  // This thread's pipeline: the producer warp's index, or the consumer warpgroup's.
+  const int pipeline = Pipelines == 1 ? 0 : (warpgroup == 0 ? warp : warpgroup - 1);
+  const uint32_t raw_base = smem_u32(smem_raw);
+  const uint32_t aligned_base = (raw_base + 1023u) & ~1023u;
+  const uint32_t smem_base = aligned_base + pipeline * Tile::kPipelineBytes;
+  const uint32_t scale_base = smem_base + Tile::kScaleOffset;  // [kStages][kScaleFloats]
+  const float* scale_smem = reinterpret_cast<const float*>(smem_raw + (scale_base - raw_base));
+  // Per pipeline: full and empty barriers per stage, the tile hand-off's barriers and slots.
+  const auto barriers = [&](uint32_t base, uint32_t& full, uint32_t& empty, TileHandoff& h) {
+    full = base + Tile::kBarrierOffset;  // [kStages]
+    empty = full + kStages * 8;          // [kStages]
+    h.full_bar = empty + kStages * 8;    // [kSlots]
+    h.empty_bar = h.full_bar + kSlots * 8;
+    h.slots = h.empty_bar + kSlots * 8;
+  };
+  uint32_t full_bar, empty_bar;
+  TileHandoff handoff;
+  barriers(smem_base, full_bar, empty_bar, handoff);
+  if (tid == 0) {
+    for (int p = 0; p < Pipelines; ++p) {
+      uint32_t full, empty;
+      TileHandoff h;
+      barriers(aligned_base + p * Tile::kPipelineBytes, full, empty, h);
+      // Full: lane 0's arrive.expect_tx (+ the TMA bytes) and the 32 lanes' cp.async arrivals.
+      init_tma_barriers<kStages, kSlots>(full, empty, 1 + 32, h, Tile::kConsumerWarps);
+    }
+  }
   __syncthreads();
 
   const int num_experts = static_cast<int>(args.num_experts);
@@ -116,7 +150,7 @@ __global__ void __launch_bounds__(Fp8TmaTile::kThreads, 1)
 
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tile::kProducerRegs));
-    if (warp != 0) return;
+    if (warp >= Pipelines) return;
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a))
                    : "memory");
@@ -135,7 +169,7 @@ __global__ void __launch_bounds__(Fp8TmaTile::kThreads, 1)
       int n_tile;
       const TileWork work = persistent_tile_work<BM>(args.expert_offsets, num_experts, tile,
                                                      m_tiles, n_tiles, n_tile);
-      const bool both_halves = work.row_end - work.row_begin > 64;
+      const bool both_halves = Pipelines == 1 && work.row_end - work.row_begin > 64;
       const uint32_t bytes = (both_halves ? 2 : 1) * kAHalfBytes + kBBytes;
       const int n0 = n_tile * BN;
       // Lane l copies the scales of weight rows l + 32 i and rows l + 32 i of the tile: their
@@ -181,12 +215,13 @@ __global__ void __launch_bounds__(Fp8TmaTile::kThreads, 1)
         cp_async_arrive_noinc(full);
       }
     };
-    produce_tiles<kSlots>(g_tile_counters[counter_slot], num_tiles, handoff, produce);
+    produce_tiles<kSlots, Pipelines>(g_tile_counters[counter_slot], num_tiles, handoff, produce);
     // Nothing of this warp's in flight when it leaves (the consumers wait for all of it anyway).
     asm volatile("cp.async.wait_all;\n" ::: "memory");
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Tile::kConsumerRegs));
-    const int half = warpgroup - 1;  // this warpgroup's rows: [64 half, 64 half + 64)
+    // This warpgroup's rows of the tile: [64 half, 64 half + 64).
+    const int half = Pipelines == 1 ? warpgroup - 1 : 0;
     // The lane's rows in the tile: row0 and row0 + 8 (the m64 accumulator layout).
     const int row0 = half * 64 + (warp & 3) * 16 + (lane >> 2);
     uint32_t it = 0;  // K blocks consumed, in the producer's order
@@ -264,16 +299,11 @@ CUtensorMap fp8_tma_map_b(const Fp8GemmArgs& args) {
   return grouped_gemm::encode_tensor_map<uint8_t>(args.b, 4, dims, strides, box);
 }
 
-template <typename T, bool Gated>
-void launch_tma(const Fp8GemmArgs& args, cudaStream_t stream) {
-  const std::string why = fp8_gemm_kernel_check(Fp8GemmKernel::kTma, grouped_gemm_sm90a_kernels());
-  MG_CHECK(why.empty(), "FP8 grouped GEMM: {}", why);
-  const std::string shape =
-      fp8_tma_shape_check(args.n, args.k, args.max_rows, args.num_experts, args.b_scales.block_n,
-                          args.b_scales.block_k, Gated);
-  MG_CHECK(shape.empty(), "FP8 grouped GEMM: {}", shape);
-  const int64_t m_bound = m_tiles_bound(args, Fp8TmaTile::BM);
-  constexpr int kBN = Gated ? Fp8TmaTile::BRows / 2 : Fp8TmaTile::BRows;
+template <typename T, bool Gated, int Pipelines>
+void launch_tma_pipelines(const Fp8GemmArgs& args, cudaStream_t stream) {
+  using Tile = Fp8TmaTileT<Pipelines>;
+  const int64_t m_bound = m_tiles_bound(args, Tile::BM);
+  constexpr int kBN = Gated ? Tile::BRows / 2 : Tile::BRows;
   const int64_t n_tiles = (args.n + kBN - 1) / kBN;
   const int64_t tiles = m_bound * n_tiles;
   MG_CHECK(tiles <= INT32_MAX, "FP8 grouped GEMM: {} tiles exceed 32-bit tile indices", tiles);
@@ -282,13 +312,27 @@ void launch_tma(const Fp8GemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const CUtensorMap map_a = fp8_tma_map_a(args);
   const CUtensorMap map_b = fp8_tma_map_b<Gated>(args);
-  auto* kernel = fp8_gemm_tma_kernel<T, Gated>;
-  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     Fp8TmaTile::kSmemBytes));
-  const int64_t blocks = std::min<int64_t>(sms, tiles);
-  kernel<<<static_cast<unsigned>(blocks), Fp8TmaTile::kThreads, Fp8TmaTile::kSmemBytes, stream>>>(
+  auto* kernel = fp8_gemm_tma_kernel<T, Gated, Pipelines>;
+  MG_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  const int64_t blocks = std::min<int64_t>(sms, (tiles + Pipelines - 1) / Pipelines);
+  kernel<<<static_cast<unsigned>(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(
       map_a, map_b, args, static_cast<int>(n_tiles), grouped_gemm::tile_counter_slot());
   MG_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, bool Gated>
+void launch_tma(const Fp8GemmArgs& args, Fp8GemmKernel kernel, cudaStream_t stream) {
+  MG_CHECK(is_fp8_tma_kernel(kernel), "FP8 grouped GEMM: {} is not a TMA kernel",
+           fp8_gemm_kernel_name(kernel));
+  const std::string why = fp8_gemm_kernel_check(kernel, grouped_gemm_sm90a_kernels());
+  MG_CHECK(why.empty(), "FP8 grouped GEMM: {}", why);
+  const std::string shape =
+      fp8_tma_shape_check(args.n, args.k, args.max_rows, args.num_experts, args.b_scales.block_n,
+                          args.b_scales.block_k, Gated);
+  MG_CHECK(shape.empty(), "FP8 grouped GEMM: {}", shape);
+  if (kernel == Fp8GemmKernel::kTma64) return launch_tma_pipelines<T, Gated, 2>(args, stream);
+  return launch_tma_pipelines<T, Gated, 1>(args, stream);
 }
 
 }  // namespace mg::cuda::fp8
