@@ -844,50 +844,55 @@ TEST(CudaFp8Experts, GroupedGemmExactSumsEveryKernel) {
 // persistent kernel loops over several tiles; fp8_tma64's two pipelines take them apart) and more
 // K blocks than it has stages (each stage's barriers go through several phases), with experts of
 // no rows, 1 row, 64/65 rows (one or both consumer warpgroups of a 128-row tile; one or two
-// 64-row tiles) and a partial last N tile.
+// 64-row tiles) and a partial last N tile; with 128 x 128 and per-tensor weight scales (one scale
+// a gate/up half of a tile: the TMA kernels' short promotion) and per-channel ones (a scale a
+// weight row: the general promotion).
 TEST(CudaFp8Experts, TmaKernelMatchesWgmmaOverManyTilesPerCta) {
   MG_REQUIRE_GPU();
   if (!runs_here(Fp8GemmKernel::kTma)) GTEST_SKIP() << "no sm_90a kernels here";
   uint32_t seed = 5600;
-  for (const bool gated : {true, false}) {
-    GemmCase c;
-    c.rows_per_expert = {700, 0, 129, 1, 64, 65, 1500, 300, 900};
-    c.first_row = 3;
-    c.extra_rows = 5;
-    c.n = gated ? 448 : 1000;
-    c.k = 1040;
-    c.epilogue = gated ? GroupedEpilogue::kActivation : GroupedEpilogue::kBias;
-    c.kind = MoEActKind::kSiluGated;
-    c.bias = true;
-    c.per_token = !gated;
-    for_each_dtype([&]<typename T>() {
-      SCOPED_TRACE(fmt::format("{} {}", dtype_label<T>(), c.describe()));
-      std::mt19937 rng(++seed);
-      const std::vector<int32_t> offsets = case_offsets(c);
-      const int64_t experts = static_cast<int64_t>(c.rows_per_expert.size());
-      const int64_t max_rows = offsets[experts] + c.extra_rows;
-      const int64_t n_b = gated ? 2 * c.n : c.n;
-      const QuantRows a = quantize_rows(random_activations<T>(max_rows, c.k, 2.0f, rng), max_rows,
-                                        c.k, c.per_token);
-      const Fp8Weights w = random_weights(experts, n_b, c.k, c.scales, rng);
-      std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
-      std::vector<float> bias(experts * n_b);
-      for (float& b : bias) b = bias_value(rng);
-      std::vector<T> wgmma;
-      ASSERT_TRUE(run_gemm<T>(c, a, w, bias, Fp8GemmKernel::kWgmma, wgmma));
-      for (const Fp8GemmKernel kernel : {Fp8GemmKernel::kTma, Fp8GemmKernel::kTma64}) {
-        SCOPED_TRACE(cuda::fp8_gemm_kernel_name(kernel));
-        std::vector<T> tma;
-        ASSERT_TRUE(run_gemm<T>(c, a, w, bias, kernel, tma));
-        ASSERT_EQ(tma.size(), wgmma.size());
-        int64_t differ = 0;
-        for (size_t i = 0; i < tma.size(); ++i) {
-          differ += std::memcmp(&tma[i], &wgmma[i], sizeof(T)) != 0;
+  for (const ScaleKind scales : {ScaleKind::kBlock, ScaleKind::kTensor, ScaleKind::kChannel}) {
+    for (const bool gated : {true, false}) {
+      GemmCase c;
+      c.scales = scales;
+      c.rows_per_expert = {700, 0, 129, 1, 64, 65, 1500, 300, 900};
+      c.first_row = 3;
+      c.extra_rows = 5;
+      c.n = gated ? 448 : 1000;
+      c.k = 1040;
+      c.epilogue = gated ? GroupedEpilogue::kActivation : GroupedEpilogue::kBias;
+      c.kind = MoEActKind::kSiluGated;
+      c.bias = true;
+      c.per_token = !gated;
+      for_each_dtype([&]<typename T>() {
+        SCOPED_TRACE(fmt::format("{} {}", dtype_label<T>(), c.describe()));
+        std::mt19937 rng(++seed);
+        const std::vector<int32_t> offsets = case_offsets(c);
+        const int64_t experts = static_cast<int64_t>(c.rows_per_expert.size());
+        const int64_t max_rows = offsets[experts] + c.extra_rows;
+        const int64_t n_b = gated ? 2 * c.n : c.n;
+        const QuantRows a = quantize_rows(random_activations<T>(max_rows, c.k, 2.0f, rng), max_rows,
+                                          c.k, c.per_token);
+        const Fp8Weights w = random_weights(experts, n_b, c.k, c.scales, rng);
+        std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
+        std::vector<float> bias(experts * n_b);
+        for (float& b : bias) b = bias_value(rng);
+        std::vector<T> wgmma;
+        ASSERT_TRUE(run_gemm<T>(c, a, w, bias, Fp8GemmKernel::kWgmma, wgmma));
+        for (const Fp8GemmKernel kernel : {Fp8GemmKernel::kTma, Fp8GemmKernel::kTma64}) {
+          SCOPED_TRACE(cuda::fp8_gemm_kernel_name(kernel));
+          std::vector<T> tma;
+          ASSERT_TRUE(run_gemm<T>(c, a, w, bias, kernel, tma));
+          ASSERT_EQ(tma.size(), wgmma.size());
+          int64_t differ = 0;
+          for (size_t i = 0; i < tma.size(); ++i) {
+            differ += std::memcmp(&tma[i], &wgmma[i], sizeof(T)) != 0;
+          }
+          EXPECT_EQ(differ, 0) << "of " << tma.size() << " outputs";
+          EXPECT_TRUE(rows_outside_untouched(c, tma));
         }
-        EXPECT_EQ(differ, 0) << "of " << tma.size() << " outputs";
-        EXPECT_TRUE(rows_outside_untouched(c, tma));
-      }
-    });
+      });
+    }
   }
 }
 
