@@ -41,7 +41,8 @@ cuda::Fp8WeightScales kernel_scales(const Tensor& scale, const WeightQuantizatio
 
 Fp8Problem fp8_problem(const ExpertsShape& shape, Device device) {
   return {shape.num_local_experts(), shape.top_k,
-          device.is_cuda() ? cuda_device_traits(device).sm90a_kernels : true};
+          device.is_cuda() ? cuda_device_traits(device).sm90a_kernels : true,
+          shape.hidden_size * (shape.w13_rows() + shape.intermediate_size)};
 }
 
 // ---- cuda_fp8 --------------------------------------------------------------------------------

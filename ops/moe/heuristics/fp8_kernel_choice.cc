@@ -16,8 +16,19 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 //       pipeline up to 8 tokens on every shape of `bench moe`) carried over: the FP8 tables of
 //       docs/performance.md time the decode kernels at M = 1 only, so this threshold is the
 //       unquantized one, not a measured FP8 one.
-//   G1  rows per expert <= 16: fp8_mma16 (narrow tiles: more CTAs stream the weights).
-//   G2  rows per expert <= 64 on sm_90a: fp8_tma64 (64-row tiles, two pipelines a CTA). It beat
+//   G1  rows per expert <= 16 and one of: at most 1 row per expert, experts under
+//       kFp8SmallExpertBytes (16 MiB) of codes, no sm_90a code: fp8_mma16 (16-row tiles: no
+//       wasted rows; more, narrower CTAs stream the weights). Larger experts take G2 from 2 rows
+//       on: `bench moe --quant fp8-block --kernel fp8_mma16,fp8_tma64 --tokens 32,64,128,256,512
+//       --target-ms 50 --no-check` (H200, 2026-12-02, docs/performance.md), µs mma16 vs tma64 at
+//       2 / 4 / 8 / 16 rows: deepseek-v3 (42 MiB an expert) 2540 / 2939 / 3072 / 4193 vs 2350 /
+//       2711 / 2967 / 3616, gpt-oss-120b (23.7 MiB) 923 / 922 / 963 / 1288 vs 790 / 867 / 907 /
+//       1078, mixtral (168 MiB) at 8 / 16 rows 443 / 559 vs 411 / 440; at 1 row deepseek-v3 1808
+//       vs 1777 and gpt-oss-120b 600 vs 651; qwen3-30b-a3b (4.5 MiB) keeps mma16 at every point
+//       (2 / 4 / 8 / 16 rows: 194 / 202 / 212 / 282 vs 213 / 245 / 306 / 369): with 6-16 K
+//       blocks a tile, a mostly empty 64-row tile's fixed costs outweigh its wider loads.
+//   G2  otherwise rows per expert <= 64 on sm_90a: fp8_tma64 (64-row tiles, two pipelines a
+//       CTA). It beat
 //       fp8_tma at every point up to 64 rows an expert and tied at 64 (`bench moe --quant
 //       fp8-block --kernel auto,fp8_tma,fp8_tma64 --tokens 64,128,256,512,1024,2048,4096,8192`,
 //       H200, 2026-12-02, docs/performance.md), e.g. at 32 rows deepseek-v3 (M=1024) 4067 vs
@@ -33,15 +44,19 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 //       fp8_wgmma,fp8_tma`, H200, 2026-12-02, docs/performance.md), e.g. mixtral M=256 (64 rows
 //       an expert) 646 vs 925 us, M=4096 5463 vs 7155; deepseek-v3 M=4096 8232 vs 10737.
 //   G4  otherwise (no sm_90a code) fp8_mma64.
-// (G1-G4 are cuda::choose_fp8_gemm_kernel's rule, written down here as the one place.)
 Fp8Choice rule_choice(const Fp8Problem& p, int64_t tokens) {
   if (tokens <= kFp8DecodeMaxTokens) return {Fp8Kernel::kDecode, "D1: M <= 8"};
-  const int64_t rows = tokens * p.top_k;
-  if (rows <= 16 * std::max<int64_t>(1, p.local_experts)) {
-    return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert"};
+  const int64_t rows = tokens * p.top_k, experts = std::max<int64_t>(1, p.local_experts);
+  if (rows <= 16 * experts) {
+    if (rows <= experts) return {Fp8Kernel::kMma16, "G1: <= 1 row per expert"};
+    if (!p.sm90a_kernels)
+      return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert, no sm_90a kernels"};
+    if (p.expert_code_bytes < kFp8SmallExpertBytes) {
+      return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert, experts under 16 MiB"};
+    }
   }
   if (!p.sm90a_kernels) return {Fp8Kernel::kMma64, "G4: > 16 rows per expert, no sm_90a kernels"};
-  if (rows <= 64 * std::max<int64_t>(1, p.local_experts)) {
+  if (rows <= 64 * experts) {
     return {Fp8Kernel::kTma64, "G2: <= 64 rows per expert, sm_90a"};
   }
   return {Fp8Kernel::kTma, "G3: > 64 rows per expert, sm_90a"};

@@ -12,8 +12,9 @@
 //                                   persistent (sm_90a); a GEMM whose shape its boxes do not fit
 //                                   runs fp8_wgmma
 //   fp8_tma64                       fp8_tma's kernel on 64-row tiles, two pipelines a CTA
-// Above 16 rows per expert on sm_90a the table takes fp8_tma64 or fp8_tma by rows per expert
-// (the bench's numbers in the .cc).
+// On sm_90a the table takes fp8_tma64 up to 64 rows per expert (from 2 rows when an expert has
+// at least kFp8SmallExpertBytes of codes, else from 17) and fp8_tma above (the bench's numbers
+// in the .cc).
 // A request (`cuda_fp8:NAME`, one of the names above, or `auto`) forces it; a forced kernel that
 // cannot run is an error saying why.
 //
@@ -43,8 +44,13 @@ inline constexpr int64_t kFp8DecodeMaxTokens = 8;
 struct Fp8Problem {
   int64_t local_experts = 0;
   int64_t top_k = 0;
-  bool sm90a_kernels = true;  // the loaded binary holds the sm_90a code (wgmma)
+  bool sm90a_kernels = true;      // the loaded binary holds the sm_90a code (wgmma)
+  int64_t expert_code_bytes = 0;  // one expert's FP8 weight codes, w13 and w2 (H · (w13 rows + I))
 };
+
+// Experts with fewer FP8 weight bytes than this keep the 16-row mma tiles up to 16 rows an expert
+// (fp8_kernel_choice.cc, row G1).
+inline constexpr int64_t kFp8SmallExpertBytes = int64_t{16} << 20;
 
 struct Fp8Choice {
   Fp8Kernel kernel;

@@ -22,6 +22,22 @@ TEST(Fp8KernelChoice, RulesAtTheirEdges) {
   EXPECT_EQ(choose_fp8_kernel(p, 256, std::nullopt).kernel, Fp8Kernel::kTma64);
   EXPECT_EQ(choose_fp8_kernel(p, 257, std::nullopt).kernel, Fp8Kernel::kTma);
   EXPECT_EQ(choose_fp8_kernel(p, 257, std::nullopt).why, "G3: > 64 rows per expert, sm_90a");
+  // Experts of >= 16 MiB of codes leave the 16-row tiles from 2 rows per expert: 32 experts,
+  // k 2, so 16 tokens are 1 row an expert, 17 to 256 up to 16.
+  const Fp8Problem big{32, 2, true, kFp8SmallExpertBytes};
+  EXPECT_EQ(choose_fp8_kernel(big, 16, std::nullopt).kernel, Fp8Kernel::kMma16);
+  EXPECT_EQ(choose_fp8_kernel(big, 16, std::nullopt).why, "G1: <= 1 row per expert");
+  EXPECT_EQ(choose_fp8_kernel(big, 17, std::nullopt).kernel, Fp8Kernel::kTma64);
+  EXPECT_EQ(choose_fp8_kernel(big, 1024, std::nullopt).kernel, Fp8Kernel::kTma64);
+  EXPECT_EQ(choose_fp8_kernel(big, 1025, std::nullopt).kernel, Fp8Kernel::kTma);
+  const Fp8Problem small{32, 2, true, kFp8SmallExpertBytes - 1};
+  EXPECT_EQ(choose_fp8_kernel(small, 256, std::nullopt).kernel, Fp8Kernel::kMma16);
+  EXPECT_EQ(choose_fp8_kernel(small, 256, std::nullopt).why,
+            "G1: <= 16 rows per expert, experts under 16 MiB");
+  EXPECT_EQ(choose_fp8_kernel(small, 257, std::nullopt).kernel, Fp8Kernel::kTma64);
+  const Fp8Problem big_plain{32, 2, false, kFp8SmallExpertBytes};  // no sm_90a code
+  EXPECT_EQ(choose_fp8_kernel(big_plain, 17, std::nullopt).why,
+            "G1: <= 16 rows per expert, no sm_90a kernels");
   const Fp8Problem plain{8, 2, false};  // no sm_90a code: 64-row mma tiles
   for (const int64_t tokens : {65, 257}) {
     EXPECT_EQ(choose_fp8_kernel(plain, tokens, std::nullopt).kernel, Fp8Kernel::kMma64);

@@ -186,14 +186,6 @@ inline std::optional<Fp8GemmKernel> parse_fp8_gemm_kernel(std::string_view name)
   return std::nullopt;
 }
 
-// The tile for a problem: 16-row tiles while the experts average at most 16 rows (their weights
-// are nearly all the bytes: more, narrower CTAs stream them), else 64-row tiles. (The model path
-// chooses through fp8_kernel_choice.cc, which takes fp8_tma64 or fp8_tma on sm_90a.)
-inline Fp8GemmKernel choose_fp8_gemm_kernel(int64_t max_rows, int64_t num_experts) {
-  return max_rows <= 16 * (num_experts > 0 ? num_experts : 1) ? Fp8GemmKernel::kMma16
-                                                              : Fp8GemmKernel::kMma64;
-}
-
 // All pointers device pointers; a, b and c 16-byte aligned.
 struct Fp8GemmArgs {
   const uint8_t* a = nullptr;       // [max_rows, K] e4m3 (rows permuted by expert)
