@@ -896,6 +896,49 @@ TEST(CudaFp8Experts, TmaKernelMatchesWgmmaOverManyTilesPerCta) {
   }
 }
 
+// fp8_tma_weight_scales_uniform (host only) against every tile of the TMA kernels, each weight
+// row's scale block found as the producer finds it (clamped past N): where it says one scale per
+// tile half, every tile's halves must hold that; and it must say so for the common layouts.
+TEST(CudaFp8Experts, UniformWeightScalesHoldForEveryTile) {
+  const auto tiles_uniform = [](int64_t n, int64_t block_n, bool gated) {
+    const int64_t half = gated ? 64 : 128;
+    for (int64_t n0 = 0; n0 < n; n0 += half) {
+      int64_t first[2] = {-1, -1};
+      for (int64_t r = 0; r < 128; ++r) {
+        const bool up = gated && r >= 64;
+        const int64_t col = std::min(n0 + (up ? r - 64 : r), n - 1);
+        const int64_t block = ((up ? n : 0) + col) / block_n;
+        if (first[up] < 0) first[up] = block;
+        if (block != first[up]) return false;
+      }
+    }
+    return true;
+  };
+  // The enumeration itself sees a straddling tile (N 72: up rows 72..135 cross block 1 at 128).
+  EXPECT_FALSE(tiles_uniform(72, 128, true));
+  EXPECT_FALSE(tiles_uniform(2048, 1, false));
+  int64_t said_uniform = 0;
+  for (const bool gated : {true, false}) {
+    for (const int64_t n : {64, 72, 100, 128, 200, 448, 768, 1000, 2048, 2880, 14336}) {
+      for (const int64_t block_n : {1, 16, 32, 64, 96, 128, 192, 256, 100, 200, 448, 896, 28672}) {
+        SCOPED_TRACE(fmt::format("gated {} N {} block_n {}", gated, n, block_n));
+        if (cuda::fp8_tma_weight_scales_uniform(n, block_n, gated)) {
+          ++said_uniform;
+          EXPECT_TRUE(tiles_uniform(n, block_n, gated));
+        }
+      }
+    }
+  }
+  EXPECT_GT(said_uniform, 40);
+  EXPECT_TRUE(cuda::fp8_tma_weight_scales_uniform(14336, 128, true));  // mixtral, 128 x 128
+  EXPECT_TRUE(cuda::fp8_tma_weight_scales_uniform(7168, 128, false));  // deepseek-v3 w2
+  EXPECT_TRUE(cuda::fp8_tma_weight_scales_uniform(100, 200, true));    // one scale per tensor
+  EXPECT_FALSE(cuda::fp8_tma_weight_scales_uniform(2048, 1, true));    // per channel
+  EXPECT_FALSE(cuda::fp8_tma_weight_scales_uniform(72, 128, true));    // up rows straddle
+  EXPECT_FALSE(cuda::fp8_tma_weight_scales_uniform(1000, 64, false));  // 64-row blocks, 128 rows
+  EXPECT_FALSE(cuda::fp8_tma_weight_scales_uniform(448, 0, true));
+}
+
 // What the kernels cannot take is refused with a reason (host checks: no GPU needed).
 TEST(CudaFp8Experts, RefusesUnsupportedShapes) {
   EXPECT_NE(cuda::fp8_gemm_check(128, 40), "");

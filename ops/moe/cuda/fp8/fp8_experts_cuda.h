@@ -204,6 +204,17 @@ struct Fp8GemmArgs {
   MoEActParams act;
 };
 
+// True when the TMA kernels' weight tiles (128 weight rows: 64 gate + 64 up rows when gated, 128
+// rows when plain, starting at a multiple of 64 / 128) each take one weight scale for all their
+// gate (or plain) rows and one for all their up rows, so the consumers promote with those two
+// alone (fp8_gemm_tma.cuh): the scale blocks of block_n rows hold whole tile halves, or one block
+// spans every row (per tensor). Rows past N read row N - 1's scale, which then shares the block.
+inline bool fp8_tma_weight_scales_uniform(int64_t n, int64_t block_n, bool gated) {
+  if (block_n <= 0) return false;
+  const int64_t half_rows = gated ? 64 : 128;
+  return block_n >= (gated ? 2 : 1) * n || (block_n % half_rows == 0 && (!gated || n % 64 == 0));
+}
+
 // "" when the TMA kernels' boxes (fp8_tma, fp8_tma64) fit a GEMM of N outputs over K with max_rows
 // rows (the driver rejects a box larger than its tensor: K >= 128, >= 64 rows, N >= 128 plain or 64
 // gated weight rows) and its scale offsets fit 32 bits, else the reason. The expert MLP runs each

@@ -330,13 +330,9 @@ void launch_tma_pipelines(const Fp8GemmArgs& args, cudaStream_t stream) {
   MG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const CUtensorMap map_a = fp8_tma_map_a(args);
   const CUtensorMap map_b = fp8_tma_map_b<Gated>(args);
-  // One weight scale for all of a tile's gate (or plain) rows and one for its up rows: the scale
-  // blocks hold whole tiles (n0 is a multiple of the tile's rows per half), or one block spans
-  // every row (per tensor).
-  const int64_t block_n = args.b_scales.block_n, half_rows = Gated ? Tile::BRows / 2 : Tile::BRows;
+  static_assert(Tile::BRows == 128, "fp8_tma_weight_scales_uniform assumes 64 / 128-row halves");
   const bool uniform_weight_scales =
-      block_n >= (Gated ? 2 : 1) * args.n ||
-      (block_n % half_rows == 0 && (!Gated || args.n % half_rows == 0));
+      fp8_tma_weight_scales_uniform(args.n, args.b_scales.block_n, Gated);
   auto* kernel = fp8_gemm_tma_kernel<T, Gated, Pipelines>;
   MG_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
