@@ -25,16 +25,17 @@ constexpr Fp8Kernel kAll[] = {Fp8Kernel::kDecode, Fp8Kernel::kMma16, Fp8Kernel::
 //       2711 / 2967 / 3616, gpt-oss-120b (23.7 MiB) 923 / 922 / 963 / 1288 vs 790 / 867 / 907 /
 //       1078, mixtral (168 MiB) at 8 / 16 rows 443 / 559 vs 411 / 440; at 1 row deepseek-v3 1808
 //       vs 1777 and gpt-oss-120b 600 vs 651; qwen3-30b-a3b (4.5 MiB) keeps mma16 at every point
-//       (2 / 4 / 8 / 16 rows: 194 / 202 / 212 / 282 vs 213 / 245 / 306 / 369): with 6-16 K
-//       blocks a tile, a mostly empty 64-row tile's fixed costs outweigh its wider loads.
+//       (2 / 4 / 8 / 16 rows: 194 / 202 / 212 / 282 vs 213 / 245 / 306 / 369); its GEMMs have
+//       only 6 and 16 K blocks a tile, so presumably a mostly empty 64-row tile's fixed costs
+//       outweigh its wider loads there (not profiled).
 //   G2  otherwise rows per expert <= 64 on sm_90a: fp8_tma64 (64-row tiles, two pipelines a
-//       CTA). It beat
-//       fp8_tma at every point up to 64 rows an expert and tied at 64 (`bench moe --quant
-//       fp8-block --kernel auto,fp8_tma,fp8_tma64 --tokens 64,128,256,512,1024,2048,4096,8192`,
-//       H200, 2026-12-02, docs/performance.md), e.g. at 32 rows deepseek-v3 (M=1024) 4067 vs
-//       5280 us, gpt-oss-120b (M=1024) 1193 vs 1657, qwen3-30b-a3b (M=512) 399 vs 557, mixtral
-//       (M=128) 458 vs 575; at 64 rows mixtral 699 vs 690. Above 64 rows the shapes split (128:
-//       qwen3 759 vs 838, mixtral 1045 vs 1008; 256: qwen3 1326 vs 1404, mixtral 1706 vs 1643).
+//       CTA). It beat fp8_tma at every point up to 64 rows an expert and tied at 64 (`bench moe
+//       --quant fp8-block --kernel auto,fp8_tma,fp8_tma64 --tokens
+//       64,128,256,512,1024,2048,4096,8192`, H200, 2026-12-02, docs/performance.md), e.g. at 32
+//       rows deepseek-v3 (M=1024) 4067 vs 5280 us, gpt-oss-120b (M=1024) 1193 vs 1657,
+//       qwen3-30b-a3b (M=512) 399 vs 557, mixtral (M=128) 458 vs 575; at 64 rows mixtral 699 vs
+//       690. Above 64 rows the shapes split (128: qwen3 759 vs 838, mixtral 1045 vs 1008; 256:
+//       qwen3 1326 vs 1404, mixtral 1706 vs 1643).
 //   G3  otherwise fp8_tma on sm_90a (the expert MLP runs a GEMM whose shape its TMA boxes do
 //       not fit on fp8_wgmma). fp8_wgmma first took this row over fp8_mma64 (`bench moe --quant
 //       fp8-block --backend cuda_fp8:fp8_mma64,cuda_fp8:fp8_wgmma`, H100, 2026-11-25: deepseek-v3
@@ -49,8 +50,9 @@ Fp8Choice rule_choice(const Fp8Problem& p, int64_t tokens) {
   const int64_t rows = tokens * p.top_k, experts = std::max<int64_t>(1, p.local_experts);
   if (rows <= 16 * experts) {
     if (rows <= experts) return {Fp8Kernel::kMma16, "G1: <= 1 row per expert"};
-    if (!p.sm90a_kernels)
+    if (!p.sm90a_kernels) {
       return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert, no sm_90a kernels"};
+    }
     if (p.expert_code_bytes < kFp8SmallExpertBytes) {
       return {Fp8Kernel::kMma16, "G1: <= 16 rows per expert, experts under 16 MiB"};
     }
