@@ -436,7 +436,9 @@ void check_quantize_static(int64_t tokens, int64_t top_k, int64_t k, float scale
 TEST(CudaFp8Experts, QuantizeMatchesHostBitForBit) {
   MG_REQUIRE_GPU();
   uint32_t seed = 100;
-  for (const int64_t k : {48, 128, 256, 448, 1040}) {
+  // 16: one lane's 8 elements a row; 2320: three rounds of the group kernel's four 256-element
+  // chunks, the last ending 16 into a group.
+  for (const int64_t k : {16, 48, 128, 256, 448, 1040, 2320}) {
     for (const bool gather : {false, true}) {
       for (const bool per_token : {false, true}) {
         for_each_dtype(

@@ -22,6 +22,7 @@ namespace mg {
 namespace {
 
 static_assert(kFp8DecodeMaxTokens == cuda::kFp8DecodeMaxTokens);
+static_assert(kFp8TmaMinRows == cuda::kFp8TmaMinRows);
 
 // Host tensors are copied up; tensors already on `device` (the MoE benchmark makes its codes there)
 // are adopted.

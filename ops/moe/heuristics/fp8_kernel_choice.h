@@ -12,9 +12,9 @@
 //                                   persistent (sm_90a); a GEMM whose shape its boxes do not fit
 //                                   runs fp8_wgmma
 //   fp8_tma64                       fp8_tma's kernel on 64-row tiles, two pipelines a CTA
-// On sm_90a the table takes fp8_tma64 up to 64 rows per expert (from 2 rows when an expert has
-// at least kFp8SmallExpertBytes of codes, else from 17) and fp8_tma above (the bench's numbers
-// in the .cc).
+// The table takes fp8_decode at M = 1 and, on sm_90a, fp8_tma64 up to 64 rows per expert (from
+// 2 rows when an expert has at least kFp8SmallExpertBytes of codes and there are at least
+// kFp8TmaMinRows rows, else from 17) and fp8_tma above (the bench's numbers in the .cc).
 // A request (`cuda_fp8:NAME`, one of the names above, or `auto`) forces it; a forced kernel that
 // cannot run is an error saying why.
 //
@@ -40,6 +40,11 @@ std::optional<Fp8Kernel> parse_fp8_kernel_request(std::string_view name);
 // The most tokens the decode kernels take (= cuda::kFp8DecodeMaxTokens, checked where the CUDA
 // header is visible).
 inline constexpr int64_t kFp8DecodeMaxTokens = 8;
+// The most tokens the table sends to the decode kernels (fp8_kernel_choice.cc, row D1).
+inline constexpr int64_t kFp8DecodeChosenTokens = 1;
+// The fewest rows (M k) the TMA kernels' 64-row A boxes fit (= fp8_tma_shape_check's bound,
+// checked where the CUDA header is visible); the table sends fewer to fp8_mma16.
+inline constexpr int64_t kFp8TmaMinRows = 64;
 
 struct Fp8Problem {
   int64_t local_experts = 0;

@@ -12,8 +12,11 @@ namespace {
 TEST(Fp8KernelChoice, RulesAtTheirEdges) {
   const Fp8Problem p{8, 2, true};
   EXPECT_EQ(choose_fp8_kernel(p, 1, std::nullopt).kernel, Fp8Kernel::kDecode);
-  EXPECT_EQ(choose_fp8_kernel(p, 8, std::nullopt).kernel, Fp8Kernel::kDecode);
-  // 9 tokens x k 2 = 18 rows over 8 experts: <= 16 per expert -> mma16, up to 64 tokens.
+  EXPECT_EQ(choose_fp8_kernel(p, 1, std::nullopt).why, "D1: M = 1");
+  // 2 tokens x k 2 = 4 rows over 8 experts: <= 1 row per expert -> mma16; up to 64 tokens
+  // <= 16 rows per expert -> mma16 too (experts under 16 MiB).
+  EXPECT_EQ(choose_fp8_kernel(p, 2, std::nullopt).kernel, Fp8Kernel::kMma16);
+  EXPECT_EQ(choose_fp8_kernel(p, 2, std::nullopt).why, "G1: <= 1 row per expert");
   EXPECT_EQ(choose_fp8_kernel(p, 9, std::nullopt).kernel, Fp8Kernel::kMma16);
   EXPECT_EQ(choose_fp8_kernel(p, 64, std::nullopt).kernel, Fp8Kernel::kMma16);
   // 65..256 tokens: <= 64 rows per expert -> the 64-row TMA tiles; above, the 128-row ones.
@@ -22,21 +25,29 @@ TEST(Fp8KernelChoice, RulesAtTheirEdges) {
   EXPECT_EQ(choose_fp8_kernel(p, 256, std::nullopt).kernel, Fp8Kernel::kTma64);
   EXPECT_EQ(choose_fp8_kernel(p, 257, std::nullopt).kernel, Fp8Kernel::kTma);
   EXPECT_EQ(choose_fp8_kernel(p, 257, std::nullopt).why, "G3: > 64 rows per expert, sm_90a");
-  // Experts of >= 16 MiB of codes leave the 16-row tiles from 2 rows per expert: 32 experts,
-  // k 2, so 16 tokens are 1 row an expert, 17 to 256 up to 16.
+  // Experts of >= 16 MiB of codes leave the 16-row tiles from 2 rows per expert once there are
+  // kFp8TmaMinRows rows: 32 experts, k 2, so 16 tokens are 1 row an expert, 17 to 31 tokens
+  // fewer than 64 rows, 32 to 256 up to 16 rows an expert.
   const Fp8Problem big{32, 2, true, kFp8SmallExpertBytes};
   EXPECT_EQ(choose_fp8_kernel(big, 16, std::nullopt).kernel, Fp8Kernel::kMma16);
   EXPECT_EQ(choose_fp8_kernel(big, 16, std::nullopt).why, "G1: <= 1 row per expert");
-  EXPECT_EQ(choose_fp8_kernel(big, 17, std::nullopt).kernel, Fp8Kernel::kTma64);
+  EXPECT_EQ(choose_fp8_kernel(big, 17, std::nullopt).kernel, Fp8Kernel::kMma16);
+  EXPECT_EQ(choose_fp8_kernel(big, 31, std::nullopt).why,
+            "G1: <= 16 rows per expert, fewer rows than a TMA box");
+  EXPECT_EQ(choose_fp8_kernel(big, 32, std::nullopt).kernel, Fp8Kernel::kTma64);
   EXPECT_EQ(choose_fp8_kernel(big, 1024, std::nullopt).kernel, Fp8Kernel::kTma64);
   EXPECT_EQ(choose_fp8_kernel(big, 1025, std::nullopt).kernel, Fp8Kernel::kTma);
+  // Mixtral's 8 experts of 168 MiB, k 2: 8 and 16 tokens (2 and 4 rows an expert) stay on mma16.
+  const Fp8Problem mixtral{8, 2, true, int64_t{168} << 20};
+  EXPECT_EQ(choose_fp8_kernel(mixtral, 16, std::nullopt).kernel, Fp8Kernel::kMma16);
+  EXPECT_EQ(choose_fp8_kernel(mixtral, 32, std::nullopt).kernel, Fp8Kernel::kTma64);
   const Fp8Problem small{32, 2, true, kFp8SmallExpertBytes - 1};
   EXPECT_EQ(choose_fp8_kernel(small, 256, std::nullopt).kernel, Fp8Kernel::kMma16);
   EXPECT_EQ(choose_fp8_kernel(small, 256, std::nullopt).why,
             "G1: <= 16 rows per expert, experts under 16 MiB");
   EXPECT_EQ(choose_fp8_kernel(small, 257, std::nullopt).kernel, Fp8Kernel::kTma64);
   const Fp8Problem big_plain{32, 2, false, kFp8SmallExpertBytes};  // no sm_90a code
-  EXPECT_EQ(choose_fp8_kernel(big_plain, 17, std::nullopt).why,
+  EXPECT_EQ(choose_fp8_kernel(big_plain, 32, std::nullopt).why,
             "G1: <= 16 rows per expert, no sm_90a kernels");
   const Fp8Problem plain{8, 2, false};  // no sm_90a code: 64-row mma tiles
   for (const int64_t tokens : {65, 257}) {

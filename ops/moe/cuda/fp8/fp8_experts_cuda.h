@@ -111,7 +111,7 @@ struct Fp8QuantArgs {
   float* xs = nullptr;    // [max_rows, fp8_act_scale_cols(K, per_token)] scales
 };
 
-// One warp per (row, 128 group), or per row. Codes and scales equal quantize_fp8_e4m3_group's
+// One warp per row (per 128 group or per token). Codes and scales equal quantize_fp8_e4m3_group's
 // (over the group, or the whole row) bit for bit.
 template <typename T>
 void launch_fp8_quantize(const Fp8QuantArgs& args, cudaStream_t stream);
@@ -215,6 +215,9 @@ inline bool fp8_tma_weight_scales_uniform(int64_t n, int64_t block_n, bool gated
   return block_n >= (gated ? 2 : 1) * n || (block_n % half_rows == 0 && (!gated || n % 64 == 0));
 }
 
+// The rows of the A box (one consumer warpgroup's): fewer rows in all do not fit it.
+inline constexpr int64_t kFp8TmaMinRows = 64;
+
 // "" when the TMA kernels' boxes (fp8_tma, fp8_tma64) fit a GEMM of N outputs over K with max_rows
 // rows (the driver rejects a box larger than its tensor: K >= 128, >= 64 rows, N >= 128 plain or 64
 // gated weight rows) and its scale offsets fit 32 bits, else the reason. The expert MLP runs each
@@ -222,7 +225,7 @@ inline bool fp8_tma_weight_scales_uniform(int64_t n, int64_t block_n, bool gated
 inline std::string fp8_tma_shape_check(int64_t n, int64_t k, int64_t max_rows, int64_t num_experts,
                                        int64_t block_n, int64_t block_k, bool gated) {
   const int64_t box_rows = gated ? 64 : 128;
-  if (k < 128 || max_rows < 64 || n < box_rows) {
+  if (k < 128 || max_rows < kFp8TmaMinRows || n < box_rows) {
     return "fp8_tma's and fp8_tma64's boxes need K >= 128, >= 64 rows and N >= " +
            std::to_string(box_rows) + ", not K " + std::to_string(k) + ", " +
            std::to_string(max_rows) + " rows, N " + std::to_string(n);
