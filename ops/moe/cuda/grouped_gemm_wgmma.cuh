@@ -28,6 +28,10 @@ struct WgmmaTile {
   static constexpr int kSmemBytes = Stages * kStageBytes + 1024;
 };
 
+// The epilogue's function, fixed at compile time where speed matters: kNoAct is c = acc (+ bias)
+// (GEMM2), a MoEActKind value that activation, kAnyAct the launch's kind read at run time.
+inline constexpr int kNoAct = -2, kAnyAct = -1;
+
 #ifdef MG_GROUPED_GEMM_WGMMA
 
 // K-major operand descriptor, 128-byte swizzle: 8-row groups 1024 bytes apart (SBO); LBO unused.
@@ -102,10 +106,6 @@ __device__ __forceinline__ void wgmma_wait(float (&d)[128]) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-
-// The epilogue's function, fixed at compile time where speed matters: kNoAct is c = acc (+ bias)
-// (GEMM2), a MoEActKind value that activation, kAnyAct the launch's kind read at run time.
-inline constexpr int kNoAct = -2, kAnyAct = -1;
 
 template <typename T, bool Gated, bool HasBias, int kAct>
 __device__ __forceinline__ float wgmma_epilogue_value(const GroupedGemmArgs& args, const T* bias,
