@@ -1,6 +1,7 @@
 // The GPU's greedy picks (argmax_rows_cuda) against the host's mg::argmax and find_non_finite on
 // random logits: ties (the lowest index wins; -0.0 equals +0.0), NaN and infinities anywhere in
-// the row (the first one's index), rows of one value, and rows longer than the block's threads.
+// the row (the first one's index), rows of one value, rows longer than the block's threads, and
+// both kernels (rows of whole float4s or not).
 // (engine_cuda_test's greedy requests take their tokens from these picks end to end.)
 #include <gtest/gtest.h>
 
@@ -25,7 +26,9 @@ TEST(ArgmaxCudaTest, PicksEqualTheHostOnRandomRowsWithTiesAndNonFinite) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   std::mt19937 rng(7);
-  for (int64_t vocab : {1, 7, 255, 256, 1000, 151936}) {
+  // Multiples of 4 take the float4 kernel (4100: a last round of loads mostly past the row), the
+  // others the scalar one.
+  for (int64_t vocab : {1, 4, 7, 255, 256, 1000, 4100, 151936, 151937}) {
     const int64_t rows = 24;
     std::vector<float> logits(static_cast<size_t>(rows * vocab));
     std::uniform_int_distribution<int64_t> any(0, vocab - 1);
