@@ -77,12 +77,6 @@ __device__ __forceinline__ void wgmma_wait64(float (&d)[64]) {
 
 #endif  // MG_FP8_GEMM_WGMMA
 
-// moe_activation as a call, for kAnyAct tiles (the rare activations): inlined, every kind's code
-// would be repeated for each of a tile's 64 values.
-static __device__ __noinline__ float moe_activation_call(const MoEActParams p, float g, float u) {
-  return moe_activation(p, g, u);
-}
-
 // epilogue_value with the epilogue's function fixed at compile time (grouped_gemm::kNoAct: c =
 // acc (+ bias), GEMM2; a MoEActKind value; kAnyAct: the launch's kind read at run time).
 template <bool Gated, bool HasBias, int kAct>
@@ -96,6 +90,7 @@ __device__ __forceinline__ float fixed_epilogue_value(const Fp8GemmArgs& args, c
     return gate;
   } else {
     if constexpr (kAct == grouped_gemm::kAnyAct) {
+      // The kinds without a variant of their own (store_wgmma_acc): one call, no inlined code.
       return moe_activation_call(args.act, gate, Gated ? up : 0.0f);
     } else {
       MoEActParams act = args.act;
