@@ -173,6 +173,23 @@ TEST(CudaMoEBench, Wna16RefusesWhatCudaWna16CannotTake) {
   EXPECT_THROW(run_moe_bench(o, kCeilings, {}), Error);
 }
 
+// Among several shapes (e.g. the default list, where gpt-oss-120b's 2880 is no multiple of 128),
+// one the groups do not divide is skipped with a line saying why; the others are timed.
+TEST(CudaMoEBench, Wna16SkipsAShapeItsGroupsDoNotDivide) {
+  MG_REQUIRE_GPU();
+  MoEBenchOptions o = small_options({"cuda_wna16"});
+  o.shapes = {{"h320", 320, 128, 8, 2}, {"wna16", 256, 128, 8, 2}};
+  o.quant = QuantScheme::kInt4WeightOnly;
+  o.int_element = QuantElement::kInt4;
+  o.int_group = 128;
+  ::testing::internal::CaptureStderr();
+  const std::vector<MoEBenchPoint> points = run_moe_bench(o, kCeilings, {});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, ::testing::HasSubstr("does not take h320 with 128 groups"));
+  ASSERT_FALSE(points.empty());
+  for (const MoEBenchPoint& p : points) EXPECT_EQ(p.shape, "wna16");
+}
+
 // The floor's expert bytes are a checkpoint's: codes, 16-bit scales, zero points of the codes'
 // width for unsigned elements (no GPU needed).
 TEST(CudaMoEBench, Wna16FloorCountsCheckpointBytes) {
