@@ -8,12 +8,10 @@
 
 namespace mg::cuda {
 
-// One block per token: its threads copy the table row, scaled. __restrict__ and the unrolled
-// loops let a thread issue all its loads before its first store (a one-token step's 2048-element
-// row was 8 load latencies in a row: 5.4 us, Nsight Compute, H200).
+// One block per token: its threads copy the table row, scaled.
 template <typename T>
-__global__ void embedding_kernel(const int32_t* __restrict__ token_ids, const T* __restrict__ table,
-                                 T* __restrict__ out, int64_t vocab, int64_t hidden, float scale) {
+__global__ void embedding_kernel(const int32_t* token_ids, const T* table, T* out, int64_t vocab,
+                                 int64_t hidden, float scale) {
   const int64_t t = blockIdx.x;
   pdl_wait();  // token_ids is uploaded before; out may be read by the kernel before (pdl.cuh)
   pdl_launch_dependents();
@@ -26,10 +24,8 @@ __global__ void embedding_kernel(const int32_t* __restrict__ token_ids, const T*
   }
   const T* src = table + static_cast<int64_t>(id) * hidden;
   if (scale == 1.0f) {
-#pragma unroll 8
     for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) dst[h] = src[h];
   } else {
-#pragma unroll 8
     for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
       dst[h] = from_float<T>(to_float(src[h]) * scale);
     }
