@@ -11,6 +11,8 @@
 // (wgmma_available) and then falls back to the mma.sync large tile.
 #pragma once
 
+#include <type_traits>
+
 #include "ops/moe/cuda/grouped_gemm_common.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -31,6 +33,33 @@ struct WgmmaTile {
 // The epilogue's function, fixed at compile time where speed matters: kNoAct is c = acc (+ bias)
 // (GEMM2), a MoEActKind value that activation, kAnyAct the launch's kind read at run time.
 inline constexpr int kNoAct = -2, kAnyAct = -1;
+
+// Calls store(has_bias, act) once, with std::bool_constant and std::integral_constant<int>
+// arguments for the launch's epilogue: kNoAct for GEMM2 (kBias), SiLU-gated and SwiGLU-OAI as
+// themselves, any other activation as kAnyAct. A wgmma tile stores 64-128 values a thread, so the
+// activation is chosen once a tile instead of switched on for each value (every kind's code
+// inlined per value stalled the FP8 GEMM2 on instruction fetch: docs/performance.md, session 17).
+template <bool Gated, class Store>
+__device__ __forceinline__ void with_fixed_epilogue(const MoEActParams& act,
+                                                    GroupedEpilogue epilogue, bool has_bias,
+                                                    Store&& store) {
+  const auto with_bias = [&](auto kind) {
+    if (has_bias) return store(std::true_type{}, kind);
+    return store(std::false_type{}, kind);
+  };
+  if constexpr (Gated) {
+    if (act.kind == MoEActKind::kSiluGated) {
+      return with_bias(std::integral_constant<int, static_cast<int>(MoEActKind::kSiluGated)>{});
+    }
+    if (act.kind == MoEActKind::kSwigluOai) {
+      return with_bias(std::integral_constant<int, static_cast<int>(MoEActKind::kSwigluOai)>{});
+    }
+    return with_bias(std::integral_constant<int, kAnyAct>{});
+  } else {
+    if (epilogue == GroupedEpilogue::kBias) return with_bias(std::integral_constant<int, kNoAct>{});
+    return with_bias(std::integral_constant<int, kAnyAct>{});
+  }
+}
 
 #ifdef MG_GROUPED_GEMM_WGMMA
 
@@ -168,35 +197,18 @@ __device__ __forceinline__ void store_wgmma_acc(const float (&acc)[128],
   }
 }
 
-// The store for the launch's epilogue: bias or not, and the common functions (GEMM2's bias only,
-// SiLU-gated, SwiGLU-OAI) with the activation fixed at compile time; other activations switch on
-// the kind per element.
+// The store for the launch's epilogue (with_fixed_epilogue): bias or not, and the common
+// functions (GEMM2's bias only, SiLU-gated, SwiGLU-OAI) with the activation fixed at compile time;
+// other activations switch on the kind per element.
 template <typename T, bool Gated>
 __device__ __forceinline__ void store_wgmma_tile(const float (&acc)[128],
                                                  const GroupedGemmArgs& args, const TileWork& work,
                                                  int n0, int row0) {
-  const bool has_bias = args.bias != nullptr;
-  if constexpr (Gated) {
-    constexpr int kSilu = static_cast<int>(MoEActKind::kSiluGated);
-    constexpr int kSwiglu = static_cast<int>(MoEActKind::kSwigluOai);
-    if (args.act.kind == MoEActKind::kSiluGated) {
-      if (has_bias) return store_wgmma_acc<T, true, true, kSilu>(acc, args, work, n0, row0);
-      return store_wgmma_acc<T, true, false, kSilu>(acc, args, work, n0, row0);
-    }
-    if (args.act.kind == MoEActKind::kSwigluOai) {
-      if (has_bias) return store_wgmma_acc<T, true, true, kSwiglu>(acc, args, work, n0, row0);
-      return store_wgmma_acc<T, true, false, kSwiglu>(acc, args, work, n0, row0);
-    }
-    if (has_bias) return store_wgmma_acc<T, true, true, kAnyAct>(acc, args, work, n0, row0);
-    return store_wgmma_acc<T, true, false, kAnyAct>(acc, args, work, n0, row0);
-  } else {
-    if (args.epilogue == GroupedEpilogue::kBias) {
-      if (has_bias) return store_wgmma_acc<T, false, true, kNoAct>(acc, args, work, n0, row0);
-      return store_wgmma_acc<T, false, false, kNoAct>(acc, args, work, n0, row0);
-    }
-    if (has_bias) return store_wgmma_acc<T, false, true, kAnyAct>(acc, args, work, n0, row0);
-    return store_wgmma_acc<T, false, false, kAnyAct>(acc, args, work, n0, row0);
-  }
+  with_fixed_epilogue<Gated>(
+      args.act, args.epilogue, args.bias != nullptr, [&](auto has_bias, auto act) {
+        store_wgmma_acc<T, Gated, decltype(has_bias)::value, decltype(act)::value>(acc, args, work,
+                                                                                   n0, row0);
+      });
 }
 
 #endif  // MG_GROUPED_GEMM_WGMMA

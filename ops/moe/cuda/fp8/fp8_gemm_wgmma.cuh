@@ -147,38 +147,19 @@ __device__ __forceinline__ void store_wgmma_acc_fixed(const float (&acc)[64],
   }
 }
 
-// store_wgmma_acc_fixed for the launch's epilogue, chosen once a tile: the bias, and the
-// activation at compile time for GEMM2 (none), SiLU-gated and SwiGLU-OAI. With the kind read per
-// element (every activation's code inlined 64 times) Nsight Compute had fp8_tma's GEMM2 on
-// qwen3-30b-a3b at 4096 tokens stalled 41% of its cycles on instruction fetch (H200, session 17).
+// store_wgmma_acc_fixed for the launch's epilogue, chosen once a tile (with_fixed_epilogue). With
+// the kind read per element (every activation's code inlined 64 times) Nsight Compute had
+// fp8_tma's GEMM2 on qwen3-30b-a3b at 4096 tokens stalled 41% of its cycles on instruction fetch
+// (H200, session 17).
 template <typename T, bool Gated>
 __device__ __forceinline__ void store_wgmma_acc(const float (&acc)[64], const Fp8GemmArgs& args,
                                                 const grouped_gemm::TileWork& work, int n0,
                                                 int row0) {
-  using grouped_gemm::kAnyAct;
-  using grouped_gemm::kNoAct;
-  const bool has_bias = args.bias != nullptr;
-  if constexpr (Gated) {
-    constexpr int kSilu = static_cast<int>(MoEActKind::kSiluGated);
-    constexpr int kSwiglu = static_cast<int>(MoEActKind::kSwigluOai);
-    if (args.act.kind == MoEActKind::kSiluGated) {
-      if (has_bias) return store_wgmma_acc_fixed<T, true, true, kSilu>(acc, args, work, n0, row0);
-      return store_wgmma_acc_fixed<T, true, false, kSilu>(acc, args, work, n0, row0);
-    }
-    if (args.act.kind == MoEActKind::kSwigluOai) {
-      if (has_bias) return store_wgmma_acc_fixed<T, true, true, kSwiglu>(acc, args, work, n0, row0);
-      return store_wgmma_acc_fixed<T, true, false, kSwiglu>(acc, args, work, n0, row0);
-    }
-    if (has_bias) return store_wgmma_acc_fixed<T, true, true, kAnyAct>(acc, args, work, n0, row0);
-    return store_wgmma_acc_fixed<T, true, false, kAnyAct>(acc, args, work, n0, row0);
-  } else {
-    if (args.epilogue != GroupedEpilogue::kActivation) {
-      if (has_bias) return store_wgmma_acc_fixed<T, false, true, kNoAct>(acc, args, work, n0, row0);
-      return store_wgmma_acc_fixed<T, false, false, kNoAct>(acc, args, work, n0, row0);
-    }
-    if (has_bias) return store_wgmma_acc_fixed<T, false, true, kAnyAct>(acc, args, work, n0, row0);
-    return store_wgmma_acc_fixed<T, false, false, kAnyAct>(acc, args, work, n0, row0);
-  }
+  grouped_gemm::with_fixed_epilogue<Gated>(
+      args.act, args.epilogue, args.bias != nullptr, [&](auto has_bias, auto act) {
+        store_wgmma_acc_fixed<T, Gated, decltype(has_bias)::value, decltype(act)::value>(
+            acc, args, work, n0, row0);
+      });
 }
 
 template <typename T, bool Gated>
