@@ -418,65 +418,179 @@ __global__ void __launch_bounds__(Tile::kThreads)
   }
   const T* a_base = static_cast<const T*>(args.a);
 
-  auto load = [&](int stage, int step) {
-    const uint32_t s_a = smem_base + stage * kStageBytes;
-    const uint32_t s_b = s_a + kABytes;
-    const uint32_t s_p = s_b + kBBytes;
-    const int k0 = step * BK;
-#pragma unroll
-    for (int it = 0; it < kAIters; ++it) {
-      const int row = (tid >> 4) + it * (kThreads / 16);
-      const int kc = k0 + a_chunk_id * 8;
-      const bool valid = row < rows_here && kc < k;
-      const uint32_t dst = s_a + (a_chunk_id >> 3) * (BM * 128) + swizzled(row, a_chunk_id & 7);
-      const int src_row = valid ? a_src_row[it] : a_src_row[0];
-      cp_async_16(dst, a_base + static_cast<int64_t>(src_row) * k + (valid ? kc : 0), valid);
-    }
-    // B: the CTA's 8-row blocks, each kStepWords contiguous words in memory and in the stage:
-    // chunk i of the stage is 16-byte chunk i % kChunksPerBlock of block i / kChunksPerBlock.
-    constexpr int kChunksPerBlock = kStepWords / 4;
-    constexpr int kBChunks = S::kBlocks * kChunksPerBlock;
-#pragma unroll
-    for (int it = 0; it < (kBChunks + kThreads - 1) / kThreads; ++it) {
-      const int i = tid + it * kThreads;
-      if (kBChunks % kThreads != 0 && i >= kBChunks) break;
-      const int block = i / kChunksPerBlock, chunk = i % kChunksPerBlock;
-      const bool up = Gated && block >= BN / 8;
-      const int col0 = n0 + (up ? block - BN / 8 : block) * 8;  // first output column
-      const bool valid = col0 < n;
-      const int64_t row_block = ((up ? part_rows : 0) + col0) / 8;
-      const uint32_t* src = words + (row_block * k_steps + step) * kStepWords + chunk * 4;
-      cp_async_16(s_b + i * 16, valid ? src : words, valid);
-    }
+  // The copies of a stage. What does not change over the K loop (each copy's source row, block
+  // or params row, and whether it is valid) is a copy "plan"; the 16- and 32-row tiles find their
+  // plans once, before the loop, where recomputing them cost ~150 instructions a stage and warp
+  // (Nsight Compute's SASS counts of the 16-row tile, H200, session 18: ~25 a copy, with an
+  // integer division per params copy). The 64-row tiles recompute them per stage: their
+  // registers are spoken for (a_src_row says why).
+  constexpr bool kHoistPlans = BM <= 32;
+  constexpr int kChunksPerBlock = kStepWords / 4;
+  constexpr int kBChunks = S::kBlocks * kChunksPerBlock;
+  constexpr int kBIters = (kBChunks + kThreads - 1) / kThreads;
+  constexpr int kFp4PChunks = 8 * kScaleBytes / 16;  // FP4: 16-byte chunks of a block's step
+  constexpr int kPIters = kFp4 ? 1 : kBRows * 4 / kThreads;
+  static_assert(!kFp4 || S::kBlocks * kFp4PChunks <= kThreads, "one P chunk per thread at most");
+  struct ACopy {
+    const T* src;  // the row's chunk at step 0
+    uint32_t dst;  // offset in the stage
+    bool row_valid;
+  };
+  struct Copy {
+    const void* src;  // at step 0 (integer params: the row's first pair)
+    bool valid;       // false: zero-filled
+    bool active;      // false: this thread makes no such copy
+  };
+  [[maybe_unused]] const auto a_plan = [&](int it) {
+    const int row = (tid >> 4) + it * (kThreads / 16);
+    return ACopy{
+        a_base + static_cast<int64_t>(a_src_row[it]) * k + a_chunk_id * 8,
+        static_cast<uint32_t>((a_chunk_id >> 3) * (BM * 128) + swizzled(row, a_chunk_id & 7)),
+        row < rows_here};
+  };
+  // B: the CTA's 8-row blocks, each kStepWords contiguous words in memory and in the stage:
+  // chunk i of the stage is 16-byte chunk i % kChunksPerBlock of block i / kChunksPerBlock.
+  [[maybe_unused]] const auto b_plan = [&](int it) {
+    const int i = tid + it * kThreads;
+    const int block = i / kChunksPerBlock, chunk = i % kChunksPerBlock;
+    const bool up = Gated && block >= BN / 8;
+    const int col0 = n0 + (up ? block - BN / 8 : block) * 8;  // first output column
+    const int64_t row_block = ((up ? part_rows : 0) + col0) / 8;
+    return Copy{words + row_block * k_steps * kStepWords + chunk * 4, col0 < n,
+                kBChunks % kThreads == 0 || i < kBChunks};
+  };
+  // P. FP4: the blocks' scale bytes of a step, 8 rows x kScaleBytes contiguous per block, in
+  // block order (chunk i: 16-byte chunk i % kFp4PChunks of block i / kFp4PChunks). Integer
+  // codes: entry (row, unit) of the stage at (row * 4 + unit) * 8 bytes, the unit's group's pair
+  // (only for units that start a run of unit_group).
+  [[maybe_unused]] const auto p_plan = [&](int it) {
+    const int i = tid + it * kThreads;
     if constexpr (kFp4) {
-      // P: the blocks' scale bytes of this step, 8 rows x kScaleBytes contiguous per block, in
-      // block order (chunk i: 16-byte chunk i % kChunks of block i / kChunks).
-      constexpr int kChunks = 8 * kScaleBytes / 16;
-      static_assert(S::kBlocks * kChunks <= kThreads, "one P chunk per thread at most");
-      const int i = tid;
-      if (i < S::kBlocks * kChunks) {
-        const int block = i / kChunks, chunk = i % kChunks;
+      const int block = i / kFp4PChunks, chunk = i % kFp4PChunks;
+      const bool up = Gated && block >= BN / 8;
+      const int col0 = n0 + (up ? block - BN / 8 : block) * 8;
+      const int64_t row_block = ((up ? part_rows : 0) + col0) / 8;
+      return Copy{scale_bytes + row_block * k_steps * (8 * kScaleBytes) + chunk * 16, col0 < n,
+                  i < S::kBlocks * kFp4PChunks};
+    } else {
+      const int row = i >> 2, unit = i & 3;
+      const bool up = Gated && row >= BN;
+      const int col = n0 + (up ? row - BN : row);
+      return Copy{params + ((up ? part_rows : 0) + col) * groups * 2, col < n,
+                  (unit & group_mask) == unit};
+    }
+  };
+  [[maybe_unused]] ACopy a_plans[kHoistPlans ? kAIters : 1];
+  [[maybe_unused]] Copy b_plans[kHoistPlans ? kBIters : 1];
+  [[maybe_unused]] Copy p_plans[kHoistPlans ? kPIters : 1];
+  if constexpr (kHoistPlans) {
+#pragma unroll
+    for (int it = 0; it < kAIters; ++it) a_plans[it] = a_plan(it);
+#pragma unroll
+    for (int it = 0; it < kBIters; ++it) b_plans[it] = b_plan(it);
+#pragma unroll
+    for (int it = 0; it < kPIters; ++it) p_plans[it] = p_plan(it);
+  }
+  // Integer codes: the group of (step, unit) is (4 step + unit) / (group_size / 32) (group_size
+  // is a multiple of 32 when there are several groups), a shift when that is a power of two.
+  [[maybe_unused]] const int units_per_g = groups == 1 ? 1 : group_size / 32;
+  [[maybe_unused]] const bool units_pow2 = (units_per_g & (units_per_g - 1)) == 0;
+  [[maybe_unused]] const int units_shift = __ffs(units_per_g) - 1;
+
+  auto load = [&](int stage, int step) {
+    if constexpr (kHoistPlans) {
+      const uint32_t s_a = smem_base + stage * kStageBytes;
+      const uint32_t s_b = s_a + kABytes;
+      const uint32_t s_p = s_b + kBBytes;
+      const int k0 = step * BK;
+#pragma unroll
+      for (int it = 0; it < kAIters; ++it) {
+        const ACopy c = kHoistPlans ? a_plans[it] : a_plan(it);
+        const bool valid = c.row_valid && k0 + a_chunk_id * 8 < k;
+        cp_async_16(s_a + c.dst, valid ? c.src + k0 : a_base, valid);
+      }
+#pragma unroll
+      for (int it = 0; it < kBIters; ++it) {
+        const Copy c = kHoistPlans ? b_plans[it] : b_plan(it);
+        if (!c.active) break;
+        const uint32_t* src = static_cast<const uint32_t*>(c.src) + step * kStepWords;
+        cp_async_16(s_b + (tid + it * kThreads) * 16, c.valid ? src : words, c.valid);
+      }
+#pragma unroll
+      for (int it = 0; it < kPIters; ++it) {
+        const Copy c = kHoistPlans ? p_plans[it] : p_plan(it);
+        if (!c.active) continue;
+        const int i = tid + it * kThreads;
+        if constexpr (kFp4) {
+          const uint8_t* src = static_cast<const uint8_t*>(c.src) + step * (8 * kScaleBytes);
+          cp_async_16(s_p + i * 16, c.valid ? src : scale_bytes, c.valid);
+        } else {
+          const int unit = i & 3;
+          const int q = 4 * step + unit;
+          const int g =
+              groups == 1 ? 0 : min(units_pow2 ? q >> units_shift : q / units_per_g, groups - 1);
+          const float* src = static_cast<const float*>(c.src) + g * 2;
+          cp_async_8(s_p + i * 8, c.valid ? src : params, c.valid);
+        }
+      }
+    } else {  // the 64-row tiles: the same copies, their sources found per stage
+      const uint32_t s_a = smem_base + stage * kStageBytes;
+      const uint32_t s_b = s_a + kABytes;
+      const uint32_t s_p = s_b + kBBytes;
+      const int k0 = step * BK;
+#pragma unroll
+      for (int it = 0; it < kAIters; ++it) {
+        const int row = (tid >> 4) + it * (kThreads / 16);
+        const int kc = k0 + a_chunk_id * 8;
+        const bool valid = row < rows_here && kc < k;
+        const uint32_t dst = s_a + (a_chunk_id >> 3) * (BM * 128) + swizzled(row, a_chunk_id & 7);
+        const int src_row = valid ? a_src_row[it] : a_src_row[0];
+        cp_async_16(dst, a_base + static_cast<int64_t>(src_row) * k + (valid ? kc : 0), valid);
+      }
+      // B: the CTA's 8-row blocks, each kStepWords contiguous words in memory and in the stage:
+      // chunk i of the stage is 16-byte chunk i % kChunksPerBlock of block i / kChunksPerBlock.
+#pragma unroll
+      for (int it = 0; it < (kBChunks + kThreads - 1) / kThreads; ++it) {
+        const int i = tid + it * kThreads;
+        if (kBChunks % kThreads != 0 && i >= kBChunks) break;
+        const int block = i / kChunksPerBlock, chunk = i % kChunksPerBlock;
         const bool up = Gated && block >= BN / 8;
-        const int col0 = n0 + (up ? block - BN / 8 : block) * 8;
+        const int col0 = n0 + (up ? block - BN / 8 : block) * 8;  // first output column
         const bool valid = col0 < n;
         const int64_t row_block = ((up ? part_rows : 0) + col0) / 8;
-        const uint8_t* src =
-            scale_bytes + (row_block * k_steps + step) * (8 * kScaleBytes) + chunk * 16;
-        cp_async_16(s_p + i * 16, valid ? src : scale_bytes, valid);
+        const uint32_t* src = words + (row_block * k_steps + step) * kStepWords + chunk * 4;
+        cp_async_16(s_b + i * 16, valid ? src : words, valid);
       }
-    } else {
-      // P: entry (row, unit) of the stage at (row * 4 + unit) * 8 bytes.
+      if constexpr (kFp4) {
+        // P: the blocks' scale bytes of this step, 8 rows x kScaleBytes contiguous per block, in
+        // block order (chunk i: 16-byte chunk i % kChunks of block i / kChunks).
+        constexpr int kChunks = 8 * kScaleBytes / 16;
+        static_assert(S::kBlocks * kChunks <= kThreads, "one P chunk per thread at most");
+        const int i = tid;
+        if (i < S::kBlocks * kChunks) {
+          const int block = i / kChunks, chunk = i % kChunks;
+          const bool up = Gated && block >= BN / 8;
+          const int col0 = n0 + (up ? block - BN / 8 : block) * 8;
+          const bool valid = col0 < n;
+          const int64_t row_block = ((up ? part_rows : 0) + col0) / 8;
+          const uint8_t* src =
+              scale_bytes + (row_block * k_steps + step) * (8 * kScaleBytes) + chunk * 16;
+          cp_async_16(s_p + i * 16, valid ? src : scale_bytes, valid);
+        }
+      } else {
+        // P: entry (row, unit) of the stage at (row * 4 + unit) * 8 bytes.
 #pragma unroll
-      for (int it = 0; it < kBRows * 4 / kThreads; ++it) {
-        const int i = tid + it * kThreads;
-        const int row = i >> 2, unit = i & 3;
-        if ((unit & group_mask) != unit) continue;
-        const bool up = Gated && row >= BN;
-        const int col = n0 + (up ? row - BN : row);
-        const bool valid = col < n;
-        const int g = min((k0 + 32 * unit) / group_size, groups - 1);
-        const float* src = params + (((up ? part_rows : 0) + col) * groups + g) * 2;
-        cp_async_8(s_p + i * 8, valid ? src : params, valid);
+        for (int it = 0; it < kBRows * 4 / kThreads; ++it) {
+          const int i = tid + it * kThreads;
+          const int row = i >> 2, unit = i & 3;
+          if ((unit & group_mask) != unit) continue;
+          const bool up = Gated && row >= BN;
+          const int col = n0 + (up ? row - BN : row);
+          const bool valid = col < n;
+          const int g = min((k0 + 32 * unit) / group_size, groups - 1);
+          const float* src = params + (((up ? part_rows : 0) + col) * groups + g) * 2;
+          cp_async_8(s_p + i * 8, valid ? src : params, valid);
+        }
       }
     }
   };
