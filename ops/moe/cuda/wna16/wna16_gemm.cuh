@@ -498,27 +498,27 @@ __global__ void __launch_bounds__(Tile::kThreads)
   [[maybe_unused]] const int units_shift = __ffs(units_per_g) - 1;
 
   auto load = [&](int stage, int step) {
+    const uint32_t s_a = smem_base + stage * kStageBytes;
+    const uint32_t s_b = s_a + kABytes;
+    const uint32_t s_p = s_b + kBBytes;
+    const int k0 = step * BK;
     if constexpr (kHoistPlans) {
-      const uint32_t s_a = smem_base + stage * kStageBytes;
-      const uint32_t s_b = s_a + kABytes;
-      const uint32_t s_p = s_b + kBBytes;
-      const int k0 = step * BK;
 #pragma unroll
       for (int it = 0; it < kAIters; ++it) {
-        const ACopy c = kHoistPlans ? a_plans[it] : a_plan(it);
+        const ACopy& c = a_plans[it];
         const bool valid = c.row_valid && k0 + a_chunk_id * 8 < k;
         cp_async_16(s_a + c.dst, valid ? c.src + k0 : a_base, valid);
       }
 #pragma unroll
       for (int it = 0; it < kBIters; ++it) {
-        const Copy c = kHoistPlans ? b_plans[it] : b_plan(it);
+        const Copy& c = b_plans[it];
         if (!c.active) break;
         const uint32_t* src = static_cast<const uint32_t*>(c.src) + step * kStepWords;
         cp_async_16(s_b + (tid + it * kThreads) * 16, c.valid ? src : words, c.valid);
       }
 #pragma unroll
       for (int it = 0; it < kPIters; ++it) {
-        const Copy c = kHoistPlans ? p_plans[it] : p_plan(it);
+        const Copy& c = p_plans[it];
         if (!c.active) continue;
         const int i = tid + it * kThreads;
         if constexpr (kFp4) {
@@ -534,10 +534,6 @@ __global__ void __launch_bounds__(Tile::kThreads)
         }
       }
     } else {  // the 64-row tiles: the same copies, their sources found per stage
-      const uint32_t s_a = smem_base + stage * kStageBytes;
-      const uint32_t s_b = s_a + kABytes;
-      const uint32_t s_p = s_b + kBBytes;
-      const int k0 = step * BK;
 #pragma unroll
       for (int it = 0; it < kAIters; ++it) {
         const int row = (tid >> 4) + it * (kThreads / 16);
@@ -547,10 +543,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const int src_row = valid ? a_src_row[it] : a_src_row[0];
         cp_async_16(dst, a_base + static_cast<int64_t>(src_row) * k + (valid ? kc : 0), valid);
       }
-      // B: the CTA's 8-row blocks, each kStepWords contiguous words in memory and in the stage:
-      // chunk i of the stage is 16-byte chunk i % kChunksPerBlock of block i / kChunksPerBlock.
 #pragma unroll
-      for (int it = 0; it < (kBChunks + kThreads - 1) / kThreads; ++it) {
+      for (int it = 0; it < kBIters; ++it) {
         const int i = tid + it * kThreads;
         if (kBChunks % kThreads != 0 && i >= kBChunks) break;
         const int block = i / kChunksPerBlock, chunk = i % kChunksPerBlock;
@@ -562,13 +556,10 @@ __global__ void __launch_bounds__(Tile::kThreads)
         cp_async_16(s_b + i * 16, valid ? src : words, valid);
       }
       if constexpr (kFp4) {
-        // P: the blocks' scale bytes of this step, 8 rows x kScaleBytes contiguous per block, in
-        // block order (chunk i: 16-byte chunk i % kChunks of block i / kChunks).
-        constexpr int kChunks = 8 * kScaleBytes / 16;
-        static_assert(S::kBlocks * kChunks <= kThreads, "one P chunk per thread at most");
+        // P: the blocks' scale bytes of this step (p_plan's layout).
         const int i = tid;
-        if (i < S::kBlocks * kChunks) {
-          const int block = i / kChunks, chunk = i % kChunks;
+        if (i < S::kBlocks * kFp4PChunks) {
+          const int block = i / kFp4PChunks, chunk = i % kFp4PChunks;
           const bool up = Gated && block >= BN / 8;
           const int col0 = n0 + (up ? block - BN / 8 : block) * 8;
           const bool valid = col0 < n;
