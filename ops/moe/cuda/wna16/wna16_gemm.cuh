@@ -422,8 +422,10 @@ __global__ void __launch_bounds__(Tile::kThreads)
   // or params row, and whether it is valid) is a copy "plan"; the 16- and 32-row tiles find their
   // plans once, before the loop, where recomputing them cost ~150 instructions a stage and warp
   // (Nsight Compute's SASS counts of the 16-row tile, H200, session 18: ~25 a copy, with an
-  // integer division per params copy). The 64-row tiles recompute them per stage: their
-  // registers are spoken for (a_src_row says why).
+  // integer division per params copy). The 64-row tiles recompute them per stage with the code
+  // they had before: their registers are spoken for (a_src_row says why), and calling the plan
+  // lambdas per stage there changed their code (ptxas: the plain MXFP4 tile 128 -> 175
+  // registers, the gated one 64 bytes of spill).
   constexpr bool kHoistPlans = BM <= 32;
   constexpr int kChunksPerBlock = kStepWords / 4;
   constexpr int kBChunks = S::kBlocks * kChunksPerBlock;
