@@ -526,6 +526,28 @@ std::vector<GemmCase> gemm_cases() {
       }
     }
   }
+  // Groups of 96 columns: 3 units a group, not a power of two, so the 16- and 32-row tiles find a
+  // params copy's group by division rather than a shift (wna16_gemm.cuh's copy plans), and the
+  // exact path ends a group inside a K step. Exact (kU8) and per-value (kF32Real) zero points,
+  // gated and plain, with experts that get no rows.
+  for (const int bits : {4, 8}) {
+    for (const Zeros zeros : {Zeros::kU8, Zeros::kF32Real}) {
+      for (const bool gated : {false, true}) {
+        GemmCase c;
+        c.rows_per_expert = {1, 0, 7, 33, 0};
+        c.n = gated ? 40 : 72;
+        c.k = 384;
+        c.bits = bits;
+        c.group = 96;
+        c.zeros = zeros;
+        c.epilogue = gated ? GroupedEpilogue::kActivation : GroupedEpilogue::kBias;
+        c.kind = MoEActKind::kSiluGated;
+        c.bias = true;
+        c.gather = gated;
+        cases.push_back(c);
+      }
+    }
+  }
   return cases;
 }
 
