@@ -137,11 +137,58 @@ struct PairGroups {
   int table[kMaxLocalExperts];  // local expert -> u, -1 while unseen
 };
 
+// group_pairs for at most 32 pairs (one token of top-k <= 32, or a few tokens): warp 0 holds
+// one pair a lane and finds everything in registers (match_any: the lanes of an expert; its first
+// lane numbers it and a scan over those first lanes gives the offsets), no table and one barrier
+// where the general walk takes three and clears the table first. The same numbering and order as
+// the general walk; slot, rank and table are not filled (only the walk itself reads them).
+__device__ __forceinline__ void group_pairs_one_window(PairGroups& g, const int32_t* topk_ids,
+                                                       const int32_t* expert_map, int num_pairs) {
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    const unsigned lower = (1u << lane) - 1u;
+    int e = -1;
+    if (lane < num_pairs) {
+      const int m = expert_map[topk_ids[lane]];
+      e = (m >= 0 && m < kMaxLocalExperts) ? m : -1;
+      g.local[lane] = e;
+    }
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const bool first = e >= 0 && (same & lower) == 0;
+    const unsigned firsts = __ballot_sync(0xffffffffu, first);
+    const unsigned valid = __ballot_sync(0xffffffffu, e >= 0);
+    // Exclusive prefix of the experts' pair counts, in order of their first lanes.
+    const int count = first ? __popc(same) : 0;
+    int inclusive = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (lane >= d) inclusive += v;
+    }
+    const int offset = __shfl_sync(0xffffffffu, inclusive - count, __ffs(same) - 1);
+    if (first) {
+      const int u = __popc(firsts & lower);
+      g.expert[u] = e;
+      g.offset[u] = offset;
+    }
+    if (e >= 0) g.pair[offset + __popc(same & lower)] = lane;
+    if (lane == 0) {
+      g.num_experts = __popc(firsts);
+      g.offset[__popc(firsts)] = __popc(valid);
+    }
+  }
+  __syncthreads();
+}
+
 // Fills `g` for pairs 0..num_pairs-1; every thread of the block calls it. Warp 0 walks the pairs
 // in windows of 32 (match_any finds the lanes that share an expert), so the numbering is
 // deterministic and the pairs of an expert stay in ascending order.
 __device__ __forceinline__ void group_pairs(PairGroups& g, const int32_t* topk_ids,
                                             const int32_t* expert_map, int num_pairs) {
+  if (num_pairs <= 32) {
+    group_pairs_one_window(g, topk_ids, expert_map, num_pairs);
+    return;
+  }
   for (int i = threadIdx.x; i < kMaxLocalExperts; i += blockDim.x) g.table[i] = -1;
   for (int p = threadIdx.x; p < num_pairs; p += blockDim.x) {
     const int e = expert_map[topk_ids[p]];
