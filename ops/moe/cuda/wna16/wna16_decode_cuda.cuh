@@ -347,14 +347,26 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
   }
   float sc[Parts][2];  // s of weight rows 2t, 2t + 1 (C columns 2t, 2t + 1)
   uint32_t zm[Parts];  // magic + z of row g: a half2 pair, or (kViaF32) the F32 bits of 2^23 + z
-  const auto load_group = [&] {
-    const int gi = min(group, last_group);
+  // The next group's scales and pair are loaded a group ahead (fetch), and taken at the group's
+  // start (take): the zero code's reciprocal, which waited on these loads, was the decode down
+  // kernel's most-sampled stall (docs/performance.md, the session 18 profile).
+  float ahead_s[Parts][2];
+  float2 ahead_pair[Parts];
+  const auto fetch = [&](int gi) {
 #pragma unroll
     for (int p = 0; p < Parts; ++p) {
-      sc[p][0] = __ldg(sp[p] + 2 * gi);
-      sc[p][1] = __ldg(sp[p] + 2 * (groups + gi));
-      const float2 pair = __ldg(zp[p] + gi);
-      const uint32_t z = static_cast<uint32_t>(wna16_exact::zero_code(pair.x, pair.y));
+      ahead_s[p][0] = __ldg(sp[p] + 2 * gi);
+      ahead_s[p][1] = __ldg(sp[p] + 2 * (groups + gi));
+      ahead_pair[p] = __ldg(zp[p] + gi);
+    }
+  };
+  const auto take = [&] {
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+      sc[p][0] = ahead_s[p][0];
+      sc[p][1] = ahead_s[p][1];
+      const uint32_t z =
+          static_cast<uint32_t>(wna16_exact::zero_code(ahead_pair[p].x, ahead_pair[p].y));
       zm[p] = kViaF32 ? (wna16_exact::kMagicF32 | z) : wna16_exact::zero_magic_pair<kBf16>(z);
     }
   };
@@ -369,7 +381,9 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
       }
     }
   };
-  load_group();
+  fetch(min(group, last_group));
+  take();
+  fetch(min(group + 1, last_group));
 
   for (int s0 = s_begin; s0 < s_end; s0 += kV) {
     uint4 wv[kV][Parts][kVecs];
@@ -439,9 +453,10 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
         }
         if (--units_left == 0) {  // uniform over the warp
           end_group();
+          take();
           ++group;
           units_left = units_per_group;
-          load_group();
+          fetch(min(group + 1, last_group));
         }
       }
     }
@@ -744,9 +759,19 @@ struct DownParams {
   bool evict_first = true;
 };
 
+// CTAs of kMaxThreads a down kernel asks to fit an SM (__launch_bounds__): integer codes 1 (128
+// registers a thread); FP4 2, i.e. 64 registers, so four 8-warp CTAs fit. ptxas (CUDA 13.0) had
+// given the PairRows 16 MXFP4 kernel 64 registers with 52 bytes of spill on its own, then 82
+// without when its item loop changed (session 19), and at two CTAs an SM gpt-oss-120b's 360 down
+// CTAs took 1.36 waves: M = 16 398 -> 460 us in the H200 timing test (`MG_WNA16_TIMING=1
+// mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'`).
+template <Wna16Codes Codes>
+inline constexpr int kDownMinCtas = Codes == Wna16Codes::kInteger ? 0 : 2;
+
 // out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
 template <typename T, int Bits, Wna16Codes Codes, int PairRows, bool Exact>
-__global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const DownParams p) {
+__global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
+    wna16_decode_down_kernel(const DownParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   __shared__ decode::PairGroups g;
   extern __shared__ float partial[];  // [k_slices, num_pairs, rows_per_cta]
@@ -792,43 +817,49 @@ __global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const Do
   const uint64_t policy = decode::weight_policy(p.evict_first);
   const T* act = static_cast<const T*>(p.act);
 
-  // Items (expert, pair group, block, K slice), dealt to the warps in turn; every slice of every
-  // item writes its partial sums (zeros for an empty slice), each element by exactly one lane.
-  int item = 0;
+  // Items (expert, pair group, block, K slice), dealt to the warps in turn: warp w takes items
+  // w, w + warps, ... Each (expert, pair group) holds blocks x k_slices items; the walk jumps over
+  // whole groups and other warps' items with additions only (a division and the item's set-up per
+  // item skipped cost every warp ~100 instructions an item: the SASS profile in
+  // docs/performance.md). Every slice of every item writes its partial sums (zeros for an empty
+  // slice), each element by exactly one lane.
+  const int group_items = blocks * p.k_slices;
+  int next = warp;  // this warp's next item
+  int base = 0;     // the first item of the current (expert, pair group)
   for (int u = 0; u < g.num_experts; ++u) {
     const int e = g.expert[u];
     const int group_end = g.offset[u + 1];
-    for (int first = g.offset[u]; first < group_end; first += PairRows) {
-      for (int b = 0; b < blocks; ++b) {
-        for (int ks = 0; ks < p.k_slices; ++ks, ++item) {
-          if (item % warps != warp) continue;
-          const LanePairs lp = lane_pairs(g, first, min(PairRows, group_end - first));
-          const T* a_lo = lp.lo < 0 ? nullptr : act + static_cast<int64_t>(lp.lo) * p.inter;
-          const T* a_hi = lp.hi < 0 ? nullptr : act + static_cast<int64_t>(lp.hi) * p.inter;
-          const StepRange steps = slice_steps(k_steps, p.k_slices, ks);
-          float acc[1][4] = {};
-          if (steps.begin < steps.end) {  // uniform over the warp
-            if (PairRows > 8 && group_end - first > 8) {
-              block_gemm<T, Bits, Codes, Exact, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
-                                                         steps.end, a_lo, a_hi, p.inter, policy);
-            } else {
-              block_gemm<T, Bits, Codes, Exact, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
-                                                          steps.end, a_lo, a_hi, p.inter, policy);
-            }
+    for (int first = g.offset[u]; first < group_end; first += PairRows, base += group_items) {
+      if (next >= base + group_items) continue;
+      const LanePairs lp = lane_pairs(g, first, min(PairRows, group_end - first));
+      const T* a_lo = lp.lo < 0 ? nullptr : act + static_cast<int64_t>(lp.lo) * p.inter;
+      const T* a_hi = lp.hi < 0 ? nullptr : act + static_cast<int64_t>(lp.hi) * p.inter;
+      const bool hi = PairRows > 8 && group_end - first > 8;
+      const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
+      for (; next < base + group_items; next += warps) {
+        const int b = p.k_slices == 1 ? next - base : (next - base) / p.k_slices;
+        const int ks = next - base - b * p.k_slices;
+        const StepRange steps = slice_steps(k_steps, p.k_slices, ks);
+        float acc[1][4] = {};
+        if (steps.begin < steps.end) {  // uniform over the warp
+          if (hi) {
+            block_gemm<T, Bits, Codes, Exact, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
+                                                       steps.end, a_lo, a_hi, p.inter, policy);
+          } else {
+            block_gemm<T, Bits, Codes, Exact, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
+                                                        steps.end, a_lo, a_hi, p.inter, policy);
           }
-          const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
-          const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
-          float* slice_partial = partial + static_cast<int64_t>(ks) * p.num_pairs * rows_per_cta;
+        }
+        const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
+        float* slice_partial = partial + static_cast<int64_t>(ks) * p.num_pairs * rows_per_cta;
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int pair = half == 0 ? lp.lo : lp.hi;
-            if (pair < 0) continue;
+        for (int half = 0; half < 2; ++half) {
+          const int pair = half == 0 ? lp.lo : lp.hi;
+          if (pair < 0) continue;
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              if (r + c < rows) {
-                slice_partial[pair * rows_per_cta + r + c] = acc[0][2 * half + c] * scale;
-              }
-            }
+          for (int c = 0; c < 2; ++c) {
+            if (r + c < rows)
+              slice_partial[pair * rows_per_cta + r + c] = acc[0][2 * half + c] * scale;
           }
         }
       }
