@@ -265,8 +265,8 @@ bool force_per_value_from_env() {
   return v != nullptr && std::strcmp(v, "0") != 0;
 }
 
-// Whether the decode kernels take an exact path for `w` (uses_exact_path in wna16_decode_cuda.cuh:
-// FP4 codes, and integer codes whose zero points are all integer codes).
+// Whether the decode kernels take an exact path for `w` (int_path in wna16_decode_cuda.cuh: FP4
+// codes, and integer codes whose zero points are all integer codes).
 bool decode_uses_exact_codes(const cuda::Wna16Weights& w) {
   return cuda::wna16_decode_exact(w);
 }
@@ -617,6 +617,10 @@ std::vector<DecodeCase> decode_cases() {
   add(Kind::kInt4, 64, false, 8, 2, 320, 192, MoEActKind::kSiluGated, true);
   add(Kind::kInt8, 64, false, 6, 4, 320, 192, MoEActKind::kGelu, false);
   add(Kind::kInt4, 128, false, 16, 1, 640, 384, MoEActKind::kSwigluOai, true);
+  // Groups of 256 (two K steps a group; the step-aligned group ends, IntPath::kExactSteps, with
+  // slices starting mid-group).
+  add(Kind::kInt4, 256, false, 8, 2, 768, 512, MoEActKind::kSiluGated, true);
+  add(Kind::kInt8, 256, true, 6, 2, 512, 256, MoEActKind::kGelu, false);
   // Zero points that are not integers: the per-value path (Wna16Zeros::kReal).
   add(Kind::kInt4, 128, false, 8, 2, 384, 256, MoEActKind::kSiluGated, true, true);
   add(Kind::kInt8, -1, false, 6, 2, 328, 136, MoEActKind::kGelu, false, true);

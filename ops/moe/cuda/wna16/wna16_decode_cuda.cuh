@@ -147,6 +147,15 @@ inline constexpr int kStepsInFlight = (Bits == 4 ? 8 : 4) / Parts;
 template <Wna16Codes Codes>
 inline constexpr int kScaleBytesPerStep = static_cast<int>(wna16_scale_bytes_per_step(Codes));
 
+// How a kernel dequantizes integer codes, chosen at launch (int_path): per value (zero points
+// that are not integer codes), or exact (warp_block_gemm_exact) with scale groups that may end at
+// any 32-wide unit (groups of 32 or 64 columns), or only at a 128-wide K step's end (groups of a
+// multiple of 128, or channel-wise): then the group end is tested once a step, so the unrolled
+// step has no branch and no register moves to join one (the session 19 SASS profile of the qwen3
+// g128 up kernel: 16 branches, ~100 register moves and ~80 re-zeroed A registers a round of 4
+// steps). FP4 codes ignore it (their kernels are instantiated with kExact).
+enum class IntPath { kPerValue, kExact, kExactSteps };
+
 // x[k .. k + 1] of a T row as the packed pair of an mma A register; 0 past K (k is even and K a
 // multiple of 8, so a pair is wholly in or out) or for a missing row.
 template <typename T>
@@ -292,7 +301,7 @@ __device__ __forceinline__ void unit_a(const T* a_lo, const T* a_hi, int k, int 
 // acc += s · u with the scale of its weight row. The lane's B row is weight row g of the block,
 // whose z it recovers from its {s, -z·s} pair once per group. No term cancels: the rounding is the
 // fp32 accumulation of the dot product itself and one fma per group and element.
-template <typename T, int Bits, int Parts, bool kHi>
+template <typename T, int Bits, int Parts, bool kHi, bool kStepGroups>
 __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], const Wna16Weights& w,
                                                       int expert, int block, int s_begin, int s_end,
                                                       const T* a_lo, const T* a_hi, int len,
@@ -451,7 +460,20 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
             }
           }
         }
-        if (--units_left == 0) {  // uniform over the warp
+        if constexpr (!kStepGroups) {
+          if (--units_left == 0) {  // uniform over the warp
+            end_group();
+            take();
+            ++group;
+            units_left = units_per_group;
+            fetch(min(group + 1, last_group));
+          }
+        }
+      }
+      if constexpr (kStepGroups) {
+        // units_left is a multiple of 4 (channel-wise: INT_MAX, never reaching 0 in a slice).
+        units_left -= 4;
+        if (units_left == 0) {  // uniform over the warp
           end_group();
           take();
           ++group;
@@ -575,19 +597,19 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
   }
 }
 
-// The block GEMM of a code kind: FP4 codes take warp_block_gemm_e2m1; integer codes with integer
-// zero points (Exact, chosen at launch from Wna16Weights::zeros) warp_block_gemm_exact;
-// everything else the per-value dequantization.
-template <typename T, int Bits, Wna16Codes Codes, bool Exact, int Parts, bool kHi>
+// The block GEMM of a code kind: FP4 codes take warp_block_gemm_e2m1; integer codes by Path
+// (IntPath, chosen at launch by int_path): warp_block_gemm_exact or the per-value
+// dequantization.
+template <typename T, int Bits, Wna16Codes Codes, IntPath Path, int Parts, bool kHi>
 __device__ __forceinline__ void block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                            int expert, int block, int s_begin, int s_end,
                                            const T* a_lo, const T* a_hi, int len, uint64_t policy) {
   if constexpr (Codes != Wna16Codes::kInteger) {
     warp_block_gemm_e2m1<T, Codes, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
                                                len, policy);
-  } else if constexpr (Exact) {
-    warp_block_gemm_exact<T, Bits, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
-                                               len, policy);
+  } else if constexpr (Path != IntPath::kPerValue) {
+    warp_block_gemm_exact<T, Bits, Parts, kHi, Path == IntPath::kExactSteps>(
+        acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len, policy);
   } else {
     warp_block_gemm<T, Bits, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len,
                                          policy);
@@ -646,7 +668,7 @@ struct UpParams {
 // Warp w is slice w % k_slices of block blockIdx.x * blocks_per_cta + w / k_slices; the slices
 // of a block leave their gate and up accumulators in shared memory and the block's slice-0 warp
 // sums them in slice order, then applies the activation.
-template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows, bool Exact>
+template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows, IntPath Path>
 __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const UpParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   constexpr int kParts = Gated ? 2 : 1;
@@ -683,11 +705,11 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
         if (PairRows > 8 && group_end - first > 8) {
-          block_gemm<T, Bits, Codes, Exact, kParts, true>(acc, p.w13, e, block, steps.begin,
-                                                          steps.end, a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, Path, kParts, true>(acc, p.w13, e, block, steps.begin,
+                                                         steps.end, a_lo, a_hi, p.hidden, policy);
         } else {
-          block_gemm<T, Bits, Codes, Exact, kParts, false>(acc, p.w13, e, block, steps.begin,
-                                                           steps.end, a_lo, a_hi, p.hidden, policy);
+          block_gemm<T, Bits, Codes, Path, kParts, false>(acc, p.w13, e, block, steps.begin,
+                                                          steps.end, a_lo, a_hi, p.hidden, policy);
         }
       }
       if (p.k_slices > 1) {  // uniform over the CTA: the barriers are reached by every thread
@@ -769,7 +791,7 @@ template <Wna16Codes Codes>
 inline constexpr int kDownMinCtas = Codes == Wna16Codes::kInteger ? 0 : 2;
 
 // out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
-template <typename T, int Bits, Wna16Codes Codes, int PairRows, bool Exact>
+template <typename T, int Bits, Wna16Codes Codes, int PairRows, IntPath Path>
 __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
     wna16_decode_down_kernel(const DownParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
@@ -843,11 +865,11 @@ __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
         float acc[1][4] = {};
         if (steps.begin < steps.end) {  // uniform over the warp
           if (hi) {
-            block_gemm<T, Bits, Codes, Exact, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
-                                                       steps.end, a_lo, a_hi, p.inter, policy);
+            block_gemm<T, Bits, Codes, Path, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
+                                                      steps.end, a_lo, a_hi, p.inter, policy);
           } else {
-            block_gemm<T, Bits, Codes, Exact, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
-                                                        steps.end, a_lo, a_hi, p.inter, policy);
+            block_gemm<T, Bits, Codes, Path, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
+                                                       steps.end, a_lo, a_hi, p.inter, policy);
           }
         }
         const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
@@ -936,36 +958,43 @@ inline int resolve_k_slices(int forced, int64_t k_steps, int in_flight) {
   return (steps + per - 1) / per;
 }
 
-// Whether the kernels of `w` take an exact path (FP4 codes: warp_block_gemm_e2m1, always; integer
-// codes whose zero points are all integer codes, found by the packer: warp_block_gemm_exact)
-// rather than the per-value dequantization.
-template <Wna16Codes Codes>
-bool uses_exact_path(const Wna16Weights& w) {
-  return Codes != Wna16Codes::kInteger || w.zeros == Wna16Zeros::kIntegerCodes;
+// The integer path of `w` (IntPath): exact when every zero point is an integer code (found by
+// the packer), with step-aligned groups when they are channel-wise or a multiple of 128 columns.
+inline IntPath int_path(const Wna16Weights& w) {
+  if (w.zeros != Wna16Zeros::kIntegerCodes) return IntPath::kPerValue;
+  return w.groups == 1 || w.group_size % kWna16KStep == 0 ? IntPath::kExactSteps : IntPath::kExact;
 }
 
-// The up / down kernel of a launch (FP4 codes have only the exact variants).
+// The up / down kernel of a launch (FP4 codes have only the kExact variants).
 template <typename T, int Bits, Wna16Codes Codes, bool Gated>
-auto up_kernel(bool rows16, [[maybe_unused]] bool exact) -> void (*)(UpParams) {
+auto up_kernel(bool rows16, [[maybe_unused]] IntPath path) -> void (*)(UpParams) {
   if constexpr (Codes == Wna16Codes::kInteger) {
-    if (!exact) {
-      return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, false>
-                    : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, false>;
+    if (path == IntPath::kPerValue) {
+      return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, IntPath::kPerValue>
+                    : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, IntPath::kPerValue>;
+    }
+    if (path == IntPath::kExactSteps) {
+      return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, IntPath::kExactSteps>
+                    : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, IntPath::kExactSteps>;
     }
   }
-  return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, true>
-                : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, true>;
+  return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, IntPath::kExact>
+                : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, IntPath::kExact>;
 }
 template <typename T, int Bits, Wna16Codes Codes>
-auto down_kernel(bool rows16, [[maybe_unused]] bool exact) -> void (*)(DownParams) {
+auto down_kernel(bool rows16, [[maybe_unused]] IntPath path) -> void (*)(DownParams) {
   if constexpr (Codes == Wna16Codes::kInteger) {
-    if (!exact) {
-      return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, false>
-                    : wna16_decode_down_kernel<T, Bits, Codes, 8, false>;
+    if (path == IntPath::kPerValue) {
+      return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, IntPath::kPerValue>
+                    : wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kPerValue>;
+    }
+    if (path == IntPath::kExactSteps) {
+      return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, IntPath::kExactSteps>
+                    : wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExactSteps>;
     }
   }
-  return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, true>
-                : wna16_decode_down_kernel<T, Bits, Codes, 8, true>;
+  return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, IntPath::kExact>
+                : wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExact>;
 }
 
 // Whether the kernels launch with programmatic stream serialization (Wna16DecodeTiles::pdl).
@@ -992,9 +1021,9 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   const size_t smem =
       p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
   const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
-  const bool exact = uses_exact_path<Codes>(p.w13);
-  launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, exact)
-                      : up_kernel<T, Bits, Codes, false>(rows16, exact),
+  const IntPath path = int_path(p.w13);
+  launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, path)
+                      : up_kernel<T, Bits, Codes, false>(rows16, path),
                 grid, warps, smem, use_pdl<Codes>(tiles), stream, p);
 }
 
@@ -1021,8 +1050,8 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
   const int64_t row_blocks = (p.hidden + 7) / 8;
   const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
   const bool rows16 = p.num_tokens > 8;  // as launch_up's
-  launch_kernel(down_kernel<T, Bits, Codes>(rows16, uses_exact_path<Codes>(p.w2)), grid, warps,
-                smem, use_pdl<Codes>(tiles), stream, p);
+  launch_kernel(down_kernel<T, Bits, Codes>(rows16, int_path(p.w2)), grid, warps, smem,
+                use_pdl<Codes>(tiles), stream, p);
 }
 
 // The kernels of the packed matrix's code kind and width.
