@@ -1008,8 +1008,9 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   const int parts = gated ? 2 : 1;
   const int in_flight = gated ? kStepsInFlight<Bits, 2> : kStepsInFlight<Bits, 1>;
   p.k_slices = resolve_k_slices(tiles.up_k_slices, p.w13.k_steps, in_flight);
-  p.blocks_per_cta =
-      tiles.up_blocks_per_cta > 0 ? tiles.up_blocks_per_cta : std::max(1, 8 / p.k_slices);
+  p.blocks_per_cta = tiles.up_blocks_per_cta > 0     ? tiles.up_blocks_per_cta
+                     : Codes == Wna16Codes::kInteger ? 1
+                                                     : std::max(1, 8 / p.k_slices);
   const int warps = p.k_slices * p.blocks_per_cta;
   MG_CHECK(warps <= kMaxWarps,
            "WNA16 decode: {} K slices x {} blocks per up CTA are {} warps, at most {}", p.k_slices,

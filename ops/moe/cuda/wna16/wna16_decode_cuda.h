@@ -53,7 +53,13 @@ struct Wna16DecodeTiles {
   // 182.1 / 180.3; gpt-oss MXFP4 M = 1 103.6 / 94.1, M = 2 174.9 / 154.8, M = 8 580.3 / 508.6.
   int up_k_slices = 2;
   // Up kernel: 8-row blocks (of each part) per CTA; the CTA has blocks x slices warps (at most
-  // 16). 0: 8 / slices (at least 1).
+  // 16). 0: integer codes 1, FP4 8 / slices (at least 1). One block a CTA spreads the warps over
+  // the SMs evenly (qwen3-30b-a3b's 96 blocks x 8 experts: 768 two-warp CTAs, where 4 blocks a
+  // CTA made 192 eight-warp CTAs, 0.73 of a wave at 2 an SM): H200 timing test (session 19, the
+  // step-aligned integer path), qwen3 int4 µs default (4) / 1: M = 1 24.2 / 22.6, M = 2 41.3 /
+  // 41.0, M = 4 68.1 / 67.4; as the default, M = 1 24.0 -> 22.4, M = 8 127.3 -> 130.8 (only a
+  // forced decode path runs 8 tokens: wna16_decode_threshold is 2), and the 48-layer qwen3
+  // int4-g128 model decodes 320.6 / 320.6 -> 325.4 / 328.1 tokens/s.
   int up_blocks_per_cta = 0;
   // grid.y of the up kernel: CTAs per act-column tile that share the distinct experts.
   int up_expert_slots = 16;
