@@ -90,14 +90,15 @@
 // per-value dequantization where it is still used (shift-or, subtract, fma, half a conversion per
 // value: ~4-5 instructions), which for INT4 is close to an SM's issue budget at 3 TB/s; the exact
 // path's group ends (3 pair loads, a reciprocal and an fma per C element: ~75 SASS instructions a
-// part, once per step at g128 but once per unit at g32); the A pairs are 32-bit L1 loads, 2 per k16
-// at M <= 8 (4 above); registers (ptxas, CUDA 13.0 here: 96-127 a thread for the PairRows 8
-// kernels, up to 128 with a few spilled bytes for PairRows 16; the exact variants 98-128, the
-// qwen3 M = 1 pair 121 (up) and 98 (down), and a few (plain INT4 up at PairRows 8, INT8 down)
-// that ptxas holds at 64 with 24-80 stack bytes, none of it in the inner loop; 16 warps an SM at
-// 128, so qwen3's default up grid of 384 CTAs x 8 warps is 1.5 waves; the FP4 up kernels are held
-// to 80, kUpMaxRegisters, with 28-108 bytes of spill stores); the group_pairs prologue
-// every CTA runs; at larger M an up CTA walks its experts one after another, a barrier each.
+// part, once per step at g128 and tested once a step there, IntPath::kExactSteps; once per unit
+// at g32); the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); registers (ptxas, CUDA
+// 13.0 here: 96-128 a thread for the exact PairRows 8 kernels, the qwen3 M = 1 pair 124 (up) and
+// 97 (down); a few (INT8 exact down, the FP4 down kernels at kDownMinCtas) that ptxas holds at 64
+// with 64-140 stack bytes; the FP4 up kernels are held to 80, kUpMaxRegisters, with 28-92 bytes
+// of spill stores; 16 warps an SM at 128); the group_pairs prologue every CTA runs (one barrier
+// for up to 32 pairs); at larger M an up CTA walks its experts one after another, a barrier each.
+// Both kernels are latency- and issue-bound at one token (~3 warps a scheduler, an instruction
+// every 2.3-2.6 cycles: docs/performance.md, session 19), so instructions a warp drops show.
 #pragma once
 
 #include <cuda_bf16.h>
