@@ -782,8 +782,9 @@ struct DownParams {
   bool evict_first = true;
 };
 
-// CTAs of kMaxThreads a down kernel asks to fit an SM (__launch_bounds__): integer codes 1 (128
-// registers a thread); FP4 2, i.e. 64 registers, so four 8-warp CTAs fit. ptxas (CUDA 13.0) had
+// CTAs of kMaxThreads a down kernel asks to fit an SM (__launch_bounds__): integer codes 0, none
+// (ptxas picks up to 128 registers: 97-101 for the INT4 exact kernels, where an explicit 1 gave
+// 114-122); FP4 2, i.e. 64 registers, so four 8-warp CTAs fit. ptxas (CUDA 13.0) had
 // given the PairRows 16 MXFP4 kernel 64 registers with 52 bytes of spill on its own, then 82
 // without when its item loop changed (session 19), and at two CTAs an SM gpt-oss-120b's 360 down
 // CTAs took 1.36 waves: M = 16 398 -> 460 us in the H200 timing test (`MG_WNA16_TIMING=1
@@ -881,8 +882,9 @@ __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
           if (pair < 0) continue;
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            if (r + c < rows)
+            if (r + c < rows) {
               slice_partial[pair * rows_per_cta + r + c] = acc[0][2 * half + c] * scale;
+            }
           }
         }
       }
