@@ -391,6 +391,15 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
       }
     }
   };
+  // The group ended: its sums scaled into acc, the next group's values taken, the one after
+  // loaded.
+  const auto next_group = [&] {
+    end_group();
+    take();
+    ++group;
+    units_left = units_per_group;
+    fetch(min(group + 1, last_group));
+  };
   fetch(min(group, last_group));
   take();
   fetch(min(group + 1, last_group));
@@ -462,25 +471,13 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
           }
         }
         if constexpr (!kStepGroups) {
-          if (--units_left == 0) {  // uniform over the warp
-            end_group();
-            take();
-            ++group;
-            units_left = units_per_group;
-            fetch(min(group + 1, last_group));
-          }
+          if (--units_left == 0) next_group();  // uniform over the warp
         }
       }
       if constexpr (kStepGroups) {
         // units_left is a multiple of 4 (channel-wise: INT_MAX, never reaching 0 in a slice).
         units_left -= 4;
-        if (units_left == 0) {  // uniform over the warp
-          end_group();
-          take();
-          ++group;
-          units_left = units_per_group;
-          fetch(min(group + 1, last_group));
-        }
+        if (units_left == 0) next_group();  // uniform over the warp
       }
     }
   }
