@@ -24,9 +24,9 @@ __global__ void __launch_bounds__(kGemvThreads)
                         int32_t* __restrict__ ids, float* __restrict__ weights, unsigned* counter,
                         bool vector_loads) {
   const int64_t E = p.num_experts;
-  // pdl_wait and pdl_launch_dependents first thing after the weight prefetch (pdl.cuh): the next
-  // kernel (the experts) may get resident early and waits for this grid, the routing included.
-  gemv_prefetch_then_wait<T, true>(w, in, E, warps_per_feature, blockIdx.x);
+  // gemv_block calls pdl_wait and pdl_launch_dependents after its first weight loads (pdl.cuh):
+  // the next kernel (the experts) may get resident early and waits for this grid, the routing
+  // included.
   gemv_block<T, float, kMaxRows, true, kGemvLoadsInFlight>(x, w, router_bias, logits, rows, in, E,
                                                            1.0f, warps_per_feature, blockIdx.x);
 

@@ -18,6 +18,13 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 // kVector: 16-byte loads of w and x (rows are 16-byte multiples and both pointers aligned).
 // kLoads: 16-byte weight loads each lane issues before the first is used
 // (GemvArgs::loads_in_flight). Every thread of the block must call it (it synchronises the block).
+//
+// It starts the kernel under programmatic dependent launch (pdl.cuh): the weights never change
+// while graphs run, so before pdl_wait each lane issues its first round of kLoads weight loads
+// into registers (for a 2048-column BF16 row and 8 loads: the whole row) and the block asks L2
+// for the rest of its rows. Those bytes stream while the kernel before still runs (attention,
+// a norm: latency-bound, few bytes); after the wait only x (just written, in L2) is read before
+// the first FMA. The chunks are summed in the same order as without the early round.
 template <typename T, typename TOut, int kMaxRows, bool kVector, int kLoads>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __restrict__ w,
                                            const TOut* __restrict__ bias, TOut* __restrict__ y,
@@ -33,12 +40,36 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __r
 #pragma unroll
   for (int m = 0; m < kMaxRows; ++m) acc[m] = 0.0f;
 
+  constexpr int kElems = 16 / sizeof(T);
+  const int64_t chunks = in / kElems;  // kVector: 16-byte chunks of a row
+  const uint4* w4 = reinterpret_cast<const uint4*>(w + n * in);
+  const int64_t first_chunk = part * 32 + lane;
+  uint4 wv[kLoads];
+  // One round: chunks c, c + stride, ... (kLoads of them); past the row's end (or for a block's
+  // missing feature) nothing is loaded.
+  const auto load_round = [&](int64_t c) {
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      wv[u] =
+          n < out && c + u * stride < chunks ? __ldcs(w4 + c + u * stride) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  if constexpr (kVector) {
+    // L2 gets the block's rows past the first round (the bulk prefetch takes 16-byte pieces).
+    const int64_t first = block * features_per_block;
+    const int64_t features = out - first < features_per_block ? out - first : features_per_block;
+    if (features > 0 && chunks > kLoads * stride) {
+      pdl_prefetch_l2(w + first * in, features * in * static_cast<int64_t>(sizeof(T)),
+                      static_cast<int>(threadIdx.x), kGemvThreads);
+    }
+    load_round(first_chunk);
+  }
+  // x is the previous kernel's output and y may be its input.
+  pdl_wait();
+  pdl_launch_dependents();
+
   if (n < out) {
-    const T* wrow = w + n * in;
     if constexpr (kVector) {
-      constexpr int kElems = 16 / sizeof(T);
-      const int64_t chunks = in / kElems;
-      const uint4* w4 = reinterpret_cast<const uint4*>(wrow);
       const uint4* x4 = reinterpret_cast<const uint4*>(x);
       auto fma_chunk = [&](const uint4& wv, int64_t c) {
         const T* we = reinterpret_cast<const T*>(&wv);
@@ -56,21 +87,17 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __r
         }
       };
       // kLoads independent 16-byte weight loads in flight per lane before any math: the loop is
-      // bound by memory latency, not by the FMAs. A round past the row's end loads nothing for
-      // the missing chunks (a short row, or a feature split over several warps, is one round),
-      // and the chunks are summed in the same order whatever kLoads is.
-      for (int64_t c = part * 32 + lane; c < chunks; c += kLoads * stride) {
-        uint4 wv[kLoads];
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          wv[u] = c + u * stride < chunks ? __ldcs(w4 + c + u * stride) : make_uint4(0, 0, 0, 0);
-        }
+      // bound by memory latency, not by the FMAs. A short row, or a feature split over several
+      // warps, is one round.
+      for (int64_t c = first_chunk; c < chunks; c += kLoads * stride) {
+        if (c != first_chunk) load_round(c);
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
           if (c + u * stride < chunks) fma_chunk(wv[u], c + u * stride);
         }
       }
     } else {
+      const T* wrow = w + n * in;
       for (int64_t k = part * 32 + lane; k < in; k += stride) {
         const float wk = to_float(wrow[k]);
 #pragma unroll
@@ -104,34 +131,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __r
   }
 }
 
-// The start of every GEMV block under programmatic dependent launch (pdl.cuh): the block's
-// weight rows (features_per_block consecutive rows of w, immutable) are asked of L2 while the
-// kernel before may still run, then the block waits for it (x is its output; y may be its input)
-// and lets the next kernel's blocks get resident. Only with 16-byte rows (the bulk prefetch
-// needs 16-byte aligned pieces).
-template <typename T, bool kVector>
-__device__ __forceinline__ void gemv_prefetch_then_wait(const T* __restrict__ w, int64_t in,
-                                                        int64_t out, int warps_per_feature,
-                                                        int64_t block) {
-  if constexpr (kVector) {
-    const int64_t features_per_block = kGemvWarps / warps_per_feature;
-    const int64_t first = block * features_per_block;
-    const int64_t features = out - first < features_per_block ? out - first : features_per_block;
-    if (features > 0) {
-      pdl_prefetch_l2(w + first * in, features * in * static_cast<int64_t>(sizeof(T)),
-                      static_cast<int>(threadIdx.x), kGemvThreads);
-    }
-  }
-  pdl_wait();
-  pdl_launch_dependents();
-}
-
 template <typename T, typename TOut, int kMaxRows, bool kVector, int kLoads>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const TOut* __restrict__ bias,
                 TOut* __restrict__ y, int rows, int64_t in, int64_t out, float alpha,
                 int warps_per_feature) {
-  gemv_prefetch_then_wait<T, kVector>(w, in, out, warps_per_feature, blockIdx.x);
   gemv_block<T, TOut, kMaxRows, kVector, kLoads>(x, w, bias, y, rows, in, out, alpha,
                                                  warps_per_feature, blockIdx.x);
 }
@@ -156,9 +160,6 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int64_t cuda_block = blockIdx.x;
   int b = 0;  // uniform over the CUDA block: every thread takes the same weight block
   while (b + 1 < blocks.num_blocks && cuda_block >= blocks.first_cuda_block[b + 1]) ++b;
-  gemv_prefetch_then_wait<T, kVector>(w + blocks.first_row[b] * in, in, blocks.out[b],
-                                      blocks.warps_per_feature[b],
-                                      cuda_block - blocks.first_cuda_block[b]);
   gemv_block<T, T, kMaxRows, kVector, kLoads>(
       x, w + blocks.first_row[b] * in, blocks.bias[b], blocks.y[b], rows, in, blocks.out[b], alpha,
       blocks.warps_per_feature[b], cuda_block - blocks.first_cuda_block[b]);
@@ -186,10 +187,10 @@ void launch_gemv_rows(const GemvArgs& a, cudaStream_t stream) {
   const TOut* bias = static_cast<const TOut*>(a.bias);
   TOut* y = static_cast<TOut*>(a.y);
   const int rows = static_cast<int>(a.rows);
-  const auto kernel = !vector ? gemv_kernel<T, TOut, kMaxRows, false, 4>
-                      : gemv_loads(a.loads_in_flight, kMaxRows) == 8
-                          ? gemv_kernel<T, TOut, kMaxRows, true, 8>
-                          : gemv_kernel<T, TOut, kMaxRows, true, 4>;
+  const int loads = a.loads_in_flight > 0 ? a.loads_in_flight : blocks >= kGemvManyBlocks ? 8 : 0;
+  const auto kernel = !vector                            ? gemv_kernel<T, TOut, kMaxRows, false, 4>
+                      : gemv_loads(loads, kMaxRows) == 8 ? gemv_kernel<T, TOut, kMaxRows, true, 8>
+                                                         : gemv_kernel<T, TOut, kMaxRows, true, 4>;
   launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, stream, x, w, bias,
              y, rows, a.in, a.out, a.alpha, wpf);
 }

@@ -14,9 +14,9 @@
 // accumulating all rows of x at once in fp32 (x is small and stays in L1); when there are few
 // output features (k/v projections), up to 8 warps split one row's `in` (split-K within a block,
 // reduced through shared memory) so the whole GPU has loads in flight. Launched with
-// programmatic dependent launch (framework/device/cuda/pdl.cuh): each block asks L2 for its
-// weight rows before it waits for the kernel that wrote x, so its first weight bytes stream
-// during that kernel's tail.
+// programmatic dependent launch (framework/device/cuda/pdl.cuh): before it waits for the kernel
+// that wrote x, each lane loads its first round of weight vectors into registers and each block
+// asks L2 for the rest of its rows, so the weight bytes stream during that kernel.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,8 +36,12 @@ constexpr int64_t kGemvMaxRows = 8;
 constexpr int64_t kGemvChosenRows = 2;
 
 // 16-byte weight loads each lane issues before it uses the first (4 or 8; 8 is taken up to 2 rows
-// of x). Not yet timed against 4 on the GPU: `moegraph bench gemv` prints both.
+// of x): 4, but 8 for launches of at least kGemvManyBlocks blocks (an LM head: many waves, where
+// deeper rounds pay and the early first round matters little). `moegraph bench gemv` on an H200
+// (2026-12-02, BF16, 1 row, µs, 4 / 8 loads, docs/performance.md): lm_head 2048 -> 151936
+// 148.7 / 139.6; within one wave 8 loses or ties: the q/k/v split GEMV 8.28 / 8.90.
 constexpr int kGemvLoadsInFlight = 4;
+constexpr int64_t kGemvManyBlocks = 4096;
 
 struct GemvArgs {
   const void* x = nullptr;     // [rows, in], T
@@ -48,7 +52,7 @@ struct GemvArgs {
   int64_t in = 0;
   int64_t out = 0;
   float alpha = 1.0f;
-  int loads_in_flight = 0;   // 0: kGemvLoadsInFlight; else 4 or 8 (bench gemv times both)
+  int loads_in_flight = 0;  // 0: the rule (kGemvLoadsInFlight); else 4 or 8 (bench gemv times both)
   int64_t target_warps = 0;  // 0: the rule (gemv_warps_per_feature); bench gemv sweeps it
 };
 
