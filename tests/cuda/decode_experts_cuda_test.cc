@@ -108,7 +108,10 @@ Tensor i32_from(Shape shape, const std::vector<int32_t>& values) {
 // Runs the kernels on `p` in `dtype` (with `tiles` forced, else the defaults) and returns out
 // [M, H] as F32. The output sits between guard bytes and starts as NaN; act_scratch starts as NaN
 // too.
-Tensor run_device(const Problem& p, DType dtype, const cuda::DecodeExpertsTiles* tiles = nullptr) {
+// With `identity`, a map that is the identity is passed as such (identity_experts: the kernels do
+// not read it), as the backend does without expert parallelism.
+Tensor run_device(const Problem& p, DType dtype, const cuda::DecodeExpertsTiles* tiles = nullptr,
+                  bool identity = true) {
   auto stream = make_stream(Device::cuda(0));
   Stream* s = stream.get();
   const Tensor x = testing::upload(p.x, dtype, s);
@@ -133,6 +136,10 @@ Tensor run_device(const Problem& p, DType dtype, const cuda::DecodeExpertsTiles*
   args.topk_ids = ids.data<int32_t>();
   args.topk_weights = weights.data<float>();
   args.expert_map = map.data<int32_t>();
+  const int64_t experts = p.expert_map.numel();
+  bool is_identity = true;
+  for (int64_t e = 0; e < experts; ++e) is_identity &= p.expert_map.data<int32_t>()[e] == e;
+  args.identity_experts = identity && is_identity ? static_cast<int>(experts) : 0;
   args.w13 = w13.raw();
   args.b13 = b13.defined() ? b13.raw() : nullptr;
   args.w2 = w2.raw();
@@ -165,11 +172,12 @@ Tensor run_device(const Problem& p, DType dtype, const cuda::DecodeExpertsTiles*
   return testing::download_f32(out, s);
 }
 
-// A random problem: `experts` global experts of which about a third are not local, each token's
-// k ids distinct, routing weights in [0.1, 1).
+// A random problem: `experts` global experts of which about a third are not local (with
+// `all_local`, every expert is local under its own id: the identity map), each token's k ids
+// distinct, routing weights in [0.1, 1).
 Problem random_problem(int64_t tokens, int64_t top_k, int64_t hidden, int64_t inter,
                        int64_t experts, MoEActKind kind, bool bias, bool weight_on_input,
-                       DType dtype, uint32_t seed) {
+                       DType dtype, uint32_t seed, bool all_local = false) {
   Problem p;
   p.tokens = tokens;
   p.top_k = top_k;
@@ -184,7 +192,11 @@ Problem random_problem(int64_t tokens, int64_t top_k, int64_t hidden, int64_t in
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
   for (int64_t e = 0; e < experts; ++e) {
-    if (e % 3 != 2) map[order[e]] = static_cast<int32_t>(p.local_experts++);
+    if (all_local) {
+      map[e] = static_cast<int32_t>(p.local_experts++);
+    } else if (e % 3 != 2) {
+      map[order[e]] = static_cast<int32_t>(p.local_experts++);
+    }
   }
   p.expert_map = i32_from({experts}, map);
   std::vector<int32_t> ids;
@@ -243,6 +255,27 @@ TEST(DecodeExpertsCuda, MatchesReference) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// Without expert parallelism the map is the identity and the kernels take a pair's id as its local
+// expert without reading the map (LocalExperts): the same bits as the path that reads it, and the
+// reference, for one window of pairs (M = 1, 3) and the general grouping walk (M = 8: 64 pairs).
+TEST(DecodeExpertsCuda, IdentityMapIsNotReadAndGivesTheSameBits) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 9600;
+  for (const DtypeTolerance& d : cuda_dtypes()) {
+    for (const int64_t tokens : {1, 3, 8}) {
+      SCOPED_TRACE(fmt::format("{} M={}", dtype_name(d.dtype), tokens));
+      const Problem p = random_problem(tokens, 8, 328, 136, 24, MoEActKind::kSiluGated, true, false,
+                                       d.dtype, ++seed, /*all_local=*/true);
+      const Tensor skipped = run_device(p, d.dtype);
+      const Tensor read = run_device(p, d.dtype, nullptr, /*identity=*/false);
+      EXPECT_LT(testing::normalized_error(testing::span_of(skipped), reference(p)), d.tolerance);
+      for (int64_t i = 0; i < skipped.numel(); ++i) {
+        ASSERT_EQ(skipped.data<float>()[i], read.data<float>()[i]) << "element " << i;
       }
     }
   }

@@ -125,6 +125,19 @@ __device__ __forceinline__ void unpack<float>(const uint4& v, float (&f)[4]) {
   f[3] = __uint_as_float(v.w);
 }
 
+// Where the decode kernels find a pair's local expert: map[id], or id itself where the host found
+// the map to be the identity (no expert parallelism: identity_experts = E > 0). The identity skips
+// a load that depends on the topk_ids load, so a CTA's first weight load waits on one L2 round
+// trip fewer. -1: not on this rank (or out of range).
+struct LocalExperts {
+  const int32_t* map;
+  int identity_experts;
+  __device__ __forceinline__ int of(int id) const {
+    const int m = identity_experts > 0 ? (id >= 0 && id < identity_experts ? id : -1) : map[id];
+    return (m >= 0 && m < kMaxLocalExperts) ? m : -1;
+  }
+};
+
 // The pairs of one launch grouped by local expert, in shared memory.
 struct PairGroups {
   int num_experts;              // U: distinct local experts among the pairs
@@ -143,14 +156,13 @@ struct PairGroups {
 // where the general walk takes three and clears the table first. The same numbering and order as
 // the general walk; slot, rank and table are not filled (only the walk itself reads them).
 __device__ __forceinline__ void group_pairs_one_window(PairGroups& g, const int32_t* topk_ids,
-                                                       const int32_t* expert_map, int num_pairs) {
+                                                       LocalExperts experts, int num_pairs) {
   if (threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
     const unsigned lower = (1u << lane) - 1u;
     int e = -1;
     if (lane < num_pairs) {
-      const int m = expert_map[topk_ids[lane]];
-      e = (m >= 0 && m < kMaxLocalExperts) ? m : -1;
+      e = experts.of(topk_ids[lane]);
       g.local[lane] = e;
     }
     const unsigned same = __match_any_sync(0xffffffffu, e);
@@ -184,15 +196,14 @@ __device__ __forceinline__ void group_pairs_one_window(PairGroups& g, const int3
 // in windows of 32 (match_any finds the lanes that share an expert), so the numbering is
 // deterministic and the pairs of an expert stay in ascending order.
 __device__ __forceinline__ void group_pairs(PairGroups& g, const int32_t* topk_ids,
-                                            const int32_t* expert_map, int num_pairs) {
+                                            LocalExperts local_experts, int num_pairs) {
   if (num_pairs <= 32) {
-    group_pairs_one_window(g, topk_ids, expert_map, num_pairs);
+    group_pairs_one_window(g, topk_ids, local_experts, num_pairs);
     return;
   }
   for (int i = threadIdx.x; i < kMaxLocalExperts; i += blockDim.x) g.table[i] = -1;
   for (int p = threadIdx.x; p < num_pairs; p += blockDim.x) {
-    const int e = expert_map[topk_ids[p]];
-    g.local[p] = (e >= 0 && e < kMaxLocalExperts) ? e : -1;
+    g.local[p] = local_experts.of(topk_ids[p]);
   }
   __syncthreads();
   if (threadIdx.x < 32) {
@@ -296,7 +307,7 @@ struct UpParams {
   const void* x = nullptr;  // [tokens, hidden] T
   const int32_t* topk_ids = nullptr;
   const float* topk_weights = nullptr;
-  const int32_t* expert_map = nullptr;
+  LocalExperts experts{};
   const void* w13 = nullptr;
   const void* b13 = nullptr;
   void* act = nullptr;  // [num_pairs, inter] T
@@ -352,9 +363,9 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
   const int y = static_cast<int>(blockIdx.y);
   if (p.prefetch_bytes > 0 && threadIdx.x < 32 && y < min(min(p.top_k, p.num_pairs), 32)) {
     const int lane = static_cast<int>(threadIdx.x);
-    const int e = lane <= y ? p.expert_map[p.topk_ids[lane]] : 0;
+    const int e = lane <= y ? p.experts.of(p.topk_ids[lane]) : 0;
     const int first = __shfl_sync(0xffffffffu, e, y);
-    if (__all_sync(0xffffffffu, e >= 0 && e < kMaxLocalExperts)) {
+    if (__all_sync(0xffffffffu, e >= 0)) {
       const T* w_e = static_cast<const T*>(p.w13) + static_cast<int64_t>(first) * n1 * p.hidden;
       const int64_t rows_bytes =
           static_cast<int64_t>(unit_end - unit_begin) * p.hidden * static_cast<int64_t>(sizeof(T));
@@ -371,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
       x_stage[i] = reinterpret_cast<const uint4*>(p.x)[i];
     }
   }
-  group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+  group_pairs(g, p.topk_ids, p.experts, p.num_pairs);
 
   const T* x = p.stage_all ? reinterpret_cast<const T*>(x_stage) : static_cast<const T*>(p.x);
   const T* w13 = static_cast<const T*>(p.w13);
@@ -449,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
 struct DownParams {
   const int32_t* topk_ids = nullptr;
   const float* topk_weights = nullptr;
-  const int32_t* expert_map = nullptr;
+  LocalExperts experts{};
   const void* w2 = nullptr;
   const void* b2 = nullptr;
   const void* act = nullptr;  // [num_pairs, inter] T
@@ -476,7 +487,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
   // after its own pdl_wait, so the routing kernel that wrote topk_ids had completed before this
   // kernel could start; nothing writes them since. act is the up kernel's output: read after the
   // wait below. expert_map is a weight.
-  group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+  group_pairs(g, p.topk_ids, p.experts, p.num_pairs);
 
   const T* w2 = static_cast<const T*>(p.w2);
   const T* b2 = static_cast<const T*>(p.b2);
@@ -627,7 +638,7 @@ UpParams up_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int n
   p.x = static_cast<const T*>(a.x) + t0 * a.hidden;
   p.topk_ids = a.topk_ids + t0 * a.top_k;
   p.topk_weights = a.topk_weights + t0 * a.top_k;
-  p.expert_map = a.expert_map;
+  p.experts = {a.expert_map, a.identity_experts};
   p.w13 = a.w13;
   p.b13 = a.b13;
   p.act = a.act_scratch;
@@ -658,7 +669,7 @@ DownParams down_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, i
   DownParams p;
   p.topk_ids = a.topk_ids + t0 * a.top_k;
   p.topk_weights = a.topk_weights + t0 * a.top_k;
-  p.expert_map = a.expert_map;
+  p.experts = {a.expert_map, a.identity_experts};
   p.w2 = a.w2;
   p.b2 = a.b2;
   p.act = a.act_scratch;

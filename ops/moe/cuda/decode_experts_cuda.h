@@ -24,12 +24,13 @@ struct DecodeExpertsArgs {
   const int32_t* topk_ids = nullptr;    // [M, k] global expert ids (device)
   const float* topk_weights = nullptr;  // [M, k] (device)
   const int32_t* expert_map = nullptr;  // [E] global -> local id (< kMaxRouteExperts) or -1
-  const void* w13 = nullptr;            // [E_local, N1, H] T, N1 = 2I gated (gate, up) / I plain
-  const void* b13 = nullptr;            // [E_local, N1] T or null
-  const void* w2 = nullptr;             // [E_local, H, I] T
-  const void* b2 = nullptr;             // [E_local, H] T or null
-  void* act_scratch = nullptr;          // [M * k, I] T
-  void* out = nullptr;                  // [M, H] T
+  int identity_experts = 0;     // > 0: expert_map[i] == i for all E = identity_experts (not read)
+  const void* w13 = nullptr;    // [E_local, N1, H] T, N1 = 2I gated (gate, up) / I plain
+  const void* b13 = nullptr;    // [E_local, N1] T or null
+  const void* w2 = nullptr;     // [E_local, H, I] T
+  const void* b2 = nullptr;     // [E_local, H] T or null
+  void* act_scratch = nullptr;  // [M * k, I] T
+  void* out = nullptr;          // [M, H] T
   int64_t num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   MoEActParams act;
   // Llama-4 (k == 1): x'[t] = w[t, 0] * x[t] and w' = 1; otherwise x' = x and w' = w.

@@ -97,6 +97,14 @@ CudaExpertWeights::CudaExpertWeights(const CanonicalExpertWeights& c, const Expe
   std::copy(g2l.begin(), g2l.end(), host.data<int32_t>());
   expert_map = empty_tensor(device, DType::kI32, host.shape());
   copy_tensor(expert_map, host);
+  identity_experts = identity_expert_count(shape.expert_map);
+}
+
+int identity_expert_count(const ExpertMap& map) {
+  for (size_t i = 0; i < map.global_to_local.size(); ++i) {
+    if (map.global_to_local[i] != static_cast<int32_t>(i)) return 0;
+  }
+  return static_cast<int>(map.num_global());
 }
 
 GroupedScratch::GroupedScratch(Workspace& ws, const ExpertsShape& shape, int64_t M) {

@@ -33,12 +33,18 @@ cuda::MoEActParams cuda_act_params(const ActivationConfig& activation);
 // loaded binary holds its sm_90a kernels.
 CudaDeviceTraits cuda_device_traits(Device device);
 
+// E when `map` is the identity (every expert local under its own id), else 0: the decode kernels
+// then take a pair's id as its local expert without reading the map (LocalExperts,
+// decode_experts_cuda.cuh).
+int identity_expert_count(const ExpertMap& map);
+
 // One rank's expert weights in the activation dtype on the GPU, in the canonical layout
 // (w13 [E_local, N1, H], w2 [E_local, H, I], biases [E_local, N1] / [E_local, H]), and the global
 // -> local expert map.
 struct CudaExpertWeights {
   Tensor w13, w13_bias, w2, w2_bias;
-  Tensor expert_map;  // [E] I32
+  Tensor expert_map;         // [E] I32
+  int identity_experts = 0;  // identity_expert_count(the map)
 
   CudaExpertWeights(const CanonicalExpertWeights& canonical, const ExpertsShape& shape,
                     Device device);

@@ -94,6 +94,7 @@ class CudaMoEExperts final : public ExpertsMonolithic {
         d.topk_ids = ids;
         d.topk_weights = weights;
         d.expert_map = weights_.map();
+        d.identity_experts = weights_.identity_experts;
         d.w13 = weights_.w13.raw();
         d.b13 = weights_.b13();
         d.w2 = weights_.w2.raw();

@@ -69,6 +69,7 @@ class CudaFp8Experts final : public ExpertsMonolithic {
     Tensor map = Tensor::empty_cpu(DType::kI32, {static_cast<int64_t>(g2l.size())});
     std::copy(g2l.begin(), g2l.end(), map.data<int32_t>());
     expert_map_ = upload(map, b.device);
+    identity_experts_ = identity_expert_count(shape_.expert_map);
     if (b.config.routing().has_score_correction_bias) {
       bias_ = upload(to_f32_cpu(b.score_correction_bias), b.device);
     }
@@ -107,6 +108,7 @@ class CudaFp8Experts final : public ExpertsMonolithic {
         d.topk_ids = ids;
         d.topk_weights = weights;
         d.expert_map = expert_map_.data<int32_t>();
+        d.identity_experts = identity_experts_;
         d.w13 = codes(w13_);
         d.s13 = s13;
         d.b13 = b13_.defined() ? b13_.data<float>() : nullptr;
@@ -222,8 +224,9 @@ class CudaFp8Experts final : public ExpertsMonolithic {
   Tensor w13_, s13_, w2_, s2_, b13_, b2_;
   WeightQuantization q13_, q2_;  // group shapes (their scale tensors are the host copies)
   Tensor expert_map_;
-  Tensor bias_;           // [E] F32 on the device, or undefined
-  Tensor static_scales_;  // [2] F32 on the device (static activation scales), or undefined
+  int identity_experts_ = 0;  // the decode kernels' LocalExperts: E when the map is the identity
+  Tensor bias_;               // [E] F32 on the device, or undefined
+  Tensor static_scales_;      // [2] F32 on the device (static activation scales), or undefined
 };
 
 class CudaFp8Backend final : public ExpertsBackend {

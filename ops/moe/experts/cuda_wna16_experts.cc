@@ -333,6 +333,7 @@ class CudaWna16Experts final : public ExpertsMonolithic {
     MG_CHECK(!b2_.defined() || b2_.dtype() == DType::kF32, "cuda_wna16: w2 bias must be F32");
     const std::vector<int32_t>& g2l = shape_.expert_map.global_to_local;
     expert_map_ = upload_vector(g2l, DType::kI32, b.device);
+    identity_experts_ = identity_expert_count(shape_.expert_map);
     if (b.config.routing().has_score_correction_bias) {
       bias_ = upload(to_f32_cpu(b.score_correction_bias), b.device);
     }
@@ -363,6 +364,7 @@ class CudaWna16Experts final : public ExpertsMonolithic {
       d.topk_ids = sc.ids;
       d.topk_weights = sc.weights;
       d.expert_map = expert_map_.data<int32_t>();
+      d.identity_experts = identity_experts_;
       d.w13 = w13_.view;
       d.b13 = b13_.defined() ? b13_.data<float>() : nullptr;
       d.w2 = w2_.view;
@@ -518,7 +520,8 @@ class CudaWna16Experts final : public ExpertsMonolithic {
   PackedMatrix w13_, w2_;
   Tensor b13_, b2_;
   Tensor expert_map_;
-  Tensor bias_;  // [E] F32 on the device, or undefined
+  int identity_experts_ = 0;  // the decode kernels' LocalExperts: E when the map is the identity
+  Tensor bias_;               // [E] F32 on the device, or undefined
 };
 
 int bits_of(QuantScheme scheme) {

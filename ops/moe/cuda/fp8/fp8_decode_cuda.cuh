@@ -135,7 +135,7 @@ struct UpParams {
   const uint8_t* xq = nullptr;  // [tokens, hidden]
   const float* xs = nullptr;    // [tokens, g(hidden)]
   const int32_t* topk_ids = nullptr;
-  const int32_t* expert_map = nullptr;
+  decode::LocalExperts experts{};
   const uint8_t* w13 = nullptr;
   const float* s13 = nullptr;
   ScaleLayout s13_layout;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_up_kernel(cons
   constexpr int UW = kGated ? 1 : 2;  // units per warp item
   static_assert(UW * NT <= 32, "one lane stores each (unit, pair) result");
   __shared__ decode::PairGroups g;
-  decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+  decode::group_pairs(g, p.topk_ids, p.experts, p.num_pairs);
 
   T* h = static_cast<T*>(p.h);
   const int warp = static_cast<int>(threadIdx.x / 32);
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_up_kernel(cons
 struct DownParams {
   const int32_t* topk_ids = nullptr;
   const float* topk_weights = nullptr;
-  const int32_t* expert_map = nullptr;
+  decode::LocalExperts experts{};
   const uint8_t* w2 = nullptr;
   const float* s2 = nullptr;
   ScaleLayout s2_layout;
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(decode::kThreads, 2) fp8_decode_down_kernel(co
   static_assert(R * NT <= 32, "one lane stores each (row, pair) result");
   __shared__ decode::PairGroups g;
   extern __shared__ float partial[];  // [num_pairs, rows_per_cta]
-  decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+  decode::group_pairs(g, p.topk_ids, p.experts, p.num_pairs);
 
   T* out = static_cast<T*>(p.out);
   const int warp = static_cast<int>(threadIdx.x / 32);
@@ -334,7 +334,7 @@ void launch_decode(const Fp8DecodeArgs& a, const Fp8DecodeScratchLayout& layout,
   up.xq = reinterpret_cast<const uint8_t*>(scratch + layout.xq);
   up.xs = reinterpret_cast<const float*>(scratch + layout.xs);
   up.topk_ids = a.topk_ids;
-  up.expert_map = a.expert_map;
+  up.experts = {a.expert_map, a.identity_experts};
   up.w13 = a.w13;
   up.s13 = a.s13.scales;
   up.s13_layout = scale_layout(a.s13, a.hidden);
@@ -371,7 +371,7 @@ void launch_decode(const Fp8DecodeArgs& a, const Fp8DecodeScratchLayout& layout,
   DownParams down;
   down.topk_ids = a.topk_ids;
   down.topk_weights = a.topk_weights;
-  down.expert_map = a.expert_map;
+  down.experts = {a.expert_map, a.identity_experts};
   down.w2 = a.w2;
   down.s2 = a.s2.scales;
   down.s2_layout = scale_layout(a.s2, a.inter);

@@ -325,7 +325,8 @@ struct Fp8DecodeArgs {
   const int32_t* topk_ids = nullptr;    // [M, k] global expert ids (device)
   const float* topk_weights = nullptr;  // [M, k] (device)
   const int32_t* expert_map = nullptr;  // [E] global -> local id (< kMaxRouteExperts) or -1
-  const uint8_t* w13 = nullptr;         // [E_local, N1, H] e4m3
+  int identity_experts = 0;      // > 0: expert_map[i] == i for all E = identity_experts (not read)
+  const uint8_t* w13 = nullptr;  // [E_local, N1, H] e4m3
   Fp8WeightScales s13;
   const float* b13 = nullptr;   // [E_local, N1] F32 or null
   const uint8_t* w2 = nullptr;  // [E_local, H, I] e4m3

@@ -651,7 +651,7 @@ inline constexpr int kUpMaxRegisters = Codes == Wna16Codes::kInteger ? 128 : 80;
 struct UpParams {
   const void* x = nullptr;  // [tokens, hidden] T
   const int32_t* topk_ids = nullptr;
-  const int32_t* expert_map = nullptr;
+  decode::LocalExperts experts{};
   Wna16Weights w13;
   const float* b13 = nullptr;  // [E, N1] F32
   void* act = nullptr;         // [num_pairs, inter] T
@@ -678,7 +678,7 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
   // kernels before.
   pdl_wait();
   pdl_launch_dependents();
-  decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+  decode::group_pairs(g, p.topk_ids, p.experts, p.num_pairs);
 
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -767,7 +767,7 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
 struct DownParams {
   const int32_t* topk_ids = nullptr;
   const float* topk_weights = nullptr;
-  const int32_t* expert_map = nullptr;
+  decode::LocalExperts experts{};
   Wna16Weights w2;
   const float* b2 = nullptr;  // [E, H] F32
   const void* act = nullptr;  // [num_pairs, inter] T
@@ -799,7 +799,7 @@ __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
   // topk_ids and expert_map were complete before the up kernel triggered this launch (it does so
   // only after its own pdl_wait: pdl.cuh's one exception, as the BF16 down kernel); act is its
   // output.
-  decode::group_pairs(g, p.topk_ids, p.expert_map, p.num_pairs);
+  decode::group_pairs(g, p.topk_ids, p.experts, p.num_pairs);
 
   const int warps = static_cast<int>(blockDim.x / 32);
   const int warp = static_cast<int>(threadIdx.x / 32);
@@ -1117,7 +1117,7 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
   UpParams up;
   up.x = a.x;
   up.topk_ids = a.topk_ids;
-  up.expert_map = a.expert_map;
+  up.experts = {a.expert_map, a.identity_experts};
   up.w13 = a.w13;
   up.b13 = a.b13;
   up.act = a.act_scratch;
@@ -1132,7 +1132,7 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
   DownParams down;
   down.topk_ids = a.topk_ids;
   down.topk_weights = a.topk_weights;
-  down.expert_map = a.expert_map;
+  down.experts = {a.expert_map, a.identity_experts};
   down.w2 = a.w2;
   down.b2 = a.b2;
   down.act = a.act_scratch;

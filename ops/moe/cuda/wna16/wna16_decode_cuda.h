@@ -29,12 +29,13 @@ struct Wna16DecodeArgs {
   const int32_t* topk_ids = nullptr;    // [M, k] global expert ids (device)
   const float* topk_weights = nullptr;  // [M, k] (device)
   const int32_t* expert_map = nullptr;  // [E_global] global -> local id (< kMaxRouteExperts) or -1
-  Wna16Weights w13;                     // parts 2 gated (gate, up) / 1 plain, [E, N1, H] packed
-  const float* b13 = nullptr;           // [E, N1] F32 or null
-  Wna16Weights w2;                      // [E, H, I] packed
-  const float* b2 = nullptr;            // [E, H] F32 or null
-  void* act_scratch = nullptr;          // [M * k, I] T (wna16_decode_scratch_bytes)
-  void* out = nullptr;                  // [M, H] T
+  int identity_experts = 0;     // > 0: expert_map[i] == i for all E = identity_experts (not read)
+  Wna16Weights w13;             // parts 2 gated (gate, up) / 1 plain, [E, N1, H] packed
+  const float* b13 = nullptr;   // [E, N1] F32 or null
+  Wna16Weights w2;              // [E, H, I] packed
+  const float* b2 = nullptr;    // [E, H] F32 or null
+  void* act_scratch = nullptr;  // [M * k, I] T (wna16_decode_scratch_bytes)
+  void* out = nullptr;          // [M, H] T
   int64_t num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   MoEActParams act;
 };
