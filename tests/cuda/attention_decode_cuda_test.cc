@@ -869,10 +869,12 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
   qwen3.heads = 32;
   qwen3.kv_heads = 4;
   qwen3.head_dim = qwen3.v_head_dim = 128;
-  // One sequence on 132 SMs: 4 KV heads want 33 splits (one block per SM), rounded down to
-  // whole combine batches.
-  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), 32);
-  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 60), 15);
+  // One sequence on 132 SMs: 4 KV heads want 66 splits (two blocks an SM), rounded down to
+  // whole combine batches; on 60 SMs 30, rounded down to 16.
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 132), 64);
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 60), 16);
+  // 16 sequences: 64 block rows, 4 splits (256 blocks: one wave of two an SM).
+  EXPECT_EQ(cuda::split_kv_splits(qwen3, 16, 40960, 132), 4);
   // Short caches are not split below kSplitKvMinKeys keys (16: 7 splits; written in terms of
   // the constant so that retuning it is one line).
   const auto splits_of_keys = [](int64_t keys) {
@@ -884,7 +886,7 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
   AttentionDims windowed = qwen3;
   windowed.sliding_window = 32;
   EXPECT_EQ(cuda::split_kv_splits(windowed, 1, 40960, 132), splits_of_keys(32));
-  // 32 sequences × 4 KV heads already make 128 block rows: 2 splits for ~one block per SM.
+  // 32 sequences × 4 KV heads already make 128 block rows: 2 splits for two blocks an SM.
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 32, 40960, 132), 2);
   // More SMs than one wave can use: at most kSplitKvMaxSplits.
   EXPECT_EQ(cuda::split_kv_splits(qwen3, 1, 40960, 1000), cuda::kSplitKvMaxSplits);
