@@ -96,11 +96,14 @@ void launch_gemv_split(const GemvSplitArgs& args, cudaStream_t stream);
 // sweep on an H100 (2026-11-25, BF16, 1 row, µs at 4096 / 8192 / 16384 warps, docs/performance.md):
 // o_proj 4096 -> 2048 9.66 / 8.80 / 7.84; q_proj 2048 -> 4096 alone 9.64 / 7.94 / 7.95 but the
 // q/k/v split GEMV (in 2048) 10.61 / 11.38 / 11.50, and k/v, router and lm_head (in 2048) the same
-// at all three. One rule of (in, out) for the plain and the split GEMV, so that a fused linear's
-// outputs keep the floats of its unfused linears (CudaFusedLinear.*).
+// at all three. Long rows aim at 8192 since the first round of weight loads moved before pdl_wait
+// (gemv_block): the same sweep on an H200 (2026-12-02, default 4 loads) gave o_proj 6.68 / 6.34 /
+// 7.15, and the default o_proj 7.13 -> 6.33 us at 1 row, 9.72 -> 8.66 at 2 rows. One rule of
+// (in, out) for the plain and the split GEMV, so that a fused linear's outputs keep the floats of
+// its unfused linears (CudaFusedLinear.*).
 constexpr int64_t kGemvTargetWarps = 4096;
 constexpr int64_t kGemvLongRow = 4096;
-constexpr int64_t kGemvLongRowTargetWarps = 16384;
+constexpr int64_t kGemvLongRowTargetWarps = 8192;
 
 // Warps that split one output feature's `in` for a GEMV of this shape (1, 2, 4 or 8): the
 // smallest count that puts `target_warps` warps on the GPU (0: the rule above), keeping at least
