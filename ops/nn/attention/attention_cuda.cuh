@@ -51,10 +51,10 @@
 //    KvBlockPool), and the block holding key p of (row, KV head), the last of its split, with head
 //    tile 0, stores the row from shared memory into the cache (kv_cache_write_kernel's checks:
 //    positions outside the cache and blocks outside the pool are skipped).
-// The split count aims at one wave of two blocks an SM (split_kv_splits). The workspace is planned from the
-// launch's bounds (split_kv_workspace_bytes), the counters live in the op's state, and nothing
-// syncs with the host, so the kernel goes into CUDA graphs. docs/performance.md (issue 15) has
-// the timings.
+// The split count aims at one wave of two blocks an SM (split_kv_splits). The workspace is planned
+// from the launch's bounds (split_kv_workspace_bytes), the counters live in the op's state, and
+// nothing syncs with the host, so the kernel goes into CUDA graphs. docs/performance.md (issue 15)
+// has the timings.
 #pragma once
 
 #include <cmath>

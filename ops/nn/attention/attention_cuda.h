@@ -134,15 +134,16 @@ inline int64_t split_kv_head_tiles(const AttentionDims& dims) {
 // heads × head tiles block rows, each split S ways, so S = floor(2 SMs / block rows), at least
 // 1): each extra split is one more partial for the combining block to read, so above
 // kSplitKvCombineBatch S is rounded down to whole combine batches (66 → 64: one L2 round trip
-// fewer for the combine). `mg_cuda_tests --gtest_filter='CudaAttentionDecode.TimesBoth
-// PathsOnTheQwen3Shape'` on an H200 (2026-12-02, docs/performance.md), µs: 16 paged sequences of
-// 512 keys at 3 splits (one block an SM, the rule before) 27.6, at 4 (two) 21.9; one sequence of
-// 4096 keys at 32 / 64 splits 15.3 / 15.0; of 512 keys 32 splits of 16 keys either way. No split is shorter than
-// kSplitKvMinKeys keys of the longest range; at most kSplitKvMaxSplits. The rule only bounds S
-// (and the workspace): the kernel splits each row's actual range [first, p], known on the device,
-// into min(S, ceil(keys / kSplitKvMinKeys)) parts, so a short context uses fewer splits.
-// Qwen3-30B-A3B (4 KV heads, 8-query groups) decoding one sequence on 132 SMs: S = 64, and a
-// 512-key context is 32 splits of 16 keys, 128 blocks; 16 sequences: S = 4, 256 blocks.
+// fewer for the combine). `mg_cuda_tests
+// --gtest_filter='CudaAttentionDecode.TimesBothPathsOnTheQwen3Shape'` on an H200 (2026-12-02,
+// docs/performance.md), µs: 16 paged sequences of 512 keys at 3 splits (one block an SM, the rule
+// before) 27.6, at 4 (two) 21.9; one sequence of 4096 keys at 32 / 64 splits 15.3 / 15.0; of 512
+// keys 32 splits of 16 keys either way. No split is shorter than kSplitKvMinKeys keys of the
+// longest range; at most kSplitKvMaxSplits. The rule only bounds S (and the workspace): the kernel
+// splits each row's actual range [first, p], known on the device, into min(S, ceil(keys /
+// kSplitKvMinKeys)) parts, so a short context uses fewer splits. Qwen3-30B-A3B (4 KV heads, 8-query
+// groups) decoding one sequence on 132 SMs: S = 64, and a 512-key context is 32 splits of 16 keys,
+// 128 blocks; 16 sequences: S = 4, 256 blocks.
 inline int64_t split_kv_splits(const AttentionDims& dims, int64_t tokens, int64_t max_keys,
                                int sm_count) {
   if (dims.sliding_window > 0) max_keys = std::min(max_keys, dims.sliding_window);
