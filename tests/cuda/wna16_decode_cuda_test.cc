@@ -704,6 +704,19 @@ TEST(CudaWna16Decode, RefusesWhatItCannotTake) {
   a.hidden = 256;  // w13's K steps do not fit
   EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, {}, nullptr), Error);
   a.hidden = 128;
+  // More {s, -z·s} floats an expert than the kernels' 32-bit offsets reach (refused before any
+  // weight is read): 2 x 2^16 rows of 2^14 groups.
+  const cuda::Wna16Weights w13_view = a.w13;
+  a.w13.part_rows = int64_t{1} << 16;
+  a.w13.groups = int64_t{1} << 14;
+  try {
+    cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, {}, nullptr);
+    ADD_FAILURE() << "2^32 pair floats an expert were taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more pairs an expert than"), std::string::npos)
+        << e.what();
+  }
+  a.w13 = w13_view;
   cuda::Wna16DecodeTiles tiles;
   tiles.up_k_slices = 1;
   tiles.up_blocks_per_cta = 17;  // 17 warps

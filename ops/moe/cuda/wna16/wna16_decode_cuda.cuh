@@ -7,12 +7,13 @@
 // contiguous bytes, one 16-byte load per lane (two for INT8), which is already the lane's
 // mma.sync B fragment for the whole step. A lane issues the loads of up to kStepsInFlight steps
 // (4 KB a warp; evict-first, L1::no_allocate: each weight line is read once per launch) before it
-// uses the first, and by default a slice is at most that many steps, so a warp's whole item is
-// one round of loads and at M = 1 the grid holds thousands of such warps (qwen3-30b-a3b up: 8
-// experts x 96 blocks x 4 slices). It multiplies with mma.sync m16n8k16 whose A operand is the
-// (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t) are the x (act) rows of pairs g
-// and g + 8, read as 32-bit pairs of T through L1 (x and act are a few KB to a few hundred KB and
-// are re-read by every warp), zero for rows past the pairs and columns past K.
+// uses the first (round_landed: what keeps the compilers from sinking each to its use), and by
+// default a slice is at most that many steps, so a warp's whole item is one round of loads and at M
+// = 1 the grid holds thousands of such warps (qwen3-30b-a3b up: 8 experts x 96 blocks x 4 slices).
+// It multiplies with mma.sync m16n8k16 whose A operand is the (up to 16) pairs of the expert: rows
+// g and g + 8 of lane (g, t) are the x (act) rows of pairs g and g + 8, read as 32-bit pairs of T
+// through L1 (x and act are a few KB to a few hundred KB and are re-read by every warp), zero for
+// rows past the pairs and columns past K.
 //
 // Dequantization, chosen per matrix at launch (the kernels are bound by instruction issue, not
 // bytes, at the grouped GEMM's ~4-5 instructions a value: INT4 at M = 1 streams two values a
@@ -157,6 +158,45 @@ inline constexpr int kScaleBytesPerStep = static_cast<int>(wna16_scale_bytes_per
 // steps). FP4 codes ignore it (their kernels are instantiated with kExact).
 enum class IntPath { kPerValue, kExact, kExactSteps };
 
+// A round's weight loads (kStepsInFlight steps) are all in flight before the first is used only
+// if nothing lets the compilers move them down to their uses, and two things did: NVVM sinks the
+// (non-volatile) asm loads to their first use, and ptxas, given them in order (asm volatile),
+// sinks each into the branch that uses it, as a step past the slice (`if (s >= s_end) break`)
+// makes every step's use conditional. So every kernel here had each step's loads just before
+// that step's mmas: one step (16 bytes a lane) in flight and one memory latency a step, eight in
+// a row for a warp of the qwen3 int4 M = 1 up kernel (SASS, tools/sass_schedule.py). Each round
+// now folds every loaded word into round_landed, which is 0 through a runtime 0 no compiler can
+// fold (opaque_zero), and ORs it into the round's first A register: the first mma needs every
+// load, so all are issued before it and the warp waits once a round (two LOP3 a 16-byte vector).
+// H200 timing test (`MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'`,
+// session 21), qwen3-30b-a3b int4 µs before / after: M = 1 22.3 / 19.7, M = 2 41.0 / 35.5, M = 16
+// 196.7 / 154.4. The FP4 path (warp_block_gemm_e2m1) keeps the compilers' per-step schedule: with
+// the round first its kernels were slower (gpt-oss-120b MXFP4 M = 1 46.1 / 51.2, M = 16 394.7 /
+// 407.8); their register limits (kUpMaxRegisters 80, kDownMinCtas' 64) leave no room for a
+// round's 32 words (the down kernels then spill 152-244 bytes, ptxas, instead of 108-140).
+
+// 0 as a value no compiler can fold: bit 31 of a count (never negative).
+__device__ __forceinline__ uint32_t opaque_zero(int count) {
+  return static_cast<uint32_t>(count) >> 31;
+}
+
+// `p` as a value NVVM cannot see through: ep + offset then stays one wide multiply-add, where
+// NVVM folded ep's own 64-bit offset into every address (4-5 instructions a load, SASS).
+template <typename P>
+__device__ __forceinline__ const P* opaque(const P* p) {
+  asm("mov.b64 %0, %0;" : "+l"(p));
+  return p;
+}
+
+// 0, computed from every word of the N vectors at `v` (see above).
+template <int N>
+__device__ __forceinline__ uint32_t round_landed(const uint4* v, uint32_t zero) {
+  uint32_t landed = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) landed |= (v[i].x | v[i].y | v[i].z | v[i].w) & zero;
+  return landed;
+}
+
 // x[k .. k + 1] of a T row as the packed pair of an mma A register; 0 past K (k is even and K a
 // multiple of 8, so a pair is wholly in or out) or for a missing row.
 template <typename T>
@@ -219,6 +259,7 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
     }
   }
 
+  const uint32_t zero = opaque_zero(s_end);  // round_landed
   for (int s0 = s_begin; s0 < s_end; s0 += kV) {
     uint4 wv[kV][Parts][kVecs];
 #pragma unroll
@@ -235,6 +276,7 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
         }
       }
     }
+    const uint32_t landed = round_landed<kV * Parts * kVecs>(&wv[0][0][0], zero);
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int s = s0 + v;
@@ -254,8 +296,10 @@ __device__ __forceinline__ void warp_block_gemm(float (&acc)[Parts][4], const Wn
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int kc = s * 128 + unit * 32 + half * 16 + 2 * t;
-          const uint32_t a[4] = {a_pair(a_lo, kc, len), kHi ? a_pair(a_hi, kc, len) : 0u,
-                                 a_pair(a_lo, kc + 8, len), kHi ? a_pair(a_hi, kc + 8, len) : 0u};
+          const uint32_t a[4] = {
+              a_pair(a_lo, kc, len) | (v == 0 && unit == 0 && half == 0 ? landed : 0u),
+              kHi ? a_pair(a_hi, kc, len) : 0u, a_pair(a_lo, kc + 8, len),
+              kHi ? a_pair(a_hi, kc + 8, len) : 0u};
 #pragma unroll
           for (int p = 0; p < Parts; ++p) {
             const uint4& vec = wv[v][p][Bits == 4 ? 0 : unit / 2];
@@ -325,14 +369,21 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
   [[maybe_unused]] const int len_hi = a_hi == nullptr ? 0 : len;
 
   const uint32_t* wp[Parts];
-  const float2* zp[Parts];  // the pairs of weight row g (the lane's B row): its z
-  const float* sp[Parts];   // the pairs of weight row 2t as floats (s at 2 g); row 2t + 1 follows
+  // The expert's {s, -z·s} pairs, and the lane's rows in them as 32-bit float offsets (an expert
+  // has rows_padded x groups pairs, below 2^31 floats: weights_check): a group end's
+  // loads are one add and one wide multiply each, where 64-bit pointers per part were rebuilt
+  // from w.params at every group end (~40 of a g128 step's ~70 group-end instructions, SASS).
+  const float* ep = opaque(w.params + expert_blocks * 8 * groups * 2);
+  uint32_t z_off[Parts];  // weight row g's pairs (the lane's B row): its z
+  uint32_t s_off[Parts];  // weight row 2t's pairs (s at 2 g); row 2t + 1's follow at + s_next
+  const uint32_t s_next = static_cast<uint32_t>(2 * groups);
 #pragma unroll
   for (int p = 0; p < Parts; ++p) {
     const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
     wp[p] = w.words + row_block * k_steps * kStepWords + lane * 4;
-    zp[p] = reinterpret_cast<const float2*>(w.params) + (row_block * 8 + g_row) * groups;
-    sp[p] = w.params + (row_block * 8 + 2 * t) * groups * 2;
+    const uint32_t row = static_cast<uint32_t>(p * w.part_rows + block * 8);
+    z_off[p] = (row + g_row) * s_next;
+    s_off[p] = (row + 2 * t) * s_next;
   }
   // The group of each 32-wide unit, followed with a counter (the units are visited in order), as
   // warp_block_gemm; units past K (the padding of the last step, A zero there) keep the last
@@ -348,8 +399,9 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
     const int g_last = groups == 1 ? 0 : min((4 * s_end - 1) / units_per_group, last_group);
 #pragma unroll
     for (int p = 0; p < Parts; ++p) {
-      const uintptr_t first = reinterpret_cast<uintptr_t>(zp[p] + g_first) & ~uintptr_t{127};
-      const uintptr_t last = reinterpret_cast<uintptr_t>(zp[p] + g_last);
+      const uintptr_t first =
+          reinterpret_cast<uintptr_t>(ep + z_off[p] + 2 * g_first) & ~uintptr_t{127};
+      const uintptr_t last = reinterpret_cast<uintptr_t>(ep + z_off[p] + 2 * g_last);
       for (uintptr_t line = first; line <= last; line += 128) {
         asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
       }
@@ -365,9 +417,10 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
   const auto fetch = [&](int gi) {
 #pragma unroll
     for (int p = 0; p < Parts; ++p) {
-      ahead_s[p][0] = __ldg(sp[p] + 2 * gi);
-      ahead_s[p][1] = __ldg(sp[p] + 2 * (groups + gi));
-      ahead_pair[p] = __ldg(zp[p] + gi);
+      const uint32_t g2 = 2 * static_cast<uint32_t>(gi);
+      ahead_s[p][0] = __ldg(ep + (s_off[p] + g2));
+      ahead_s[p][1] = __ldg(ep + (s_off[p] + s_next + g2));
+      ahead_pair[p] = __ldg(reinterpret_cast<const float2*>(ep + (z_off[p] + g2)));
     }
   };
   const auto take = [&] {
@@ -404,6 +457,7 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
   take();
   fetch(min(group + 1, last_group));
 
+  const uint32_t zero = opaque_zero(s_end);  // round_landed
   for (int s0 = s_begin; s0 < s_end; s0 += kV) {
     uint4 wv[kV][Parts][kVecs];
 #pragma unroll
@@ -419,6 +473,7 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
         }
       }
     }
+    const uint32_t landed = round_landed<kV * Parts * kVecs>(&wv[0][0][0], zero);
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int s = s0 + v;
@@ -429,6 +484,7 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
         if constexpr (Bits == 4) {
           uint32_t a[2][4];
           unit_a<kHi>(a_lo, a_hi, kc, len_lo, len_hi, a);
+          if (v == 0 && unit == 0) a[0][0] |= landed;
 #pragma unroll
           for (int p = 0; p < Parts; ++p) {
             const uint32_t words[4] = {wv[v][p][0].x, wv[v][p][0].y, wv[v][p][0].z, wv[v][p][0].w};
@@ -445,8 +501,10 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int k = kc + 16 * half;
-            const uint32_t a[4] = {a_pair(a_lo, k, len), kHi ? a_pair(a_hi, k, len) : 0u,
-                                   a_pair(a_lo, k + 8, len), kHi ? a_pair(a_hi, k + 8, len) : 0u};
+            const uint32_t a[4] = {
+                a_pair(a_lo, k, len) | (v == 0 && unit == 0 && half == 0 ? landed : 0u),
+                kHi ? a_pair(a_hi, k, len) : 0u, a_pair(a_lo, k + 8, len),
+                kHi ? a_pair(a_hi, k + 8, len) : 0u};
 #pragma unroll
             for (int p = 0; p < Parts; ++p) {
               const uint4& vec = wv[v][p][unit / 2];
@@ -934,6 +992,11 @@ inline std::string weights_check(const Wna16Weights& w, int64_t parts, int64_t r
     case Wna16Codes::kInteger:
       if (w.bits != 4 && w.bits != 8) return fmt::format("{} bits (4 or 8 expected)", w.bits);
       if (w.params == nullptr) return "integer codes need their F32 pairs";
+      // warp_block_gemm_exact addresses an expert's pairs with 32-bit float offsets.
+      if (w.parts * w.part_rows * w.groups * 2 > INT32_MAX) {
+        return fmt::format("{} x {} rows of {} scale groups: more pairs an expert than {} floats",
+                           w.parts, w.part_rows, w.groups, INT32_MAX);
+      }
       return "";
     case Wna16Codes::kMxfp4:
       if (w.bits != 4 || w.scale_bytes == nullptr) return "MXFP4 needs 4 bits and scale bytes";
