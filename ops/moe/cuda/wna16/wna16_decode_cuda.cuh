@@ -7,13 +7,14 @@
 // contiguous bytes, one 16-byte load per lane (two for INT8), which is already the lane's
 // mma.sync B fragment for the whole step. A lane issues the loads of up to kStepsInFlight steps
 // (4 KB a warp; evict-first, L1::no_allocate: each weight line is read once per launch) before it
-// uses the first (round_landed: what keeps the compilers from sinking each to its use), and by
-// default a slice is at most that many steps, so a warp's whole item is one round of loads and at M
-// = 1 the grid holds thousands of such warps (qwen3-30b-a3b up: 8 experts x 96 blocks x 4 slices).
-// It multiplies with mma.sync m16n8k16 whose A operand is the (up to 16) pairs of the expert: rows
-// g and g + 8 of lane (g, t) are the x (act) rows of pairs g and g + 8, read as 32-bit pairs of T
-// through L1 (x and act are a few KB to a few hundred KB and are re-read by every warp), zero for
-// rows past the pairs and columns past K.
+// uses the first (integer codes; round_landed says what keeps the compilers from sinking each load
+// to its use, and why FP4 keeps their one step at a time), and by default a slice is at most that
+// many steps, so a warp's whole item is one round of loads and at M = 1 the grid holds thousands of
+// such warps (qwen3-30b-a3b up: 8 experts x 96 blocks x 2 slices). It multiplies with mma.sync
+// m16n8k16 whose A operand is the (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t)
+// are the x (act) rows of pairs g and g + 8, read as 32-bit pairs of T through L1 (x and act are a
+// few KB to a few hundred KB and are re-read by every warp), zero for rows past the pairs and
+// columns past K.
 //
 // Dequantization, chosen per matrix at launch (the kernels are bound by instruction issue, not
 // bytes, at the grouped GEMM's ~4-5 instructions a value: INT4 at M = 1 streams two values a
