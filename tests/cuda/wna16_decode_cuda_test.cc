@@ -254,6 +254,23 @@ std::vector<TileVariant> tile_variants() {
   add("no evict-first", [](cuda::Wna16DecodeTiles& t) { t.evict_first = false; });
   add("no PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = 0; });
   add("PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = 1; });
+  // INT4 on the exact path and FP4 scaled in T (BF16 MXFP4, NVFP4) swap the mma's operands at
+  // 2 .. 8 tokens by default; the kernels that do not (every other case takes them anyway), the
+  // swapped ones at one token, and with one down block a CTA (an item's second block absent in
+  // every CTA).
+  add("not swapped", [](cuda::Wna16DecodeTiles& t) { t.swap_operands = 0; });
+  add("swapped at 1 token too", [](cuda::Wna16DecodeTiles& t) { t.swap_operands = 1; });
+  add("not swapped, up slices 1", [](cuda::Wna16DecodeTiles& t) {
+    t.swap_operands = 0;
+    t.up_k_slices = 1;
+  });
+  add("down 1 block", [](cuda::Wna16DecodeTiles& t) { t.down_blocks_per_cta = 1; });
+  add("down 8 warps", [](cuda::Wna16DecodeTiles& t) { t.down_warps = 8; });
+  add("up slices 4, down slices 1", [](cuda::Wna16DecodeTiles& t) {
+    t.up_k_slices = 4;
+    t.down_k_slices = 1;
+  });
+  add("up slices 3", [](cuda::Wna16DecodeTiles& t) { t.up_k_slices = 3; });
   return v;
 }
 
@@ -726,6 +743,9 @@ TEST(CudaWna16Decode, RefusesWhatItCannotTake) {
   EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, tiles, nullptr), Error);
   tiles = {};
   tiles.down_k_slices = -1;
+  EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, tiles, nullptr), Error);
+  tiles = {};
+  tiles.swap_operands = 2;
   EXPECT_THROW(cuda::launch_wna16_decode_experts<__nv_bfloat16>(a, tiles, nullptr), Error);
 }
 

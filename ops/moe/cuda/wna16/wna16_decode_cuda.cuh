@@ -14,7 +14,12 @@
 // m16n8k16 whose A operand is the (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t)
 // are the x (act) rows of pairs g and g + 8, read as 32-bit pairs of T through L1 (x and act are a
 // few KB to a few hundred KB and are re-read by every warp), zero for rows past the pairs and
-// columns past K.
+// columns past K. INT4 codes on the exact path and FP4 codes scaled in T (BF16 MXFP4, NVFP4) at
+// 2 to 8 tokens swap the two (block16_gemm; Wna16DecodeTiles::swap_operands says why not at 1): an
+// item is TWO adjacent 8-row blocks, their dequantized weights the A operand (rows g and g + 8)
+// and the x rows of up to 8 pairs the B operand, so no mma row is a zero row: ~37% fewer
+// instructions per weight (INT4, one round of the qwen3 M = 1 up kernel, the same weights: 1017
+// -> 642 SASS instructions, 64 -> 32 HMMA; the down kernel's 1304 -> 819).
 //
 // Dequantization, chosen per matrix at launch (the kernels are bound by instruction issue, not
 // bytes, at the grouped GEMM's ~4-5 instructions a value: INT4 at M = 1 streams two values a
@@ -543,6 +548,191 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
   end_group();  // the slice's last (or only) group; adds zeros when it just ended
 }
 
+// The B operands of one unit's two k16 mmas with the operands swapped (warp_block16_gemm_*): pair
+// g's x (a T row of `len` elements, 0: none) at k = 32 u + 2t in int4_magic_pairs' k order
+// (permute_a's rows g, as registers 0 and 2).
+template <typename T>
+__device__ __forceinline__ void unit_x_b(const T* x_row, int k, int len, uint32_t (&xb)[2][2]) {
+  uint32_t nat[4];
+  unit_pairs(x_row, k, len, nat);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    xb[m][0] = __byte_perm(nat[m], nat[m + 2], 0x5410);
+    xb[m][1] = __byte_perm(nat[m], nat[m + 2], 0x7632);
+  }
+}
+
+// INT4 codes through the exact path with the mma's operands swapped, for groups of at most 8 pairs
+// (PairRows 8: up to 8 tokens). warp_block_gemm_exact makes one 8-row block the B operand (n8)
+// and the pairs the 16-row A operand, whose rows 8..15 are then zeros at M <= 8: half of every
+// mma, and half of the x loads and permutes a weight costs, go to rows that hold nothing (the
+// session 21 SASS of one round of the qwen3 M = 1 up kernel: 64 HMMA in 1017 instructions, 176
+// of them register moves, most re-zeroing those rows). Here the weights of TWO adjacent 8-row
+// blocks (lo = block, hi = block + 1) are the A operand (rows g and g + 8: each lane's own 16
+// bytes of both, which the packed layout already hands it as B fragments) and the x rows of the
+// pairs the B operand (n8: pair g, the lane's row, in the exact paths' permuted k order), so
+// per weight: half the mmas, half the x loads and permutes, no zero registers, and the group
+// end's scale pairs are the lane's own rows' (the pair that gives z also gives s: 2 loads a part
+// instead of 3). C element c of lane (g, t) is weight row g (c < 2: lo block, else hi) of pair
+// column 2t + (c & 1). !has_hi (no block after lo in the item's range): the hi rows read the lo
+// block again and their C rows are not used. A round holds half the steps of
+// warp_block_gemm_exact's (two blocks' words in the same 32 registers).
+template <typename T, int Parts, bool kStepGroups>
+__device__ __forceinline__ void warp_block16_gemm_exact(float (&acc)[Parts][4],
+                                                        const Wna16Weights& w, int expert,
+                                                        int block, bool has_hi, int s_begin,
+                                                        int s_end, const T* x_row, int len,
+                                                        uint64_t policy) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kStepWords = 32 * 4;  // one 16-byte load a lane, block and step
+  constexpr int kV = kStepsInFlight<4, Parts> / 2;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int g_row = lane >> 2, t = lane & 3;
+  const int k_steps = static_cast<int>(w.k_steps);
+  const int64_t rows_padded = Parts * w.part_rows;
+  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
+  const int64_t groups = w.groups;
+  const int len_x = x_row == nullptr ? 0 : len;  // a pair column past the pairs: zeros
+  const int hi_block = has_hi ? 1 : 0;
+
+  const uint32_t* wp[Parts][2];
+  // The expert's {s, -z·s} pairs, and the lane's rows g of both blocks in them as 32-bit float
+  // offsets (warp_block_gemm_exact's reason; weights_check bounds them).
+  const float* ep = opaque(w.params + expert_blocks * 8 * groups * 2);
+  uint32_t r_off[Parts][2];
+  const uint32_t s_next = static_cast<uint32_t>(2 * groups);
+#pragma unroll
+  for (int p = 0; p < Parts; ++p) {
+    const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      wp[p][h] = w.words + (row_block + h * hi_block) * k_steps * kStepWords + lane * 4;
+      const uint32_t row = static_cast<uint32_t>(p * w.part_rows + (block + h * hi_block) * 8);
+      r_off[p][h] = (row + g_row) * s_next;
+    }
+  }
+  // The group of each step (groups of 32 / 64 columns: of each unit), followed with a counter as
+  // warp_block_gemm_exact's.
+  const int units_per_group = groups == 1 ? INT_MAX : static_cast<int>(w.group_size / 32);
+  const int last_group = static_cast<int>(groups) - 1;
+  int group = groups == 1 ? 0 : 4 * s_begin / units_per_group;
+  int units_left = groups == 1 ? INT_MAX : units_per_group - 4 * s_begin % units_per_group;
+  {
+    const int g_first = min(group, last_group);
+    const int g_last = groups == 1 ? 0 : min((4 * s_end - 1) / units_per_group, last_group);
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uintptr_t first =
+            reinterpret_cast<uintptr_t>(ep + r_off[p][h] + 2 * g_first) & ~uintptr_t{127};
+        const uintptr_t last = reinterpret_cast<uintptr_t>(ep + r_off[p][h] + 2 * g_last);
+        for (uintptr_t line = first; line <= last; line += 128) {
+          asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
+        }
+      }
+    }
+  }
+  float sc[Parts][2];  // s of the lane's rows (C elements 0, 1: lo; 2, 3: hi)
+  uint32_t zm[Parts][2];
+  float2 ahead[Parts][2];  // the next group's pairs, loaded a group ahead (warp_block_gemm_exact)
+  const auto fetch = [&](int gi) {
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        ahead[p][h] = __ldg(
+            reinterpret_cast<const float2*>(ep + (r_off[p][h] + 2 * static_cast<uint32_t>(gi))));
+      }
+    }
+  };
+  const auto take = [&] {
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sc[p][h] = ahead[p][h].x;
+        zm[p][h] = wna16_exact::zero_magic_pair<kBf16>(
+            static_cast<uint32_t>(wna16_exact::zero_code(ahead[p][h].x, ahead[p][h].y)));
+      }
+    }
+  };
+  float u[Parts][4] = {};
+  const auto end_group = [&] {
+#pragma unroll
+    for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        acc[p][c] = fmaf(sc[p][c >> 1], u[p][c], acc[p][c]);
+        u[p][c] = 0.0f;
+      }
+    }
+  };
+  const auto next_group = [&] {
+    end_group();
+    take();
+    ++group;
+    units_left = units_per_group;
+    fetch(min(group + 1, last_group));
+  };
+  fetch(min(group, last_group));
+  take();
+  fetch(min(group + 1, last_group));
+
+  const uint32_t zero = opaque_zero(s_end);  // round_landed
+  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
+    uint4 wv[kV][Parts][2];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int sl = min(s0 + v, s_end - 1);  // past the slice: the last step again (unused)
+#pragma unroll
+      for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wv[v][p][h] =
+              decode::load_weights(wp[p][h] + static_cast<int64_t>(sl) * kStepWords, policy);
+        }
+      }
+    }
+    const uint32_t landed = round_landed<kV * Parts * 2>(&wv[0][0][0], zero);
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+      if (s >= s_end) break;  // uniform over the warp
+#pragma unroll
+      for (int unit = 0; unit < 4; ++unit) {
+        uint32_t xb[2][2];
+        unit_x_b(x_row, s * 128 + unit * 32 + 2 * t, len_x, xb);
+        if (v == 0 && unit == 0) xb[0][0] |= landed;
+#pragma unroll
+        for (int p = 0; p < Parts; ++p) {
+          const uint32_t lo_words[4] = {wv[v][p][0].x, wv[v][p][0].y, wv[v][p][0].z, wv[v][p][0].w};
+          const uint32_t hi_words[4] = {wv[v][p][1].x, wv[v][p][1].y, wv[v][p][1].z, wv[v][p][1].w};
+          uint32_t lo[2][2], hi[2][2];
+          wna16_exact::int4_magic_pairs<kBf16>(lo_words[unit], lo);
+          wna16_exact::int4_magic_pairs<kBf16>(hi_words[unit], hi);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            // A rows g (lo) and g + 8 (hi) at k (2t, 2t + 1) and (2t + 8, 2t + 9) of mma m.
+            const uint32_t a[4] = {
+                wna16::sub_pair<T>(lo[m][0], zm[p][0]), wna16::sub_pair<T>(hi[m][0], zm[p][1]),
+                wna16::sub_pair<T>(lo[m][1], zm[p][0]), wna16::sub_pair<T>(hi[m][1], zm[p][1])};
+            grouped_gemm::mma_16816<T>(u[p], a, xb[m]);
+          }
+        }
+        if constexpr (!kStepGroups) {
+          if (--units_left == 0) next_group();  // uniform over the warp
+        }
+      }
+      if constexpr (kStepGroups) {
+        units_left -= 4;  // a multiple of 4 (channel-wise: INT_MAX, never reaching 0)
+        if (units_left == 0) next_group();  // uniform over the warp
+      }
+    }
+  }
+  end_group();  // the slice's last (or only) group
+}
+
 // FP4 codes (MXFP4, NVFP4): acc[part] += the same C fragment as warp_block_gemm's, the E2M1
 // values placed bit for bit into T (wna16_exact::e2m1_placed_pairs: 15 bit instructions and 4
 // HMUL2 for 8 values, against ~4-5 a value through the per-value Dequant) in int4_magic_pairs'
@@ -654,6 +844,114 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
   }
 }
 
+// FP4 codes whose scales T holds (wna16::kFp4ScaleInT: BF16 MXFP4, NVFP4) with the operands
+// swapped as warp_block16_gemm_exact's: the placed and scaled values of rows g of the lo and hi
+// blocks (wna16::fp4_placed_fragments, each with its own row's scale pair) are the A operand,
+// pair g's x the B operand. The loads keep warp_block_gemm_e2m1's schedule (its register limits).
+// NVFP4's part global / 2 is the caller's, as there.
+template <typename T, Wna16Codes Codes, int Parts>
+__device__ __forceinline__ void warp_block16_gemm_e2m1(float (&acc)[Parts][4],
+                                                       const Wna16Weights& w, int expert, int block,
+                                                       bool has_hi, int s_begin, int s_end,
+                                                       const T* x_row, int len, uint64_t policy) {
+  static_assert(wna16::kFp4ScaleInT<T, Codes>);
+  constexpr bool kMx = Codes == Wna16Codes::kMxfp4;
+  constexpr int kStepWords = 32 * 4;                      // one 16-byte load a lane and step
+  constexpr int kScaleBytes = kScaleBytesPerStep<Codes>;  // a row's per step: 4 (MX) / 8 (NV)
+  constexpr int kV = kStepsInFlight<4, Parts> / 2;
+  using ScaleWords = std::conditional_t<kMx, uint32_t, uint2>;
+  constexpr int kScaleStep = 8 * kScaleBytes / static_cast<int>(sizeof(ScaleWords));
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int g_row = lane >> 2, t = lane & 3;
+  const int k_steps = static_cast<int>(w.k_steps);
+  const int64_t rows_padded = Parts * w.part_rows;
+  const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
+  const int len_x = x_row == nullptr ? 0 : len;
+  const int hi_block = has_hi ? 1 : 0;
+
+  const uint32_t* wp[Parts][2];
+  const ScaleWords* sp[Parts][2];
+#pragma unroll
+  for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row_block = expert_blocks + p * w.part_rows / 8 + block + h * hi_block;
+      wp[p][h] = w.words + row_block * k_steps * kStepWords + lane * 4;
+      sp[p][h] = reinterpret_cast<const ScaleWords*>(
+          w.scale_bytes + row_block * k_steps * (8 * kScaleBytes) + g_row * kScaleBytes);
+    }
+  }
+
+  for (int s0 = s_begin; s0 < s_end; s0 += kV) {
+    uint4 wv[kV][Parts][2];
+    ScaleWords sv[kV][Parts][2];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int sl = min(s0 + v, s_end - 1);  // past the slice: the last step again (unused)
+#pragma unroll
+      for (int p = 0; p < Parts; ++p) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wv[v][p][h] =
+              decode::load_weights(wp[p][h] + static_cast<int64_t>(sl) * kStepWords, policy);
+          sv[v][p][h] = __ldg(sp[p][h] + static_cast<int64_t>(sl) * kScaleStep);
+        }
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int s = s0 + v;
+      if (s >= s_end) break;  // uniform over the warp
+#pragma unroll
+      for (int unit = 0; unit < 4; ++unit) {
+        uint32_t xb[2][2];
+        unit_x_b(x_row, s * 128 + unit * 32 + 2 * t, len_x, xb);
+#pragma unroll
+        for (int p = 0; p < Parts; ++p) {
+          uint32_t b[2][2][2];  // [h][m][r]
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t words[4] = {wv[v][p][h].x, wv[v][p][h].y, wv[v][p][h].z, wv[v][p][h].w};
+            uint2 bytes;
+            if constexpr (kMx) {
+              bytes = make_uint2(sv[v][p][h], 0u);
+            } else {
+              bytes = sv[v][p][h];
+            }
+            wna16::fp4_placed_fragments<T, Codes>(
+                words[unit], wna16::fp4_scale_pair<T, Codes>(bytes, unit), b[h]);
+          }
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const uint32_t a[4] = {b[0][m][0], b[1][m][0], b[0][m][1], b[1][m][1]};
+            grouped_gemm::mma_16816<T>(acc[p], a, xb[m]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The swapped-operand block GEMM of a code kind (swapped_operands says which take it).
+template <typename T, Wna16Codes Codes, IntPath Path, int Parts>
+__device__ __forceinline__ void block16_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
+                                             int expert, int block, bool has_hi, int s_begin,
+                                             int s_end, const T* x_row, int len, uint64_t policy) {
+  if constexpr (Codes == Wna16Codes::kInteger) {
+    warp_block16_gemm_exact<T, Parts, Path == IntPath::kExactSteps>(
+        acc, w, expert, block, has_hi, s_begin, s_end, x_row, len, policy);
+  } else {
+    warp_block16_gemm_e2m1<T, Codes, Parts>(acc, w, expert, block, has_hi, s_begin, s_end, x_row,
+                                            len, policy);
+  }
+}
+
+// The kinds the swapped kernels are instantiated for: INT4 exact, FP4 scaled in T.
+template <typename T, int Bits, Wna16Codes Codes, IntPath Path>
+inline constexpr bool kSwappable =
+    Codes == Wna16Codes::kInteger ? Bits == 4 && Path != IntPath::kPerValue
+                                  : wna16::kFp4ScaleInT<T, Codes>;
+
 // The block GEMM of a code kind: FP4 codes take warp_block_gemm_e2m1; integer codes by Path
 // (IntPath, chosen at launch by int_path): warp_block_gemm_exact or the per-value
 // dequantization.
@@ -725,9 +1023,11 @@ struct UpParams {
 // Warp w is slice w % k_slices of block blockIdx.x * blocks_per_cta + w / k_slices; the slices
 // of a block leave their gate and up accumulators in shared memory and the block's slice-0 warp
 // sums them in slice order, then applies the activation.
-template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows, IntPath Path>
+template <typename T, int Bits, Wna16Codes Codes, bool Gated, int PairRows, IntPath Path,
+          bool Swapped = false>
 __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const UpParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
+  static_assert(!Swapped || (kSwappable<T, Bits, Codes, Path> && PairRows == 8));
   constexpr int kParts = Gated ? 2 : 1;
   __shared__ decode::PairGroups g;
   // [warp][part][c][lane]: a warp's C fragments, each element written and read by one lane
@@ -742,9 +1042,11 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int slice = warp % p.k_slices;
+  // Swapped: 16-row blocks (block16_gemm), act columns 16 block .. + 15.
+  constexpr int kBlockRows = Swapped ? 16 : 8;
   const int block = static_cast<int>(blockIdx.x) * p.blocks_per_cta + warp / p.k_slices;
   // A warp past the last block still takes part in every barrier below (no early return).
-  const bool has_block = block * 8 < p.inter;
+  const bool has_block = block * kBlockRows < p.inter;
   const StepRange steps = slice_steps(static_cast<int>(p.w13.k_steps), p.k_slices, slice);
   const uint64_t policy = decode::weight_policy(p.evict_first);
   const T* x = static_cast<const T*>(p.x);
@@ -761,7 +1063,10 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
       const T* a_hi = lp.hi < 0 ? nullptr : x + static_cast<int64_t>(lp.hi / p.top_k) * p.hidden;
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
-        if (PairRows > 8 && group_end - first > 8) {
+        if constexpr (Swapped) {
+          block16_gemm<T, Codes, Path, kParts>(acc, p.w13, e, 2 * block, block * 16 + 8 < p.inter,
+                                               steps.begin, steps.end, a_lo, p.hidden, policy);
+        } else if (PairRows > 8 && group_end - first > 8) {
           block_gemm<T, Bits, Codes, Path, kParts, true>(acc, p.w13, e, block, steps.begin,
                                                          steps.end, a_lo, a_hi, p.hidden, policy);
         } else {
@@ -800,24 +1105,44 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
       for (int q = 0; q < kParts; ++q) {
         part_scale[q] = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w13.globals[e * kParts + q] : 1.0f;
       }
-      if (col >= p.inter) continue;  // inter is a multiple of 8: col + 1 is in range too
+      if constexpr (Swapped) {
+        // C element c: act column 16 block + 8 (c >> 1) + g of pair 2t + (c & 1) of the group.
+        const int count = min(PairRows, group_end - first);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {  // C rows g (pair lo) and g + 8 (pair hi)
-        const int pair = half == 0 ? lp.lo : lp.hi;
-        if (pair < 0) continue;
-        float v[2];
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float gate = acc[0][2 * half + c] * part_scale[0];
+        for (int c = 0; c < 4; ++c) {
+          const int j = 2 * (lane & 3) + (c & 1);
+          const int col16 = block * 16 + (c >> 1) * 8 + (lane >> 2);
+          if (j >= count || col16 >= p.inter) continue;
+          float gate = acc[0][c] * part_scale[0];
           float up = 0.0f;
-          if constexpr (Gated) up = acc[kParts - 1][2 * half + c] * part_scale[kParts - 1];
+          if constexpr (Gated) up = acc[kParts - 1][c] * part_scale[kParts - 1];
           if (p.b13 != nullptr) {
-            gate += p.b13[e * n1 + col + c];
-            if constexpr (Gated) up += p.b13[e * n1 + p.inter + col + c];
+            gate += p.b13[e * n1 + col16];
+            if constexpr (Gated) up += p.b13[e * n1 + p.inter + col16];
           }
-          v[c] = moe_activation(p.act_params, gate, up);
+          act[static_cast<int64_t>(g.pair[first + j]) * p.inter + col16] =
+              from_float<T>(moe_activation(p.act_params, gate, up));
         }
-        grouped_gemm::store_pair(act + static_cast<int64_t>(pair) * p.inter + col, v[0], v[1]);
+      } else {
+        if (col >= p.inter) continue;  // inter is a multiple of 8: col + 1 is in range too
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // C rows g (pair lo) and g + 8 (pair hi)
+          const int pair = half == 0 ? lp.lo : lp.hi;
+          if (pair < 0) continue;
+          float v[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float gate = acc[0][2 * half + c] * part_scale[0];
+            float up = 0.0f;
+            if constexpr (Gated) up = acc[kParts - 1][2 * half + c] * part_scale[kParts - 1];
+            if (p.b13 != nullptr) {
+              gate += p.b13[e * n1 + col + c];
+              if constexpr (Gated) up += p.b13[e * n1 + p.inter + col + c];
+            }
+            v[c] = moe_activation(p.act_params, gate, up);
+          }
+          grouped_gemm::store_pair(act + static_cast<int64_t>(pair) * p.inter + col, v[0], v[1]);
+        }
       }
     }
   }
@@ -849,10 +1174,11 @@ template <Wna16Codes Codes>
 inline constexpr int kDownMinCtas = Codes == Wna16Codes::kInteger ? 0 : 2;
 
 // out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
-template <typename T, int Bits, Wna16Codes Codes, int PairRows, IntPath Path>
+template <typename T, int Bits, Wna16Codes Codes, int PairRows, IntPath Path, bool Swapped = false>
 __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
     wna16_decode_down_kernel(const DownParams p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
+  static_assert(!Swapped || (kSwappable<T, Bits, Codes, Path> && PairRows == 8));
   __shared__ decode::PairGroups g;
   extern __shared__ float partial[];  // [k_slices, num_pairs, rows_per_cta]
   // topk_ids and expert_map were complete before the up kernel triggered this launch (it does so
@@ -903,7 +1229,10 @@ __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
   // item skipped cost every warp ~100 instructions an item: the SASS profile in
   // docs/performance.md). Every slice of every item writes its partial sums (zeros for an empty
   // slice), each element by exactly one lane.
-  const int group_items = blocks * p.k_slices;
+  // Swapped: an item is two 8-row blocks of the CTA (block16_gemm), the second absent
+  // in a last item of an odd count.
+  const int item_blocks = Swapped ? (blocks + 1) / 2 : blocks;
+  const int group_items = item_blocks * p.k_slices;
   int next = warp;  // this warp's next item
   int base = 0;     // the first item of the current (expert, pair group)
   for (int u = 0; u < g.num_experts; ++u) {
@@ -921,25 +1250,43 @@ __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
         const int ks = next - base - b * p.k_slices;
         const StepRange steps = slice_steps(k_steps, p.k_slices, ks);
         float acc[1][4] = {};
-        if (steps.begin < steps.end) {  // uniform over the warp
-          if (hi) {
-            block_gemm<T, Bits, Codes, Path, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
-                                                      steps.end, a_lo, a_hi, p.inter, policy);
-          } else {
-            block_gemm<T, Bits, Codes, Path, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
-                                                       steps.end, a_lo, a_hi, p.inter, policy);
+        if constexpr (Swapped) {
+          if (steps.begin < steps.end) {  // uniform over the warp
+            block16_gemm<T, Codes, Path, 1>(acc, p.w2, e, block0 + 2 * b, 2 * b + 1 < blocks,
+                                            steps.begin, steps.end, a_lo, p.inter, policy);
           }
-        }
-        const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
-        float* slice_partial = partial + static_cast<int64_t>(ks) * p.num_pairs * rows_per_cta;
+          // C element c: row 16 b + 8 (c >> 1) + g of the CTA, pair 2t + (c & 1) of the group.
+          float* slice_partial = partial + static_cast<int64_t>(ks) * p.num_pairs * rows_per_cta;
+          const int count = min(PairRows, group_end - first);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int pair = half == 0 ? lp.lo : lp.hi;
-          if (pair < 0) continue;
+          for (int c = 0; c < 4; ++c) {
+            const int j = 2 * (lane & 3) + (c & 1);
+            const int r = b * 16 + (c >> 1) * 8 + (lane >> 2);
+            if (j < count && r < rows) {
+              slice_partial[g.pair[first + j] * rows_per_cta + r] = acc[0][c] * scale;
+            }
+          }
+        } else {
+          if (steps.begin < steps.end) {  // uniform over the warp
+            if (hi) {
+              block_gemm<T, Bits, Codes, Path, 1, true>(acc, p.w2, e, block0 + b, steps.begin,
+                                                        steps.end, a_lo, a_hi, p.inter, policy);
+            } else {
+              block_gemm<T, Bits, Codes, Path, 1, false>(acc, p.w2, e, block0 + b, steps.begin,
+                                                         steps.end, a_lo, a_hi, p.inter, policy);
+            }
+          }
+          const int r = b * 8 + (lane & 3) * 2;  // this lane's rows r, r + 1 of the CTA
+          float* slice_partial = partial + static_cast<int64_t>(ks) * p.num_pairs * rows_per_cta;
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            if (r + c < rows) {
-              slice_partial[pair * rows_per_cta + r + c] = acc[0][2 * half + c] * scale;
+          for (int half = 0; half < 2; ++half) {
+            const int pair = half == 0 ? lp.lo : lp.hi;
+            if (pair < 0) continue;
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              if (r + c < rows) {
+                slice_partial[pair * rows_per_cta + r + c] = acc[0][2 * half + c] * scale;
+              }
             }
           }
         }
@@ -1029,9 +1376,40 @@ inline IntPath int_path(const Wna16Weights& w) {
   return w.groups == 1 || w.group_size % kWna16KStep == 0 ? IntPath::kExactSteps : IntPath::kExact;
 }
 
-// The up / down kernel of a launch (FP4 codes have only the kExact variants).
+// Whether a kernel over `w` in T for `tokens` tokens takes the swapped operands (block16_gemm):
+// INT4 codes on an exact path and FP4 codes whose scales T holds (kSwappable), in groups of 8
+// pairs (up to 8 tokens: the mma's n8), from 2 tokens unless the tiles say otherwise
+// (Wna16DecodeTiles::swap_operands has the timing behind the rule).
+template <typename T>
+bool swapped_operands(const Wna16Weights& w, int64_t tokens, const Wna16DecodeTiles& tiles) {
+  if (tiles.swap_operands == 0 || tokens > 8 || (tiles.swap_operands < 0 && tokens < 2)) {
+    return false;
+  }
+  switch (w.codes) {
+    case Wna16Codes::kInteger:
+      return w.bits == 4 && int_path(w) != IntPath::kPerValue;
+    case Wna16Codes::kMxfp4:
+      return wna16::kFp4ScaleInT<T, Wna16Codes::kMxfp4>;
+    case Wna16Codes::kNvfp4:
+      return wna16::kFp4ScaleInT<T, Wna16Codes::kNvfp4>;
+  }
+  return false;
+}
+
+// The up / down kernel of a launch (FP4 codes have only the kExact variants; swapped operands
+// PairRows 8 only, of the kinds swapped_operands takes).
 template <typename T, int Bits, Wna16Codes Codes, bool Gated>
-auto up_kernel(bool rows16, [[maybe_unused]] IntPath path) -> void (*)(UpParams) {
+auto up_kernel(bool rows16, [[maybe_unused]] IntPath path, [[maybe_unused]] bool swapped)
+    -> void (*)(UpParams) {
+  if constexpr (Codes == Wna16Codes::kInteger && Bits == 4) {
+    if (swapped) {
+      return path == IntPath::kExactSteps
+                 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, IntPath::kExactSteps, true>
+                 : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, IntPath::kExact, true>;
+    }
+  } else if constexpr (kSwappable<T, Bits, Codes, IntPath::kExact>) {
+    if (swapped) return wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, IntPath::kExact, true>;
+  }
   if constexpr (Codes == Wna16Codes::kInteger) {
     if (path == IntPath::kPerValue) {
       return rows16 ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 16, IntPath::kPerValue>
@@ -1046,7 +1424,17 @@ auto up_kernel(bool rows16, [[maybe_unused]] IntPath path) -> void (*)(UpParams)
                 : wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, IntPath::kExact>;
 }
 template <typename T, int Bits, Wna16Codes Codes>
-auto down_kernel(bool rows16, [[maybe_unused]] IntPath path) -> void (*)(DownParams) {
+auto down_kernel(bool rows16, [[maybe_unused]] IntPath path, [[maybe_unused]] bool swapped)
+    -> void (*)(DownParams) {
+  if constexpr (Codes == Wna16Codes::kInteger && Bits == 4) {
+    if (swapped) {
+      return path == IntPath::kExactSteps
+                 ? wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExactSteps, true>
+                 : wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExact, true>;
+    }
+  } else if constexpr (kSwappable<T, Bits, Codes, IntPath::kExact>) {
+    if (swapped) return wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExact, true>;
+  }
   if constexpr (Codes == Wna16Codes::kInteger) {
     if (path == IntPath::kPerValue) {
       return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, IntPath::kPerValue>
@@ -1070,7 +1458,11 @@ bool use_pdl(const Wna16DecodeTiles& tiles) {
 template <typename T, int Bits, Wna16Codes Codes>
 void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream_t stream) {
   const int parts = gated ? 2 : 1;
-  const int in_flight = gated ? kStepsInFlight<Bits, 2> : kStepsInFlight<Bits, 1>;
+  const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
+  const bool swapped = swapped_operands<T>(p.w13, p.num_pairs / p.top_k, tiles);
+  // Swapped: two blocks' words in a round, half the steps.
+  const int in_flight =
+      (gated ? kStepsInFlight<Bits, 2> : kStepsInFlight<Bits, 1>) / (swapped ? 2 : 1);
   p.k_slices = resolve_k_slices(tiles.up_k_slices, p.w13.k_steps, in_flight);
   p.blocks_per_cta = tiles.up_blocks_per_cta > 0     ? tiles.up_blocks_per_cta
                      : Codes == Wna16Codes::kInteger ? 1
@@ -1079,33 +1471,39 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   MG_CHECK(warps <= kMaxWarps,
            "WNA16 decode: {} K slices x {} blocks per up CTA are {} warps, at most {}", p.k_slices,
            p.blocks_per_cta, warps, kMaxWarps);
-  const int blocks = (p.inter + 7) / 8;
+  const int blocks = swapped ? (p.inter + 15) / 16 : (p.inter + 7) / 8;
   const dim3 grid(static_cast<unsigned>((blocks + p.blocks_per_cta - 1) / p.blocks_per_cta),
                   static_cast<unsigned>(std::max(1, std::min(p.num_pairs, tiles.up_expert_slots))));
   // The slices' accumulators (up_kernel's partial), only when a block is split.
   const size_t smem =
       p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
-  const bool rows16 = p.num_pairs > 8 * p.top_k;  // more than 8 tokens: kMaxPairRows
   const IntPath path = int_path(p.w13);
-  launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, path)
-                      : up_kernel<T, Bits, Codes, false>(rows16, path),
+  launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, path, swapped)
+                      : up_kernel<T, Bits, Codes, false>(rows16, path, swapped),
                 grid, warps, smem, use_pdl<Codes>(tiles), stream, p);
 }
 
 template <typename T, int Bits, Wna16Codes Codes>
 void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t stream) {
-  const int warps = tiles.down_warps > 0 ? tiles.down_warps : 8;
-  p.k_slices = resolve_k_slices(tiles.down_k_slices, p.w2.k_steps, kStepsInFlight<Bits, 1>);
+  const bool rows16 = p.num_tokens > 8;  // as launch_up's
+  const bool swapped = swapped_operands<T>(p.w2, p.num_tokens, tiles);
+  // Swapped: two blocks an item and an even count a CTA (launch's default halves the CTAs of one
+  // block each), so twice the warps a CTA keep the warps an SM. H200 timing test (session 22,
+  // swapped, µs 8 / 16 warps): qwen3 int4 M = 1 22.7 / 20.4, 2 34.5 / 28.6, 4 60.3 / 50.1, 8
+  // 102.8 / 88.0; gpt-oss-120b MXFP4 M = 1 47.4 / 48.3, 2 73.3 / 74.3, 8 231.9 / 225.9.
+  const int warps = tiles.down_warps > 0 ? tiles.down_warps : swapped ? 16 : 8;
+  // Swapped: two blocks' words in a round, half the steps.
+  const int in_flight = kStepsInFlight<Bits, 1> / (swapped ? 2 : 1);
+  p.k_slices = resolve_k_slices(tiles.down_k_slices, p.w2.k_steps, in_flight);
   if (Codes != Wna16Codes::kInteger && tiles.down_k_slices == 0) {
     const int fill = (warps + p.num_pairs - 1) / p.num_pairs;  // one item a warp, pairs distinct
-    p.k_slices =
-        resolve_k_slices(std::min(p.k_slices, fill), p.w2.k_steps, kStepsInFlight<Bits, 1>);
+    p.k_slices = resolve_k_slices(std::min(p.k_slices, fill), p.w2.k_steps, in_flight);
   }
   // The partial sums of all slices stay in shared memory: fewer slices when they would not fit.
   const size_t slice_bytes =
       static_cast<size_t>(p.num_pairs) * p.blocks_per_cta * 8 * sizeof(float);
   while (p.k_slices > 1 && p.k_slices * slice_bytes > 32 * 1024) {
-    p.k_slices = resolve_k_slices(p.k_slices - 1, p.w2.k_steps, kStepsInFlight<Bits, 1>);
+    p.k_slices = resolve_k_slices(p.k_slices - 1, p.w2.k_steps, in_flight);
   }
   const size_t smem = p.k_slices * slice_bytes;
   MG_CHECK(smem <= 32 * 1024,
@@ -1114,8 +1512,7 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
            p.num_pairs, p.blocks_per_cta * 8, smem);
   const int64_t row_blocks = (p.hidden + 7) / 8;
   const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
-  const bool rows16 = p.num_tokens > 8;  // as launch_up's
-  launch_kernel(down_kernel<T, Bits, Codes>(rows16, int_path(p.w2)), grid, warps, smem,
+  launch_kernel(down_kernel<T, Bits, Codes>(rows16, int_path(p.w2), swapped), grid, warps, smem,
                 use_pdl<Codes>(tiles), stream, p);
 }
 
@@ -1168,6 +1565,9 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
       "and down K slices {}, down blocks per CTA {} >= 0 (0: the default)",
       tiles.up_k_slices, tiles.up_blocks_per_cta, tiles.down_warps, kMaxWarps, tiles.down_k_slices,
       tiles.down_blocks_per_cta);
+  MG_CHECK(tiles.swap_operands >= -1 && tiles.swap_operands <= 1,
+           "WNA16 decode: tiles swap_operands {} must be -1 (the rule), 0 or 1",
+           tiles.swap_operands);
   const bool gated = is_gated(a.act.kind);
   std::string why = weights_check(a.w13, gated ? 2 : 1, a.inter, a.hidden);
   MG_CHECK(why.empty(), "WNA16 decode: w13: {}", why);
@@ -1214,9 +1614,13 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
     // As few blocks as keep four CTAs on every SM (a CTA owns whole rows of all experts, so
     // every CTA carries the same work). qwen3 (H 2048) and gpt-oss (H 2880) get one block per CTA
     // on an H100.
+    // Swapped operands take blocks two at a time: an even count.
     const int64_t row_blocks = (a.hidden + 7) / 8;
     const int64_t ctas = 4 * static_cast<int64_t>(decode::multiprocessor_count());
     down.blocks_per_cta = static_cast<int>(std::max<int64_t>(1, (row_blocks + ctas - 1) / ctas));
+    if (swapped_operands<T>(a.w2, a.num_tokens, tiles)) {
+      down.blocks_per_cta += down.blocks_per_cta & 1;
+    }
   }
   launch_down_codes<T>(down, tiles, stream);
 }

@@ -71,7 +71,7 @@ struct Wna16DecodeTiles {
   // Fewer when the partial sums would not fit in 32 KB of shared memory.
   int down_k_slices = 0;
   // Down kernel: warps per CTA (1 .. 16), dealt the CTA's (expert, block, slice) items in turn;
-  // 0: 8.
+  // 0: 8, 16 with swapped operands (swap_operands).
   int down_warps = 0;
   // 8-row blocks of output columns per down CTA; 0: as few as keep four CTAs on every SM.
   int down_blocks_per_cta = 0;
@@ -80,6 +80,19 @@ struct Wna16DecodeTiles {
   bool down_prefetch_l2 = false;
   // Weight loads ask L2 to evict their lines first (each is read once per launch).
   bool evict_first = true;
+  // INT4 codes on the exact path and FP4 codes whose scales T holds (BF16 MXFP4, NVFP4), at up
+  // to 8 tokens: the weights of two 8-row blocks as the mma's A operand and the pairs' x as B
+  // (wna16_decode_cuda.cuh, block16_gemm), where the other kernels make one block B and the pairs
+  // A. Every K slice count above then counts slices of a 16-row item, and the default down blocks
+  // per CTA is even. 1: at 1 .. 8 tokens; 0: never; -1 (the rule): at 2 .. 8 tokens. H200
+  // (session 22), the timing test (`MG_WNA16_TIMING=1 mg_cuda_tests
+  // --gtest_filter='CudaWna16Decode.Timing*'`, experts only, µs not swapped / swapped with 16 down
+  // warps): qwen3-30b-a3b int4-g128 M = 1 20.0 / 20.4, 2 35.3 / 28.6, 4 55.5 / 50.1, 8 109.7 /
+  // 88.0; gpt-oss-120b MXFP4 (8 down warps) M = 1 46.1 / 47.4, 2 81.7 / 73.3, 4 145.1 / 132.7,
+  // 8 249.1 / 231.9. At one token the fewer, longer items lose what the instructions gain: `bench
+  // e2e --cuda-graph` decode (batch 1) 345.8 / 346.2 -> 343.9 / 342.7 tokens/s (48-layer qwen3
+  // int4-g128), 394.3 -> 385.2 (24-layer GPT-OSS-20B MXFP4).
+  int swap_operands = -1;
   // Programmatic stream serialization for both kernels: 1 on, 0 off, -1 the rule: on for integer
   // codes, off for FP4. H200 timing (session 13, `MG_WNA16_TIMING=1 mg_cuda_tests
   // --gtest_filter='CudaWna16Decode.Timing*'`, µs on / off): qwen3-30b-a3b int4 M = 1 27.0 / 27.8,
@@ -111,8 +124,17 @@ inline constexpr int64_t kWna16DecodeThreshold = 1;
 // The same for weights the decode kernels take through the exact integer-code path (integer
 // codes whose zero points are all integer codes; wna16_decode_cuda.cuh). The H100 timing above
 // (session 11, qwen3-30b-a3b int4-g128, µs decode / grouped GEMM): M = 1 27.1 / 38.3, M = 2
-// 49.4 / 55.7, M = 4 76.6 / 77.9, M = 8 139.6 / 122.5; the per-value path at M = 2 56.0.
+// 49.4 / 55.7, M = 4 76.6 / 77.9, M = 8 139.6 / 122.5; the per-value path at M = 2 56.0. INT8
+// keeps this; INT4 has its own since the swapped operands (below).
 inline constexpr int64_t kWna16DecodeExactThreshold = 2;
+
+// The same for INT4 on the exact path, whose kernels swap the mma's operands from 2 tokens
+// (Wna16DecodeTiles::swap_operands): the whole layer with routing, H200 (session 22, `moegraph
+// bench moe --quant int4-g128 --shape qwen3-30b-a3b --kernel wna16_decode,wna16_mma16 --tokens
+// 1,2,3,4,5,6,8`), µs decode / grouped GEMM: 2 35.6 / 53.4, 3 48.5 / 64.5, 4 56.9 / 69.7, 5
+// 70.0 / 86.2, 6 79.4 / 94.7, 8 93.6 / 101.3. The grouped GEMM takes more than 8 (the swapped
+// kernels stop there).
+inline constexpr int64_t kWna16DecodeInt4ExactThreshold = 8;
 
 // The same for FP4 codes (always the exact E2M1 path). Against the grouped GEMM with the same
 // bit placement (wna16_gemm.cuh), H200, session 13 (docs/performance.md, "FP4 experts with the
@@ -134,8 +156,9 @@ inline bool wna16_decode_exact(const Wna16Weights& w) {
 // The tokens up to which the experts backends take the decode path for these weights.
 inline int64_t wna16_decode_threshold(const Wna16Weights& w13, const Wna16Weights& w2) {
   if (w13.codes != Wna16Codes::kInteger) return kWna16DecodeFp4Threshold;
-  return wna16_decode_exact(w13) && wna16_decode_exact(w2) ? kWna16DecodeExactThreshold
-                                                           : kWna16DecodeThreshold;
+  if (!wna16_decode_exact(w13) || !wna16_decode_exact(w2)) return kWna16DecodeThreshold;
+  return w13.bits == 4 && w2.bits == 4 ? kWna16DecodeInt4ExactThreshold
+                                       : kWna16DecodeExactThreshold;
 }
 
 // Bytes of act_scratch for M tokens: [M * k, I] T, rounded up to 256.
