@@ -22,7 +22,7 @@
 // MG_WNA16_FORCE_PER_VALUE=1 runs every integer case through the per-value path instead; a
 // failing case prints its first bad element with both paths' values (explain_decode_failure).
 // Timing (MG_WNA16_TIMING=1, prints only): CudaWna16Decode.Timing* on the qwen3-30b-a3b shape
-// (INT4 g128) and gpt-oss-120b (MXFP4).
+// (INT4 and INT8 g128) and gpt-oss-120b (MXFP4).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -798,6 +798,7 @@ TEST(CudaWna16Decode, TimingQwen3AndGptOss) {
   };
   for (const Shape& sh :
        {Shape{"qwen3-30b-a3b", Kind::kInt4, 128, 128, 2048, 768, 8, MoEActKind::kSiluGated},
+        Shape{"qwen3-30b-a3b", Kind::kInt8, 128, 128, 2048, 768, 8, MoEActKind::kSiluGated},
         Shape{"gpt-oss-120b", Kind::kMxfp4, 32, 128, 2880, 2880, 4, MoEActKind::kSwigluOai}}) {
     const RandomMatrix w13 = random_matrix(sh.kind, sh.E, 2 * sh.I, sh.H, sh.group, 2, 11);
     const RandomMatrix w2 = random_matrix(sh.kind, sh.E, sh.H, sh.I, sh.group, 1, 12);

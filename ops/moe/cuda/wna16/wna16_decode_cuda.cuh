@@ -14,7 +14,7 @@
 // m16n8k16 whose A operand is the (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t)
 // are the x (act) rows of pairs g and g + 8, read as 32-bit pairs of T through L1 (x and act are a
 // few KB to a few hundred KB and are re-read by every warp), zero for rows past the pairs and
-// columns past K. INT4 codes on the exact path and FP4 codes scaled in T (BF16 MXFP4, NVFP4) at
+// columns past K. Integer codes on the exact path and FP4 codes scaled in T (BF16 MXFP4, NVFP4) at
 // 2 to 8 tokens swap the two (block16_gemm; Wna16DecodeTiles::swap_operands says why not at 1): an
 // item is TWO adjacent 8-row blocks, their dequantized weights the A operand (rows g and g + 8)
 // and the x rows of up to 8 pairs the B operand, so no mma row is a zero row: ~37% fewer
@@ -344,6 +344,26 @@ __device__ __forceinline__ void unit_a(const T* a_lo, const T* a_hi, int k, int 
   wna16::permute_a<kHi>(lo, hi, a);
 }
 
+// The exact q - z of one INT8 word's four codes (k order 0..3) as two packed pairs of T, with
+// `zm` the group's magic + z (wna16_exact_codes.h): F16 one PRMT and one HSUB2 a pair; BF16
+// through F32 (`zm` then the F32 bits of 2^23 + z), whose 8-bit mantissa cannot hold the magic.
+template <typename T>
+__device__ __forceinline__ void int8_exact_pairs(uint32_t word, uint32_t zm, uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const float zf = __uint_as_float(zm);
+    float d[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      d[i] = __uint_as_float(wna16_exact::int8_magic_f32_bits(word, i)) - zf;
+    }
+    b[0] = wna16::pack_pair<T>(d[0], d[1]);
+    b[1] = wna16::pack_pair<T>(d[2], d[3]);
+  } else {
+    b[0] = wna16::sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 0), zm);
+    b[1] = wna16::sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 1), zm);
+  }
+}
+
 // Integer codes whose zero points are integer codes (Wna16Zeros::kIntegerCodes): acc[part] +=
 // the same C fragment as warp_block_gemm's, with the exact q - z as the B values
 // (wna16_exact_codes.h) and the group scale applied once per group: the mmas accumulate
@@ -517,19 +537,7 @@ __device__ __forceinline__ void warp_block_gemm_exact(float (&acc)[Parts][4], co
               const uint32_t words[4] = {vec.x, vec.y, vec.z, vec.w};
               const uint32_t word = words[(2 * unit + half) & 3];
               uint32_t b[2];
-              if constexpr (kViaF32) {
-                const float zf = __uint_as_float(zm[p]);
-                float d[4];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                  d[i] = __uint_as_float(wna16_exact::int8_magic_f32_bits(word, i)) - zf;
-                }
-                b[0] = wna16::pack_pair<T>(d[0], d[1]);
-                b[1] = wna16::pack_pair<T>(d[2], d[3]);
-              } else {
-                b[0] = wna16::sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 0), zm[p]);
-                b[1] = wna16::sub_pair<T>(wna16_exact::int8_magic_pair_f16(word, 1), zm[p]);
-              }
+              int8_exact_pairs<T>(word, zm[p], b);
               grouped_gemm::mma_16816<T>(u[p], a, b);
             }
           }
@@ -562,7 +570,8 @@ __device__ __forceinline__ void unit_x_b(const T* x_row, int k, int len, uint32_
   }
 }
 
-// INT4 codes through the exact path with the mma's operands swapped, for groups of at most 8 pairs
+// Integer codes through the exact path with the mma's operands swapped, for groups of at most 8
+// pairs
 // (PairRows 8: up to 8 tokens). warp_block_gemm_exact makes one 8-row block the B operand (n8)
 // and the pairs the 16-row A operand, whose rows 8..15 are then zeros at M <= 8: half of every
 // mma, and half of the x loads and permutes a weight costs, go to rows that hold nothing (the
@@ -576,16 +585,21 @@ __device__ __forceinline__ void unit_x_b(const T* x_row, int k, int len, uint32_
 // instead of 3). C element c of lane (g, t) is weight row g (c < 2: lo block, else hi) of pair
 // column 2t + (c & 1). !has_hi (no block after lo in the item's range): the hi rows read the lo
 // block again and their C rows are not used. A round holds half the steps of
-// warp_block_gemm_exact's (two blocks' words in the same 32 registers).
-template <typename T, int Parts, bool kStepGroups>
+// warp_block_gemm_exact's (two blocks' words in the same 32 registers). INT8: each 16-wide half
+// of a unit is one mma, with x in its natural k order (no permute), as warp_block_gemm_exact's.
+template <typename T, int Bits, int Parts, bool kStepGroups>
 __device__ __forceinline__ void warp_block16_gemm_exact(float (&acc)[Parts][4],
                                                         const Wna16Weights& w, int expert,
                                                         int block, bool has_hi, int s_begin,
                                                         int s_end, const T* x_row, int len,
                                                         uint64_t policy) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr int kStepWords = 32 * 4;  // one 16-byte load a lane, block and step
-  constexpr int kV = kStepsInFlight<4, Parts> / 2;
+  constexpr int kW = Bits == 4 ? 4 : 8;  // words per lane, block and step
+  constexpr int kVecs = kW / 4;          // 16-byte loads per lane, block and step
+  constexpr int kStepWords = 32 * kW;
+  constexpr int kV = kStepsInFlight<Bits, Parts> / 2;
+  // INT8 with BF16: q - z through F32 (int8_exact_pairs).
+  constexpr bool kViaF32 = Bits == 8 && kBf16;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int g_row = lane >> 2, t = lane & 3;
   const int k_steps = static_cast<int>(w.k_steps);
@@ -652,8 +666,9 @@ __device__ __forceinline__ void warp_block16_gemm_exact(float (&acc)[Parts][4],
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         sc[p][h] = ahead[p][h].x;
-        zm[p][h] = wna16_exact::zero_magic_pair<kBf16>(
-            static_cast<uint32_t>(wna16_exact::zero_code(ahead[p][h].x, ahead[p][h].y)));
+        const uint32_t z =
+            static_cast<uint32_t>(wna16_exact::zero_code(ahead[p][h].x, ahead[p][h].y));
+        zm[p][h] = kViaF32 ? (wna16_exact::kMagicF32 | z) : wna16_exact::zero_magic_pair<kBf16>(z);
       }
     }
   };
@@ -681,7 +696,7 @@ __device__ __forceinline__ void warp_block16_gemm_exact(float (&acc)[Parts][4],
 
   const uint32_t zero = opaque_zero(s_end);  // round_landed
   for (int s0 = s_begin; s0 < s_end; s0 += kV) {
-    uint4 wv[kV][Parts][2];
+    uint4 wv[kV][Parts][2][kVecs];
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int sl = min(s0 + v, s_end - 1);  // past the slice: the last step again (unused)
@@ -689,35 +704,63 @@ __device__ __forceinline__ void warp_block16_gemm_exact(float (&acc)[Parts][4],
       for (int p = 0; p < Parts; ++p) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          wv[v][p][h] =
-              decode::load_weights(wp[p][h] + static_cast<int64_t>(sl) * kStepWords, policy);
+#pragma unroll
+          for (int q = 0; q < kVecs; ++q) {
+            wv[v][p][h][q] = decode::load_weights(
+                wp[p][h] + static_cast<int64_t>(sl) * kStepWords + q * 128, policy);
+          }
         }
       }
     }
-    const uint32_t landed = round_landed<kV * Parts * 2>(&wv[0][0][0], zero);
+    const uint32_t landed = round_landed<kV * Parts * 2 * kVecs>(&wv[0][0][0][0], zero);
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int s = s0 + v;
       if (s >= s_end) break;  // uniform over the warp
 #pragma unroll
       for (int unit = 0; unit < 4; ++unit) {
-        uint32_t xb[2][2];
-        unit_x_b(x_row, s * 128 + unit * 32 + 2 * t, len_x, xb);
-        if (v == 0 && unit == 0) xb[0][0] |= landed;
+        if constexpr (Bits == 4) {
+          uint32_t xb[2][2];
+          unit_x_b(x_row, s * 128 + unit * 32 + 2 * t, len_x, xb);
+          if (v == 0 && unit == 0) xb[0][0] |= landed;
 #pragma unroll
-        for (int p = 0; p < Parts; ++p) {
-          const uint32_t lo_words[4] = {wv[v][p][0].x, wv[v][p][0].y, wv[v][p][0].z, wv[v][p][0].w};
-          const uint32_t hi_words[4] = {wv[v][p][1].x, wv[v][p][1].y, wv[v][p][1].z, wv[v][p][1].w};
-          uint32_t lo[2][2], hi[2][2];
-          wna16_exact::int4_magic_pairs<kBf16>(lo_words[unit], lo);
-          wna16_exact::int4_magic_pairs<kBf16>(hi_words[unit], hi);
+          for (int p = 0; p < Parts; ++p) {
+            const uint4& lv = wv[v][p][0][0];
+            const uint4& hv = wv[v][p][1][0];
+            const uint32_t lo_words[4] = {lv.x, lv.y, lv.z, lv.w};
+            const uint32_t hi_words[4] = {hv.x, hv.y, hv.z, hv.w};
+            uint32_t lo[2][2], hi[2][2];
+            wna16_exact::int4_magic_pairs<kBf16>(lo_words[unit], lo);
+            wna16_exact::int4_magic_pairs<kBf16>(hi_words[unit], hi);
 #pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            // A rows g (lo) and g + 8 (hi) at k (2t, 2t + 1) and (2t + 8, 2t + 9) of mma m.
-            const uint32_t a[4] = {
-                wna16::sub_pair<T>(lo[m][0], zm[p][0]), wna16::sub_pair<T>(hi[m][0], zm[p][1]),
-                wna16::sub_pair<T>(lo[m][1], zm[p][0]), wna16::sub_pair<T>(hi[m][1], zm[p][1])};
-            grouped_gemm::mma_16816<T>(u[p], a, xb[m]);
+            for (int m = 0; m < 2; ++m) {
+              // A rows g (lo) and g + 8 (hi) at k (2t, 2t + 1) and (2t + 8, 2t + 9) of mma m.
+              const uint32_t a[4] = {
+                  wna16::sub_pair<T>(lo[m][0], zm[p][0]), wna16::sub_pair<T>(hi[m][0], zm[p][1]),
+                  wna16::sub_pair<T>(lo[m][1], zm[p][0]), wna16::sub_pair<T>(hi[m][1], zm[p][1])};
+              grouped_gemm::mma_16816<T>(u[p], a, xb[m]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int k = s * 128 + unit * 32 + half * 16 + 2 * t;
+            const uint32_t xb[2] = {
+                a_pair(x_row, k, len_x) | (v == 0 && unit == 0 && half == 0 ? landed : 0u),
+                a_pair(x_row, k + 8, len_x)};
+#pragma unroll
+            for (int p = 0; p < Parts; ++p) {
+              // Word 2 unit + half of the step's 8 (two vectors) of each block.
+              uint32_t lo[2], hi[2];
+              const uint4& lv = wv[v][p][0][unit / 2];
+              const uint4& hv = wv[v][p][1][unit / 2];
+              const uint32_t lo_words[4] = {lv.x, lv.y, lv.z, lv.w};
+              const uint32_t hi_words[4] = {hv.x, hv.y, hv.z, hv.w};
+              int8_exact_pairs<T>(lo_words[(2 * unit + half) & 3], zm[p][0], lo);
+              int8_exact_pairs<T>(hi_words[(2 * unit + half) & 3], zm[p][1], hi);
+              const uint32_t a[4] = {lo[0], hi[0], lo[1], hi[1]};
+              grouped_gemm::mma_16816<T>(u[p], a, xb);
+            }
           }
         }
         if constexpr (!kStepGroups) {
@@ -933,12 +976,12 @@ __device__ __forceinline__ void warp_block16_gemm_e2m1(float (&acc)[Parts][4],
 }
 
 // The swapped-operand block GEMM of a code kind (swapped_operands says which take it).
-template <typename T, Wna16Codes Codes, IntPath Path, int Parts>
+template <typename T, int Bits, Wna16Codes Codes, IntPath Path, int Parts>
 __device__ __forceinline__ void block16_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                              int expert, int block, bool has_hi, int s_begin,
                                              int s_end, const T* x_row, int len, uint64_t policy) {
   if constexpr (Codes == Wna16Codes::kInteger) {
-    warp_block16_gemm_exact<T, Parts, Path == IntPath::kExactSteps>(
+    warp_block16_gemm_exact<T, Bits, Parts, Path == IntPath::kExactSteps>(
         acc, w, expert, block, has_hi, s_begin, s_end, x_row, len, policy);
   } else {
     warp_block16_gemm_e2m1<T, Codes, Parts>(acc, w, expert, block, has_hi, s_begin, s_end, x_row,
@@ -946,11 +989,11 @@ __device__ __forceinline__ void block16_gemm(float (&acc)[Parts][4], const Wna16
   }
 }
 
-// The kinds the swapped kernels are instantiated for: INT4 exact, FP4 scaled in T.
+// The kinds the swapped kernels are instantiated for: integer codes on an exact path, FP4 scaled in
+// T.
 template <typename T, int Bits, Wna16Codes Codes, IntPath Path>
 inline constexpr bool kSwappable =
-    Codes == Wna16Codes::kInteger ? Bits == 4 && Path != IntPath::kPerValue
-                                  : wna16::kFp4ScaleInT<T, Codes>;
+    Codes == Wna16Codes::kInteger ? Path != IntPath::kPerValue : wna16::kFp4ScaleInT<T, Codes>;
 
 // The block GEMM of a code kind: FP4 codes take warp_block_gemm_e2m1; integer codes by Path
 // (IntPath, chosen at launch by int_path): warp_block_gemm_exact or the per-value
@@ -1064,8 +1107,9 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
       float acc[kParts][4] = {};
       if (has_block && steps.begin < steps.end) {  // uniform over the warp
         if constexpr (Swapped) {
-          block16_gemm<T, Codes, Path, kParts>(acc, p.w13, e, 2 * block, block * 16 + 8 < p.inter,
-                                               steps.begin, steps.end, a_lo, p.hidden, policy);
+          block16_gemm<T, Bits, Codes, Path, kParts>(acc, p.w13, e, 2 * block,
+                                                     block * 16 + 8 < p.inter, steps.begin,
+                                                     steps.end, a_lo, p.hidden, policy);
         } else if (PairRows > 8 && group_end - first > 8) {
           block_gemm<T, Bits, Codes, Path, kParts, true>(acc, p.w13, e, block, steps.begin,
                                                          steps.end, a_lo, a_hi, p.hidden, policy);
@@ -1252,8 +1296,8 @@ __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
         float acc[1][4] = {};
         if constexpr (Swapped) {
           if (steps.begin < steps.end) {  // uniform over the warp
-            block16_gemm<T, Codes, Path, 1>(acc, p.w2, e, block0 + 2 * b, 2 * b + 1 < blocks,
-                                            steps.begin, steps.end, a_lo, p.inter, policy);
+            block16_gemm<T, Bits, Codes, Path, 1>(acc, p.w2, e, block0 + 2 * b, 2 * b + 1 < blocks,
+                                                  steps.begin, steps.end, a_lo, p.inter, policy);
           }
           // C element c: row 16 b + 8 (c >> 1) + g of the CTA, pair 2t + (c & 1) of the group.
           float* slice_partial = partial + static_cast<int64_t>(ks) * p.num_pairs * rows_per_cta;
@@ -1377,7 +1421,7 @@ inline IntPath int_path(const Wna16Weights& w) {
 }
 
 // Whether a kernel over `w` in T for `tokens` tokens takes the swapped operands (block16_gemm):
-// INT4 codes on an exact path and FP4 codes whose scales T holds (kSwappable), in groups of 8
+// Integer codes on an exact path and FP4 codes whose scales T holds (kSwappable), in groups of 8
 // pairs (up to 8 tokens: the mma's n8), from 2 tokens unless the tiles say otherwise
 // (Wna16DecodeTiles::swap_operands has the timing behind the rule).
 template <typename T>
@@ -1387,7 +1431,7 @@ bool swapped_operands(const Wna16Weights& w, int64_t tokens, const Wna16DecodeTi
   }
   switch (w.codes) {
     case Wna16Codes::kInteger:
-      return w.bits == 4 && int_path(w) != IntPath::kPerValue;
+      return int_path(w) != IntPath::kPerValue;
     case Wna16Codes::kMxfp4:
       return wna16::kFp4ScaleInT<T, Wna16Codes::kMxfp4>;
     case Wna16Codes::kNvfp4:
@@ -1401,7 +1445,7 @@ bool swapped_operands(const Wna16Weights& w, int64_t tokens, const Wna16DecodeTi
 template <typename T, int Bits, Wna16Codes Codes, bool Gated>
 auto up_kernel(bool rows16, [[maybe_unused]] IntPath path, [[maybe_unused]] bool swapped)
     -> void (*)(UpParams) {
-  if constexpr (Codes == Wna16Codes::kInteger && Bits == 4) {
+  if constexpr (Codes == Wna16Codes::kInteger) {
     if (swapped) {
       return path == IntPath::kExactSteps
                  ? wna16_decode_up_kernel<T, Bits, Codes, Gated, 8, IntPath::kExactSteps, true>
@@ -1426,7 +1470,7 @@ auto up_kernel(bool rows16, [[maybe_unused]] IntPath path, [[maybe_unused]] bool
 template <typename T, int Bits, Wna16Codes Codes>
 auto down_kernel(bool rows16, [[maybe_unused]] IntPath path, [[maybe_unused]] bool swapped)
     -> void (*)(DownParams) {
-  if constexpr (Codes == Wna16Codes::kInteger && Bits == 4) {
+  if constexpr (Codes == Wna16Codes::kInteger) {
     if (swapped) {
       return path == IntPath::kExactSteps
                  ? wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExactSteps, true>

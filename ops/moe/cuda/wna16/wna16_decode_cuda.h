@@ -80,7 +80,7 @@ struct Wna16DecodeTiles {
   bool down_prefetch_l2 = false;
   // Weight loads ask L2 to evict their lines first (each is read once per launch).
   bool evict_first = true;
-  // INT4 codes on the exact path and FP4 codes whose scales T holds (BF16 MXFP4, NVFP4), at up
+  // Integer codes on the exact path and FP4 codes whose scales T holds (BF16 MXFP4, NVFP4), at up
   // to 8 tokens: the weights of two 8-row blocks as the mma's A operand and the pairs' x as B
   // (wna16_decode_cuda.cuh, block16_gemm), where the other kernels make one block B and the pairs
   // A. Every K slice count above then counts slices of a 16-row item, and the default down blocks
@@ -122,19 +122,15 @@ inline constexpr int64_t kWna16DecodeMaxPairs = 256;
 inline constexpr int64_t kWna16DecodeThreshold = 1;
 
 // The same for weights the decode kernels take through the exact integer-code path (integer
-// codes whose zero points are all integer codes; wna16_decode_cuda.cuh). The H100 timing above
-// (session 11, qwen3-30b-a3b int4-g128, µs decode / grouped GEMM): M = 1 27.1 / 38.3, M = 2
-// 49.4 / 55.7, M = 4 76.6 / 77.9, M = 8 139.6 / 122.5; the per-value path at M = 2 56.0. INT8
-// keeps this; INT4 has its own since the swapped operands (below).
-inline constexpr int64_t kWna16DecodeExactThreshold = 2;
-
-// The same for INT4 on the exact path, whose kernels swap the mma's operands from 2 tokens
-// (Wna16DecodeTiles::swap_operands): the whole layer with routing, H200 (session 22, `moegraph
-// bench moe --quant int4-g128 --shape qwen3-30b-a3b --kernel wna16_decode,wna16_mma16 --tokens
-// 1,2,3,4,5,6,8`), µs decode / grouped GEMM: 2 35.6 / 53.4, 3 48.5 / 64.5, 4 56.9 / 69.7, 5
-// 70.0 / 86.2, 6 79.4 / 94.7, 8 93.6 / 101.3. The grouped GEMM takes more than 8 (the swapped
-// kernels stop there).
-inline constexpr int64_t kWna16DecodeInt4ExactThreshold = 8;
+// codes whose zero points are all integer codes; wna16_decode_cuda.cuh), whose kernels swap the
+// mma's operands from 2 tokens (Wna16DecodeTiles::swap_operands): the decode path wins at every
+// token count up to 8, the most the swapped kernels take. The whole layer with routing, H200
+// (session 22, `moegraph bench moe --quant int4-g128|int8-g128 --shape qwen3-30b-a3b --kernel
+// wna16_decode,wna16_mma16 --tokens 1,2,3,4,5,6,8`), µs decode / grouped GEMM: INT4 1 27.3 /
+// 45.6, 2 35.6 / 53.4, 3 48.5 / 64.5, 4 56.9 / 69.7, 5 70.0 / 86.2, 6 79.4 / 94.7, 8 93.6 /
+// 101.3; INT8 1 33.1 / 48.0, 2 44.4 / 59.5, 3 60.1 / 66.7, 4 72.7 / 86.4, 8 117.3 / 125.3. (Before
+// the swap it was 2: H100, session 11, qwen3 int4-g128 M = 8 139.6 / 122.5.)
+inline constexpr int64_t kWna16DecodeExactThreshold = 8;
 
 // The same for FP4 codes (always the exact E2M1 path). Against the grouped GEMM with the same
 // bit placement (wna16_gemm.cuh), H200, session 13 (docs/performance.md, "FP4 experts with the
@@ -156,9 +152,8 @@ inline bool wna16_decode_exact(const Wna16Weights& w) {
 // The tokens up to which the experts backends take the decode path for these weights.
 inline int64_t wna16_decode_threshold(const Wna16Weights& w13, const Wna16Weights& w2) {
   if (w13.codes != Wna16Codes::kInteger) return kWna16DecodeFp4Threshold;
-  if (!wna16_decode_exact(w13) || !wna16_decode_exact(w2)) return kWna16DecodeThreshold;
-  return w13.bits == 4 && w2.bits == 4 ? kWna16DecodeInt4ExactThreshold
-                                       : kWna16DecodeExactThreshold;
+  return wna16_decode_exact(w13) && wna16_decode_exact(w2) ? kWna16DecodeExactThreshold
+                                                           : kWna16DecodeThreshold;
 }
 
 // Bytes of act_scratch for M tokens: [M * k, I] T, rounded up to 256.
