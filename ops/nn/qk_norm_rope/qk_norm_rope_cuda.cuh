@@ -7,10 +7,11 @@
 // angles) into shared memory; then each warp takes a head of its group at a time: it sums the
 // head's squares in rms_norm's warp order (rms_norm_sum_sq, warp_sum), writes the normed head
 // rounded to T into its own shared slot (rms_norm_store) and rotates it from there (rope_slot,
-// rope_rotate). So the outputs equal the unfused rms_norm -> rope kernels' (which read the normed
-// head back from memory as T), and they do not depend on the grouping: a head's arithmetic is
-// the same whichever block and warp take it (a group of every head is the one-block-per-token
-// layout of before; the CUDA test compares the two bit for bit).
+// rope_rotate: qk_norm_head and qk_rope_head below; a warp's first head is loaded into
+// registers while the block evaluates cos/sin). So the outputs equal the unfused rms_norm -> rope
+// kernels' (which read the normed head back from memory as T), and they do not depend on the
+// grouping: a head's arithmetic is the same whichever block and warp take it (a group of every head
+// is the one-block-per-token layout of before; the CUDA test compares the two bit for bit).
 #pragma once
 
 #include <algorithm>
@@ -30,8 +31,82 @@ constexpr int kQkNormRopeMaxWarps = 16;
 // rotary half of up to 128 frequencies is one sincos per thread; a Qwen3 decode token is 9
 // blocks, a prefill of 512 tokens 4608 blocks of 128 threads.
 constexpr int64_t kQkNormRopeHeadsPerBlock = 4;
+// Elements of a head each lane holds in registers for the warp's first head (heads of up to 128
+// elements: Qwen3's; wider ones are read from memory where they are used).
+constexpr int kQkNormRopeRegsPerLane = 4;
 // Dynamic shared memory without opting in to more.
 constexpr size_t kQkNormRopeMaxShared = 48 * 1024;
+
+// One head of q or k by one warp, in two steps.
+// qk_norm_head: the head's RMSNorm in rms_norm's warp order (rms_norm_sum_sq, warp_sum) rounded
+// to T into the warp's `slot` [d]. qk_rope_head: the slot rotated (elements outside the rotary
+// slice as they are), each element rounded to T and handed to out(i, value). The caller
+// __syncwarp()s between the two (lanes read what other lanes wrote) and after the second before
+// it writes the slot again.
+template <typename T>
+__device__ __forceinline__ void qk_norm_head(const T* x, const T* w, float eps, int64_t d, T* slot,
+                                             int lane) {
+  const float sum_sq = warp_sum(rms_norm_sum_sq(x, d, lane, 32));
+  const float inv_rms = rsqrtf(sum_sq / static_cast<float>(d) + eps);
+  rms_norm_store(x, w, slot, d, inv_rms, lane, 32);
+}
+
+// qk_norm_head in two steps for a caller that has other work while the head's loads are in
+// flight (qk_norm_rope_kernel: the cos/sin): load_head_lanes puts elements lane, lane + 32, ... of
+// a head (or weight) of d <= 32 * kPerLane elements into registers; qk_norm_head_lanes then sums
+// and stores them exactly as qk_norm_head does (the same order: the same bits), with the weight's
+// registers when has_w.
+template <typename T, int kPerLane>
+__device__ __forceinline__ void load_head_lanes(const T* x, int64_t d, int lane,
+                                                T (&regs)[kPerLane]) {
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t i = lane + 32 * j;
+    if (i < d) regs[j] = x[i];
+  }
+}
+
+template <typename T, int kPerLane>
+__device__ __forceinline__ void qk_norm_head_lanes(const T (&x)[kPerLane], const T (&w)[kPerLane],
+                                                   bool has_w, float eps, int64_t d, T* slot,
+                                                   int lane) {
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (lane + 32 * j < d) {
+      const float v = to_float(x[j]);
+      sum_sq += v * v;
+    }
+  }
+  const float inv_rms = rsqrtf(warp_sum(sum_sq) / static_cast<float>(d) + eps);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t i = lane + 32 * j;
+    if (i < d) {
+      float v = to_float(x[j]) * inv_rms;
+      if (has_w) v *= to_float(w[j]);
+      slot[i] = from_float<T>(v);
+    }
+  }
+}
+
+template <typename T, typename Out>
+__device__ __forceinline__ void qk_rope_head(const T* slot, int64_t d, int64_t rotary_dim,
+                                             int64_t rotary_offset, bool interleaved,
+                                             const float* cos_f, const float* sin_f, int lane,
+                                             Out&& out) {
+  const int64_t half = rotary_dim / 2;
+  for (int64_t i = lane; i < d; i += 32) {
+    const int64_t rel = i - rotary_offset;
+    if (rel < 0 || rel >= rotary_dim) {
+      out(i, slot[i]);
+      continue;
+    }
+    const RopeSlot pair = rope_slot(rel, half, interleaved);
+    out(i, from_float<T>(rope_rotate(to_float(slot[i]), to_float(slot[i + pair.partner_offset]),
+                                     cos_f[pair.freq], sin_f[pair.freq], pair.first)));
+  }
+}
 
 // Heads per block of a launch: args.heads_per_block, or the rule, at most every head of a row.
 inline int64_t qk_norm_rope_heads_per_block(const QkNormRopeArgs& a) {
@@ -57,32 +132,45 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a, int64_t heads_per_block) {
   const int64_t heads = a.q_heads + a.k_heads;
   const int64_t group_end =
       group_begin + heads_per_block < heads ? group_begin + heads_per_block : heads;
+  // The warp's first head (a launch under the rule gives each warp one: kQkNormRopeHeadsPerBlock
+  // heads, a warp each) goes into registers before the cos/sin are evaluated, so that its loads
+  // are in flight meanwhile, and its norm weight even before pdl_wait (weights never change while
+  // graphs run: pdl.cuh's rule 1). Heads over kQkNormRopeRegsPerLane * 32 elements, and a warp's
+  // later heads, are read where they are used. The same arithmetic either way (the same bits).
+  const int64_t d = a.head_dim;
+  const bool in_regs = d <= 32 * kQkNormRopeRegsPerLane;
+  const int64_t first = group_begin + warp;
+  const bool first_is_q = first < a.q_heads;
+  const T* first_w = static_cast<const T*>(first_is_q ? a.q_weight : a.k_weight);
+  T x_regs[kQkNormRopeRegsPerLane], w_regs[kQkNormRopeRegsPerLane];
+  if (in_regs && first < group_end && first_w != nullptr) {
+    load_head_lanes(first_w, d, lane, w_regs);
+  }
   pdl_wait();  // positions, q and k come from before (launch_pdl, pdl.cuh)
   pdl_launch_dependents();
+  if (in_regs && first < group_end) {
+    const int64_t row =
+        t * (first_is_q ? a.q_heads : a.k_heads) + (first_is_q ? first : first - a.q_heads);
+    load_head_lanes(static_cast<const T*>(first_is_q ? a.q : a.k) + row * d, d, lane, x_regs);
+  }
   rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
   __syncthreads();
 
-  const int64_t d = a.head_dim;
-  for (int64_t h = group_begin + warp; h < group_end; h += warps) {
+  for (int64_t h = first; h < group_end; h += warps) {
     const bool is_q = h < a.q_heads;
     const int64_t row = t * (is_q ? a.q_heads : a.k_heads) + (is_q ? h : h - a.q_heads);
     const T* x = static_cast<const T*>(is_q ? a.q : a.k) + row * d;
     T* out = static_cast<T*>(is_q ? a.q_out : a.k_out) + row * d;
     const T* w = static_cast<const T*>(is_q ? a.q_weight : a.k_weight);
-    const float sum_sq = warp_sum(rms_norm_sum_sq(x, d, lane, 32));
-    const float inv_rms = rsqrtf(sum_sq / static_cast<float>(d) + (is_q ? a.q_eps : a.k_eps));
-    rms_norm_store(x, w, head, d, inv_rms, lane, 32);
-    __syncwarp();
-    for (int64_t i = lane; i < d; i += 32) {
-      const int64_t rel = i - a.rotary_offset;
-      if (rel < 0 || rel >= a.rotary_dim) {
-        out[i] = head[i];
-        continue;
-      }
-      const RopeSlot slot = rope_slot(rel, half, a.interleaved);
-      out[i] = from_float<T>(rope_rotate(to_float(head[i]), to_float(head[i + slot.partner_offset]),
-                                         cos_f[slot.freq], sin_f[slot.freq], slot.first));
+    const float eps = is_q ? a.q_eps : a.k_eps;
+    if (in_regs && h == first) {
+      qk_norm_head_lanes(x_regs, w_regs, w != nullptr, eps, d, head, lane);
+    } else {
+      qk_norm_head(x, w, eps, d, head, lane);
     }
+    __syncwarp();
+    qk_rope_head(head, d, a.rotary_dim, a.rotary_offset, a.interleaved, cos_f, sin_f, lane,
+                 [&](int64_t i, T v) { out[i] = v; });
     __syncwarp();  // the slot is rewritten by the warp's next head
   }
 }
