@@ -7,11 +7,11 @@
 // angles) into shared memory; then each warp takes a head of its group at a time: it sums the
 // head's squares in rms_norm's warp order (rms_norm_sum_sq, warp_sum), writes the normed head
 // rounded to T into its own shared slot (rms_norm_store) and rotates it from there (rope_slot,
-// rope_rotate: qk_norm_head and qk_rope_head below; a warp's first head is loaded into
-// registers while the block evaluates cos/sin). So the outputs equal the unfused rms_norm -> rope
-// kernels' (which read the normed head back from memory as T), and they do not depend on the
-// grouping: a head's arithmetic is the same whichever block and warp take it (a group of every head
-// is the one-block-per-token layout of before; the CUDA test compares the two bit for bit).
+// rope_rotate; a warp's first head is loaded into registers while the block evaluates cos/sin). So
+// the outputs equal the unfused rms_norm -> rope kernels' (which read the normed head back from
+// memory as T), and they do not depend on the grouping: a head's arithmetic is the same whichever
+// block and warp take it (a group of every head is the one-block-per-token layout of before; the
+// CUDA test compares the two bit for bit).
 #pragma once
 
 #include <algorithm>
@@ -37,25 +37,11 @@ constexpr int kQkNormRopeRegsPerLane = 4;
 // Dynamic shared memory without opting in to more.
 constexpr size_t kQkNormRopeMaxShared = 48 * 1024;
 
-// One head of q or k by one warp, in two steps.
-// qk_norm_head: the head's RMSNorm in rms_norm's warp order (rms_norm_sum_sq, warp_sum) rounded
-// to T into the warp's `slot` [d]. qk_rope_head: the slot rotated (elements outside the rotary
-// slice as they are), each element rounded to T and handed to out(i, value). The caller
-// __syncwarp()s between the two (lanes read what other lanes wrote) and after the second before
-// it writes the slot again.
-template <typename T>
-__device__ __forceinline__ void qk_norm_head(const T* x, const T* w, float eps, int64_t d, T* slot,
-                                             int lane) {
-  const float sum_sq = warp_sum(rms_norm_sum_sq(x, d, lane, 32));
-  const float inv_rms = rsqrtf(sum_sq / static_cast<float>(d) + eps);
-  rms_norm_store(x, w, slot, d, inv_rms, lane, 32);
-}
-
-// qk_norm_head in two steps for a caller that has other work while the head's loads are in
+// A head's RMSNorm from registers, for a warp that has other work while the head's loads are in
 // flight (qk_norm_rope_kernel: the cos/sin): load_head_lanes puts elements lane, lane + 32, ... of
 // a head (or weight) of d <= 32 * kPerLane elements into registers; qk_norm_head_lanes then sums
-// and stores them exactly as qk_norm_head does (the same order: the same bits), with the weight's
-// registers when has_w.
+// and stores them into the warp's slot exactly as rms_norm_sum_sq, warp_sum and rms_norm_store do
+// (the same order: the same bits), with the weight's registers when has_w.
 template <typename T, int kPerLane>
 __device__ __forceinline__ void load_head_lanes(const T* x, int64_t d, int lane,
                                                 T (&regs)[kPerLane]) {
@@ -87,24 +73,6 @@ __device__ __forceinline__ void qk_norm_head_lanes(const T (&x)[kPerLane], const
       if (has_w) v *= to_float(w[j]);
       slot[i] = from_float<T>(v);
     }
-  }
-}
-
-template <typename T, typename Out>
-__device__ __forceinline__ void qk_rope_head(const T* slot, int64_t d, int64_t rotary_dim,
-                                             int64_t rotary_offset, bool interleaved,
-                                             const float* cos_f, const float* sin_f, int lane,
-                                             Out&& out) {
-  const int64_t half = rotary_dim / 2;
-  for (int64_t i = lane; i < d; i += 32) {
-    const int64_t rel = i - rotary_offset;
-    if (rel < 0 || rel >= rotary_dim) {
-      out(i, slot[i]);
-      continue;
-    }
-    const RopeSlot pair = rope_slot(rel, half, interleaved);
-    out(i, from_float<T>(rope_rotate(to_float(slot[i]), to_float(slot[i + pair.partner_offset]),
-                                     cos_f[pair.freq], sin_f[pair.freq], pair.first)));
   }
 }
 
@@ -166,11 +134,20 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a, int64_t heads_per_block) {
     if (in_regs && h == first) {
       qk_norm_head_lanes(x_regs, w_regs, w != nullptr, eps, d, head, lane);
     } else {
-      qk_norm_head(x, w, eps, d, head, lane);
+      const float sum_sq = warp_sum(rms_norm_sum_sq(x, d, lane, 32));
+      rms_norm_store(x, w, head, d, rsqrtf(sum_sq / static_cast<float>(d) + eps), lane, 32);
     }
     __syncwarp();
-    qk_rope_head(head, d, a.rotary_dim, a.rotary_offset, a.interleaved, cos_f, sin_f, lane,
-                 [&](int64_t i, T v) { out[i] = v; });
+    for (int64_t i = lane; i < d; i += 32) {
+      const int64_t rel = i - a.rotary_offset;
+      if (rel < 0 || rel >= a.rotary_dim) {
+        out[i] = head[i];
+        continue;
+      }
+      const RopeSlot slot = rope_slot(rel, half, a.interleaved);
+      out[i] = from_float<T>(rope_rotate(to_float(head[i]), to_float(head[i + slot.partner_offset]),
+                                         cos_f[slot.freq], sin_f[slot.freq], slot.first));
+    }
     __syncwarp();  // the slot is rewritten by the warp's next head
   }
 }
