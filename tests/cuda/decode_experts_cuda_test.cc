@@ -283,8 +283,8 @@ TEST(DecodeExpertsCuda, IdentityMapIsNotReadAndGivesTheSameBits) {
 
 // Every forced variant of the two kernels (decode_experts_cuda.h's DecodeExpertsTiles) computes
 // the reference: both up vector counts, the three down warp shapes, tiles that leave CTAs without
-// units or rows, one expert slot (a CTA walks every expert), the L2 prefetch, policy and PDL
-// switched off; at M = 1, 3 and 8 on sizes that are multiples of 8 but not of 64, with most
+// units or rows, one expert slot (a CTA walks every expert), the L2 prefetches on, policy and
+// PDL switched off; at M = 1, 3 and 8 on sizes that are multiples of 8 but not of 64, with most
 // experts receiving no token and the last token routed only to experts of other ranks.
 TEST(DecodeExpertsCuda, ForcedVariantsMatchReference) {
   MG_REQUIRE_GPU();
@@ -299,11 +299,11 @@ TEST(DecodeExpertsCuda, ForcedVariantsMatchReference) {
   t.down_vectors = 4;
   variants.push_back({"down 4x4", t});
   t = Tiles{};
-  t.down_rows_per_warp = 4;
-  t.down_vectors = 2;
+  t.down_rows_per_warp = 2;
+  t.down_vectors = 4;
   t.up_units_per_cta = 8;
   t.down_rows_per_cta = 4;
-  variants.push_back({"down 4x2, 8 units, 4 rows per CTA", t});
+  variants.push_back({"down 2x4, 8 units, 4 rows per CTA", t});
   t = Tiles{};
   t.up_vectors = 8;
   t.down_rows_per_warp = 4;
@@ -318,6 +318,10 @@ TEST(DecodeExpertsCuda, ForcedVariantsMatchReference) {
   t.evict_first = false;
   t.pdl = false;
   variants.push_back({"no prefetch, no policy, no PDL", t});
+  t = Tiles{};
+  t.down_prefetch = true;
+  t.up_prefetch = true;
+  variants.push_back({"up and down prefetch", t});
 
   struct Shape {
     int64_t hidden, inter, experts, top_k;
@@ -494,8 +498,8 @@ TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
   t.down_prefetch = true;
   variants.push_back({"with down prefetch", t});
   t = Tiles{};
-  t.up_prefetch = false;
-  variants.push_back({"no up prefetch", t});
+  t.up_prefetch = true;
+  variants.push_back({"with up prefetch", t});
   t = Tiles{};
   t.evict_first = false;
   variants.push_back({"no evict-first", t});
@@ -505,7 +509,7 @@ TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
   t = Tiles{};
   t.up_vectors = 8;
   variants.push_back({"up 8 vectors", t});
-  for (const int units : {8, 16, 32, 64}) {
+  for (const int units : {8, 16, 20, 24, 28, 32, 64}) {
     t = Tiles{};
     t.up_units_per_cta = units;
     variants.push_back({fmt::format("up {} units", units), t});
@@ -517,14 +521,16 @@ TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
   t.down_vectors = 4;
   variants.push_back({"down 4x4", t});
   t = Tiles{};
-  t.down_rows_per_warp = 4;
-  t.down_vectors = 2;
-  variants.push_back({"down 4x2", t});
+  t.down_rows_per_warp = 2;
+  t.down_vectors = 4;
+  variants.push_back({"down 2x4", t});
   for (const int rows : {4, 16}) {
     t = Tiles{};
     t.down_rows_per_cta = rows;
     variants.push_back({fmt::format("down {} rows per CTA", rows), t});
   }
+  // The clocks drift over the sweep (later variants ran faster); the default again shows how much.
+  variants.push_back({"default (again, last)", Tiles{}});
 
   for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}}) {
     const auto route_set = [&](int i) {

@@ -740,7 +740,10 @@ void launch_down_variant(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens,
   if (rows_per_warp == 0 && vectors == 0) {
     // 4 rows x 2 vectors where the activations overflow L1, and below 8 tokens: the H100 sweep
     // (DecodeExpertsCuda.TimesTilesOnTheQwen3Shape, session 8) timed 4x2 at 31.3 / 58.9 / 104.4 us
-    // for M = 1 / 2 / 4 against 2x4's 32.9 / 60.5 / 108.1, and slower at 8 (210.0 vs 187.8).
+    // for M = 1 / 2 / 4 against 2x4's 32.9 / 60.5 / 108.1, and slower at 8 (210.0 vs 187.8). The
+    // H200 agrees at 8 tokens: `bench serve q48 --batch 8` decoded 747 tokens/s with 2x4 there
+    // and 676 with 4x2 (session 24; the sweep's own 8-token numbers drift with the variant's
+    // place in the run, the later one faster, so it was read from the whole model).
     const bool act_overflows_l1 =
         static_cast<int64_t>(NT) * a.inter * static_cast<int64_t>(sizeof(T)) > 128 * 1024;
     const bool four_rows = act_overflows_l1 || NT < 8;

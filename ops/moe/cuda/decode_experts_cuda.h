@@ -65,8 +65,10 @@ struct DecodeExpertsTiles {
   // default: on the H100 the sweep timed it 0.5-1.3 us slower at M = 1, 2, 4, 8 on the qwen3
   // shape (34.2 / 61.0 / 109.3 / 189.2 us with it, 32.9 / 60.5 / 108.1 / 187.8 without).
   bool down_prefetch = false;
-  // The up kernel asks L2 for its CTA's first weight rows while it groups the pairs (sm_90).
-  bool up_prefetch = true;
+  // The up kernel asks L2 for its CTA's first weight rows while it groups the pairs (sm_90). Off
+  // by default: on the H200 the sweep timed it 1.0-1.8 us slower at M = 1, 2, 4 on the qwen3
+  // shape (28.4 / 49.8 / 86.8 us with it, 27.4 / 48.6 / 85.0 without; M = 8 168.3 / 168.4).
+  bool up_prefetch = false;
   // Weight loads ask L2 to evict their lines first (each is read once per launch), which keeps
   // the prefetched W2 rows and the activations resident.
   bool evict_first = true;
