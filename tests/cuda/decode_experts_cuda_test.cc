@@ -322,6 +322,13 @@ TEST(DecodeExpertsCuda, ForcedVariantsMatchReference) {
   t.down_prefetch = true;
   t.up_prefetch = true;
   variants.push_back({"up and down prefetch", t});
+  t = Tiles{};
+  t.up_pairs_per_pass = 1;
+  variants.push_back({"up 1 pair a pass", t});
+  t.up_pairs_per_pass = 2;
+  variants.push_back({"up 2 pairs a pass", t});
+  t.up_pairs_per_pass = 8;
+  variants.push_back({"up 8 pairs a pass", t});
 
   struct Shape {
     int64_t hidden, inter, experts, top_k;
@@ -495,6 +502,13 @@ TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
   variants.push_back({"before (no prefetch, no policy)", before});
   variants.push_back({"default", Tiles{}});
   Tiles t;
+  // Right after the default, before the clocks drift (below).
+  for (const int pairs : {1, 2, 8}) {
+    t = Tiles{};
+    t.up_pairs_per_pass = pairs;
+    variants.push_back({fmt::format("up {} pairs a pass", pairs), t});
+  }
+  t = Tiles{};
   t.down_prefetch = true;
   variants.push_back({"with down prefetch", t});
   t = Tiles{};
@@ -509,7 +523,7 @@ TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
   t = Tiles{};
   t.up_vectors = 8;
   variants.push_back({"up 8 vectors", t});
-  for (const int units : {8, 16, 20, 24, 28, 32, 64}) {
+  for (const int units : {8, 16, 20, 24, 32, 64}) {
     t = Tiles{};
     t.up_units_per_cta = units;
     variants.push_back({fmt::format("up {} units", units), t});
@@ -600,6 +614,22 @@ TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
           mb);
   }
   MG_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(DecodeExpertsCuda, RefusesUpPairsPerPassOtherThanOneTwoFourEight) {
+  MG_REQUIRE_GPU();
+  const Problem p =
+      random_problem(2, 2, 16, 8, 4, MoEActKind::kSiluGated, false, false, DType::kBF16, 77);
+  cuda::DecodeExpertsTiles tiles;
+  tiles.up_pairs_per_pass = 3;
+  try {
+    run_device(p, DType::kBF16, &tiles);
+    ADD_FAILURE() << "up_pairs_per_pass 3 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("up_pairs_per_pass must be 1, 2, 4 or 8, got 3"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DecodeExpertsCuda, CheckNamesTheSizesItRefuses) {

@@ -585,12 +585,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
 // the defaults on the whole layer.
 using Tiles = DecodeExpertsTiles;
 
-inline int up_units_per_cta(const Tiles& tiles, int64_t inter, int64_t tokens) {
-  if (tiles.up_units_per_cta > 0) return tiles.up_units_per_cta;
-  if (inter >= 2048) return 64;
-  return tokens == 1 ? 32 : 16;
-}
-
 // Multiprocessors of the current device, read once (the devices of a process are one model).
 inline int multiprocessor_count() {
   static const int count = [] {
@@ -600,6 +594,24 @@ inline int multiprocessor_count() {
     return sms;
   }();
   return count;
+}
+
+// Act columns per up CTA. Below 2048 columns the grid is cut by the SMs: at one token its
+// min(k, up_expert_slots) expert slots x the unit tiles make one wave of two CTAs an SM, above it
+// two waves, with the units a whole number of passes of the kWarps warps. The H200 sweep
+// (DecodeExpertsCuda.TimesTilesOnTheQwen3Shape, session 24) on qwen3's I = 768: 24 units (32
+// tiles) at M = 1 / 2 / 4 / 8 took 24.8 / 46.1 / 81.8 / 157.7 us against the former rule's 32 /
+// 16 / 16 / 16 units' 27.2 / 47.5 / 82.9 / 160.5; 20 units (39 tiles: past the wave at M = 1)
+// 29.9 at M = 1.
+inline int up_units_per_cta(const Tiles& tiles, int64_t inter, int64_t tokens, int64_t top_k) {
+  if (tiles.up_units_per_cta > 0) return tiles.up_units_per_cta;
+  if (inter >= 2048) return 64;
+  const int64_t slots =
+      std::max<int64_t>(1, std::min<int64_t>(tokens * top_k, tiles.up_expert_slots));
+  const int64_t waves = tokens == 1 ? 1 : 2;
+  const int64_t unit_tiles = std::max<int64_t>(1, 2 * waves * multiprocessor_count() / slots);
+  const int64_t units = (inter + unit_tiles - 1) / unit_tiles;
+  return static_cast<int>((units + kWarps - 1) / kWarps * kWarps);
 }
 
 // L2 bytes of the current device, read once.
@@ -646,7 +658,7 @@ UpParams up_params(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, int n
   p.top_k = static_cast<int>(a.top_k);
   p.hidden = static_cast<int>(a.hidden);
   p.inter = static_cast<int>(a.inter);
-  p.units_per_cta = up_units_per_cta(tiles, a.inter, tokens);
+  p.units_per_cta = up_units_per_cta(tiles, a.inter, tokens, a.top_k);
   const int64_t row_bytes = a.hidden * static_cast<int64_t>(sizeof(T));
   p.stage_all = tokens * row_bytes <= kMaxStageBytes;
   p.stage_x = !p.stage_all && nt * row_bytes <= kMaxStageBytes;
@@ -763,7 +775,26 @@ template <typename T, int NT>
 void launch_chunk(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, const Tiles& tiles,
                   cudaStream_t stream) {
   if (tiles.parts != Tiles::Parts::kDownOnly) {
-    launch_up_variant<T, NT>(a, up_params<T>(a, t0, tokens, NT, tiles), tiles, stream);
+    // Up to 4 pairs a pass by default: at 5-8 tokens an expert rarely has more than 4 pairs, and
+    // 8 cost the kernel registers (it spilled) for nothing. The H200 sweep at M = 8: 4 pairs a
+    // pass 154.6 us, the launch's 8 163.1 (then the same variant later in the call 160.4).
+    switch (tiles.up_pairs_per_pass > 0 ? tiles.up_pairs_per_pass : std::min(NT, 4)) {
+      case 1:
+        launch_up_variant<T, 1>(a, up_params<T>(a, t0, tokens, 1, tiles), tiles, stream);
+        break;
+      case 2:
+        launch_up_variant<T, 2>(a, up_params<T>(a, t0, tokens, 2, tiles), tiles, stream);
+        break;
+      case 4:
+        launch_up_variant<T, 4>(a, up_params<T>(a, t0, tokens, 4, tiles), tiles, stream);
+        break;
+      case 8:
+        launch_up_variant<T, 8>(a, up_params<T>(a, t0, tokens, 8, tiles), tiles, stream);
+        break;
+      default:
+        MG_CHECK(false, "decode experts: up_pairs_per_pass must be 1, 2, 4 or 8, got {}",
+                 tiles.up_pairs_per_pass);
+    }
   }
   if (tiles.parts != Tiles::Parts::kUpOnly) {
     launch_down_variant<T, NT>(a, t0, tokens, tiles, stream);

@@ -47,11 +47,15 @@ void launch_decode_experts(const DecodeExpertsArgs& args, cudaStream_t stream);
 // --gtest_filter='DecodeExpertsCuda.TimesTilesOnTheQwen3Shape'`); every choice computes the same
 // numbers (the forced-variant test checks each against the reference). 0 / kAuto: the default.
 struct DecodeExpertsTiles {
-  // Act columns per up CTA; 0: 64 for inter >= 2048, else 32 at M = 1 and 16 above (qwen3's
-  // I = 768 needs small tiles to give every SM work).
+  // Act columns per up CTA; 0: 64 for inter >= 2048, else cut by the SMs (up_units_per_cta in
+  // decode_experts_cuda.cuh: qwen3's I = 768 takes 24).
   int up_units_per_cta = 0;
   // grid.y: CTAs per unit tile that share the distinct experts (CTAs past U return at once).
   int up_expert_slots = 16;
+  // Pairs of one expert an up warp dots each weight row with at once (1, 2, 4 or 8; an expert
+  // with more pairs takes more passes over its rows); 0: the tokens rounded up to a power of two,
+  // at most 4.
+  int up_pairs_per_pass = 0;
   // 16-byte vectors of each weight row a lane loads before the first is used (4 or 8); 0: auto.
   int up_vectors = 0;
   // 0: as few rows as keep two CTAs on every SM in one wave. A down CTA owns whole rows of all

@@ -346,7 +346,7 @@ void launch_decode(const Fp8DecodeArgs& a, const Fp8DecodeScratchLayout& layout,
   up.top_k = static_cast<int>(a.top_k);
   up.hidden = static_cast<int>(a.hidden);
   up.inter = static_cast<int>(a.inter);
-  up.units_per_cta = decode::up_units_per_cta(decode::Tiles{}, a.inter, a.num_tokens);
+  up.units_per_cta = decode::up_units_per_cta(decode::Tiles{}, a.inter, a.num_tokens, a.top_k);
   up.act = a.act;
   up.per_token = a.act_per_token;
   const dim3 up_grid((up.inter + up.units_per_cta - 1) / up.units_per_cta,
