@@ -20,6 +20,26 @@
 namespace mg {
 namespace {
 
+#ifdef MG_WITH_CUDA
+// argmax_rows_cuda's picks of `rows` rows of `vocab` logits (the output starts as 0xff bytes).
+std::vector<int32_t> device_picks(const std::vector<float>& logits, int64_t rows, int64_t vocab) {
+  float* d_logits = nullptr;
+  int32_t* d_out = nullptr;
+  const size_t out_bytes = static_cast<size_t>(rows) * 2 * sizeof(int32_t);
+  MG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_logits), logits.size() * sizeof(float)));
+  MG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_out), out_bytes));
+  MG_CUDA_CHECK(
+      cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+  MG_CUDA_CHECK(cudaMemset(d_out, 0xff, out_bytes));
+  cuda::argmax_rows_cuda(d_logits, rows, vocab, d_out, nullptr);
+  std::vector<int32_t> out(static_cast<size_t>(rows) * 2);
+  MG_CUDA_CHECK(cudaMemcpy(out.data(), d_out, out_bytes, cudaMemcpyDeviceToHost));
+  MG_CUDA_CHECK(cudaFree(d_logits));
+  MG_CUDA_CHECK(cudaFree(d_out));
+  return out;
+}
+#endif
+
 TEST(ArgmaxCudaTest, PicksEqualTheHostOnRandomRowsWithTiesAndNonFinite) {
   MG_REQUIRE_GPU();
 #ifdef MG_WITH_CUDA
@@ -61,19 +81,7 @@ TEST(ArgmaxCudaTest, PicksEqualTheHostOnRandomRowsWithTiesAndNonFinite) {
           break;
       }
     }
-    float* d_logits = nullptr;
-    int32_t* d_out = nullptr;
-    MG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_logits), logits.size() * sizeof(float)));
-    MG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_out),
-                             static_cast<size_t>(rows) * 2 * sizeof(int32_t)));
-    MG_CUDA_CHECK(
-        cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
-    cuda::argmax_rows_cuda(d_logits, rows, vocab, d_out, nullptr);
-    std::vector<int32_t> out(static_cast<size_t>(rows) * 2);
-    MG_CUDA_CHECK(
-        cudaMemcpy(out.data(), d_out, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    MG_CUDA_CHECK(cudaFree(d_logits));
-    MG_CUDA_CHECK(cudaFree(d_out));
+    const std::vector<int32_t> out = device_picks(logits, rows, vocab);
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = logits.data() + r * vocab;
       const int64_t bad = find_non_finite(row, vocab, DType::kF32);
@@ -83,6 +91,25 @@ TEST(ArgmaxCudaTest, PicksEqualTheHostOnRandomRowsWithTiesAndNonFinite) {
           << "vocab " << vocab << " row " << r;
     }
   }
+#endif
+}
+
+// More rows than a grid's y dimension holds (65535): the float4 kernel's clusters loop over them.
+TEST(ArgmaxCudaTest, RowsPastTheGridLimitAreAllPicked) {
+  MG_REQUIRE_GPU();
+#ifdef MG_WITH_CUDA
+  const int64_t rows = 70001, vocab = 12;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-4.0f, 4.0f);
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  for (float& v : logits) v = value(rng);
+  const std::vector<int32_t> out = device_picks(logits, rows, vocab);
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::span<const float> row(logits.data() + r * vocab, static_cast<size_t>(vocab));
+    wrong += out[2 * r] != argmax(row) || out[2 * r + 1] != -1;
+  }
+  EXPECT_EQ(wrong, 0) << "of " << rows << " rows";
 #endif
 }
 

@@ -523,6 +523,13 @@ TEST(DecodeExpertsCuda, TimesTilesOnTheQwen3Shape) {
   t = Tiles{};
   t.up_vectors = 8;
   variants.push_back({"up 8 vectors", t});
+  for (const int slots : {8, 32}) {
+    t = Tiles{};
+    t.up_expert_slots = slots;
+    variants.push_back({fmt::format("up {} expert slots", slots), t});
+    t.up_units_per_cta = slots == 8 ? 12 : 48;  // the rule's tiles for these slots at M > 1
+    variants.push_back({fmt::format("up {} expert slots, {} units", slots, t.up_units_per_cta), t});
+  }
   for (const int units : {8, 16, 20, 24, 32, 64}) {
     t = Tiles{};
     t.up_units_per_cta = units;

@@ -1,10 +1,14 @@
-// Row argmax: one block per row, each thread scans a strided slice in ascending index order
-// (strict > keeps the lowest index of equal values), then a warp-shuffle and shared-memory
-// reduction with the same tie rule. Rows of whole 16-byte vectors (vocab a multiple of 4, the
-// logits 16-byte aligned) take a block of 1024 threads that loads float4s, kVecLoads of them in
-// flight a thread: a greedy decode step reads one row of the LM head's logits, and the 256-thread
-// scalar loop, a load latency per 256 elements, took 35.7 us for Qwen3's 151936 (Nsight Compute,
-// H200, session 17), longer than a whole decoder layer's attention.
+// Row argmax: each thread scans a strided slice in ascending index order (strict > keeps the
+// lowest index of equal values), then a warp-shuffle and shared-memory reduction with the same tie
+// rule. Rows of whole 16-byte vectors (vocab a multiple of 4, the logits 16-byte aligned) are cut
+// into kClusterBlocks parts, one 1024-thread block each, loading float4s with kVecLoads in flight
+// a thread; the blocks of a row are one thread block cluster (sm_90), and the first reduces the
+// others' picks through distributed shared memory. A greedy decode step reads one row of the LM
+// head's logits: the 256-thread scalar loop (a load latency per 256 elements) took 35.7 us for
+// Qwen3's 151936 (Nsight Compute, H200, session 17), one 1024-thread block ~15 us (session 20),
+// longer than a decoder layer's attention. Other rows keep one 256-thread block.
+#include <cooperative_groups.h>
+
 #include <climits>
 
 #include "framework/device/cuda/argmax_cuda.h"
@@ -70,34 +74,53 @@ __device__ __forceinline__ Pick block_reduce(Pick p) {
 
 constexpr int kVecThreads = 1024;
 constexpr int kVecLoads = 4;
+constexpr int kClusterBlocks = 8;  // the portable cluster size
+constexpr unsigned kMaxGridY = 65535;
 
-__global__ void __launch_bounds__(kVecThreads)
-    argmax_rows_vec_kernel(const float* logits, int64_t vocab, int32_t* out) {
-  const auto* row =
-      reinterpret_cast<const float4*>(logits + static_cast<int64_t>(blockIdx.x) * vocab);
+__global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kVecThreads)
+    argmax_rows_vec_kernel(const float* logits, int64_t rows, int64_t vocab, int32_t* out) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int part = static_cast<int>(cluster.block_rank());
   const int64_t vectors = vocab / 4;
-  Pick p{-INFINITY, INT_MAX, INT_MAX};
-  for (int64_t base = threadIdx.x; base < vectors; base += kVecThreads * kVecLoads) {
-    float4 v[kVecLoads];
+  const int64_t per_part = (vectors + kClusterBlocks - 1) / kClusterBlocks;
+  const int64_t begin = part * per_part;
+  const int64_t end = begin + per_part < vectors ? begin + per_part : vectors;
+  __shared__ Pick part_pick;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {  // the same r for the whole cluster
+    const auto* row = reinterpret_cast<const float4*>(logits + r * vocab);
+    Pick p{-INFINITY, INT_MAX, INT_MAX};
+    for (int64_t base = begin + threadIdx.x; base < end; base += kVecThreads * kVecLoads) {
+      float4 v[kVecLoads];
 #pragma unroll
-    for (int u = 0; u < kVecLoads; ++u) {
-      const int64_t i = base + u * kVecThreads;
-      v[u] = i < vectors ? __ldg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+      for (int u = 0; u < kVecLoads; ++u) {
+        const int64_t i = base + u * kVecThreads;
+        v[u] = i < end ? __ldg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
 #pragma unroll
-    for (int u = 0; u < kVecLoads; ++u) {
-      const int64_t i = base + u * kVecThreads;
-      if (i >= vectors) break;
-      take(p, v[u].x, 4 * i);
-      take(p, v[u].y, 4 * i + 1);
-      take(p, v[u].z, 4 * i + 2);
-      take(p, v[u].w, 4 * i + 3);
+      for (int u = 0; u < kVecLoads; ++u) {
+        const int64_t i = base + u * kVecThreads;
+        if (i >= end) break;
+        take(p, v[u].x, 4 * i);
+        take(p, v[u].y, 4 * i + 1);
+        take(p, v[u].z, 4 * i + 2);
+        take(p, v[u].w, 4 * i + 3);
+      }
     }
-  }
-  p = block_reduce<kVecThreads / 32>(p);
-  if (threadIdx.x == 0) {
-    out[2 * blockIdx.x] = p.index;
-    out[2 * blockIdx.x + 1] = p.bad == INT_MAX ? -1 : p.bad;
+    p = block_reduce<kVecThreads / 32>(p);
+    if (threadIdx.x == 0) part_pick = p;
+    cluster.sync();  // every part's pick is in its shared memory
+    if (part == 0 && threadIdx.x < 32) {
+      Pick q = threadIdx.x < kClusterBlocks
+                   ? *cluster.map_shared_rank(&part_pick, static_cast<unsigned>(threadIdx.x))
+                   : Pick{-INFINITY, INT_MAX, INT_MAX};
+      q = warp_reduce(q);
+      if (threadIdx.x == 0) {
+        out[2 * r] = q.index;
+        out[2 * r + 1] = q.bad == INT_MAX ? -1 : q.bad;
+      }
+    }
+    cluster.sync();  // part 0 has read every part_pick before any is written again or exits
   }
 }
 
@@ -120,8 +143,8 @@ void argmax_rows_cuda(const float* logits, int64_t rows, int64_t vocab, int32_t*
   MG_ASSERT(vocab >= 1 && vocab < INT_MAX, "argmax_rows_cuda: vocab {}", vocab);
   MG_ASSERT(rows < INT_MAX, "argmax_rows_cuda: {} rows", rows);
   if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0) {
-    argmax_rows_vec_kernel<<<static_cast<unsigned>(rows), kVecThreads, 0, stream>>>(logits, vocab,
-                                                                                    out);
+    const dim3 grid(kClusterBlocks, static_cast<unsigned>(rows < kMaxGridY ? rows : kMaxGridY));
+    argmax_rows_vec_kernel<<<grid, kVecThreads, 0, stream>>>(logits, rows, vocab, out);
   } else {
     argmax_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, out);
   }

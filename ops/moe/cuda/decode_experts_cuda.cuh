@@ -771,6 +771,13 @@ void launch_down_variant(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens,
            rows_per_warp, vectors);
 }
 
+// The up launch of a chunk with NT pairs a pass.
+template <typename T, int NT>
+void launch_up_chunk(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, const Tiles& tiles,
+                     cudaStream_t stream) {
+  launch_up_variant<T, NT>(a, up_params<T>(a, t0, tokens, NT, tiles), tiles, stream);
+}
+
 template <typename T, int NT>
 void launch_chunk(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, const Tiles& tiles,
                   cudaStream_t stream) {
@@ -778,23 +785,13 @@ void launch_chunk(const DecodeExpertsArgs& a, int64_t t0, int64_t tokens, const 
     // Up to 4 pairs a pass by default: at 5-8 tokens an expert rarely has more than 4 pairs, and
     // 8 cost the kernel registers (it spilled) for nothing. The H200 sweep at M = 8: 4 pairs a
     // pass 154.6 us, the launch's 8 163.1 (then the same variant later in the call 160.4).
-    switch (tiles.up_pairs_per_pass > 0 ? tiles.up_pairs_per_pass : std::min(NT, 4)) {
-      case 1:
-        launch_up_variant<T, 1>(a, up_params<T>(a, t0, tokens, 1, tiles), tiles, stream);
-        break;
-      case 2:
-        launch_up_variant<T, 2>(a, up_params<T>(a, t0, tokens, 2, tiles), tiles, stream);
-        break;
-      case 4:
-        launch_up_variant<T, 4>(a, up_params<T>(a, t0, tokens, 4, tiles), tiles, stream);
-        break;
-      case 8:
-        launch_up_variant<T, 8>(a, up_params<T>(a, t0, tokens, 8, tiles), tiles, stream);
-        break;
-      default:
-        MG_CHECK(false, "decode experts: up_pairs_per_pass must be 1, 2, 4 or 8, got {}",
-                 tiles.up_pairs_per_pass);
-    }
+    const int up_nt = tiles.up_pairs_per_pass > 0 ? tiles.up_pairs_per_pass : std::min(NT, 4);
+    MG_CHECK(up_nt == 1 || up_nt == 2 || up_nt == 4 || up_nt == 8,
+             "decode experts: up_pairs_per_pass must be 1, 2, 4 or 8, got {}", up_nt);
+    if (up_nt == 1) launch_up_chunk<T, 1>(a, t0, tokens, tiles, stream);
+    if (up_nt == 2) launch_up_chunk<T, 2>(a, t0, tokens, tiles, stream);
+    if (up_nt == 4) launch_up_chunk<T, 4>(a, t0, tokens, tiles, stream);
+    if (up_nt == 8) launch_up_chunk<T, 8>(a, t0, tokens, tiles, stream);
   }
   if (tiles.parts != Tiles::Parts::kUpOnly) {
     launch_down_variant<T, NT>(a, t0, tokens, tiles, stream);
