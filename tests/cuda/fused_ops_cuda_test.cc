@@ -97,22 +97,49 @@ proto::QkNormRopeParams qk_params(const QkConfig& c, bool weights) {
   return p;
 }
 
+// How a QkNormRopeParams' norms are set in the tests: both with weights, both without, or unset
+// (the ropes of q and k alone).
+enum class Norms { kWeights, kNoWeights, kNone };
+
+const char* norms_name(Norms n) {
+  return n == Norms::kWeights ? "norms with weights"
+                              : (n == Norms::kNoWeights ? "norms without weights" : "no norms");
+}
+
+proto::QkNormRopeParams qk_params(const QkConfig& c, Norms norms) {
+  proto::QkNormRopeParams p = qk_params(c, norms == Norms::kWeights);
+  if (norms == Norms::kNone) {
+    p.clear_q_norm();
+    p.clear_k_norm();
+  }
+  return p;
+}
+
+// rope of one tensor through the rope op's CUDA kernel.
+Tensor rope_on_gpu(const proto::RopeParams& rope, const Tensor& x, const Tensor& positions,
+                   DType dtype) {
+  proto::Node r;
+  r.set_name("rope");
+  r.set_op("rope");
+  *r.mutable_rope() = rope;
+  const std::vector<Tensor> rope_inputs = {x, positions};
+  return testing::DeviceOp(r, rope_inputs, dtype).run(rope_inputs).at(0);
+}
+
 // rms_norm then rope of one tensor through the two ops' CUDA kernels (the normed tensor comes
-// back to the host as the dtype's values, so uploading it again is exact).
-Tensor unfused_on_gpu(const proto::RmsNormParams& norm, const proto::RopeParams& rope,
-                      const Tensor& x, const Tensor& weight, const Tensor& positions, DType dtype) {
+// back to the host as the dtype's values, so uploading it again is exact); the rope alone where
+// the norm is unset (`has_norm` false).
+Tensor unfused_on_gpu(bool has_norm, const proto::RmsNormParams& norm,
+                      const proto::RopeParams& rope, const Tensor& x, const Tensor& weight,
+                      const Tensor& positions, DType dtype) {
+  if (!has_norm) return rope_on_gpu(rope, x, positions, dtype);
   proto::Node n;
   n.set_name("norm");
   n.set_op("rms_norm");
   *n.mutable_rms_norm() = norm;
   const std::vector<Tensor> norm_inputs = {x, weight};
   const Tensor normed = testing::DeviceOp(n, norm_inputs, dtype).run(norm_inputs).at(0);
-  proto::Node r;
-  r.set_name("rope");
-  r.set_op("rope");
-  *r.mutable_rope() = rope;
-  const std::vector<Tensor> rope_inputs = {normed, positions};
-  return testing::DeviceOp(r, rope_inputs, dtype).run(rope_inputs).at(0);
+  return rope_on_gpu(rope, normed, positions, dtype);
 }
 
 TEST(CudaFusedOps, QkNormRopeMatchesTheCpuOpAndTheUnfusedKernels) {
@@ -125,6 +152,7 @@ TEST(CudaFusedOps, QkNormRopeMatchesTheCpuOpAndTheUnfusedKernels) {
       {"small heads", 3, 1, 6, 0, proto::HALF_SPLIT, false},  // the qwen3_moe_odd fixture's
       {"one head of 1024", 1, 1, 1024, 0, proto::HALF_SPLIT, false},
       {"odd total heads", 7, 2, 128, 0, proto::HALF_SPLIT, false},  // 9: a group of one left
+      {"gpt-oss", 64, 8, 64, 0, proto::HALF_SPLIT, true},
   };
   const auto span_of = [](const Tensor& t) {
     return std::span<const float>(t.data<float>(), static_cast<size_t>(t.numel()));
@@ -132,10 +160,11 @@ TEST(CudaFusedOps, QkNormRopeMatchesTheCpuOpAndTheUnfusedKernels) {
   for (const testing::DtypeTolerance& d : testing::cuda_dtypes()) {
     for (const QkConfig& c : configs) {
       for (const int64_t tokens : {1, 37, 300}) {
-        for (const bool weights : {true, false}) {
+        for (const Norms norms : {Norms::kWeights, Norms::kNoWeights, Norms::kNone}) {
           SCOPED_TRACE(
-              fmt::format("{} T={} {} weights {}", c.name, tokens, dtype_name(d.dtype), weights));
-          const proto::QkNormRopeParams p = qk_params(c, weights);
+              fmt::format("{} T={} {} {}", c.name, tokens, dtype_name(d.dtype), norms_name(norms)));
+          const bool weights = norms == Norms::kWeights;
+          const proto::QkNormRopeParams p = qk_params(c, norms);
           proto::Node node;
           node.set_name("qk");
           node.set_op("qk_norm_rope");
@@ -162,9 +191,10 @@ TEST(CudaFusedOps, QkNormRopeMatchesTheCpuOpAndTheUnfusedKernels) {
           // The unfused kernels' reduction order and rounding: the same values. (A bound
           // rather than equality only because nvcc may contract the two kernels' float
           // expressions differently; in practice the error is 0.)
-          const Tensor q_unfused = unfused_on_gpu(p.q_norm(), p.rope(), q, qw, positions, d.dtype);
-          const Tensor k_unfused =
-              unfused_on_gpu(p.k_norm(), qk_norm_rope_k_rope(p), k, kw, positions, d.dtype);
+          const Tensor q_unfused =
+              unfused_on_gpu(p.has_q_norm(), p.q_norm(), p.rope(), q, qw, positions, d.dtype);
+          const Tensor k_unfused = unfused_on_gpu(
+              p.has_k_norm(), p.k_norm(), qk_norm_rope_k_rope(p), k, kw, positions, d.dtype);
           EXPECT_LE(testing::normalized_error(span_of(gpu[0]), span_of(q_unfused)), 1e-6);
           EXPECT_LE(testing::normalized_error(span_of(gpu[1]), span_of(k_unfused)), 1e-6);
         }
@@ -173,11 +203,12 @@ TEST(CudaFusedOps, QkNormRopeMatchesTheCpuOpAndTheUnfusedKernels) {
   }
 }
 
-// The launcher called directly: q and k of `tokens` rows normed and rotated with `heads_per_block`
-// heads per block (0: the rule); returns the bytes of q_out then k_out (graph replay checked equal
-// to the eager run).
+// The launcher called directly: q and k of `tokens` rows normed (as `norms` says) and rotated with
+// `heads_per_block` heads per block (0: the rule); returns the bytes of q_out then k_out (graph
+// replay checked equal to the eager run).
 std::vector<uint8_t> qk_norm_rope_bytes(const proto::QkNormRopeParams& p, DType dtype,
-                                        int64_t tokens, int64_t heads_per_block, bool weights) {
+                                        int64_t tokens, int64_t heads_per_block, Norms norms) {
+  const bool weights = norms == Norms::kWeights;
   const int64_t q_heads = p.rope().num_heads(), k_heads = p.num_kv_heads();
   const int64_t d = p.rope().head_dim();
   const uint32_t seed = static_cast<uint32_t>(tokens * 131 + q_heads * 7 + d);
@@ -220,6 +251,7 @@ std::vector<uint8_t> qk_norm_rope_bytes(const proto::QkNormRopeParams& p, DType 
   a.rotary_dim = rope_rotary_dim(p.rope());
   a.interleaved = p.rope().pairing() == proto::INTERLEAVED;
   a.attention_factor = rope_attention_factor(p.rope());
+  a.q_norm = a.k_norm = norms != Norms::kNone;
   a.q_eps = p.q_norm().eps();
   a.k_eps = p.k_norm().eps();
   a.heads_per_block = heads_per_block;
@@ -248,14 +280,14 @@ TEST(CudaFusedOps, QkNormRopeHeadGroupsGiveTheOneBlockPerTokenBytes) {
       const proto::QkNormRopeParams p = qk_params(c, true);
       const int64_t heads = c.q_heads + c.k_heads;
       for (const int64_t tokens : {1, 300}) {
-        for (const bool weights : {true, false}) {
+        for (const Norms norms : {Norms::kWeights, Norms::kNoWeights, Norms::kNone}) {
           SCOPED_TRACE(
-              fmt::format("{} T={} {} weights {}", c.name, tokens, dtype_name(d.dtype), weights));
+              fmt::format("{} T={} {} {}", c.name, tokens, dtype_name(d.dtype), norms_name(norms)));
           const std::vector<uint8_t> one_block_per_token =
-              qk_norm_rope_bytes(p, d.dtype, tokens, heads, weights);
+              qk_norm_rope_bytes(p, d.dtype, tokens, heads, norms);
           for (const int64_t group : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{5}}) {
             SCOPED_TRACE(fmt::format("heads per block {} (0: the rule)", group));
-            EXPECT_TRUE(qk_norm_rope_bytes(p, d.dtype, tokens, group, weights) ==
+            EXPECT_TRUE(qk_norm_rope_bytes(p, d.dtype, tokens, group, norms) ==
                         one_block_per_token);
           }
         }
@@ -290,7 +322,9 @@ TEST(CudaFusedOps, LogitsAreTheSameWithTheFuseOpsPassOnAndOff) {
   const std::filesystem::path src(MG_SOURCE_DIR);
   for (const auto& model :
        {src / "models/tiny-llama/model.pbtxt", src / "models/tiny-moe/model.pbtxt",
-        src / "tests/fixtures/hf/qwen3_moe", src / "tests/fixtures/hf/qwen3_moe_odd"}) {
+        src / "tests/fixtures/hf/qwen3_moe", src / "tests/fixtures/hf/qwen3_moe_odd",
+        // The q/k rope pairs fused without norms (and GPT-OSS's sinks, YaRN and biases).
+        src / "tests/fixtures/hf/gpt_oss", src / "tests/fixtures/hf/mixtral_odd"}) {
     for (const DType dtype : {DType::kBF16, DType::kF32}) {
       for (const bool graph : {false, true}) {
         SCOPED_TRACE(fmt::format("{} {} cuda_graph {}", model.string(), dtype_name(dtype), graph));

@@ -12,6 +12,8 @@
 // memory as T), and they do not depend on the grouping: a head's arithmetic is the same whichever
 // block and warp take it (a group of every head is the one-block-per-token layout of before; the
 // CUDA test compares the two bit for bit).
+// Without a norm (QkNormRopeArgs::q_norm / k_norm off) a head goes into its slot as it is and is
+// rotated from there: the rope kernel's arithmetic on the same T values (the same bits).
 #pragma once
 
 #include <algorithm>
@@ -41,7 +43,8 @@ constexpr size_t kQkNormRopeMaxShared = 48 * 1024;
 // flight (qk_norm_rope_kernel: the cos/sin): load_head_lanes puts elements lane, lane + 32, ... of
 // a head (or weight) of d <= 32 * kPerLane elements into registers; qk_norm_head_lanes then sums
 // and stores them into the warp's slot exactly as rms_norm_sum_sq, warp_sum and rms_norm_store do
-// (the same order: the same bits), with the weight's registers when has_w.
+// (the same order: the same bits), with the weight's registers when has_w; without the norm
+// (`norm` false) it stores the head as it is.
 template <typename T, int kPerLane>
 __device__ __forceinline__ void load_head_lanes(const T* x, int64_t d, int lane,
                                                 T (&regs)[kPerLane]) {
@@ -54,8 +57,15 @@ __device__ __forceinline__ void load_head_lanes(const T* x, int64_t d, int lane,
 
 template <typename T, int kPerLane>
 __device__ __forceinline__ void qk_norm_head_lanes(const T (&x)[kPerLane], const T (&w)[kPerLane],
-                                                   bool has_w, float eps, int64_t d, T* slot,
-                                                   int lane) {
+                                                   bool norm, bool has_w, float eps, int64_t d,
+                                                   T* slot, int lane) {
+  if (!norm) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      if (lane + 32 * j < d) slot[lane + 32 * j] = x[j];
+    }
+    return;
+  }
   float sum_sq = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
@@ -131,8 +141,11 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a, int64_t heads_per_block) {
     T* out = static_cast<T*>(is_q ? a.q_out : a.k_out) + row * d;
     const T* w = static_cast<const T*>(is_q ? a.q_weight : a.k_weight);
     const float eps = is_q ? a.q_eps : a.k_eps;
+    const bool norm = is_q ? a.q_norm : a.k_norm;
     if (in_regs && h == first) {
-      qk_norm_head_lanes(x_regs, w_regs, w != nullptr, eps, d, head, lane);
+      qk_norm_head_lanes(x_regs, w_regs, norm, w != nullptr, eps, d, head, lane);
+    } else if (!norm) {
+      for (int64_t i = lane; i < d; i += 32) head[i] = x[i];
     } else {
       const float sum_sq = warp_sum(rms_norm_sum_sq(x, d, lane, 32));
       rms_norm_store(x, w, head, d, rsqrtf(sum_sq / static_cast<float>(d) + eps), lane, 32);

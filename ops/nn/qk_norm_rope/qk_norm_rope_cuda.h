@@ -1,6 +1,6 @@
-// CUDA q/k norm + RoPE launcher (see qk_norm_rope.h): each head of q and of k normalised,
-// y = x * rsqrt(mean over the head of x² + eps) * w, rounded to T, then rotated by
-// position * inv_freq; fp32 math, fp64 angles.
+// CUDA q/k norm + RoPE launcher (see qk_norm_rope.h): each head of q and of k normalised (where
+// its norm is on), y = x * rsqrt(mean over the head of x² + eps) * w, rounded to T, then rotated
+// by position * inv_freq; fp32 math, fp64 angles.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,6 +26,8 @@ struct QkNormRopeArgs {
   int64_t rotary_offset = 0;
   bool interleaved = false;
   double attention_factor = 1.0;
+  bool q_norm = true;  // false: q's heads are rotated as they are (no norm, no weight)
+  bool k_norm = true;
   float q_eps = 1e-6f;
   float k_eps = 1e-6f;
   // Heads per block (the kernel's grid is tokens x ceil((q_heads + k_heads) / heads_per_block));

@@ -25,6 +25,8 @@ class QkNormRopeCudaKernel final : public OpKernel {
     args_.rotary_offset = rope.rotary_offset();
     args_.interleaved = rope.pairing() == proto::INTERLEAVED;
     args_.attention_factor = rope_attention_factor(rope);
+    args_.q_norm = p.has_q_norm();
+    args_.k_norm = p.has_k_norm();
     args_.q_eps = p.q_norm().eps();
     args_.k_eps = p.k_norm().eps();
     std::vector<double> inv_freq = rope_inv_freq(rope);

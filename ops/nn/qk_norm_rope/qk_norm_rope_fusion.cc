@@ -1,4 +1,4 @@
-// The graph rewrite that writes qk_norm_rope (registered with the fuse-ops pass,
+// The graph rewrites that write qk_norm_rope (registered with the fuse-ops pass,
 // framework/compile/fuse_ops.h, by register_qk_norm_rope):
 //   rms_norm (q -> qn) per head, rope (qn -> q_out), and the same chain of k, both read by one
 //   node (attention's q and k)  =>  qk_norm_rope (q, k, positions, q_weight, k_weight ->
@@ -8,10 +8,15 @@
 // runs (half-split / interleaved pairing, partial rotary, offset, every frequency scaling) is
 // fused: the fused kernels reuse the rope op's frequency math and rotation. Left as written:
 //   - OLMoE's norm over the whole q / k projection (group_size 0; and its clip_qkv puts a clamp
-//     between norm and rope): a whole-row norm would need a block-wide reduction per tensor;
+//     between norm and rope): a whole-row norm would need a block-wide reduction per tensor (its
+//     two ropes are then fused by fuse_qk_rope, below);
 //   - a norm -> rope chain with no partner (q without k, or k read by another node than q);
 //   - Llama-4's weightless L2 norm, which comes after the rope (rope -> rms_norm).
 // The two ropes must agree on everything but num_heads, and read the same positions.
+// fuse_qk_rope (run after it): the two ropes of q and k with no norm before them, read by one node
+// (attention's q and k), under the same conditions  =>  qk_norm_rope (q, k, positions -> q_out,
+// k_out) with both norms unset. A rope whose partner is not read by the same node (Llama-4's
+// ropes, each read by its own L2 norm) stays a rope.
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -34,6 +39,20 @@ bool same_rope_but_heads(proto::RopeParams a, proto::RopeParams b) {
   a.set_num_heads(0);
   b.set_num_heads(0);
   return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+// Drops the nodes marked in `drop` and appends `fused` (the verifier sorts nodes topologically,
+// so the fused nodes can go at the end); returns how many were appended.
+int replace_nodes(proto::Model& model, const std::vector<bool>& drop,
+                  std::vector<proto::Node> fused) {
+  if (fused.empty()) return 0;
+  google::protobuf::RepeatedPtrField<proto::Node> kept;
+  for (int i = 0; i < model.nodes_size(); ++i) {
+    if (!drop[static_cast<size_t>(i)]) *kept.Add() = std::move(*model.mutable_nodes(i));
+  }
+  for (proto::Node& n : fused) *kept.Add() = std::move(n);
+  model.mutable_nodes()->Swap(&kept);
+  return static_cast<int>(fused.size());
 }
 
 }  // namespace
@@ -109,15 +128,55 @@ int fuse_qk_norm_rope(proto::Model& model) {
     for (const int i : {q->norm, q->rope, k->norm, k->rope}) drop[static_cast<size_t>(i)] = true;
     fused_nodes.push_back(std::move(fused));
   }
-  if (fused_nodes.empty()) return 0;
-  // The verifier sorts nodes topologically, so the fused nodes can go at the end.
-  google::protobuf::RepeatedPtrField<proto::Node> kept;
+  return replace_nodes(model, drop, std::move(fused_nodes));
+}
+
+int fuse_qk_rope(proto::Model& model) {
+  // rope output value -> its node (one input tensor, one output).
+  std::unordered_map<std::string, int> rope_of;
   for (int i = 0; i < model.nodes_size(); ++i) {
-    if (!drop[static_cast<size_t>(i)]) *kept.Add() = std::move(*model.mutable_nodes(i));
+    const proto::Node& rope = model.nodes(i);
+    if (rope.op() != "rope" || rope.inputs_size() != 2 || rope.outputs_size() != 1) continue;
+    const int64_t head_dim = rope.rope().head_dim();
+    if (head_dim <= 0 || head_dim > kQkNormRopeMaxHeadDim) continue;
+    rope_of.emplace(rope.outputs(0), i);
   }
-  for (proto::Node& n : fused_nodes) *kept.Add() = std::move(n);
-  model.mutable_nodes()->Swap(&kept);
-  return static_cast<int>(fused_nodes.size());
+  if (rope_of.empty()) return 0;
+
+  std::vector<bool> drop(static_cast<size_t>(model.nodes_size()), false);
+  std::vector<proto::Node> fused_nodes;
+  for (const proto::Node& reader : model.nodes()) {
+    // The first two rope outputs this node reads, in input order: q, then k.
+    int q = -1, k = -1;
+    for (const std::string& in : reader.inputs()) {
+      auto it = rope_of.find(in);
+      if (it == rope_of.end() || drop[static_cast<size_t>(it->second)]) continue;
+      if (q < 0) {
+        q = it->second;
+      } else if (k < 0 && it->second != q) {
+        k = it->second;
+      }
+    }
+    if (q < 0 || k < 0) continue;
+    const proto::Node& q_rope = model.nodes(q);
+    const proto::Node& k_rope = model.nodes(k);
+    if (q_rope.inputs(1) != k_rope.inputs(1)) continue;  // different positions
+    if (!same_rope_but_heads(q_rope.rope(), k_rope.rope())) continue;
+    proto::Node fused;
+    fused.set_name(q_rope.name() + "+" + k_rope.name());
+    fused.set_op("qk_norm_rope");
+    fused.add_inputs(q_rope.inputs(0));
+    fused.add_inputs(k_rope.inputs(0));
+    fused.add_inputs(q_rope.inputs(1));
+    fused.add_outputs(q_rope.outputs(0));
+    fused.add_outputs(k_rope.outputs(0));
+    proto::QkNormRopeParams* params = fused.mutable_qk_norm_rope();  // no q_norm, no k_norm
+    *params->mutable_rope() = q_rope.rope();
+    params->set_num_kv_heads(k_rope.rope().num_heads());
+    drop[static_cast<size_t>(q)] = drop[static_cast<size_t>(k)] = true;
+    fused_nodes.push_back(std::move(fused));
+  }
+  return replace_nodes(model, drop, std::move(fused_nodes));
 }
 
 }  // namespace mg

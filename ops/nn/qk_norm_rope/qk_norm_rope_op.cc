@@ -1,7 +1,8 @@
 // op "qk_norm_rope" (params: QkNormRopeParams): inputs (q [T, Hq * D], k [T, Hk * D],
 // positions [T] I32, q_weight [D] or "", k_weight [D] or "") -> (q_out, k_out). See
 // qk_norm_rope.h. CPU kernel: rms_norm's loop (rms_norm_cpu) into the output, then rope's
-// (RopeCpu) in place on it, so the fused and unfused graphs compute the same floats.
+// (RopeCpu) in place on it (without the norm, rope's from the input), so the fused and unfused
+// graphs compute the same floats.
 #include <cmath>
 
 #include "framework/compile/fuse_ops.h"
@@ -24,6 +25,8 @@ class QkNormRopeCpuKernel final : public OpKernel {
  public:
   explicit QkNormRopeCpuKernel(const proto::QkNormRopeParams& p)
       : head_dim_(p.rope().head_dim()),
+        q_norm_(p.has_q_norm()),
+        k_norm_(p.has_k_norm()),
         q_eps_(p.q_norm().eps()),
         k_eps_(p.k_norm().eps()),
         q_rope_(p.rope()),
@@ -35,15 +38,19 @@ class QkNormRopeCpuKernel final : public OpKernel {
            std::span<const Tensor> outputs) override {
     const int32_t* positions = inputs[2].data<int32_t>();
     const int64_t tokens = inputs[0].dim(0);
-    auto one = [&](const Tensor& x, const Tensor& weight, float eps, const RopeCpu& rope,
+    auto one = [&](const Tensor& x, bool norm, const Tensor& weight, float eps, const RopeCpu& rope,
                    const Tensor& out) {
       float* y = out.data<float>();
+      if (!norm) {
+        rope.apply(x.data<float>(), positions, tokens, y, ctx.pool);
+        return;
+      }
       rms_norm_cpu(x.data<float>(), x.numel() / head_dim_, head_dim_,
                    weight.defined() ? weight.data<float>() : nullptr, eps, y, ctx.pool);
       rope.apply(y, positions, tokens, y, ctx.pool);
     };
-    one(inputs[0], weight_input(inputs, 3), q_eps_, q_rope_, outputs[0]);
-    one(inputs[1], weight_input(inputs, 4), k_eps_, k_rope_, outputs[1]);
+    one(inputs[0], q_norm_, weight_input(inputs, 3), q_eps_, q_rope_, outputs[0]);
+    one(inputs[1], k_norm_, weight_input(inputs, 4), k_eps_, k_rope_, outputs[1]);
   }
 
   std::string describe() const override { return "cpu"; }
@@ -54,6 +61,8 @@ class QkNormRopeCpuKernel final : public OpKernel {
   }
 
   int64_t head_dim_;
+  bool q_norm_;
+  bool k_norm_;
   float q_eps_;
   float k_eps_;
   RopeCpu q_rope_;
@@ -90,8 +99,8 @@ class QkNormRopeOp final : public OpDef {
     MG_CHECK(q.shape[0] == k.shape[0], "qk_norm_rope: q {} and k {} must have the same rows",
              value_type_str(q), value_type_str(k));
     expect_token_ids(require_input(inputs, 2, "positions"), "qk_norm_rope: positions");
-    check_norm(p.q_norm(), "q_norm", head_dim, inputs, 3, "q_weight");
-    check_norm(p.k_norm(), "k_norm", head_dim, inputs, 4, "k_weight");
+    check_norm(p.has_q_norm(), p.q_norm(), "q_norm", head_dim, inputs, 3, "q_weight");
+    check_norm(p.has_k_norm(), p.k_norm(), "k_norm", head_dim, inputs, 4, "k_weight");
     return {ValueType{DType::kF32, q.shape}, ValueType{DType::kF32, k.shape}};
   }
 
@@ -107,9 +116,16 @@ class QkNormRopeOp final : public OpDef {
   }
 
  private:
-  static void check_norm(const proto::RmsNormParams& n, std::string_view which, int64_t head_dim,
-                         std::span<const std::optional<ValueType>> inputs, size_t weight_index,
-                         std::string_view weight_name) {
+  // A norm that is set (`present`) is checked; one left unset takes no weight input.
+  static void check_norm(bool present, const proto::RmsNormParams& n, std::string_view which,
+                         int64_t head_dim, std::span<const std::optional<ValueType>> inputs,
+                         size_t weight_index, std::string_view weight_name) {
+    if (!present) {
+      MG_CHECK(!has_input(inputs, weight_index),
+               "qk_norm_rope: input {} ({}) is present but {} is unset (no norm)", weight_index,
+               weight_name, which);
+      return;
+    }
     MG_CHECK(std::isfinite(n.eps()) && n.eps() > 0.0f,
              "qk_norm_rope: {}.eps must be positive and finite, got {} (unset eps reads as 0)",
              which, n.eps());
@@ -139,6 +155,7 @@ class QkNormRopeOp final : public OpDef {
 void register_qk_norm_rope(OpRegistry& registry) {
   registry.add(std::make_unique<QkNormRopeOp>());
   register_graph_rewrite("q/k rms_norm + rope -> qk_norm_rope", fuse_qk_norm_rope);
+  register_graph_rewrite("q/k rope pair -> qk_norm_rope without norms", fuse_qk_rope);
 }
 
 }  // namespace mg

@@ -1,11 +1,16 @@
 // CUDA RoPE kernel (included by the per-dtype rope_cuda_<dtype>.cu files).
 //
-// One block per token. Its threads first evaluate cos/sin of every frequency once, with the angle
-// position * inv_freq in fp64 as the CPU kernel does (positions up to 1e5+ and fp32 angles would
-// be off by ~1e-2 rad), into shared memory; then each thread writes output elements of every head
-// from that table, reading the element's pair partner.
+// One block per (token, group of kRopeHeadsPerBlock heads): a decode token's 40 Llama-4 q heads
+// are 10 blocks rather than one block walking every head (~8 us on the H200 for GPT-OSS's 64
+// heads in one block, docs/performance.md). Each block's threads first evaluate cos/sin of every
+// frequency once, with the angle position * inv_freq in fp64 as the CPU kernel does (positions up
+// to 1e5+ and fp32 angles would be off by ~1e-2 rad), into shared memory; then each thread writes
+// output elements of the group's heads from that table, reading the element's pair partner.
 #pragma once
 
+#include <algorithm>
+
+#include "framework/core/error.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
 #include "framework/device/cuda/pdl.cuh"
@@ -48,6 +53,10 @@ __device__ __forceinline__ float rope_rotate(float mine, float other, float c, f
   return first ? mine * c - other * s : mine * c + other * s;
 }
 
+// Heads per block (qk_norm_rope's number): enough blocks to spread a decode token over SMs, few
+// enough that each block's cos/sin table (one fp64 sincos per frequency) serves several heads.
+constexpr int64_t kRopeHeadsPerBlock = 4;
+
 template <typename T>
 __global__ void rope_kernel(RopeArgs a) {
   extern __shared__ float cos_sin[];  // cos [half], then sin [half]
@@ -63,7 +72,10 @@ __global__ void rope_kernel(RopeArgs a) {
   const int64_t width = a.heads * a.head_dim;
   const T* x = static_cast<const T*>(a.x) + t * width;
   T* out = static_cast<T*>(a.out) + t * width;
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+  const int64_t group_width = kRopeHeadsPerBlock * a.head_dim;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * group_width;
+  const int64_t end = begin + group_width < width ? begin + group_width : width;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
     const int64_t rel = j % a.head_dim - a.rotary_offset;
     if (rel < 0 || rel >= a.rotary_dim) {
       out[j] = x[j];
@@ -78,11 +90,15 @@ __global__ void rope_kernel(RopeArgs a) {
 template <typename T>
 void launch_rope(const RopeArgs& args, cudaStream_t stream) {
   if (args.tokens <= 0) return;
-  const int64_t width = args.heads * args.head_dim;
+  MG_ASSERT(args.tokens <= INT32_MAX, "rope: {} token rows", args.tokens);
+  const int64_t groups = (args.heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock;
+  MG_ASSERT(groups <= 65535, "rope: {} head groups per row", groups);
+  const int64_t width = std::min(args.heads, kRopeHeadsPerBlock) * args.head_dim;
   const int threads = width >= 256 ? 256 : 32 * static_cast<int>((width + 31) / 32);
   const size_t shared = static_cast<size_t>(args.rotary_dim) * sizeof(float);
-  launch_pdl(rope_kernel<T>, dim3(static_cast<unsigned>(args.tokens)), dim3(threads), shared,
-             stream, args);
+  launch_pdl(rope_kernel<T>,
+             dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(groups)), dim3(threads),
+             shared, stream, args);
 }
 
 }  // namespace mg::cuda

@@ -1,9 +1,10 @@
 // The fuse-ops compile pass: every add that feeds a whole-row rms_norm becomes one add_rms_norm
 // node (and only those), every layer's per-head q/k rms_norm -> rope chains one qk_norm_rope node
-// (and only those), every layer's q/k/v projections (MLA's q_a / kv_a) one linear with
-// output_features (and only siblings that agree on everything but their weights), and the fused
-// graph gives the unfused graph's logits, bit for bit: the bundled models, the small test decoders
-// and imported Hugging Face fixtures, prompt and decode steps.
+// (and only those), or where there are no such norms its q and k ropes one qk_norm_rope node, every
+// layer's q/k/v projections (MLA's q_a / kv_a) one linear with output_features (and only siblings
+// that agree on everything but their weights), and the fused graph gives the unfused graph's
+// logits, bit for bit: the bundled models, the small test decoders and imported Hugging Face
+// fixtures, prompt and decode steps.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -59,6 +60,9 @@ std::vector<std::filesystem::path> models() {
           src / "tests/fixtures/hf/qwen2_moe",
           // MLA: q_a_proj (q_proj without a q LoRA) and kv_a_proj_with_mqa read the same x.
           src / "tests/fixtures/hf/deepseek_v2", src / "tests/fixtures/hf/deepseek_v2_lite",
+          // Attention sinks, YaRN, q/k/v biases; Llama-4's ropes each read by an L2 norm and
+          // its NoPE layers.
+          src / "tests/fixtures/hf/gpt_oss", src / "tests/fixtures/hf/llama4",
           // FP8 block-quantized projections: left as written.
           src / "tests/fixtures/hf/qwen3_moe_fp8"};
 }
@@ -91,12 +95,15 @@ TEST(FuseOps, EveryResidualAddBeforeAWholeRowNormIsFused) {
     std::map<std::string, int> a = op_counts(*off), b = op_counts(*on);
     EXPECT_EQ(a["add_rms_norm"], 0);
     const int fused = b["add_rms_norm"];
-    const int qk = b["qk_norm_rope"];  // each replaces two rms_norm and two rope nodes
+    const int qk = b["qk_norm_rope"];  // each replaces two rope nodes
+    // and, with q/k norms, two rms_norm nodes (qwen3's).
+    const int qk_norms = contains(model, "qwen3") ? 2 * qk : 0;
     const auto [linears, outputs] = fused_linears(*on);  // each replaces `outputs` linears
-    EXPECT_EQ(on->nodes.size() + static_cast<size_t>(fused + 3 * qk + outputs - linears),
+    EXPECT_EQ(on->nodes.size() + static_cast<size_t>(fused + qk + qk_norms + outputs - linears),
               off->nodes.size());
     EXPECT_EQ(b["add"] + fused, a["add"]);
-    EXPECT_EQ(b["rms_norm"] + fused + 2 * qk, a["rms_norm"]);
+    EXPECT_EQ(b["rope"] + 2 * qk, a["rope"]);
+    EXPECT_EQ(b["rms_norm"] + fused + qk_norms, a["rms_norm"]);
     if (contains(model, "granite")) {
       // Granite's residual adds carry residual_multiplier as a scale: never fused.
       EXPECT_EQ(fused, 0);
@@ -108,7 +115,7 @@ TEST(FuseOps, EveryResidualAddBeforeAWholeRowNormIsFused) {
   }
 }
 
-TEST(FuseOps, EveryPerHeadQkNormBeforeRopeIsFusedWithItsPartner) {
+TEST(FuseOps, EveryLayersQkRopePairIsFusedWithItsPerHeadNorms) {
   for (const auto& model : models()) {
     SCOPED_TRACE(model.string());
     const auto off = compile(model, false);
@@ -124,11 +131,28 @@ TEST(FuseOps, EveryPerHeadQkNormBeforeRopeIsFusedWithItsPartner) {
       EXPECT_EQ(b["qk_norm_rope"], layers);
       EXPECT_EQ(b["rope"], 0);
       EXPECT_EQ(b["rms_norm"] + b["add_rms_norm"], a["rms_norm"] - 2 * layers);
-    } else {
-      // No q/k norm (tiny-llama, tiny-moe, the small decoder, Granite), or OLMoE's norm over
-      // the whole projection: nothing to fuse, every rope stays.
+    } else if (contains(model, "llama4")) {
+      // Llama-4: its RoPE layers' ropes are each read by an L2 norm (rope -> rms_norm), not by
+      // attention, and its NoPE layers have none: every rope stays.
+      EXPECT_GT(a["rope"], 0);
       EXPECT_EQ(b["qk_norm_rope"], 0);
       EXPECT_EQ(b["rope"], a["rope"]);
+    } else if (contains(model, "deepseek_v2")) {
+      // MLA: q's rope (on the tail of each head) and the shared key's (a head of the rope size)
+      // differ in head_dim and have different readers: both stay ropes.
+      EXPECT_EQ(b["qk_norm_rope"], 0);
+      EXPECT_EQ(b["rope"], a["rope"]);
+    } else {
+      // No per-head q/k norm (tiny-llama, tiny-moe, the small decoder, DeepSeek-V3's q/k/v
+      // attention, Granite, Mixtral, Qwen2-MoE), or OLMoE's norm over the whole projection: the
+      // two ropes of every layer's attention become one qk_norm_rope without norms, and no
+      // rms_norm goes.
+      const int layers = layers_of(*off);
+      EXPECT_GT(layers, 0);
+      EXPECT_EQ(a["rope"], 2 * layers);
+      EXPECT_EQ(b["qk_norm_rope"], layers);
+      EXPECT_EQ(b["rope"], 0);
+      EXPECT_EQ(b["rms_norm"] + b["add_rms_norm"], a["rms_norm"]);
     }
   }
 }
@@ -147,6 +171,12 @@ TEST(FuseOps, SiblingProjectionsOfOneInputBecomeOneLinear) {
       // Rows of x not a multiple of 8 (odd hidden sizes), or quantized projections: unfused.
       EXPECT_EQ(linears, 0);
       EXPECT_EQ(b["linear"], a["linear"]);
+    } else if (contains(model, "llama4")) {
+      // Llama-4: its RoPE layers' ropes are each read by an L2 norm (rope -> rms_norm), not by
+      // attention, and its NoPE layers have none: every rope stays.
+      EXPECT_GT(a["rope"], 0);
+      EXPECT_EQ(b["qk_norm_rope"], 0);
+      EXPECT_EQ(b["rope"], a["rope"]);
     } else if (contains(model, "deepseek_v2")) {
       // MLA, per layer: the q (or q_a) projection with kv_a's two row ranges (the latent and the
       // shared rope key), which read the normed hidden state; and kv_b's k_nope and v, which

@@ -1,7 +1,8 @@
 // op qk_norm_rope on the CPU: its outputs equal rms_norm's then rope's CPU kernels bit for bit
 // (it runs their loops) and match the fp64 reference, over odd head counts, GQA, head_dim 64, 80
-// and 128, 1 and 37 tokens, both pairings, partial rotary, YaRN, with and without weights; the
-// op's checks; and the graph rewrite on hand-made graphs (what it fuses and what it leaves).
+// and 128, 1 and 37 tokens, both pairings, partial rotary, YaRN, with and without weights, and
+// without norms (the rope op's outputs); the op's checks; and the graph rewrites on hand-made
+// graphs (what they fuse and what they leave).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -122,6 +123,45 @@ TEST(QkNormRopeOp, EqualsRmsNormThenRopeAndMatchesTheReference) {
   }
 }
 
+// rope of one tensor through the rope op's CPU kernel.
+Tensor rope_only(const proto::RopeParams& rope, const Tensor& x, const Tensor& positions) {
+  proto::Node r;
+  r.set_name("rope");
+  r.set_op("rope");
+  *r.mutable_rope() = rope;
+  return testing::run_cpu_op(r, {x, positions}).at(0);
+}
+
+TEST(QkNormRopeOp, WithoutNormsEqualsTheRopeOpOnQAndK) {
+  const Config configs[] = {
+      {"gpt-oss gqa", 8, 1, 64, 0, proto::HALF_SPLIT, true},
+      {"odd heads", 5, 3, 80, 32, proto::HALF_SPLIT, false},
+      {"interleaved", 3, 3, 64, 0, proto::INTERLEAVED, false},
+  };
+  for (const Config& c : configs) {
+    for (const int64_t tokens : {1, 37}) {
+      SCOPED_TRACE(::testing::Message() << c.name << " T=" << tokens);
+      proto::QkNormRopeParams p = params_of(c, false, false);
+      p.clear_q_norm();
+      p.clear_k_norm();
+      const uint32_t seed = static_cast<uint32_t>(tokens * 100 + c.q_heads);
+      const Tensor q = testing::random_tensor({tokens, c.q_heads * c.head_dim}, seed, -3, 2);
+      const Tensor k = testing::random_tensor({tokens, c.k_heads * c.head_dim}, seed + 1);
+      const Tensor positions = positions_of(tokens, tokens == 1 ? 4000 : 0);
+      const std::vector<Tensor> out =
+          testing::run_cpu_op(fused_node(p), {q, k, positions, Tensor(), Tensor()});
+      ASSERT_EQ(out.size(), 2u);
+      expect_bitwise_equal(out[0], rope_only(p.rope(), q, positions));
+      expect_bitwise_equal(out[1], rope_only(qk_norm_rope_k_rope(p), k, positions));
+      std::vector<float> q_ref(static_cast<size_t>(q.numel())), k_ref(k.numel());
+      qk_norm_rope_reference(p, q.data<float>(), k.data<float>(), positions.data<int32_t>(), tokens,
+                             nullptr, nullptr, q_ref.data(), k_ref.data());
+      EXPECT_LE(testing::normalized_error(testing::span_of(out[0]), q_ref), 1e-6);
+      EXPECT_LE(testing::normalized_error(testing::span_of(out[1]), k_ref), 1e-6);
+    }
+  }
+}
+
 void expect_refused(const proto::QkNormRopeParams& p, const std::vector<Tensor>& inputs,
                     const std::string& message) {
   try {
@@ -148,6 +188,11 @@ TEST(QkNormRopeOp, RefusesGroupsOtherThanHeadsAndBadShapes) {
                  "qk_norm_rope: q_weight");
   expect_refused(params_of(c, false, false), {q, q, positions, Tensor(), Tensor()},
                  "k must have num_kv_heads * head_dim = 1 * 8 = 8 features");
+  proto::QkNormRopeParams no_norms = params_of(c, false, false);
+  no_norms.clear_q_norm();
+  no_norms.clear_k_norm();
+  expect_refused(no_norms, {q, k, positions, testing::random_tensor({8}, 3), Tensor()},
+                 "input 3 (q_weight) is present but q_norm is unset (no norm)");
   const Config big{"big", 1, 1, 2048, 0, proto::HALF_SPLIT, false};
   expect_refused(params_of(big, false, false),
                  {testing::random_tensor({1, 2048}, 4), testing::random_tensor({1, 2048}, 5),
@@ -234,6 +279,65 @@ TEST(QkNormRopeFusion, LeavesWholeRowNormsSharedValuesAndMismatchedRopes) {
     proto::Model m = qk_graph();
     m.mutable_nodes(3)->set_inputs(1, "other_positions");
     EXPECT_EQ(fuse_qk_norm_rope(m), 0);
+  }
+}
+
+// The ropes of q and k with no norm before them (GPT-OSS, Mixtral, ...): attention reads both.
+proto::Model rope_pair_graph() {
+  proto::Model m = qk_graph();
+  m.mutable_nodes()->DeleteSubrange(0, 2);  // no norms: the ropes read q and k
+  m.mutable_nodes(0)->set_inputs(0, "q");
+  m.mutable_nodes(1)->set_inputs(0, "k");
+  return m;
+}
+
+TEST(QkNormRopeFusion, FusesTheRopePairAttentionReadsWhereThereIsNoNorm) {
+  proto::Model m = rope_pair_graph();
+  EXPECT_EQ(fuse_qk_norm_rope(m), 0);  // no norm chain
+  ASSERT_EQ(fuse_qk_rope(m), 1);
+  ASSERT_EQ(m.nodes_size(), 2);
+  const proto::Node& f = m.nodes(1);
+  EXPECT_EQ(f.op(), "qk_norm_rope");
+  EXPECT_THAT(std::vector<std::string>(f.inputs().begin(), f.inputs().end()),
+              ::testing::ElementsAre("q", "k", "positions"));
+  EXPECT_THAT(std::vector<std::string>(f.outputs().begin(), f.outputs().end()),
+              ::testing::ElementsAre("q_rope.out", "k_rope.out"));
+  EXPECT_EQ(f.qk_norm_rope().rope().num_heads(), 4);
+  EXPECT_EQ(f.qk_norm_rope().num_kv_heads(), 2);
+  EXPECT_FALSE(f.qk_norm_rope().has_q_norm());
+  EXPECT_FALSE(f.qk_norm_rope().has_k_norm());
+  EXPECT_EQ(fuse_qk_rope(m), 0);  // nothing left
+
+  // After the norm rewrite, nothing is left for it; OLMoE's whole-row norms stay and the ropes
+  // after them fuse.
+  proto::Model normed = qk_graph();
+  ASSERT_EQ(fuse_qk_norm_rope(normed), 1);
+  EXPECT_EQ(fuse_qk_rope(normed), 0);
+  proto::Model whole_row = qk_graph(/*q_group=*/0, /*k_group=*/0);
+  EXPECT_EQ(fuse_qk_norm_rope(whole_row), 0);
+  EXPECT_EQ(fuse_qk_rope(whole_row), 1);
+  EXPECT_EQ(whole_row.nodes_size(), 4);  // two norms, the fused ropes, attention
+}
+
+TEST(QkNormRopeFusion, LeavesRopePairsThatDifferOrHaveDifferentReaders) {
+  {
+    proto::Model m = rope_pair_graph();
+    m.mutable_nodes(1)->mutable_rope()->set_theta(1e4);  // k rotated differently
+    EXPECT_EQ(fuse_qk_rope(m), 0);
+  }
+  {
+    proto::Model m = rope_pair_graph();
+    m.mutable_nodes(1)->set_inputs(1, "other_positions");
+    EXPECT_EQ(fuse_qk_rope(m), 0);
+  }
+  {
+    // Llama-4: each rope read by its own norm, not by one node.
+    proto::Model m = rope_pair_graph();
+    add_node(m, "q_l2", "rms_norm", {"q_rope.out"}, {"q_l2.out"});
+    add_node(m, "k_l2", "rms_norm", {"k_rope.out"}, {"k_l2.out"});
+    m.mutable_nodes(2)->set_inputs(0, "q_l2.out");
+    m.mutable_nodes(2)->set_inputs(1, "k_l2.out");
+    EXPECT_EQ(fuse_qk_rope(m), 0);
   }
 }
 
