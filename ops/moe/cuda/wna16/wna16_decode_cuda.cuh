@@ -7,8 +7,8 @@
 // contiguous bytes, one 16-byte load per lane (two for INT8), which is already the lane's
 // mma.sync B fragment for the whole step. A lane issues the loads of up to kStepsInFlight steps
 // (4 KB a warp; evict-first, L1::no_allocate: each weight line is read once per launch) before it
-// uses the first (integer codes; round_landed says what keeps the compilers from sinking each load
-// to its use, and why FP4 keeps their one step at a time), and by default a slice is at most that
+// uses the first (integer codes; FP4 half as many, kE2m1RoundSteps; round_landed says what keeps
+// the compilers from sinking each load to its use), and by default a slice is at most that
 // many steps, so a warp's whole item is one round of loads and at M = 1 the grid holds thousands of
 // such warps (qwen3-30b-a3b up: 8 experts x 96 blocks x 2 slices). It multiplies with mma.sync
 // m16n8k16 whose A operand is the (up to 16) pairs of the expert: rows g and g + 8 of lane (g, t)
@@ -155,6 +155,12 @@ inline constexpr int kStepsInFlight = (Bits == 4 ? 8 : 4) / Parts;
 template <Wna16Codes Codes>
 inline constexpr int kScaleBytesPerStep = static_cast<int>(wna16_scale_bytes_per_step(Codes));
 
+// K steps of a round of the FP4 kernels (warp_block_gemm_e2m1): 16 words of codes a lane, half
+// the integer kernels' round, which their register caps (kUpMaxRegisters, kDownMinCtas) hold
+// (round_landed, below, has the timing).
+template <int Parts>
+inline constexpr int kE2m1RoundSteps = 4 / Parts;
+
 // How a kernel dequantizes integer codes, chosen at launch (int_path): per value (zero points
 // that are not integer codes), or exact (warp_block_gemm_exact) with scale groups that may end at
 // any 32-wide unit (groups of 32 or 64 columns), or only at a 128-wide K step's end (groups of a
@@ -176,10 +182,15 @@ enum class IntPath { kPerValue, kExact, kExactSteps };
 // load, so all are issued before it and the warp waits once a round (two LOP3 a 16-byte vector).
 // H200 timing test (`MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'`,
 // session 21), qwen3-30b-a3b int4 µs before / after: M = 1 22.3 / 19.7, M = 2 41.0 / 35.5, M = 16
-// 196.7 / 154.4. The FP4 path (warp_block_gemm_e2m1) keeps the compilers' per-step schedule: with
-// the round first its kernels were slower (gpt-oss-120b MXFP4 M = 1 46.1 / 51.2, M = 16 394.7 /
-// 407.8); their register limits (kUpMaxRegisters 80, kDownMinCtas' 64) leave no room for a
-// round's 32 words (the down kernels then spill 152-244 bytes, ptxas, instead of 108-140).
+// 196.7 / 154.4. The FP4 path (warp_block_gemm_e2m1) takes rounds of half that size
+// (kE2m1RoundSteps: 16 words a lane, its scale words landed with them): its register limits
+// (kUpMaxRegisters 80, kDownMinCtas' 64) leave no room for a round's 32 words (the down kernels
+// then spilled 152-244 bytes, ptxas, and gpt-oss-120b MXFP4 M = 1 went 46.1 -> 51.2 µs, M = 16
+// 394.7 -> 407.8), while 16 words spill less than the compilers' one step at a time (the BF16
+// M <= 8 MXFP4 kernels, ptxas stack bytes: up 56 -> 24, down 72 -> 56). H200 (session 25), the
+// timing test, gpt-oss-120b MXFP4 M = 1 46.3 -> 45.3 µs; `bench e2e` of the 24-layer
+// GPT-OSS-20B-shaped MXFP4 model 424.8 / 424.7 -> 428.4 / 429.2 tokens/s. The swapped FP4 kernel
+// (warp_block16_gemm_e2m1, two blocks a round) keeps the per-step schedule.
 
 // 0 as a value no compiler can fold: bit 31 of a count (never negative).
 __device__ __forceinline__ uint32_t opaque_zero(int count) {
@@ -802,7 +813,7 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
   constexpr bool kScaleInT = wna16::kFp4ScaleInT<T, Codes>;
   constexpr int kStepWords = 32 * 4;                      // one 16-byte load a lane and step
   constexpr int kScaleBytes = kScaleBytesPerStep<Codes>;  // a row's per step: 4 (MX) / 8 (NV)
-  constexpr int kV = kStepsInFlight<4, Parts>;
+  constexpr int kV = kE2m1RoundSteps<Parts>;
   constexpr uint32_t kUnbias = wna16_exact::kE2M1Unbias<kBf16, !kMx>;
   // The scale bytes a lane loads per step: MXFP4 in T row g's 4 (one word); on the accumulator
   // rows 2t and 2t + 1's (8); NVFP4 row g's 8.
@@ -828,6 +839,7 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
   }
   constexpr int kScaleStep = 8 * kScaleBytes / static_cast<int>(sizeof(ScaleWords));
 
+  const uint32_t zero = opaque_zero(s_end);  // round_landed
   for (int s0 = s_begin; s0 < s_end; s0 += kV) {
     uint4 wv[kV][Parts];
     ScaleWords sv[kV][Parts];
@@ -841,6 +853,19 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
         sv[v][p] = __ldg(sp[p] + static_cast<int64_t>(sl) * kScaleStep);
       }
     }
+    // The round's codes and scale words all land before its first mma (round_landed).
+    uint32_t landed = round_landed<kV * Parts>(&wv[0][0], zero);
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+#pragma unroll
+      for (int p = 0; p < Parts; ++p) {
+        if constexpr (std::is_same_v<ScaleWords, uint32_t>) {
+          landed |= sv[v][p] & zero;
+        } else {
+          landed |= (sv[v][p].x | sv[v][p].y) & zero;
+        }
+      }
+    }
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int s = s0 + v;
@@ -850,6 +875,7 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
         const int kc = s * 128 + unit * 32 + 2 * t;
         uint32_t a[2][4];
         unit_a<kHi>(a_lo, a_hi, kc, len_lo, len_hi, a);
+        if (v == 0 && unit == 0) a[0][0] |= landed;
 #pragma unroll
         for (int p = 0; p < Parts; ++p) {
           const uint32_t words[4] = {wv[v][p].x, wv[v][p].y, wv[v][p].z, wv[v][p].w};
