@@ -100,9 +100,9 @@
 // part, once per step at g128 and tested once a step there, IntPath::kExactSteps; once per unit
 // at g32); the A pairs are 32-bit L1 loads, 2 per k16 at M <= 8 (4 above); registers (ptxas, CUDA
 // 13.0 here: 96-128 a thread for the exact PairRows 8 kernels, the qwen3 M = 1 pair 124 (up) and
-// 97 (down); a few (INT8 exact down, the FP4 down kernels at kDownMinCtas) that ptxas holds at 64
-// with 64-140 stack bytes; the FP4 up kernels are held to 80, kUpMaxRegisters, with 28-92 bytes
-// of spill stores; 16 warps an SM at 128); the group_pairs prologue every CTA runs (one barrier
+// 97 (down); a few (INT8 exact down) that ptxas holds at 64 with 64-140 stack bytes; the FP4 up
+// and down kernels are held to 80, kUpMaxRegisters and kFp4DownMaxRegisters, with up to ~60
+// bytes of spill; 16 warps an SM at 128); the group_pairs prologue every CTA runs (one barrier
 // for up to 32 pairs); at larger M an up CTA walks its experts one after another, a barrier each.
 // Both kernels are latency- and issue-bound at one token (~3 warps a scheduler, an instruction
 // every 2.3-2.6 cycles: docs/performance.md, session 19), so instructions a warp drops show.
@@ -156,8 +156,8 @@ template <Wna16Codes Codes>
 inline constexpr int kScaleBytesPerStep = static_cast<int>(wna16_scale_bytes_per_step(Codes));
 
 // K steps of a round of the FP4 kernels (warp_block_gemm_e2m1): 16 words of codes a lane, half
-// the integer kernels' round, which their register caps (kUpMaxRegisters, kDownMinCtas) hold
-// (round_landed, below, has the timing).
+// the integer kernels' round, which their register caps (kUpMaxRegisters, kFp4DownMaxRegisters)
+// hold (round_landed, below, has the timing).
 template <int Parts>
 inline constexpr int kE2m1RoundSteps = 4 / Parts;
 
@@ -184,12 +184,12 @@ enum class IntPath { kPerValue, kExact, kExactSteps };
 // session 21), qwen3-30b-a3b int4 µs before / after: M = 1 22.3 / 19.7, M = 2 41.0 / 35.5, M = 16
 // 196.7 / 154.4. The FP4 path (warp_block_gemm_e2m1) takes rounds of half that size
 // (kE2m1RoundSteps: 16 words a lane, its scale words landed with them): its register limits
-// (kUpMaxRegisters 80, kDownMinCtas' 64) leave no room for a round's 32 words (the down kernels
-// then spilled 152-244 bytes, ptxas, and gpt-oss-120b MXFP4 M = 1 went 46.1 -> 51.2 µs, M = 16
-// 394.7 -> 407.8), while 16 words spill less than the compilers' one step at a time (the BF16
-// M <= 8 MXFP4 kernels, ptxas stack bytes: up 56 -> 24, down 72 -> 56). H200 (session 25), the
-// timing test, gpt-oss-120b MXFP4 M = 1 46.3 -> 45.3 µs; `bench e2e` of the 24-layer
-// GPT-OSS-20B-shaped MXFP4 model 424.8 / 424.7 -> 428.4 / 429.2 tokens/s. The swapped FP4 kernel
+// (kUpMaxRegisters 80, then a down cap of 64) leave no room for a round's 32 words (the down
+// kernels then spilled 152-244 bytes, ptxas, and gpt-oss-120b MXFP4 M = 1 went 46.1 -> 51.2 µs, M =
+// 16 394.7 -> 407.8), while 16 words spill less than the compilers' one step at a time (the BF16 M
+// <= 8 MXFP4 kernels, ptxas stack bytes: up 56 -> 24, down 72 -> 56). H200 (session 25), the timing
+// test, gpt-oss-120b MXFP4 M = 1 46.3 -> 45.3 µs; `bench e2e` of the 24-layer GPT-OSS-20B-shaped
+// MXFP4 model 424.8 / 424.7 -> 428.4 / 429.2 tokens/s. The swapped FP4 kernel
 // (warp_block16_gemm_e2m1, two blocks a round) keeps the per-step schedule.
 
 // 0 as a value no compiler can fold: bit 31 of a count (never negative).
@@ -1233,20 +1233,24 @@ struct DownParams {
   bool evict_first = true;
 };
 
-// CTAs of kMaxThreads a down kernel asks to fit an SM (__launch_bounds__): integer codes 0, none
-// (ptxas picks up to 128 registers: 97-101 for the INT4 exact kernels, where an explicit 1 gave
-// 114-122); FP4 2, i.e. 64 registers, so four 8-warp CTAs fit. ptxas (CUDA 13.0) had
-// given the PairRows 16 MXFP4 kernel 64 registers with 52 bytes of spill on its own, then 82
-// without when its item loop changed (session 19), and at two CTAs an SM gpt-oss-120b's 360 down
-// CTAs took 1.36 waves: M = 16 398 -> 460 us in the H200 timing test (`MG_WNA16_TIMING=1
-// mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'`).
-template <Wna16Codes Codes>
-inline constexpr int kDownMinCtas = Codes == Wna16Codes::kInteger ? 0 : 2;
+// Registers of an FP4 down kernel's thread at most (wna16_decode_fp4_down_kernel): 80, so three
+// 8-warp CTAs fit an SM (gpt-oss-120b's 360 down CTAs in one wave). It was 64 (four CTAs, through
+// __launch_bounds__(kMaxThreads, 2)), at which the MXFP4 kernels spilled 56-72 bytes (ptxas,
+// CUDA 13.0: 360 k local spill requests a launch under Nsight Compute); at 80 the one-token
+// kernels spill none (the 16-pair-row and swapped ones 40-64 bytes). H200
+// (session 25): the timing test (`MG_WNA16_TIMING=1 mg_cuda_tests
+// --gtest_filter='CudaWna16Decode.Timing*'`), gpt-oss-120b MXFP4 M = 1 45.3 -> 43.1 µs, M = 16
+// 393.1 -> 385.4; `bench e2e` of the 24-layer GPT-OSS-20B-shaped MXFP4 model 429.7 / 428.8 ->
+// 440.7 / 440.4 tokens/s. (Before 64, ptxas had given the PairRows 16 MXFP4 kernel 82 registers
+// with no cap, and at two CTAs an SM those 360 CTAs took 1.36 waves: M = 16 398 -> 460 µs.)
+// The integer down kernels keep __launch_bounds__(kMaxThreads): ptxas takes up to 128 registers
+// (111-128 for the BF16 ones, CUDA 13.0).
+inline constexpr int kFp4DownMaxRegisters = 80;
 
-// out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h.
-template <typename T, int Bits, Wna16Codes Codes, int PairRows, IntPath Path, bool Swapped = false>
-__global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
-    wna16_decode_down_kernel(const DownParams p) {
+// out[t, h] = sum_j w[t, j] (W2[e] act[t*k + j] + b2[e])[h] for the CTA's rows h: the body of the
+// integer and FP4 down kernels below (their register limits differ).
+template <typename T, int Bits, Wna16Codes Codes, int PairRows, IntPath Path, bool Swapped>
+__device__ __forceinline__ void decode_down(const DownParams& p) {
   static_assert(PairRows == 8 || PairRows == kMaxPairRows);
   static_assert(!Swapped || (kSwappable<T, Bits, Codes, Path> && PairRows == 8));
   __shared__ decode::PairGroups g;
@@ -1387,6 +1391,28 @@ __global__ void __launch_bounds__(kMaxThreads, kDownMinCtas<Codes>)
   }
 }
 
+template <typename T, int Bits, Wna16Codes Codes, int PairRows, IntPath Path, bool Swapped = false>
+__global__ void __launch_bounds__(kMaxThreads) wna16_decode_down_kernel(const DownParams p) {
+  static_assert(Codes == Wna16Codes::kInteger);
+  decode_down<T, Bits, Codes, PairRows, Path, Swapped>(p);
+}
+
+template <typename T, int Bits, Wna16Codes Codes, int PairRows, IntPath Path, bool Swapped = false>
+__global__ void __maxnreg__(kFp4DownMaxRegisters) wna16_decode_fp4_down_kernel(const DownParams p) {
+  static_assert(Codes != Wna16Codes::kInteger);
+  decode_down<T, Bits, Codes, PairRows, Path, Swapped>(p);
+}
+
+// The down kernel of a code kind and variant.
+template <typename T, int Bits, Wna16Codes Codes, int PairRows, IntPath Path, bool Swapped = false>
+constexpr auto down_entry() -> void (*)(DownParams) {
+  if constexpr (Codes == Wna16Codes::kInteger) {
+    return wna16_decode_down_kernel<T, Bits, Codes, PairRows, Path, Swapped>;
+  } else {
+    return wna16_decode_fp4_down_kernel<T, Bits, Codes, PairRows, Path, Swapped>;
+  }
+}
+
 // ---- Host side --------------------------------------------------------------------------------
 
 template <typename Params>
@@ -1499,24 +1525,24 @@ auto down_kernel(bool rows16, [[maybe_unused]] IntPath path, [[maybe_unused]] bo
   if constexpr (Codes == Wna16Codes::kInteger) {
     if (swapped) {
       return path == IntPath::kExactSteps
-                 ? wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExactSteps, true>
-                 : wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExact, true>;
+                 ? down_entry<T, Bits, Codes, 8, IntPath::kExactSteps, true>()
+                 : down_entry<T, Bits, Codes, 8, IntPath::kExact, true>();
     }
   } else if constexpr (kSwappable<T, Bits, Codes, IntPath::kExact>) {
-    if (swapped) return wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExact, true>;
+    if (swapped) return down_entry<T, Bits, Codes, 8, IntPath::kExact, true>();
   }
   if constexpr (Codes == Wna16Codes::kInteger) {
     if (path == IntPath::kPerValue) {
-      return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, IntPath::kPerValue>
-                    : wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kPerValue>;
+      return rows16 ? down_entry<T, Bits, Codes, 16, IntPath::kPerValue>()
+                    : down_entry<T, Bits, Codes, 8, IntPath::kPerValue>();
     }
     if (path == IntPath::kExactSteps) {
-      return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, IntPath::kExactSteps>
-                    : wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExactSteps>;
+      return rows16 ? down_entry<T, Bits, Codes, 16, IntPath::kExactSteps>()
+                    : down_entry<T, Bits, Codes, 8, IntPath::kExactSteps>();
     }
   }
-  return rows16 ? wna16_decode_down_kernel<T, Bits, Codes, 16, IntPath::kExact>
-                : wna16_decode_down_kernel<T, Bits, Codes, 8, IntPath::kExact>;
+  return rows16 ? down_entry<T, Bits, Codes, 16, IntPath::kExact>()
+                : down_entry<T, Bits, Codes, 8, IntPath::kExact>();
 }
 
 // Whether the kernels launch with programmatic stream serialization (Wna16DecodeTiles::pdl).
@@ -1561,7 +1587,10 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
   // block each), so twice the warps a CTA keep the warps an SM. H200 timing test (session 22,
   // swapped, µs 8 / 16 warps): qwen3 int4 M = 1 22.7 / 20.4, 2 34.5 / 28.6, 4 60.3 / 50.1, 8
   // 102.8 / 88.0; gpt-oss-120b MXFP4 M = 1 47.4 / 48.3, 2 73.3 / 74.3, 8 231.9 / 225.9.
-  const int warps = tiles.down_warps > 0 ? tiles.down_warps : swapped ? 16 : 8;
+  // FP4 keeps 8: its down kernels hold kFp4DownMaxRegisters, at which a 16-warp CTA is one an SM.
+  const int warps = tiles.down_warps > 0                       ? tiles.down_warps
+                    : swapped && Codes == Wna16Codes::kInteger ? 16
+                                                               : 8;
   // Swapped: two blocks' words in a round, half the steps.
   const int in_flight = kStepsInFlight<Bits, 1> / (swapped ? 2 : 1);
   p.k_slices = resolve_k_slices(tiles.down_k_slices, p.w2.k_steps, in_flight);

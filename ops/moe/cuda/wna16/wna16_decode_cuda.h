@@ -71,7 +71,7 @@ struct Wna16DecodeTiles {
   // Fewer when the partial sums would not fit in 32 KB of shared memory.
   int down_k_slices = 0;
   // Down kernel: warps per CTA (1 .. 16), dealt the CTA's (expert, block, slice) items in turn;
-  // 0: 8, 16 with swapped operands (swap_operands).
+  // 0: 8, 16 with swapped operands (swap_operands) of integer codes.
   int down_warps = 0;
   // 8-row blocks of output columns per down CTA; 0: as few as keep four CTAs on every SM.
   int down_blocks_per_cta = 0;
