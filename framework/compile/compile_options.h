@@ -46,7 +46,8 @@ struct CompileOptions {
   // (--activation-quant experts). On CUDA the dense ops run W8A16 for now either way.
   bool quantize_dense_activations = true;
   // Runs the fuse-ops pass (framework/compile/fuse_ops.h): op sequences become fused ops
-  // (add + rms_norm -> add_rms_norm, q/k rms_norm + rope -> qk_norm_rope) with the same outputs.
+  // (add + rms_norm -> add_rms_norm, q/k rms_norm + rope or the q/k ropes -> qk_norm_rope) with
+  // the same outputs.
   // false runs the graph as written (moegraph --no-fuse; tests compare the two).
   bool fuse_ops = true;
 };

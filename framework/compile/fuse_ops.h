@@ -1,9 +1,9 @@
 // The fuse-ops compile pass (framework/compile/fuse_ops_pass.cc): graph rewrites that replace op
 // sequences with fused ops (sibling linears -> one linear with output_features, add + rms_norm
-// -> add_rms_norm, q/k rms_norm + rope -> qk_norm_rope), run right after verify. The ops that own a
-// fused op register its rewrite (the framework knows no op by name). On by default;
-// CompileOptions::fuse_ops = false (moegraph
-// --no-fuse) runs graphs as written, which is how tests show a rewrite changes no output.
+// -> add_rms_norm, q/k rms_norm + rope, or the q and k ropes alone, -> qk_norm_rope), run right
+// after verify. The ops that own a fused op register its rewrite (the framework knows no op by
+// name). On by default; CompileOptions::fuse_ops = false (moegraph --no-fuse) runs graphs as
+// written, which is how tests show a rewrite changes no output.
 #pragma once
 
 #include <functional>
