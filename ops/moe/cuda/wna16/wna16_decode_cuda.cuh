@@ -185,12 +185,13 @@ enum class IntPath { kPerValue, kExact, kExactSteps };
 // 196.7 / 154.4. The FP4 path (warp_block_gemm_e2m1) takes rounds of half that size
 // (kE2m1RoundSteps: 16 words a lane, its scale words landed with them): its register limits
 // (kUpMaxRegisters 80, then a down cap of 64) leave no room for a round's 32 words (the down
-// kernels then spilled 152-244 bytes, ptxas, and gpt-oss-120b MXFP4 M = 1 went 46.1 -> 51.2 µs, M =
-// 16 394.7 -> 407.8), while 16 words spill less than the compilers' one step at a time (the BF16 M
-// <= 8 MXFP4 kernels, ptxas stack bytes: up 56 -> 24, down 72 -> 56). H200 (session 25), the timing
-// test, gpt-oss-120b MXFP4 M = 1 46.3 -> 45.3 µs; `bench e2e` of the 24-layer GPT-OSS-20B-shaped
-// MXFP4 model 424.8 / 424.7 -> 428.4 / 429.2 tokens/s. The swapped FP4 kernel
-// (warp_block16_gemm_e2m1, two blocks a round) keeps the per-step schedule.
+// kernels then spilled 152-244 bytes, ptxas, and gpt-oss-120b MXFP4 went 46.1 -> 51.2 µs at
+// M = 1, 394.7 -> 407.8 at M = 16), while 16 words spill less than the compilers' one step at a
+// time (ptxas stack bytes of the BF16 MXFP4 kernels for up to 8 tokens: up 56 -> 24, down
+// 72 -> 56). H200 (session 25), the timing test, gpt-oss-120b MXFP4 M = 1 46.3 -> 45.3 µs;
+// `bench e2e` of the 24-layer GPT-OSS-20B-shaped MXFP4 model 424.8 / 424.7 -> 428.4 / 429.2
+// tokens/s. The swapped FP4 kernel (warp_block16_gemm_e2m1, two blocks a round) keeps the
+// per-step schedule.
 
 // 0 as a value no compiler can fold: bit 31 of a count (never negative).
 __device__ __forceinline__ uint32_t opaque_zero(int count) {
@@ -1587,7 +1588,9 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
   // block each), so twice the warps a CTA keep the warps an SM. H200 timing test (session 22,
   // swapped, µs 8 / 16 warps): qwen3 int4 M = 1 22.7 / 20.4, 2 34.5 / 28.6, 4 60.3 / 50.1, 8
   // 102.8 / 88.0; gpt-oss-120b MXFP4 M = 1 47.4 / 48.3, 2 73.3 / 74.3, 8 231.9 / 225.9.
-  // FP4 keeps 8: its down kernels hold kFp4DownMaxRegisters, at which a 16-warp CTA is one an SM.
+  // FP4 keeps 8: its down kernels hold kFp4DownMaxRegisters, at which a 16-warp CTA is one an SM
+  // (H200 timing test, session 25, gpt-oss-120b MXFP4 swapped µs 16 / 8 warps at 80 registers:
+  // M = 2 77.4 / 71.8, 4 137.6 / 130.2, 8 241.7 / 227.5).
   const int warps = tiles.down_warps > 0                       ? tiles.down_warps
                     : swapped && Codes == Wna16Codes::kInteger ? 16
                                                                : 8;
