@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "proto/model.pb.h"
 
@@ -27,5 +28,11 @@ using GraphRewrite = std::function<int(proto::Model& model)>;
 // Adds a rewrite to the pass (once per name; later calls with the same name are ignored).
 // Rewrites run in registration order.
 void register_graph_rewrite(const std::string& name, GraphRewrite rewrite);
+
+// For rewrites: removes the nodes of `model` whose `drop` entry is set (drop has one per node) and
+// appends `fused` after the rest (the verifier sorts nodes topologically, so fused nodes can go
+// at the end). Keeps the order of the others.
+void replace_graph_nodes(proto::Model& model, const std::vector<bool>& drop,
+                         std::vector<proto::Node> fused);
 
 }  // namespace mg

@@ -72,6 +72,16 @@ void register_graph_rewrite(const std::string& name, GraphRewrite rewrite) {
   rewrites().push_back({name, std::move(rewrite)});
 }
 
+void replace_graph_nodes(proto::Model& model, const std::vector<bool>& drop,
+                         std::vector<proto::Node> fused) {
+  google::protobuf::RepeatedPtrField<proto::Node> kept;
+  for (int i = 0; i < model.nodes_size(); ++i) {
+    if (!drop[static_cast<size_t>(i)]) *kept.Add() = std::move(*model.mutable_nodes(i));
+  }
+  for (proto::Node& n : fused) *kept.Add() = std::move(n);
+  model.mutable_nodes()->Swap(&kept);
+}
+
 std::unique_ptr<Pass> make_fuse_ops_pass() {
   return std::make_unique<FuseOpsPass>();
 }

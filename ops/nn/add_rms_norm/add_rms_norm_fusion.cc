@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "framework/compile/fuse_ops.h"
 #include "ops/nn/add_rms_norm/add_rms_norm.h"
 
 namespace mg {
@@ -40,11 +41,7 @@ int fuse_add_rms_norm(proto::Model& model) {
     ++fused;
   }
   if (fused == 0) return 0;
-  google::protobuf::RepeatedPtrField<proto::Node> kept;
-  for (int i = 0; i < model.nodes_size(); ++i) {
-    if (!drop[static_cast<size_t>(i)]) *kept.Add() = std::move(*model.mutable_nodes(i));
-  }
-  model.mutable_nodes()->Swap(&kept);
+  replace_graph_nodes(model, drop, {});
   return fused;
 }
 

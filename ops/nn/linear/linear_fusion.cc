@@ -37,6 +37,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "framework/compile/fuse_ops.h"
 #include "ops/nn/linear/linear.h"
 
 namespace mg {
@@ -203,13 +204,8 @@ int fuse_sibling_linears(proto::Model& model) {
   }
   if (fused_nodes.empty()) return 0;
 
-  // The verifier sorts nodes topologically, so the fused nodes can go at the end.
-  google::protobuf::RepeatedPtrField<proto::Node> kept_nodes;
-  for (int i = 0; i < model.nodes_size(); ++i) {
-    if (!drop[static_cast<size_t>(i)]) *kept_nodes.Add() = std::move(*model.mutable_nodes(i));
-  }
-  for (proto::Node& n : fused_nodes) *kept_nodes.Add() = std::move(n);
-  model.mutable_nodes()->Swap(&kept_nodes);
+  const int fused = static_cast<int>(fused_nodes.size());
+  replace_graph_nodes(model, drop, std::move(fused_nodes));
   // The originals are read by no node now: dropped, so nothing loads them beside their copy.
   google::protobuf::RepeatedPtrField<proto::TensorInfo> kept_tensors;
   for (int i = 0; i < model.tensors_size(); ++i) {
@@ -219,7 +215,7 @@ int fuse_sibling_linears(proto::Model& model) {
   }
   for (proto::TensorInfo& t : fused_tensors) *kept_tensors.Add() = std::move(t);
   model.mutable_tensors()->Swap(&kept_tensors);
-  return static_cast<int>(fused_nodes.size());
+  return fused;
 }
 
 }  // namespace mg

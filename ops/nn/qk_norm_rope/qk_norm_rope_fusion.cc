@@ -24,6 +24,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include "framework/compile/fuse_ops.h"
 #include "ops/nn/qk_norm_rope/qk_norm_rope.h"
 
 namespace mg {
@@ -39,20 +40,6 @@ bool same_rope_but_heads(proto::RopeParams a, proto::RopeParams b) {
   a.set_num_heads(0);
   b.set_num_heads(0);
   return google::protobuf::util::MessageDifferencer::Equals(a, b);
-}
-
-// Drops the nodes marked in `drop` and appends `fused` (the verifier sorts nodes topologically,
-// so the fused nodes can go at the end); returns how many were appended.
-int replace_nodes(proto::Model& model, const std::vector<bool>& drop,
-                  std::vector<proto::Node> fused) {
-  if (fused.empty()) return 0;
-  google::protobuf::RepeatedPtrField<proto::Node> kept;
-  for (int i = 0; i < model.nodes_size(); ++i) {
-    if (!drop[static_cast<size_t>(i)]) *kept.Add() = std::move(*model.mutable_nodes(i));
-  }
-  for (proto::Node& n : fused) *kept.Add() = std::move(n);
-  model.mutable_nodes()->Swap(&kept);
-  return static_cast<int>(fused.size());
 }
 
 }  // namespace
@@ -128,7 +115,9 @@ int fuse_qk_norm_rope(proto::Model& model) {
     for (const int i : {q->norm, q->rope, k->norm, k->rope}) drop[static_cast<size_t>(i)] = true;
     fused_nodes.push_back(std::move(fused));
   }
-  return replace_nodes(model, drop, std::move(fused_nodes));
+  const int fused = static_cast<int>(fused_nodes.size());
+  if (fused > 0) replace_graph_nodes(model, drop, std::move(fused_nodes));
+  return fused;
 }
 
 int fuse_qk_rope(proto::Model& model) {
@@ -176,7 +165,9 @@ int fuse_qk_rope(proto::Model& model) {
     drop[static_cast<size_t>(q)] = drop[static_cast<size_t>(k)] = true;
     fused_nodes.push_back(std::move(fused));
   }
-  return replace_nodes(model, drop, std::move(fused_nodes));
+  const int fused = static_cast<int>(fused_nodes.size());
+  if (fused > 0) replace_graph_nodes(model, drop, std::move(fused_nodes));
+  return fused;
 }
 
 }  // namespace mg
