@@ -11,7 +11,7 @@ void launch_rms_norm_block_loop(DType dtype, const cuda::RmsNormArgs& a, cudaStr
     using T = decltype(tag);
     cuda::launch_pdl(cuda::rms_norm_block_kernel<T>, dim3(static_cast<unsigned>(a.rows)),
                      dim3(cuda::kRmsNormBlockThreads), 0, stream, static_cast<const T*>(a.x),
-                     static_cast<const T*>(a.weight), static_cast<T*>(a.y), a.dim, a.eps);
+                     static_cast<const T*>(a.weight), static_cast<T*>(a.y), a.dim, a.eps, false);
   });
 }
 
@@ -22,7 +22,7 @@ void launch_add_rms_norm_block_loop(DType dtype, const cuda::AddRmsNormArgs& a,
     cuda::launch_pdl(cuda::add_rms_norm_block_kernel<T>, dim3(static_cast<unsigned>(a.rows)),
                      dim3(cuda::kRmsNormBlockThreads), 0, stream, static_cast<const T*>(a.a),
                      static_cast<const T*>(a.b), static_cast<const T*>(a.weight),
-                     static_cast<T*>(a.sum), static_cast<T*>(a.y), a.dim, a.scale, a.eps);
+                     static_cast<T*>(a.sum), static_cast<T*>(a.y), a.dim, a.scale, a.eps, false);
   });
 }
 

@@ -11,7 +11,8 @@
 //
 // The model: every kernel of the decode step is launched through launch_pdl; logits with PDL on
 // and off are bit for bit the same (prefill and decode, with and without CUDA graphs, MoE models
-// with and without shared experts on the side stream).
+// with and without shared experts on the side stream), and so are they with the norms and the
+// split-KV attention letting their successors start early (pdl_wait_then_launch) and without.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -33,6 +34,20 @@ namespace mg {
 namespace {
 
 #ifdef MG_WITH_CUDA
+
+// Sets the early-dependents switch for a scope and restores what it was.
+class EarlySwitch {
+ public:
+  explicit EarlySwitch(bool early) : before_(cuda::pdl_early_dependents()) {
+    cuda::set_pdl_early_dependents(early);
+  }
+  ~EarlySwitch() { cuda::set_pdl_early_dependents(before_); }
+  EarlySwitch(const EarlySwitch&) = delete;
+  EarlySwitch& operator=(const EarlySwitch&) = delete;
+
+ private:
+  bool before_;
+};
 
 // Sets the PDL switch for a scope and restores what it was.
 class PdlSwitch {
@@ -63,6 +78,18 @@ TEST(CudaPdl, MgPdlIsZeroOrOne) {
   for (const char* bad : {"", "2", "on", "off", "00", "1 "}) {
     EXPECT_THAT([&] { cuda::pdl_requested_by(bad); },
                 ::testing::ThrowsMessage<Error>(::testing::HasSubstr("MG_PDL: expected 0 or 1")))
+        << "'" << bad << "'";
+  }
+}
+
+TEST(CudaPdl, MgPdlEarlyIsZeroOrOne) {
+  EXPECT_TRUE(cuda::pdl_early_requested_by(nullptr));
+  EXPECT_TRUE(cuda::pdl_early_requested_by("1"));
+  EXPECT_FALSE(cuda::pdl_early_requested_by("0"));
+  for (const char* bad : {"", "2", "yes", "01"}) {
+    EXPECT_THAT(
+        [&] { cuda::pdl_early_requested_by(bad); },
+        ::testing::ThrowsMessage<Error>(::testing::HasSubstr("MG_PDL_EARLY: expected 0 or 1")))
         << "'" << bad << "'";
   }
 }
@@ -148,6 +175,37 @@ TEST(CudaPdl, ModelLogitsAreBitIdenticalWithPdlOnAndOff) {
         ASSERT_EQ(on.size(), off.size());
         ASSERT_FALSE(on.empty());
         EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size() * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
+// The kernels that let their successor start before their own pdl_wait (the norms, the split-KV
+// attention) followed by every op the families put after them: the GEMVs, rope, the MLA's
+// linears after a norm, Llama-4's L2 norms, GPT-OSS's sinks.
+TEST(CudaPdl, ModelLogitsAreBitIdenticalWithEarlyDependentsOnAndOff) {
+  MG_REQUIRE_GPU();
+  const std::filesystem::path src(MG_SOURCE_DIR);
+  for (const auto& model :
+       {src / "models/tiny-moe/model.pbtxt", src / "tests/fixtures/hf/qwen3_moe",
+        src / "tests/fixtures/hf/deepseek_v2", src / "tests/fixtures/hf/llama4",
+        src / "tests/fixtures/hf/gpt_oss", src / "tests/fixtures/hf/olmoe"}) {
+    for (const DType dtype : {DType::kBF16, DType::kF32}) {
+      const std::shared_ptr<const ExecutionPlan> plan = compile_for_gpu(model, dtype);
+      for (const bool graph : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} cuda_graph {}", model.string(), dtype_name(dtype), graph));
+        std::vector<float> early, late;
+        {
+          EarlySwitch the_switch(true);
+          early = logits_with_pdl(plan, graph, true);
+        }
+        {
+          EarlySwitch the_switch(false);
+          late = logits_with_pdl(plan, graph, true);
+        }
+        ASSERT_EQ(early.size(), late.size());
+        ASSERT_FALSE(early.empty());
+        EXPECT_EQ(std::memcmp(early.data(), late.data(), early.size() * sizeof(float)), 0);
       }
     }
   }

@@ -29,13 +29,35 @@ std::atomic<bool>& requested() {
   return value;
 }
 
+std::atomic<bool>& early_requested() {
+  static std::atomic<bool> value{pdl_early_requested_by(std::getenv("MG_PDL_EARLY"))};
+  return value;
+}
+
+// An on/off switch from the environment: unset (null) or "1" on, "0" off.
+bool switch_requested_by(const char* name, const char* value) {
+  if (value == nullptr) return true;
+  const std::string_view v(value);
+  MG_CHECK(v == "0" || v == "1", "{}: expected 0 or 1, got '{}'", name, v);
+  return v == "1";
+}
+
 }  // namespace
 
+bool pdl_early_dependents() {
+  return early_requested().load(std::memory_order_relaxed);
+}
+
+void set_pdl_early_dependents(bool early) {
+  early_requested().store(early, std::memory_order_relaxed);
+}
+
 bool pdl_requested_by(const char* mg_pdl_value) {
-  if (mg_pdl_value == nullptr) return true;
-  const std::string_view value(mg_pdl_value);
-  MG_CHECK(value == "0" || value == "1", "MG_PDL: expected 0 or 1, got '{}'", value);
-  return value == "1";
+  return switch_requested_by("MG_PDL", mg_pdl_value);
+}
+
+bool pdl_early_requested_by(const char* mg_pdl_early_value) {
+  return switch_requested_by("MG_PDL_EARLY", mg_pdl_early_value);
 }
 
 bool pdl_enabled() {

@@ -26,7 +26,8 @@
 //  3. pdl_launch_dependents() only after pdl_wait(). Then a kernel that starts early finds every
 //     kernel before its own predecessor complete; decode_down_kernel (ops/moe/cuda) relies on
 //     this, and says so where it does. The call is optional: without it the next kernel starts
-//     as this one's blocks exit.
+//     as this one's blocks exit. The one exception: pdl_wait_then_launch(true) below, for the
+//     kernels (the norms, the split-KV attention) whose possible successors all keep rule 1.
 // The simplest conforming kernel calls pdl_wait(); pdl_launch_dependents(); first. Kernels that
 // are not launched with the attribute may call both: they are no-ops then (and below sm_90).
 #pragma once
@@ -54,6 +55,19 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// pdl_wait() then pdl_launch_dependents(); with `early_dependents` the other way round, the one
+// exception to rule 3. A kernel may take it when every kernel that can follow it reads only weights
+// before its own pdl_wait (rule 1; decode_down_kernel is the one that does not, and it follows
+// only the decode up kernel). The next kernel (a GEMV) then becomes resident and starts its
+// weight loads while this kernel still waits for the one before (the MoE's down kernel, or
+// q/k norm + rope): its weight stream overlaps two kernels' latency instead of one. The host's
+// switch is pdl_early_dependents() (pdl.h).
+__device__ __forceinline__ void pdl_wait_then_launch(bool early_dependents) {
+  if (early_dependents) pdl_launch_dependents();
+  pdl_wait();
+  if (!early_dependents) pdl_launch_dependents();
 }
 
 // Asks L2 for `bytes` of immutable data (weights) from the 16-byte aligned `ptr`, in pieces of

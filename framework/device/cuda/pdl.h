@@ -22,4 +22,12 @@ void set_pdl_enabled(bool enabled);
 // naming the variable.
 bool pdl_requested_by(const char* mg_pdl_value);
 
+// Whether the kernels that may (pdl.cuh, pdl_wait_then_launch) let their successor start before
+// their own pdl_wait: MG_PDL_EARLY (read once; unset or "1" on, "0" off, anything else an error
+// naming the variable), overridden by set_pdl_early_dependents.
+bool pdl_early_dependents();
+void set_pdl_early_dependents(bool early);
+// What MG_PDL_EARLY's value asks for, as pdl_requested_by.
+bool pdl_early_requested_by(const char* mg_pdl_early_value);
+
 }  // namespace mg::cuda

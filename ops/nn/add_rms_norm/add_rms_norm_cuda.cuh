@@ -31,9 +31,9 @@ __device__ __forceinline__ float add_row_part(const T* a, const T* b, T* sum, in
 
 template <typename T>
 __global__ void add_rms_norm_warp_kernel(const T* a, const T* b, const T* w, T* sum, T* y,
-                                         int64_t rows, int64_t dim, float scale, float eps) {
-  pdl_wait();  // a and b are the kernels' before (launch_pdl, pdl.cuh)
-  pdl_launch_dependents();
+                                         int64_t rows, int64_t dim, float scale, float eps,
+                                         bool early) {
+  pdl_wait_then_launch(early);  // a and b are the kernels' before (launch_pdl, pdl.cuh)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRmsNormWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
@@ -48,10 +48,9 @@ __global__ void add_rms_norm_warp_kernel(const T* a, const T* b, const T* w, T* 
 template <typename T>
 __global__ void __launch_bounds__(kRmsNormBlockThreads)
     add_rms_norm_block_kernel(const T* a, const T* b, const T* w, T* sum, T* y, int64_t dim,
-                              float scale, float eps) {
+                              float scale, float eps, bool early) {
   __shared__ float scratch[32];
-  pdl_wait();
-  pdl_launch_dependents();
+  pdl_wait_then_launch(early);
   const int64_t off = static_cast<int64_t>(blockIdx.x) * dim;
   float sum_sq = add_row_part(a + off, b + off, sum + off, dim, scale, threadIdx.x, blockDim.x);
   sum_sq = block_sum(sum_sq, scratch);
@@ -64,12 +63,11 @@ __global__ void __launch_bounds__(kRmsNormBlockThreads)
 template <typename T, int kPerThread>
 __global__ void __launch_bounds__(kRmsNormBlockThreads)
     add_rms_norm_block_regs_kernel(const T* a, const T* b, const T* w, T* sum, T* y, int64_t dim,
-                                   float scale, float eps) {
+                                   float scale, float eps, bool early) {
   __shared__ float scratch[32];
   T wv[kPerThread];
   rms_norm_load_weight<T, kPerThread>(w, dim, wv);  // a weight: before pdl_wait
-  pdl_wait();
-  pdl_launch_dependents();
+  pdl_wait_then_launch(early);
   const int64_t off = static_cast<int64_t>(blockIdx.x) * dim;
   // Every load before the first store: `sum` may alias a or b, but each thread reads and writes
   // only its own elements.
@@ -107,26 +105,28 @@ void launch_add_rms_norm(const AddRmsNormArgs& p, cudaStream_t stream) {
   const T* w = static_cast<const T*>(p.weight);
   T* sum = static_cast<T*>(p.sum);
   T* y = static_cast<T*>(p.y);
+  // Its readers are GEMVs (q/k/v, the router, the LM head): pdl_wait_then_launch.
+  const bool early = pdl_early_dependents();
   if (p.dim <= kRmsNormWarpMaxGroup) {
     const int64_t blocks = (p.rows + kRmsNormWarpsPerBlock - 1) / kRmsNormWarpsPerBlock;
     launch_pdl(add_rms_norm_warp_kernel<T>, dim3(static_cast<unsigned>(blocks)),
                dim3(kRmsNormWarpsPerBlock * 32), 0, stream, a, b, w, sum, y, p.rows, p.dim, p.scale,
-               p.eps);
+               p.eps, early);
   } else {
     const dim3 grid(static_cast<unsigned>(p.rows)), block(kRmsNormBlockThreads);
     switch (rms_norm_regs_per_thread(p.dim)) {
       case 4:
         return launch_pdl(add_rms_norm_block_regs_kernel<T, 4>, grid, block, 0, stream, a, b, w,
-                          sum, y, p.dim, p.scale, p.eps);
+                          sum, y, p.dim, p.scale, p.eps, early);
       case 8:
         return launch_pdl(add_rms_norm_block_regs_kernel<T, 8>, grid, block, 0, stream, a, b, w,
-                          sum, y, p.dim, p.scale, p.eps);
+                          sum, y, p.dim, p.scale, p.eps, early);
       case kRmsNormMaxPerThread:
         return launch_pdl(add_rms_norm_block_regs_kernel<T, kRmsNormMaxPerThread>, grid, block, 0,
-                          stream, a, b, w, sum, y, p.dim, p.scale, p.eps);
+                          stream, a, b, w, sum, y, p.dim, p.scale, p.eps, early);
       default:
         return launch_pdl(add_rms_norm_block_kernel<T>, grid, block, 0, stream, a, b, w, sum, y,
-                          p.dim, p.scale, p.eps);
+                          p.dim, p.scale, p.eps, early);
     }
   }
 }

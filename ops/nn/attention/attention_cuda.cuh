@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
                               const T* k_new, const T* v_new, T* k_cache, T* v_cache,
                               const T* sinks, T* out, int64_t max_seq_len, KvBatch kv, int splits,
                               int group, int head_tiles, int launch_tile, float* part_acc,
-                              float* part_stats, unsigned* counters) {
+                              float* part_stats, unsigned* counters, bool early) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements of one 16-byte copy
   // Output elements (4 at a time) per thread: kHeads heads of up to kAttentionMaxHeadDim.
   constexpr int kOutChunks =
@@ -387,9 +387,9 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int nh = left < kHeads ? left : kHeads;  // heads of this block
 
   // Everything below reads what the kernels before wrote (q, the cache rows, the positions, the
-  // counters) or writes what they may still read (the partials): launch_pdl, pdl.cuh.
-  pdl_wait();
-  pdl_launch_dependents();
+  // counters) or writes what they may still read (the partials): launch_pdl, pdl.cuh. Its
+  // readers are the o projection's GEMV or GEMM: pdl_wait_then_launch.
+  pdl_wait_then_launch(early);
   // The position, then q of the block's heads (zeros past nh): p is first used after q's loop,
   // so both loads wait on one memory latency; one 16-byte load of q per thread where aligned.
   const int p = __ldg(positions + t);
@@ -824,7 +824,8 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
              static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), static_cast<const T*>(a.sinks),
              static_cast<T*>(a.out), a.max_seq_len, a.kv, static_cast<int>(splits),
              static_cast<int>(dims.heads / dims.kv_heads), static_cast<int>(head_tiles),
-             static_cast<int>(tile), part_acc, part_stats, a.split_counters);
+             static_cast<int>(tile), part_acc, part_stats, a.split_counters,
+             pdl_early_dependents());
 }
 
 template <typename T>

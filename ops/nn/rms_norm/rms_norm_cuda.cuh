@@ -94,9 +94,8 @@ __device__ __forceinline__ void rms_norm_store_regs(const T (&xv)[kPerThread],
 
 template <typename T>
 __global__ void rms_norm_warp_kernel(const T* x, const T* w, T* y, int64_t units, int64_t group,
-                                     float eps) {
-  pdl_wait();  // x is the kernel's before (launch_pdl, pdl.cuh)
-  pdl_launch_dependents();
+                                     float eps, bool early) {
+  pdl_wait_then_launch(early);  // x is the kernel's before (launch_pdl, pdl.cuh)
   const int64_t unit = static_cast<int64_t>(blockIdx.x) * kRmsNormWarpsPerBlock + threadIdx.x / 32;
   if (unit >= units) return;
   const int lane = threadIdx.x & 31;
@@ -108,10 +107,9 @@ __global__ void rms_norm_warp_kernel(const T* x, const T* w, T* y, int64_t units
 
 template <typename T>
 __global__ void __launch_bounds__(kRmsNormBlockThreads)
-    rms_norm_block_kernel(const T* x, const T* w, T* y, int64_t group, float eps) {
+    rms_norm_block_kernel(const T* x, const T* w, T* y, int64_t group, float eps, bool early) {
   __shared__ float scratch[32];
-  pdl_wait();
-  pdl_launch_dependents();
+  pdl_wait_then_launch(early);
   const int64_t unit = blockIdx.x;
   const T* xs = x + unit * group;
   const float sum_sq = block_sum(rms_norm_sum_sq(xs, group, threadIdx.x, blockDim.x), scratch);
@@ -122,12 +120,11 @@ __global__ void __launch_bounds__(kRmsNormBlockThreads)
 // rms_norm_block_kernel with the row in registers (kRmsNormMaxPerThread).
 template <typename T, int kPerThread>
 __global__ void __launch_bounds__(kRmsNormBlockThreads)
-    rms_norm_block_regs_kernel(const T* x, const T* w, T* y, int64_t group, float eps) {
+    rms_norm_block_regs_kernel(const T* x, const T* w, T* y, int64_t group, float eps, bool early) {
   __shared__ float scratch[32];
   T wv[kPerThread];
   rms_norm_load_weight<T, kPerThread>(w, group, wv);
-  pdl_wait();
-  pdl_launch_dependents();
+  pdl_wait_then_launch(early);
   const T* xs = x + static_cast<int64_t>(blockIdx.x) * group;
   T xv[kPerThread];
 #pragma unroll
@@ -157,25 +154,27 @@ void launch_rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.weight);
   T* y = static_cast<T*>(a.y);
+  // Its readers are GEMVs or rope / attention kernels: pdl_wait_then_launch.
+  const bool early = pdl_early_dependents();
   if (a.group <= kRmsNormWarpMaxGroup) {
     const int64_t blocks = (units + kRmsNormWarpsPerBlock - 1) / kRmsNormWarpsPerBlock;
     launch_pdl(rms_norm_warp_kernel<T>, dim3(static_cast<unsigned>(blocks)),
-               dim3(kRmsNormWarpsPerBlock * 32), 0, stream, x, w, y, units, a.group, a.eps);
+               dim3(kRmsNormWarpsPerBlock * 32), 0, stream, x, w, y, units, a.group, a.eps, early);
   } else {
     const dim3 grid(static_cast<unsigned>(units)), block(kRmsNormBlockThreads);
     switch (rms_norm_regs_per_thread(a.group)) {
       case 4:
         return launch_pdl(rms_norm_block_regs_kernel<T, 4>, grid, block, 0, stream, x, w, y,
-                          a.group, a.eps);
+                          a.group, a.eps, early);
       case 8:
         return launch_pdl(rms_norm_block_regs_kernel<T, 8>, grid, block, 0, stream, x, w, y,
-                          a.group, a.eps);
+                          a.group, a.eps, early);
       case kRmsNormMaxPerThread:
         return launch_pdl(rms_norm_block_regs_kernel<T, kRmsNormMaxPerThread>, grid, block, 0,
-                          stream, x, w, y, a.group, a.eps);
+                          stream, x, w, y, a.group, a.eps, early);
       default:
-        return launch_pdl(rms_norm_block_kernel<T>, grid, block, 0, stream, x, w, y, a.group,
-                          a.eps);
+        return launch_pdl(rms_norm_block_kernel<T>, grid, block, 0, stream, x, w, y, a.group, a.eps,
+                          early);
     }
   }
 }
