@@ -1569,8 +1569,11 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
            "WNA16 decode: {} K slices x {} blocks per up CTA are {} warps, at most {}", p.k_slices,
            p.blocks_per_cta, warps, kMaxWarps);
   const int blocks = swapped ? (p.inter + 15) / 16 : (p.inter + 7) / 8;
+  const int expert_slots = tiles.up_expert_slots > 0       ? tiles.up_expert_slots
+                           : Codes == Wna16Codes::kInteger ? 64
+                                                           : 16;
   const dim3 grid(static_cast<unsigned>((blocks + p.blocks_per_cta - 1) / p.blocks_per_cta),
-                  static_cast<unsigned>(std::max(1, std::min(p.num_pairs, tiles.up_expert_slots))));
+                  static_cast<unsigned>(std::max(1, std::min(p.num_pairs, expert_slots))));
   // The slices' accumulators (up_kernel's partial), only when a block is split.
   const size_t smem =
       p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
@@ -1597,6 +1600,7 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
   // Swapped: two blocks' words in a round, half the steps.
   const int in_flight = kStepsInFlight<Bits, 1> / (swapped ? 2 : 1);
   p.k_slices = resolve_k_slices(tiles.down_k_slices, p.w2.k_steps, in_flight);
+  if (Codes == Wna16Codes::kInteger && tiles.down_k_slices == 0) p.k_slices = 1;
   if (Codes != Wna16Codes::kInteger && tiles.down_k_slices == 0) {
     const int fill = (warps + p.num_pairs - 1) / p.num_pairs;  // one item a warp, pairs distinct
     p.k_slices = resolve_k_slices(std::min(p.k_slices, fill), p.w2.k_steps, in_flight);
@@ -1667,6 +1671,9 @@ void launch(const Wna16DecodeArgs& a, const Wna16DecodeTiles& tiles, cudaStream_
       "and down K slices {}, down blocks per CTA {} >= 0 (0: the default)",
       tiles.up_k_slices, tiles.up_blocks_per_cta, tiles.down_warps, kMaxWarps, tiles.down_k_slices,
       tiles.down_blocks_per_cta);
+  MG_CHECK(tiles.up_expert_slots >= 0,
+           "WNA16 decode: tiles up expert slots {} must be >= 0 (0: the default)",
+           tiles.up_expert_slots);
   MG_CHECK(tiles.swap_operands >= -1 && tiles.swap_operands <= 1,
            "WNA16 decode: tiles swap_operands {} must be -1 (the rule), 0 or 1",
            tiles.swap_operands);

@@ -62,13 +62,21 @@ struct Wna16DecodeTiles {
   // forced decode path runs 8 tokens: wna16_decode_threshold is 2), and the 48-layer qwen3
   // int4-g128 model decodes 320.6 / 320.6 -> 325.4 / 328.1 tokens/s.
   int up_blocks_per_cta = 0;
-  // grid.y of the up kernel: CTAs per act-column tile that share the distinct experts.
-  int up_expert_slots = 16;
+  // grid.y of the up kernel: CTAs per act-column tile that share the distinct experts. 0: 64 for
+  // integer codes, 16 for FP4. H200 timing test with 8 route sets a replay (session 26,
+  // `MG_WNA16_TIMING=1 mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'`), µs 16 / 64 slots:
+  // qwen3 int4 M = 4 54.3 / 50.2, M = 8 96.7 / 85.6; int8 M = 4 71.9 / 66.4, M = 8 128.0 / 110.3
+  // (1 and 2 tokens have at most 16 pairs: the same grid); gpt-oss-120b MXFP4 M = 8 227.3 /
+  // 225.5, M = 16 431.3 / 439.5.
+  int up_expert_slots = 0;
   // Down kernel: K (= I) slices per (expert, 8-row block) item; 0: as for up_k_slices, and for
   // FP4 no more than give each warp of a CTA one item when every pair has its own expert
   // (ceil(warps / pairs): gpt-oss-120b MXFP4, H200, session 13, µs with slices by the rule (3) /
   // 2 / 1: M = 1 52.2 / 49.2 / 51.1, M = 2 92.6 / 91.7 / 88.4, M = 16 479.6 / 472.2 / 450.0).
-  // Fewer when the partial sums would not fit in 32 KB of shared memory.
+  // Fewer when the partial sums would not fit in 32 KB of shared memory. Integer codes take 1
+  // by the rule: H200 timing test with 8 route sets (session 26, as above), µs by the former rule
+  // (2) / 1: qwen3 int4 M = 2 30.5 / 28.2, M = 4 54.3 / 50.3, M = 8 96.7 / 92.2; int8 M = 1
+  // 28.3 / 26.6, M = 2 40.2 / 36.2, M = 4 71.9 / 65.9, M = 8 128.0 / 120.4.
   int down_k_slices = 0;
   // Down kernel: warps per CTA (1 .. 16), dealt the CTA's (expert, block, slice) items in turn;
   // 0: 8, 16 with swapped operands (swap_operands) of integer codes.
