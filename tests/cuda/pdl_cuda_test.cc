@@ -35,32 +35,29 @@ namespace {
 
 #ifdef MG_WITH_CUDA
 
-// Sets the early-dependents switch for a scope and restores what it was.
-class EarlySwitch {
+// Sets one of pdl.h's switches (MG_PDL's, MG_PDL_EARLY's) for a scope and restores what it was.
+class ScopedSwitch {
  public:
-  explicit EarlySwitch(bool early) : before_(cuda::pdl_early_dependents()) {
-    cuda::set_pdl_early_dependents(early);
+  ScopedSwitch(bool (*get)(), void (*set)(bool), bool value) : set_(set), before_(get()) {
+    set_(value);
   }
-  ~EarlySwitch() { cuda::set_pdl_early_dependents(before_); }
-  EarlySwitch(const EarlySwitch&) = delete;
-  EarlySwitch& operator=(const EarlySwitch&) = delete;
+  ~ScopedSwitch() { set_(before_); }
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
 
  private:
+  void (*set_)(bool);
   bool before_;
 };
 
-// Sets the PDL switch for a scope and restores what it was.
-class PdlSwitch {
- public:
-  explicit PdlSwitch(bool enabled) : before_(cuda::pdl_enabled()) {
-    cuda::set_pdl_enabled(enabled);
-  }
-  ~PdlSwitch() { cuda::set_pdl_enabled(before_); }
-  PdlSwitch(const PdlSwitch&) = delete;
-  PdlSwitch& operator=(const PdlSwitch&) = delete;
+struct PdlSwitch : ScopedSwitch {
+  explicit PdlSwitch(bool enabled)
+      : ScopedSwitch(cuda::pdl_enabled, cuda::set_pdl_enabled, enabled) {}
+};
 
- private:
-  bool before_;
+struct EarlySwitch : ScopedSwitch {
+  explicit EarlySwitch(bool early)
+      : ScopedSwitch(cuda::pdl_early_dependents, cuda::set_pdl_early_dependents, early) {}
 };
 
 bool device_has_pdl() {
