@@ -1599,8 +1599,10 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
                                                                : 8;
   // Swapped: two blocks' words in a round, half the steps.
   const int in_flight = kStepsInFlight<Bits, 1> / (swapped ? 2 : 1);
-  p.k_slices = resolve_k_slices(tiles.down_k_slices, p.w2.k_steps, in_flight);
-  if (Codes == Wna16Codes::kInteger && tiles.down_k_slices == 0) p.k_slices = 1;
+  // Integer codes take 1 slice by the rule (Wna16DecodeTiles::down_k_slices).
+  const int forced_slices =
+      Codes == Wna16Codes::kInteger && tiles.down_k_slices == 0 ? 1 : tiles.down_k_slices;
+  p.k_slices = resolve_k_slices(forced_slices, p.w2.k_steps, in_flight);
   if (Codes != Wna16Codes::kInteger && tiles.down_k_slices == 0) {
     const int fill = (warps + p.num_pairs - 1) / p.num_pairs;  // one item a warp, pairs distinct
     p.k_slices = resolve_k_slices(std::min(p.k_slices, fill), p.w2.k_steps, in_flight);
