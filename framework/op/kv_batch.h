@@ -29,9 +29,9 @@ struct KvBatch {
   // prefill kernel makes one pass over the keys per distinct slot of its tile, so passes close to
   // the tile count (prompt chunks: tiles of one sequence) let the auto rule take it for a paged
   // batch (flash_passes_pay, attention_flash_rule.h), and many more (a tile of decode rows of many
-  // sequences) keep the per-query kernel. 0: unknown (the launchers assume the worst); the Session
-  // leaves it 0 for forwards it captures in a CUDA graph (replayed for other batches of the same
-  // row count, whose make-up differs).
+  // sequences) take the split-KV kernel (attention_cuda.h, kSplitKvPagedMaxTokens). 0: unknown (the
+  // launchers assume the worst); the Session leaves it 0 for forwards it captures in a CUDA graph
+  // (replayed for other batches of the same row count, whose make-up differs).
   int64_t flash_passes = 0;
 };
 

@@ -915,6 +915,24 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
     }
   }
   EXPECT_FALSE(cuda::split_kv_chosen(qwen3, 2, 65, 513, 132, bound));
+  // Paged batches the flash kernel declines take it up to kSplitKvPagedMaxTokens rows, within
+  // the bound planned for that many; never a contiguous cache beyond kSplitKvMaxTokens.
+  const size_t paged_bound =
+      cuda::split_kv_workspace_bound(qwen3, 2, cuda::kSplitKvPagedMaxTokens, 132);
+  for (const int64_t tokens :
+       {int64_t{65}, int64_t{128}, int64_t{333}, cuda::kSplitKvPagedMaxTokens}) {
+    EXPECT_TRUE(cuda::split_kv_chosen_for_paged_batch(qwen3, 2, tokens, /*paged=*/true, 4096, 132,
+                                                      paged_bound))
+        << tokens;
+    EXPECT_FALSE(cuda::split_kv_chosen_for_paged_batch(qwen3, 2, tokens, /*paged=*/false, 4096, 132,
+                                                       paged_bound))
+        << tokens;
+    EXPECT_EQ(cuda::split_kv_splits(qwen3, tokens, 4096, 132), 1) << tokens;
+  }
+  EXPECT_FALSE(cuda::split_kv_chosen_for_paged_batch(qwen3, 2, cuda::kSplitKvPagedMaxTokens + 1,
+                                                     /*paged=*/true, 4096, 132, SIZE_MAX));
+  // The workspace: one split's partials for every row and head (rows beyond 64 take one split).
+  EXPECT_EQ(paged_bound, cuda::split_kv_workspace_bytes(qwen3, cuda::kSplitKvPagedMaxTokens, 1));
   // Group slices: 16 query heads per KV head are two blocks of 8.
   AttentionDims wide_group = qwen3;
   wide_group.kv_heads = 2;
@@ -923,8 +941,9 @@ TEST(CudaAttentionDecode, SplitRuleFillsTheGpuAndBoundsTheWorkspace) {
 }
 
 // When launch_attention writes the KV cache inside the split kernel (host only; the pointers are
-// stand-ins): decode-sized calls given k and v; not beyond 64 rows, not with rows that are not
-// 16-byte aligned, not on the other paths (they launch kv_cache_write first).
+// stand-ins): decode-sized calls given k and v; not beyond 64 rows (a paged batch of more decode
+// rows takes the split kernel after its own write launch), not with rows that are not 16-byte
+// aligned, not on the other paths (they launch kv_cache_write first).
 TEST(CudaAttentionDecode, FusedWriteRuleTakesDecodeCallsOnly) {
 #ifndef MG_WITH_CUDA
   GTEST_SKIP() << "built without CUDA (MG_CUDA=OFF)";
@@ -938,11 +957,11 @@ TEST(CudaAttentionDecode, FusedWriteRuleTakesDecodeCallsOnly) {
   a.q = a.k = a.v = a.k_cache = a.v_cache = a.out = a.workspace = base;
   a.positions = reinterpret_cast<const int32_t*>(base);
   a.split_counters = reinterpret_cast<unsigned*>(base);
-  a.split_counter_count = cuda::split_kv_counter_count(qwen3, cuda::kSplitKvMaxTokens);
-  a.workspace_bytes = cuda::split_kv_workspace_bound(qwen3, 2, cuda::kSplitKvMaxTokens, 132);
+  a.split_counter_count = cuda::split_kv_counter_count(qwen3, cuda::kSplitKvPagedMaxTokens);
+  a.workspace_bytes = cuda::split_kv_workspace_bound(qwen3, 2, cuda::kSplitKvPagedMaxTokens, 132);
   a.sm_count = 132;
   a.max_seq_len = 4096;
-  for (const int64_t tokens : {int64_t{1}, int64_t{16}, cuda::kSplitKvMaxTokens}) {
+  for (const int64_t tokens : {int64_t{1}, int64_t{16}, cuda::kSplitKvFusedWriteMaxTokens}) {
     a.tokens = tokens;
     EXPECT_EQ(cuda::attention_path_taken(qwen3, 2, a), cuda::AttentionPath::kSplitKv) << tokens;
     EXPECT_TRUE(cuda::attention_fuses_kv_write(qwen3, 2, a)) << tokens;
@@ -953,6 +972,25 @@ TEST(CudaAttentionDecode, FusedWriteRuleTakesDecodeCallsOnly) {
   EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, more));
   more.path = cuda::AttentionPath::kSplitKv;  // forced: split, but the write stays apart
   EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, more));
+  // 128 decode rows of 128 paged sequences (flash declines: 128 passes in 2 tiles): split-KV
+  // after the write launch; with a row more than kSplitKvPagedMaxTokens, per query.
+  cuda::AttentionArgs decode_rows = a;
+  decode_rows.tokens = 128;
+  decode_rows.kv.block_tables = reinterpret_cast<const int32_t*>(base);
+  decode_rows.kv.row_slots = reinterpret_cast<const int32_t*>(base);
+  decode_rows.kv.block_size = 16;
+  decode_rows.kv.max_blocks_per_seq = 256;
+  decode_rows.kv.num_blocks = 4096;
+  decode_rows.kv.flash_passes = 128;
+  EXPECT_EQ(cuda::attention_path_taken(qwen3, 2, decode_rows), cuda::AttentionPath::kSplitKv);
+  EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, decode_rows));
+  decode_rows.tokens = cuda::kSplitKvPagedMaxTokens + 1;
+  decode_rows.kv.flash_passes = decode_rows.tokens;
+  EXPECT_EQ(cuda::attention_path_taken(qwen3, 2, decode_rows), cuda::AttentionPath::kPerQuery);
+  // A paged batch of prompt chunks (a pass a tile) stays with the flash kernel.
+  decode_rows.tokens = 128;
+  decode_rows.kv.flash_passes = 2;
+  EXPECT_EQ(cuda::attention_path_taken(qwen3, 2, decode_rows), cuda::AttentionPath::kFlashPrefill);
   cuda::AttentionArgs unwritten = a;
   unwritten.k = unwritten.v = nullptr;
   EXPECT_FALSE(cuda::attention_fuses_kv_write(qwen3, 2, unwritten));

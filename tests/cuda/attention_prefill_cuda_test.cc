@@ -157,7 +157,8 @@ std::vector<PrefillCase> prefill_cases() {
                  .block_size = 16,
                  .paged = {{40, 1}, {90, 1}, {130, 1}, {200, 1}, {300, 200}, {0, 150}},
                  .paged_auto_flash = true});
-  // 70 decode rows of 70 sequences (beyond split-KV's 64 rows): 70 passes in 2 tiles, per query.
+  // 70 decode rows of 70 sequences (beyond split-KV's 64 rows of any batch): 70 passes in 2
+  // tiles, which flash declines: the paged batch's split-KV.
   PrefillCase decode{.name = "paged16_gqa4_d64_70_decode",
                      .heads = 4,
                      .kv_heads = 1,
@@ -450,21 +451,32 @@ TEST(CudaAttentionPrefill, FlashMatchesReferenceAndPerQueryKernel) {
           testing::normalized_error(problem.sequence_rows(flash), problem.sequence_rows(per_query)),
           d.tolerance);
       // Beyond the split-KV rows the auto rule is the flash kernel on a contiguous cache and on
-      // a paged batch of mostly one sequence per tile, else the per-query kernel
-      // (flash_prefill_chosen), bit for bit (NaN rows too), and with flash_prefill off
-      // (MG_FLASH_PREFILL=0) the per-query kernel.
+      // a paged batch of mostly one sequence per tile (flash_prefill_chosen); a paged batch it
+      // declines takes the split-KV kernel (up to kSplitKvPagedMaxTokens rows), anything else the
+      // per-query kernel; bit for bit (NaN rows too). With flash_prefill off (MG_FLASH_PREFILL=0)
+      // the same without the flash kernel.
       if (problem.tokens() > cuda::kSplitKvMaxTokens) {
         const bool takes_flash = c.block_size == 0 || c.paged_auto_flash;
         EXPECT_EQ(cuda::flash_prefill_chosen(problem.dims(), dtype_size(d.dtype), a), takes_flash)
             << problem.flash_passes() << " passes";
+        const bool paged_split =
+            c.block_size > 0 && problem.tokens() <= cuda::kSplitKvPagedMaxTokens;
+        std::vector<float> split;
+        if (paged_split) {
+          split = problem.run(cuda::AttentionPath::kSplitKv);
+          problem.expect_written_and_nan_row(split);
+          EXPECT_LT(testing::normalized_error(problem.sequence_rows(split), problem.reference()),
+                    d.tolerance);
+        }
         const std::vector<float> chosen = problem.run(cuda::AttentionPath::kAuto);
-        const std::vector<float>& expected = takes_flash ? flash : per_query;
+        const std::vector<float>& expected = takes_flash ? flash : paged_split ? split : per_query;
         ASSERT_EQ(chosen.size(), expected.size());
         EXPECT_EQ(std::memcmp(chosen.data(), expected.data(), chosen.size() * sizeof(float)), 0);
         const std::vector<float> off =
             problem.run(cuda::AttentionPath::kAuto, /*graph=*/false, /*flash_prefill=*/false);
-        ASSERT_EQ(off.size(), per_query.size());
-        EXPECT_EQ(std::memcmp(off.data(), per_query.data(), off.size() * sizeof(float)), 0);
+        const std::vector<float>& expected_off = paged_split ? split : per_query;
+        ASSERT_EQ(off.size(), expected_off.size());
+        EXPECT_EQ(std::memcmp(off.data(), expected_off.data(), off.size() * sizeof(float)), 0);
       }
     }
   }
@@ -506,6 +518,22 @@ TEST(CudaAttentionPrefill, UnsupportedShapesKeepThePerQueryKernel) {
 double time_prefill_ms(const std::vector<std::unique_ptr<PrefillProblem>>& chunks, DType dtype,
                        cuda::AttentionPath path) {
   constexpr int kRounds = 8, kReplays = 5;
+  // The split-KV kernel's workspace and counters for the largest chunk at the rule's split count
+  // (the split path is forced beyond the rows the auto rule gives it).
+  size_t ws_bytes = 0;
+  int64_t counter_count = 0;
+  for (const auto& chunk : chunks) {
+    const int64_t tokens = chunk->tokens();
+    ws_bytes = std::max(
+        ws_bytes, cuda::split_kv_workspace_bytes(
+                      chunk->dims(), tokens,
+                      cuda::split_kv_splits(chunk->dims(), tokens, chunk->args(path).max_seq_len,
+                                            device_sm_count())));
+    counter_count = std::max(counter_count, cuda::split_kv_counter_count(chunk->dims(), tokens));
+  }
+  DeviceBuffer workspace(ws_bytes);
+  DeviceBuffer counters(static_cast<size_t>(counter_count) * sizeof(unsigned));
+  MG_CUDA_CHECK(cudaMemset(counters.as<void>(), 0, static_cast<size_t>(counter_count) * 4));
   cudaStream_t stream = nullptr;
   MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
@@ -514,7 +542,11 @@ double time_prefill_ms(const std::vector<std::unique_ptr<PrefillProblem>>& chunk
   CaptureGuard capture_guard(stream);
   for (int i = 0; i < kRounds; ++i) {
     for (const auto& chunk : chunks) {
-      const cuda::AttentionArgs a = chunk->args(path);
+      cuda::AttentionArgs a = chunk->args(path);
+      a.workspace = workspace.as<void>();
+      a.workspace_bytes = ws_bytes;
+      a.split_counters = counters.as<unsigned>();
+      a.split_counter_count = counter_count;
       cuda::dispatch_float_dtype(dtype, [&](auto tag) {
         cuda::launch_attention<decltype(tag)>(chunk->dims(), a, stream);
       });
@@ -573,11 +605,11 @@ TEST(CudaAttentionPrefill, TimesBothKernelsOnTheQwen3Shape) {
 }
 
 // Paged batches of the Engine's make-up (decode rows first, then prompt chunks; Qwen3-30B-A3B
-// layer, BF16, blocks of 16) through both kernels, each printed with its passes per 64-row tile
-// and the auto rule's pick: the measurement that tunes kFlashPagedMaxPassesPerTile
-// (attention_flash_rule.h). A decode row's pass walks its whole context in one block, so the
-// rule's count of passes ignores how long each is: the 4096-key decode rows show what that costs.
-// Opt-in (MG_ATTN_TIMING=1).
+// layer, BF16, blocks of 16) through the three kernels, each printed with its passes per 64-row
+// tile and the auto rule's pick: the measurement that tunes kFlashPagedMaxPassesPerTile
+// (attention_flash_rule.h) and kSplitKvPagedMaxTokens (attention_cuda.h). A decode row's pass
+// walks its whole context in one block, so the rule's count of passes ignores how long each is:
+// the 4096-key decode rows show what that costs. Opt-in (MG_ATTN_TIMING=1).
 TEST(CudaAttentionPrefill, TimesPagedBatchesBothPaths) {
   MG_REQUIRE_GPU();
   if (std::getenv("MG_ATTN_TIMING") == nullptr) GTEST_SKIP() << "set MG_ATTN_TIMING=1 to time";
@@ -586,35 +618,48 @@ TEST(CudaAttentionPrefill, TimesPagedBatchesBothPaths) {
     int64_t prompts = 0;         // prompts of 512 tokens from position 0
     int64_t decode = 0;          // decode rows, one per sequence, before them
     int64_t decode_keys = 1024;  // keys each decode row sees
+    int64_t prompt_tokens = 512;
   };
-  const std::vector<Shape> shapes = {{"4 prompts x 512", 4, 0},
-                                     {"1 prompt x 512 + 16 decode of 1024 keys", 1, 16},
-                                     {"1 prompt x 512 + 64 decode of 1024 keys", 1, 64},
-                                     {"1 prompt x 512 + 4 decode of 4096 keys", 1, 4, 4096},
-                                     {"1 prompt x 512 + 8 decode of 1024 keys", 1, 8},
-                                     {"4 prompts x 512 + 16 decode of 1024 keys", 4, 16},
-                                     {"128 decode of 1024 keys", 0, 128}};
+  const std::vector<Shape> shapes = {
+      {"4 prompts x 512", 4, 0},
+      {"1 prompt x 512 + 16 decode of 1024 keys", 1, 16},
+      {"1 prompt x 512 + 64 decode of 1024 keys", 1, 64},
+      {"1 prompt x 512 + 4 decode of 4096 keys", 1, 4, 4096},
+      {"1 prompt x 512 + 8 decode of 1024 keys", 1, 8},
+      {"4 prompts x 512 + 16 decode of 1024 keys", 4, 16},
+      {"128 decode of 1024 keys", 0, 128},
+      {"65 decode of 160 keys", 0, 65, 160},
+      {"128 decode of 160 keys", 0, 128, 160},
+      {"256 decode of 160 keys", 0, 256, 160},
+      {"512 decode of 160 keys", 0, 512, 160},
+      {"128 decode of 4096 keys", 0, 128, 4096},
+      {"3 prompts x 128 + 128 decode of 160 keys", 3, 128, 160, 128}};
   for (const Shape& shape : shapes) {
     PrefillCase c{
         .name = shape.name, .heads = 32, .kv_heads = 4, .head_dim = 128, .block_size = 16};
     for (int64_t i = 0; i < shape.decode; ++i) c.paged.push_back({shape.decode_keys - 1, 1});
-    for (int64_t i = 0; i < shape.prompts; ++i) c.paged.push_back({0, 512});
+    for (int64_t i = 0; i < shape.prompts; ++i) c.paged.push_back({0, shape.prompt_tokens});
     std::vector<std::unique_ptr<PrefillProblem>> batch;
     batch.push_back(std::make_unique<PrefillProblem>(c, DType::kBF16, 9500, false));
     const PrefillProblem& problem = *batch.front();
     const int64_t tiles = (problem.tokens() + cuda::kFlashRows - 1) / cuda::kFlashRows;
     const bool rule_flash =
         cuda::flash_prefill_chosen(problem.dims(), 2, problem.args(cuda::AttentionPath::kAuto));
+    const char* rule = rule_flash                                         ? "flash"
+                       : problem.tokens() <= cuda::kSplitKvPagedMaxTokens ? "split-KV"
+                                                                          : "per-query";
     const double flash = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kFlashPrefill);
     const double per_query = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kPerQuery);
+    const double split = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kSplitKv);
     std::cout << fmt::format(
                      "[ TIMING ] paged attention {} (qwen3 layer, BF16, {} rows, {} passes in {} "
-                     "tiles = {:.2f} per tile): flash {:.3f} ms, per-query {:.3f} ms ({:.1f}x); "
-                     "the rule takes {}",
+                     "tiles = {:.2f} per tile): flash {:.1f} us, per-query {:.1f} us, split-KV "
+                     "{:.1f} us; the rule takes {}",
                      shape.name, problem.tokens(), problem.flash_passes(), tiles,
                      static_cast<double>(problem.flash_passes()) / static_cast<double>(tiles),
-                     flash, per_query, per_query / flash, rule_flash ? "flash" : "per-query")
+                     1e3 * flash, 1e3 * per_query, 1e3 * split, rule)
               << std::endl;
+    EXPECT_GT(split, 0.0);
   }
 }
 

@@ -60,7 +60,7 @@ TEST(CudaMoE, EveryFamilyMatchesTheReferenceOnEveryBackend) {
     for (const auto& d : cuda_dtypes()) {
       for (const char* backend : kCudaBackends) {
         DeviceOp op(n.node, n.inputs, d.dtype, 256, backend);
-        // 1, 3: cuda_moe's decode kernels (up to 8 tokens, pipeline row P1 of
+        // 1, 3: cuda_moe's decode kernels (up to 5 tokens, pipeline row P1 of
         // ops/moe/heuristics/unquantized_kernel_choice.cc); 16+: its grouped GEMMs; 300 > the
         // shared-experts stream threshold (256).
         for (int64_t M : {1, 3, 16, 17, 64, 300}) {

@@ -128,8 +128,8 @@ class CudaMoEExperts final : public ExpertsMonolithic {
   bool takes_routing() const override { return true; }
 
  private:
-  // The decode kernels' scratch rows: the auto choice sends them at most 8 tokens, a forced
-  // `decode` up to 16.
+  // The decode kernels' scratch rows: the auto choice sends them at most kAutoDecodeMaxTokens, a
+  // forced `decode` up to 16.
   int64_t decode_max_tokens() const {
     return request_.pipeline == CudaMoEPipeline::kDecode ? kDecodeKernelMaxTokens
                                                          : kAutoDecodeMaxTokens;

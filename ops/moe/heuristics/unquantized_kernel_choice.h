@@ -33,9 +33,10 @@ enum class CudaMoEPipeline { kDecode, kGrouped, kCublas };
 std::string_view cuda_moe_pipeline_name(CudaMoEPipeline pipeline);
 
 // The decode kernels take at most this many tokens (= cuda::kDecodeMaxTokens, checked in
-// cuda_experts.cc); the auto choice sends them at most kAutoDecodeMaxTokens.
+// cuda_experts.cc); the auto choice sends them at most kAutoDecodeMaxTokens (row P1 of
+// unquantized_kernel_choice.cc has the measurement).
 inline constexpr int64_t kDecodeKernelMaxTokens = 16;
-inline constexpr int64_t kAutoDecodeMaxTokens = 8;
+inline constexpr int64_t kAutoDecodeMaxTokens = 5;
 
 // What the choice reads of the experts.
 struct CudaMoEProblem {

@@ -15,12 +15,13 @@
 // re-read by every head of a KV group (the L2 catches most of it). This kernel serves the
 // prefill launches the flash prefill kernel (attention_flash_cuda.cuh) does not take.
 //
-// Split-KV decode (flash-decoding; attention_split_kv_kernel): for few query rows
-// (split_kv_chosen in attention_cuda.h) the grid is (split, KV head × head tile, row). A block
-// takes one contiguous slice of its row's visible keys and every query head of its GQA group (up
-// to kSplitKvMaxHeads). At decode sizes the bytes are tiny (a 512-key Qwen3 layer reads 1 MB of K
-// and V) and the time is chains of memory latency, so the kernel is built to wait as few times as
-// possible:
+// Split-KV decode (flash-decoding; attention_split_kv_kernel): for few query rows, and paged
+// batches of decode rows the flash kernel does not take (split_kv_chosen,
+// split_kv_chosen_for_paged_batch in attention_cuda.h), the grid is (split, KV head × head tile,
+// row). A block takes one contiguous slice of its row's visible keys and every query head of its
+// GQA group (up to kSplitKvMaxHeads). At decode sizes the bytes are tiny (a 512-key Qwen3 layer
+// reads 1 MB of K and V) and the time is chains of memory latency, so the kernel is built to wait
+// as few times as possible:
 //  - q and the position are loaded together; the K and V rows of a tile (kSplitKvTileKeys keys)
 //    are copied to shared memory with cp.async, every 16-byte piece issued at once, and the next
 //    tile's copies are issued before this tile's math (two stages), so a block waits about one
@@ -45,12 +46,13 @@
 //  - the KV-cache write (given the call's k and v, attention_fuses_kv_write): also one launch
 //    instead of kv_cache_write then attention. A block reads every key of its range that this
 //    call writes from k/v instead of the cache: each warp lists the call's rows of the block's
-//    sequence whose positions fall in the block's keys (at most kSplitKvMaxTokens rows; a chunk's
-//    row t sees the rows < t of its sequence this way), and a key found in the list is copied from
-//    that row of k/v. So no block reads a cache row this launch writes (slots own disjoint blocks:
-//    KvBlockPool), and the block holding key p of (row, KV head), the last of its split, with head
-//    tile 0, stores the row from shared memory into the cache (kv_cache_write_kernel's checks:
-//    positions outside the cache and blocks outside the pool are skipped).
+//    sequence whose positions fall in the block's keys (at most kSplitKvFusedWriteMaxTokens
+//    rows; a chunk's row t sees the rows < t of its sequence this way), and a key found in the
+//    list is copied from that row of k/v. So no block reads a cache row this launch writes
+//    (slots own disjoint blocks: KvBlockPool), and the block holding key p of (row, KV head), the
+//    last of its split, with head tile 0, stores the row from shared memory into the cache
+//    (kv_cache_write_kernel's checks: positions outside the cache and blocks outside the pool are
+//    skipped).
 // The split count aims at one wave of two blocks an SM (split_kv_splits). The workspace is planned
 // from the launch's bounds (split_kv_workspace_bytes), the counters live in the op's state, and
 // nothing syncs with the host, so the kernel goes into CUDA graphs. docs/performance.md (issue 15)
@@ -360,9 +362,9 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   __shared__ float merge_w_s[kHeads][kSplitKvMaxSplits];  // the combine's weight per split
   // The fused write's list: positions in this block's keys that rows of this call write, and the
   // row (of k_new / v_new) that writes each. Each warp builds its own copy (no block barrier).
-  static_assert(kSplitKvMaxTokens <= 64, "a warp lists the rows in two rounds of 32");
-  __shared__ int fresh_pos_s[kSplitKvWarps][kSplitKvMaxTokens];
-  __shared__ int fresh_row_s[kSplitKvWarps][kSplitKvMaxTokens];
+  static_assert(kSplitKvFusedWriteMaxTokens <= 64, "a warp lists the rows in two rounds of 32");
+  __shared__ int fresh_pos_s[kSplitKvWarps][kSplitKvFusedWriteMaxTokens];
+  __shared__ int fresh_row_s[kSplitKvWarps][kSplitKvFusedWriteMaxTokens];
 
   const int d = static_cast<int>(dims.head_dim);
   const int dv = static_cast<int>(dims.v_head_dim);
@@ -835,9 +837,9 @@ void launch_attention_split_kv(const AttentionDims& dims, const AttentionArgs& a
             "attention: split-KV needs 16-byte K/V rows and aligned buffers, head_dim {} "
             "v_head_dim {} of {} bytes (caches at {} and {}, out {}, workspace {})",
             dims.head_dim, dims.v_head_dim, sizeof(T), a.k_cache, a.v_cache, a.out, a.workspace);
-  MG_ASSERT(a.k == nullptr || (a.tokens <= kSplitKvMaxTokens && split_kv_rows_aligned(a)),
+  MG_ASSERT(a.k == nullptr || (a.tokens <= kSplitKvFusedWriteMaxTokens && split_kv_rows_aligned(a)),
             "attention: split-KV writing the KV cache for {} rows (at most {}), k at {}, v at {}",
-            a.tokens, kSplitKvMaxTokens, a.k, a.v);
+            a.tokens, kSplitKvFusedWriteMaxTokens, a.k, a.v);
   MG_ASSERT(a.tokens <= 65535, "attention: split-KV launch of {} rows", a.tokens);
   const int64_t splits = a.splits > 0 ? std::min(a.splits, kSplitKvMaxSplits)
                                       : split_kv_splits(dims, a.tokens, a.max_seq_len, a.sm_count);

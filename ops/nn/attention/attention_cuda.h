@@ -12,9 +12,10 @@
 //    head), tiles of 64 keys, mma.sync tensor cores, online softmax in registers; contiguous
 //    caches, and paged batches whose tiles are mostly one sequence each (a paged cache: one pass
 //    over the keys per sequence among the block's rows; flash_prefill_chosen says when).
-//  - per query (everything else that is not decode): one block per (head, query row); many rows
-//    fill the GPU by themselves.
-//  - split-KV (decode, flash-decoding): few query rows would launch only heads × rows blocks, so
+//  - per query (everything else): one block per (head, query row); many rows fill the GPU by
+//    themselves.
+//  - split-KV (decode, flash-decoding; also paged batches of decode rows that the flash kernel
+//    declines, at one split): few query rows would launch only heads × rows blocks, so
 //    each (row, KV head) splits its visible keys over several blocks; one block scores its keys
 //    against every query head of the GQA group (K and V read once per group, copied to shared
 //    memory a tile ahead) and leaves (max, denominator, unnormalised output) in the workspace; the
@@ -51,13 +52,29 @@ struct KvCacheWriteArgs {
 };
 
 // Which attention kernel a launch takes. kAuto: split-KV when split_kv_chosen() says so, else
-// flash prefill when flash_prefill_chosen() says so, else per query; the others
-// force a path (tests compare them on the same inputs).
+// flash prefill when flash_prefill_chosen() says so, else split-KV when
+// split_kv_chosen_for_paged_batch() says so, else per query; the others force a path (tests
+// compare them on the same inputs).
 enum class AttentionPath { kAuto, kPerQuery, kSplitKv, kFlashPrefill };
 
-// Split-KV bounds. Up to kSplitKvMaxTokens query rows take it (decode, batched decode with one
-// new token per sequence, short chunks): beyond, rows × heads blocks already fill the GPU.
+// Split-KV bounds. Any launch of up to kSplitKvMaxTokens query rows takes it (decode, batched
+// decode with one new token per sequence, short chunks).
 constexpr int64_t kSplitKvMaxTokens = 64;
+// A paged batch of up to kSplitKvPagedMaxTokens rows that the flash kernel does not take (the
+// Engine's decode steps of many sequences, decode rows beside prompt chunks) takes it too, at one
+// split (rows × KV heads blocks already fill the GPU): the per-query kernel it replaces reads
+// every K and V row once per query head, where a split block reads it once for the GQA group.
+// `MG_ATTN_TIMING=1 mg_cuda_tests --gtest_filter='CudaAttentionPrefill.TimesPagedBatchesBothPaths'`
+// on an H200 (2026-12-03, docs/performance.md), µs per-query → split-KV (the qwen3 layer, the
+// rows' KV write included): 128 decode rows of 160 keys 163.3 → 51.4, 512 of 160 keys 588.0 →
+// 199.7, 128 of 4096 keys 4084.5 → 938.9, 3 prompts × 128 + 128 decode rows 303.2 → 135.1, one
+// 512-token prompt + 64 decode rows of 1024 keys (576 rows) 1179.7 → 411.5, 4 prompts × 512 + 16
+// decode rows (2064 rows, which flash takes in 914.1) 2980.7 → 1144.1. The bound keeps the
+// workspace (rows × heads × (v_head_dim + 2) floats: 34 MB for Qwen3-30B-A3B) in proportion.
+constexpr int64_t kSplitKvPagedMaxTokens = 2048;
+// Rows whose K and V the split kernel writes into the cache itself (attention_fuses_kv_write):
+// each warp lists them in shared memory, in two rounds of 32.
+constexpr int64_t kSplitKvFusedWriteMaxTokens = 64;
 constexpr int64_t kSplitKvMaxSplits = 64;
 // No split is made shorter than this many keys: a split costs the combine one more partial row
 // per head to read (the last block reads them all), about what scoring this many keys costs.
@@ -204,6 +221,17 @@ inline bool split_kv_chosen(const AttentionDims& dims, size_t element_bytes, int
                                 dims, tokens, split_kv_splits(dims, tokens, max_keys, sm_count));
 }
 
+// The auto rule's second use of split-KV, after the flash kernel declined: a paged batch of up to
+// kSplitKvPagedMaxTokens rows (kSplitKvPagedMaxTokens above says why), dims it supports and a
+// workspace that holds the launch.
+inline bool split_kv_chosen_for_paged_batch(const AttentionDims& dims, size_t element_bytes,
+                                            int64_t tokens, bool paged, int64_t max_keys,
+                                            int sm_count, size_t workspace_bytes) {
+  return paged && tokens <= kSplitKvPagedMaxTokens && split_kv_supports(dims, element_bytes) &&
+         workspace_bytes >= split_kv_workspace_bytes(
+                                dims, tokens, split_kv_splits(dims, tokens, max_keys, sm_count));
+}
+
 // The split kernel's 16-byte copies and 8/16-byte stores need the caches, the output and the
 // workspace aligned (device allocations are; a view at an odd offset would not be); writing the
 // call's rows itself, k and v too.
@@ -218,19 +246,20 @@ inline bool split_kv_rows_aligned(const AttentionArgs& a) {
 
 // The kernel launch_attention takes (AttentionArgs::path, kAuto resolved): split-KV when
 // split_kv_chosen says so for a launch with aligned pointers and enough counters, else flash
-// prefill when flash_prefill_chosen says so, else per query.
+// prefill when flash_prefill_chosen says so, else split-KV when split_kv_chosen_for_paged_batch
+// says so (with the same pointers and counters), else per query.
 AttentionPath attention_path_taken(const AttentionDims& dims, size_t element_bytes,
                                    const AttentionArgs& a);
 
 // Whether launch_attention writes this call's K and V rows inside the attention kernel (no
 // kv_cache_write launch): they are given (16-byte aligned), the split-KV kernel is taken, and the
-// call has at most kSplitKvMaxTokens rows (the kernel keeps the list of rows whose keys it reads
-// from k/v rather than from the cache, a row of another row's sequence included: a chunk's row t
-// sees the positions rows < t write in the same call).
+// call has at most kSplitKvFusedWriteMaxTokens rows (the kernel keeps the list of rows whose keys
+// it reads from k/v rather than from the cache, a row of another row's sequence included: a chunk's
+// row t sees the positions rows < t write in the same call).
 inline bool attention_fuses_kv_write(const AttentionDims& dims, size_t element_bytes,
                                      const AttentionArgs& a) {
   return a.k != nullptr && a.v != nullptr && split_kv_rows_aligned(a) &&
-         a.tokens <= kSplitKvMaxTokens &&
+         a.tokens <= kSplitKvFusedWriteMaxTokens &&
          attention_path_taken(dims, element_bytes, a) == AttentionPath::kSplitKv;
 }
 
@@ -240,7 +269,7 @@ inline size_t split_kv_workspace_bound(const AttentionDims& dims, size_t element
                                        int64_t max_tokens, int sm_count) {
   if (!split_kv_supports(dims, element_bytes)) return 0;
   size_t most = 0;
-  for (int64_t t = 1; t <= std::min(max_tokens, kSplitKvMaxTokens); ++t) {
+  for (int64_t t = 1; t <= std::min(max_tokens, kSplitKvPagedMaxTokens); ++t) {
     const int64_t splits = split_kv_splits(dims, t, INT64_MAX / 2, sm_count);
     most = std::max(most, split_kv_workspace_bytes(dims, t, splits));
   }
@@ -281,10 +310,11 @@ inline const char* flash_prefill_unsupported(const AttentionDims& dims, size_t e
 // no objection, and the cache is contiguous or the paged batch's make-up says it pays. The flash
 // kernel makes one pass over the keys per sequence among a block's 64 rows, which the op cannot
 // see on the device pointers alone (the Engine's 128 decode rows of 128 sequences would be 64
-// serial passes per block, where the per-query kernel runs 128 × heads blocks at once): the
+// serial passes per block, where the split-KV kernel runs 128 × KV heads blocks at once): the
 // Session describes its batch on the host (KvBatch::flash_passes), and flash_passes_pay
 // (attention_flash_rule.h) takes flash when the tiles are mostly one sequence each (prompt
-// chunks); an undescribed paged batch (flash_passes 0) keeps the per-query kernel. Forced
+// chunks); an undescribed paged batch (flash_passes 0, a captured decode step) is left to
+// split-KV or the per-query kernel. Forced
 // (AttentionPath::kFlashPrefill) it is right for any batch.
 inline bool flash_prefill_chosen(const AttentionDims& dims, size_t element_bytes,
                                  const AttentionArgs& a) {
@@ -295,15 +325,22 @@ inline bool flash_prefill_chosen(const AttentionDims& dims, size_t element_bytes
 inline AttentionPath attention_path_taken(const AttentionDims& dims, size_t element_bytes,
                                           const AttentionArgs& a) {
   switch (a.path) {
-    case AttentionPath::kAuto:
-      if (split_kv_pointers_aligned(a) && a.split_counters != nullptr &&
-          a.split_counter_count >= split_kv_counter_count(dims, a.tokens) &&
-          split_kv_chosen(dims, element_bytes, a.tokens, a.max_seq_len, a.sm_count,
-                          a.workspace != nullptr ? a.workspace_bytes : 0)) {
+    case AttentionPath::kAuto: {
+      const bool split_fits = split_kv_pointers_aligned(a) && a.split_counters != nullptr &&
+                              a.split_counter_count >= split_kv_counter_count(dims, a.tokens);
+      const size_t workspace_bytes = a.workspace != nullptr ? a.workspace_bytes : 0;
+      if (split_fits && split_kv_chosen(dims, element_bytes, a.tokens, a.max_seq_len, a.sm_count,
+                                        workspace_bytes)) {
         return AttentionPath::kSplitKv;
       }
       if (flash_prefill_chosen(dims, element_bytes, a)) return AttentionPath::kFlashPrefill;
+      if (split_fits && split_kv_chosen_for_paged_batch(dims, element_bytes, a.tokens,
+                                                        a.kv.block_tables != nullptr, a.max_seq_len,
+                                                        a.sm_count, workspace_bytes)) {
+        return AttentionPath::kSplitKv;
+      }
       return AttentionPath::kPerQuery;
+    }
     case AttentionPath::kSplitKv:
     case AttentionPath::kFlashPrefill:
     case AttentionPath::kPerQuery:
@@ -313,8 +350,8 @@ inline AttentionPath attention_path_taken(const AttentionDims& dims, size_t elem
 }
 
 // What MG_FLASH_PREFILL's value asks for: unset (null) or "1": the auto rule may take the flash
-// prefill kernel; "0": it never does (the per-query kernel as before it: A/B timing of whole
-// models, a suspected flash bug). Anything else is an mg::Error naming the variable.
+// prefill kernel; "0": it never does (split-KV or the per-query kernel as before it: A/B timing of
+// whole models, a suspected flash bug). Anything else is an mg::Error naming the variable.
 inline bool flash_prefill_requested_by(const char* value) {
   if (value == nullptr) return true;
   const std::string text(value);

@@ -23,8 +23,9 @@ class AttentionCudaState final : public OpState {
       : rows(rows),
         k(empty_tensor(device, dtype, {rows, dims.kv_heads, dims.head_dim})),
         v(empty_tensor(device, dtype, {rows, dims.kv_heads, dims.v_head_dim})),
-        split_counters(empty_tensor(
-            device, DType::kI32, {cuda::split_kv_counter_count(dims, cuda::kSplitKvMaxTokens)})) {
+        split_counters(
+            empty_tensor(device, DType::kI32,
+                         {cuda::split_kv_counter_count(dims, cuda::kSplitKvPagedMaxTokens)})) {
     // Built once per session, outside the hot path: zeroed so that a query never reads
     // uninitialised rows (positions skipped by a caller read as zeros, as on the CPU).
     // The session's stream is non-blocking, so wait here rather than rely on stream order.
@@ -94,7 +95,8 @@ class AttentionCudaKernel final : public OpKernel {
     });
   }
 
-  // The split-KV partials of decode-sized calls (up to cuda::kSplitKvMaxTokens rows).
+  // The split-KV partials of decode-sized calls and paged batches (up to
+  // cuda::kSplitKvPagedMaxTokens rows).
   size_t workspace_bytes(int64_t max_tokens) const override {
     return cuda::split_kv_workspace_bound(dims_, dtype_size(dtype_), max_tokens, sm_count_);
   }

@@ -11,17 +11,19 @@ namespace mg {
 
 // A paged batch takes the flash kernel when its passes are at most this many per 64-row tile.
 // Why a bound on passes per tile: a flash block (64 rows, one head) runs its tile's passes one
-// after another, each over its slot's visible keys, while the per-query kernel runs every
-// (row, head) as its own block at once. Prompt chunks are one pass per tile (a tile that
+// after another, each over its slot's visible keys, while the split-KV kernel runs every
+// (row, KV head) as its own block at once. Prompt chunks are one pass per tile (a tile that
 // straddles two chunks: two), where flash is 18-42x faster per layer on long prompts; a tile of
 // decode rows of 64 sequences would be 64 serial passes. 2 lets every tile straddle a chunk
-// boundary, or a few decode rows ride along with a long chunk, and keeps decode-heavy batches
-// (a pass per row) per query. Not yet measured on a GPU: the paged lines of `mg_cuda_tests
-// --gtest_filter='CudaAttentionPrefill.TimesPagedBatchesBothPaths'` (MG_ATTN_TIMING=1: 4 prompts ×
-// 512 tokens, 1 prompt × 512 + 8 / 16 / 64 decode rows, each with its passes per tile) tune it:
-// raise it while flash still wins the batches with decode rows, lower it if flash loses one the
-// rule takes. The count ignores how long each pass is (a decode row's pass walks its whole
-// context): the test's 4096-key decode rows show whether that matters.
+// boundary, or a few decode rows ride along with a long chunk, and leaves decode-heavy batches
+// (a pass per row) to the split-KV kernel (kSplitKvPagedMaxTokens in attention_cuda.h).
+// `MG_ATTN_TIMING=1 mg_cuda_tests --gtest_filter='CudaAttentionPrefill.TimesPagedBatchesBothPaths'`
+// on an H200 (2026-12-03, docs/performance.md), µs flash / split-KV: 4 prompts × 512 tokens 83.4
+// / 1115.8; with 16 decode rows of 1024 keys 914.1 / 1144.1; 1 prompt × 512 + 8 decode rows of
+// 1024 keys 453.2 / 311.3, + 4 of 4096 keys 884.1 / 407.7. The count ignores how long each pass
+// is, and a long decode row riding along makes its tile's flash block the tail: where flash takes
+// such a batch, split-KV is up to 2x faster. What would serve both is a launch per kind of row
+// (the decode rows to split-KV, the chunks to flash); not built.
 constexpr int64_t kFlashPagedMaxPassesPerTile = 2;
 
 // Whether the flash kernel pays on a paged batch of `tokens` rows described by `kv`: its

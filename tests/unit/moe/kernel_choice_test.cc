@@ -124,12 +124,13 @@ TEST(KernelChoice, F32RunsTheFfmaKernelOnTheGroupedPipeline) {
   EXPECT_EQ(auto_choice(problem_of(kPinnedH100[0], DType::kF32), 1024, kH100), "cublas");
 }
 
-TEST(KernelChoice, DecodeUpToEightTokens) {
+TEST(KernelChoice, DecodeUpToFiveTokens) {
   const CudaMoEProblem p = problem_of(kPinnedH100[1]);
-  EXPECT_EQ(auto_choice(p, 8, kH100), "decode");
+  EXPECT_EQ(auto_choice(p, kAutoDecodeMaxTokens, kH100), "decode");
+  EXPECT_EQ(auto_choice(p, kAutoDecodeMaxTokens + 1, kH100), "grouped_mma16+mma16");
   EXPECT_EQ(auto_choice(p, 9, kH100), "grouped_mma16+mma16");
   std::string why;
-  choose_cuda_kernels(p, 8, kH100, {}, &why);
+  choose_cuda_kernels(p, kAutoDecodeMaxTokens, kH100, {}, &why);
   EXPECT_EQ(why.substr(0, 12), "pipeline P1 ") << why;
   EXPECT_NE(why.find("moegraph bench moe"), std::string::npos) << why;
   choose_cuda_kernels(p, 9, kH100, {}, &why);
