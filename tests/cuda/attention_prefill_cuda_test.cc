@@ -429,6 +429,19 @@ std::vector<DtypeTolerance> flash_dtypes() {
   return out;
 }
 
+// `problem`'s auto-rule arguments with the op's planned split-KV workspace and counters (host
+// only: the pointers are stand-ins, 16-byte aligned).
+cuda::AttentionArgs planned_args(const PrefillProblem& problem, DType dtype) {
+  cuda::AttentionArgs a = problem.args(cuda::AttentionPath::kAuto);
+  const auto stand_in = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  a.workspace = stand_in;
+  a.workspace_bytes = cuda::split_kv_workspace_bound(problem.dims(), dtype_size(dtype),
+                                                     problem.tokens(), a.sm_count);
+  a.split_counters = static_cast<unsigned*>(stand_in);
+  a.split_counter_count = cuda::split_kv_counter_count(problem.dims(), problem.tokens());
+  return a;
+}
+
 TEST(CudaAttentionPrefill, FlashMatchesReferenceAndPerQueryKernel) {
   MG_REQUIRE_GPU();
   uint32_t seed = 7100;
@@ -643,11 +656,18 @@ TEST(CudaAttentionPrefill, TimesPagedBatchesBothPaths) {
     batch.push_back(std::make_unique<PrefillProblem>(c, DType::kBF16, 9500, false));
     const PrefillProblem& problem = *batch.front();
     const int64_t tiles = (problem.tokens() + cuda::kFlashRows - 1) / cuda::kFlashRows;
-    const bool rule_flash =
-        cuda::flash_prefill_chosen(problem.dims(), 2, problem.args(cuda::AttentionPath::kAuto));
-    const char* rule = rule_flash                                         ? "flash"
-                       : problem.tokens() <= cuda::kSplitKvPagedMaxTokens ? "split-KV"
-                                                                          : "per-query";
+    const char* rule = "per-query";
+    switch (cuda::attention_path_taken(problem.dims(), 2, planned_args(problem, DType::kBF16))) {
+      case cuda::AttentionPath::kFlashPrefill:
+        rule = "flash";
+        break;
+      case cuda::AttentionPath::kSplitKv:
+        rule = "split-KV";
+        break;
+      case cuda::AttentionPath::kAuto:
+      case cuda::AttentionPath::kPerQuery:
+        break;
+    }
     const double flash = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kFlashPrefill);
     const double per_query = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kPerQuery);
     const double split = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kSplitKv);

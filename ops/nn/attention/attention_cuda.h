@@ -212,24 +212,30 @@ inline int64_t split_kv_tile_keys(const AttentionDims& dims, size_t element_byte
   return tile;
 }
 
-// The auto rule: split-KV for at most kSplitKvMaxTokens rows, dims it supports, and a workspace
-// that holds the launch (callers without one, or without counters, keep the per-query kernel).
-inline bool split_kv_chosen(const AttentionDims& dims, size_t element_bytes, int64_t tokens,
-                            int64_t max_keys, int sm_count, size_t workspace_bytes) {
-  return tokens <= kSplitKvMaxTokens && split_kv_supports(dims, element_bytes) &&
+// Whether the split kernel can run `tokens` rows of these dims at the rule's split count: it
+// supports the dims and the workspace holds the launch.
+inline bool split_kv_launch_fits(const AttentionDims& dims, size_t element_bytes, int64_t tokens,
+                                 int64_t max_keys, int sm_count, size_t workspace_bytes) {
+  return split_kv_supports(dims, element_bytes) &&
          workspace_bytes >= split_kv_workspace_bytes(
                                 dims, tokens, split_kv_splits(dims, tokens, max_keys, sm_count));
 }
 
+// The auto rule: split-KV for at most kSplitKvMaxTokens rows it can run (callers without a
+// workspace, or without counters, keep the per-query kernel).
+inline bool split_kv_chosen(const AttentionDims& dims, size_t element_bytes, int64_t tokens,
+                            int64_t max_keys, int sm_count, size_t workspace_bytes) {
+  return tokens <= kSplitKvMaxTokens &&
+         split_kv_launch_fits(dims, element_bytes, tokens, max_keys, sm_count, workspace_bytes);
+}
+
 // The auto rule's second use of split-KV, after the flash kernel declined: a paged batch of up to
-// kSplitKvPagedMaxTokens rows (kSplitKvPagedMaxTokens above says why), dims it supports and a
-// workspace that holds the launch.
+// kSplitKvPagedMaxTokens rows (kSplitKvPagedMaxTokens above says why) it can run.
 inline bool split_kv_chosen_for_paged_batch(const AttentionDims& dims, size_t element_bytes,
                                             int64_t tokens, bool paged, int64_t max_keys,
                                             int sm_count, size_t workspace_bytes) {
-  return paged && tokens <= kSplitKvPagedMaxTokens && split_kv_supports(dims, element_bytes) &&
-         workspace_bytes >= split_kv_workspace_bytes(
-                                dims, tokens, split_kv_splits(dims, tokens, max_keys, sm_count));
+  return paged && tokens <= kSplitKvPagedMaxTokens &&
+         split_kv_launch_fits(dims, element_bytes, tokens, max_keys, sm_count, workspace_bytes);
 }
 
 // The split kernel's 16-byte copies and 8/16-byte stores need the caches, the output and the
