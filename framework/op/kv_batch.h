@@ -33,6 +33,15 @@ struct KvBatch {
   // launchers assume the worst); the Session leaves it 0 for forwards it captures in a CUDA graph
   // (replayed for other batches of the same row count, whose make-up differs).
   int64_t flash_passes = 0;
+  // The batch's first decode_rows rows are each the only row of its sequence in the forward (the
+  // Engine puts its decode rows before the prompt chunks: count_leading_single_rows), and
+  // chunk_flash_passes is count_flash_passes of the rows after them. The CUDA launcher then runs
+  // those rows on the split-KV kernel and the chunks on the flash kernel, where one flash launch
+  // would walk each decode row's whole context in its tile's blocks (attention_cuda.h,
+  // attention_takes_row_kinds). Host knowledge like flash_passes: 0 when unknown (captured
+  // forwards) or when the batch does not start with such rows.
+  int64_t decode_rows = 0;
+  int64_t chunk_flash_passes = 0;
 };
 
 // KvBatch::flash_passes of `tokens` rows whose slots are `row_slots` (host memory; null: one
@@ -57,6 +66,21 @@ inline int64_t count_flash_passes(const int32_t* row_slots, int64_t tokens) {
     ++passes;
   }
   return passes;
+}
+
+// KvBatch::decode_rows of `tokens` rows whose slots are `row_slots` (host memory; null: one
+// sequence, 0): the leading rows up to the first whose sequence goes on in the next row (a prompt
+// chunk's first row); the whole batch when no row is followed by one of its sequence. Where each
+// sequence's rows are contiguous (the Engine's batches) every row of the run is its sequence's
+// only row. Only the kernels' speed depends on it: the two launches read every key from the cache,
+// which the call's KV write fills before both.
+inline int64_t count_leading_single_rows(const int32_t* row_slots, int64_t tokens) {
+  if (row_slots == nullptr || tokens <= 0) return 0;
+  int64_t t = 0;
+  for (; t < tokens; ++t) {
+    if (t + 1 < tokens && row_slots[t + 1] == row_slots[t]) break;
+  }
+  return t;
 }
 
 }  // namespace mg

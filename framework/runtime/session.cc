@@ -171,7 +171,11 @@ void Session::upload_and_run(const int32_t* token_ids, const int32_t* positions,
     copy_tensor(row_slots_.slice_rows(0, tokens), host_slots_.slice_rows(0, tokens), stream_.get());
     // The batch's make-up for the attention kernels' choice (kv_batch.h). A forward captured in a
     // CUDA graph is replayed for later batches of its row count whatever their make-up: unknown.
-    kv_.flash_passes = tokens <= graph_max_rows_ ? 0 : count_flash_passes(slots, tokens);
+    const bool captured = tokens <= graph_max_rows_;
+    kv_.flash_passes = captured ? 0 : count_flash_passes(slots, tokens);
+    kv_.decode_rows = captured ? 0 : count_leading_single_rows(slots, tokens);
+    kv_.chunk_flash_passes =
+        captured ? 0 : count_flash_passes(slots + kv_.decode_rows, tokens - kv_.decode_rows);
     for (int slot : dirty_slots_) {
       copy_tensor(block_tables_.slice_rows(slot, slot + 1),
                   host_block_tables_.slice_rows(slot, slot + 1), stream_.get());

@@ -64,6 +64,9 @@ struct PrefillCase {
   // Paged: the auto rule takes the flash kernel (its passes per tile, count_flash_passes, are
   // within kFlashPagedMaxPassesPerTile); contiguous caches always do.
   bool paged_auto_flash = false;
+  // Paged: the auto rule runs the batch as two launches by kind of row (its leading decode rows on
+  // split-KV, the chunks after them on flash: attention_takes_row_kinds).
+  bool paged_row_kinds = false;
 };
 
 // The case's sequences as {cached, rows}.
@@ -156,7 +159,19 @@ std::vector<PrefillCase> prefill_cases() {
                  .head_dim = 128,
                  .block_size = 16,
                  .paged = {{40, 1}, {90, 1}, {130, 1}, {200, 1}, {300, 200}, {0, 150}},
-                 .paged_auto_flash = true});
+                 .paged_auto_flash = true,
+                 .paged_row_kinds = true});
+  // Two decode rows of long contexts before one chunk (3 tiles): the decode rows on split-KV, the
+  // chunk on flash; a row outside the cache after the chunk.
+  out.push_back({.name = "paged16_gqa8_d128_2_long_decode_1_chunk",
+                 .heads = 8,
+                 .kv_heads = 1,
+                 .head_dim = 128,
+                 .out_of_range_row = true,
+                 .block_size = 16,
+                 .paged = {{900, 1}, {1500, 1}, {20, 130}},
+                 .paged_auto_flash = true,
+                 .paged_row_kinds = true});
   // 70 decode rows of 70 sequences (beyond split-KV's 64 rows of any batch): 70 passes in 2
   // tiles, which flash declines: the paged batch's split-KV.
   PrefillCase decode{.name = "paged16_gqa4_d64_70_decode",
@@ -289,7 +304,12 @@ class PrefillProblem {
       slots.push_back(0);
     }
     // The Session's description of the batch (kv_batch.h).
-    if (paged) flash_passes_ = count_flash_passes(slots.data(), static_cast<int64_t>(slots.size()));
+    if (paged) {
+      const int64_t rows = static_cast<int64_t>(slots.size());
+      flash_passes_ = count_flash_passes(slots.data(), rows);
+      decode_rows_ = count_leading_single_rows(slots.data(), rows);
+      chunk_flash_passes_ = count_flash_passes(slots.data() + decode_rows_, rows - decode_rows_);
+    }
 
     q_ = upload_as(q, dtype);
     k_cache_ = upload_as(k_cache, dtype);
@@ -325,6 +345,8 @@ class PrefillProblem {
       a.kv.block_size = case_.block_size;
       a.kv.num_blocks = num_blocks_;
       a.kv.flash_passes = flash_passes_;
+      a.kv.decode_rows = decode_rows_;
+      a.kv.chunk_flash_passes = chunk_flash_passes_;
     }
     a.sm_count = device_sm_count();
     a.path = path;
@@ -402,6 +424,7 @@ class PrefillProblem {
   const AttentionDims& dims() const { return dims_; }
   int64_t tokens() const { return tokens_; }
   int64_t flash_passes() const { return flash_passes_; }
+  int64_t decode_rows() const { return decode_rows_; }
 
  private:
   PrefillCase case_;
@@ -413,6 +436,8 @@ class PrefillProblem {
   int64_t max_blocks_ = 0;
   int64_t num_blocks_ = 0;
   int64_t flash_passes_ = 0;  // paged: count_flash_passes of the batch's slots
+  // paged: count_leading_single_rows of them, and count_flash_passes of the rows after those
+  int64_t decode_rows_ = 0, chunk_flash_passes_ = 0;
   Tensor sinks_;
   std::vector<float> reference_;
   size_t out_bytes_ = 0;
@@ -464,14 +489,19 @@ TEST(CudaAttentionPrefill, FlashMatchesReferenceAndPerQueryKernel) {
           testing::normalized_error(problem.sequence_rows(flash), problem.sequence_rows(per_query)),
           d.tolerance);
       // Beyond the split-KV rows the auto rule is the flash kernel on a contiguous cache and on
-      // a paged batch of mostly one sequence per tile (flash_prefill_chosen); a paged batch it
-      // declines takes the split-KV kernel (up to kSplitKvPagedMaxTokens rows), anything else the
-      // per-query kernel; bit for bit (NaN rows too). With flash_prefill off (MG_FLASH_PREFILL=0)
-      // the same without the flash kernel.
+      // a paged batch of mostly one sequence per tile (flash_prefill_chosen), or for a paged batch
+      // that starts with decode rows two launches (the decode rows on split-KV, the chunks on
+      // flash: against the reference); a paged batch flash declines takes the split-KV kernel
+      // (up to kSplitKvPagedMaxTokens rows), anything else the per-query kernel; bit for bit (NaN
+      // rows too). With flash_prefill off (MG_FLASH_PREFILL=0) the same without the flash kernel.
       if (problem.tokens() > cuda::kSplitKvMaxTokens) {
         const bool takes_flash = c.block_size == 0 || c.paged_auto_flash;
         EXPECT_EQ(cuda::flash_prefill_chosen(problem.dims(), dtype_size(d.dtype), a), takes_flash)
             << problem.flash_passes() << " passes";
+        EXPECT_EQ(cuda::attention_takes_row_kinds(problem.dims(), dtype_size(d.dtype),
+                                                  planned_args(problem, d.dtype)),
+                  c.paged_row_kinds)
+            << problem.decode_rows() << " decode rows";
         const bool paged_split =
             c.block_size > 0 && problem.tokens() <= cuda::kSplitKvPagedMaxTokens;
         std::vector<float> split;
@@ -482,9 +512,17 @@ TEST(CudaAttentionPrefill, FlashMatchesReferenceAndPerQueryKernel) {
                     d.tolerance);
         }
         const std::vector<float> chosen = problem.run(cuda::AttentionPath::kAuto);
-        const std::vector<float>& expected = takes_flash ? flash : paged_split ? split : per_query;
-        ASSERT_EQ(chosen.size(), expected.size());
-        EXPECT_EQ(std::memcmp(chosen.data(), expected.data(), chosen.size() * sizeof(float)), 0);
+        if (c.paged_row_kinds) {
+          problem.expect_written_and_nan_row(chosen);
+          EXPECT_LT(testing::normalized_error(problem.sequence_rows(chosen), problem.reference()),
+                    d.tolerance);
+        } else {
+          const std::vector<float>& expected = takes_flash   ? flash
+                                               : paged_split ? split
+                                                             : per_query;
+          ASSERT_EQ(chosen.size(), expected.size());
+          EXPECT_EQ(std::memcmp(chosen.data(), expected.data(), chosen.size() * sizeof(float)), 0);
+        }
         const std::vector<float> off =
             problem.run(cuda::AttentionPath::kAuto, /*graph=*/false, /*flash_prefill=*/false);
         const std::vector<float>& expected_off = paged_split ? split : per_query;
@@ -656,30 +694,37 @@ TEST(CudaAttentionPrefill, TimesPagedBatchesBothPaths) {
     batch.push_back(std::make_unique<PrefillProblem>(c, DType::kBF16, 9500, false));
     const PrefillProblem& problem = *batch.front();
     const int64_t tiles = (problem.tokens() + cuda::kFlashRows - 1) / cuda::kFlashRows;
+    const cuda::AttentionArgs planned = planned_args(problem, DType::kBF16);
     const char* rule = "per-query";
-    switch (cuda::attention_path_taken(problem.dims(), 2, planned_args(problem, DType::kBF16))) {
-      case cuda::AttentionPath::kFlashPrefill:
-        rule = "flash";
-        break;
-      case cuda::AttentionPath::kSplitKv:
-        rule = "split-KV";
-        break;
-      case cuda::AttentionPath::kAuto:
-      case cuda::AttentionPath::kPerQuery:
-        break;
+    if (cuda::attention_takes_row_kinds(problem.dims(), 2, planned)) {
+      rule = "split-KV for the decode rows + flash for the chunks";
+    } else {
+      switch (cuda::attention_path_taken(problem.dims(), 2, planned)) {
+        case cuda::AttentionPath::kFlashPrefill:
+          rule = "flash";
+          break;
+        case cuda::AttentionPath::kSplitKv:
+          rule = "split-KV";
+          break;
+        case cuda::AttentionPath::kAuto:
+        case cuda::AttentionPath::kPerQuery:
+          break;
+      }
     }
     const double flash = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kFlashPrefill);
     const double per_query = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kPerQuery);
     const double split = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kSplitKv);
+    const double chosen = time_prefill_ms(batch, DType::kBF16, cuda::AttentionPath::kAuto);
     std::cout << fmt::format(
                      "[ TIMING ] paged attention {} (qwen3 layer, BF16, {} rows, {} passes in {} "
                      "tiles = {:.2f} per tile): flash {:.1f} us, per-query {:.1f} us, split-KV "
-                     "{:.1f} us; the rule takes {}",
+                     "{:.1f} us, the rule's pick {:.1f} us ({})",
                      shape.name, problem.tokens(), problem.flash_passes(), tiles,
                      static_cast<double>(problem.flash_passes()) / static_cast<double>(tiles),
-                     1e3 * flash, 1e3 * per_query, 1e3 * split, rule)
+                     1e3 * flash, 1e3 * per_query, 1e3 * split, 1e3 * chosen, rule)
               << std::endl;
     EXPECT_GT(split, 0.0);
+    EXPECT_GT(chosen, 0.0);
   }
 }
 

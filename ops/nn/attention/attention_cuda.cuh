@@ -897,6 +897,12 @@ void launch_attention(const AttentionDims& dims, const AttentionArgs& args, cuda
     launch_kv_cache_write<T>(dims, write, stream);
     a.k = a.v = nullptr;
   }
+  if (attention_takes_row_kinds(dims, sizeof(T), a)) {
+    const int64_t d = a.kv.decode_rows;
+    launch_attention_split_kv<T>(dims, attention_rows(dims, sizeof(T), a, 0, d, 0), stream);
+    return launch_attention_flash<T>(
+        dims, attention_rows(dims, sizeof(T), a, d, a.tokens, a.kv.chunk_flash_passes), stream);
+  }
   switch (attention_path_taken(dims, sizeof(T), a)) {
     case AttentionPath::kSplitKv:
       return launch_attention_split_kv<T>(dims, a, stream);

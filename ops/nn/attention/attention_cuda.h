@@ -355,6 +355,49 @@ inline AttentionPath attention_path_taken(const AttentionDims& dims, size_t elem
   return AttentionPath::kPerQuery;
 }
 
+// Rows [first, end) of `a` as a launch of their own: q, out, positions and the row slots start at
+// row `first`; the call's K and V rows are left out (launch_attention writes them for every row
+// before either launch) and the batch's host description is that of the rows: `flash_passes`,
+// no decode rows.
+inline AttentionArgs attention_rows(const AttentionDims& dims, size_t element_bytes,
+                                    const AttentionArgs& a, int64_t first, int64_t end,
+                                    int64_t flash_passes) {
+  AttentionArgs r = a;
+  r.q = static_cast<const char*>(a.q) +
+        static_cast<size_t>(first * dims.heads * dims.head_dim) * element_bytes;
+  r.out = static_cast<char*>(a.out) +
+          static_cast<size_t>(first * dims.heads * dims.v_head_dim) * element_bytes;
+  r.positions = a.positions + first;
+  if (a.kv.row_slots != nullptr) r.kv.row_slots = a.kv.row_slots + first;
+  r.k = r.v = nullptr;
+  r.tokens = end - first;
+  r.kv.flash_passes = flash_passes;
+  r.kv.decode_rows = 0;
+  r.kv.chunk_flash_passes = 0;
+  return r;
+}
+
+// Whether launch_attention runs a paged batch (auto rule, beyond kSplitKvMaxTokens rows) as two
+// launches by kind of row: its first kv.decode_rows rows (each its sequence's only row) on the
+// split-KV kernel and the prompt chunks after them on the flash kernel, when each kernel would
+// take its rows as a launch of their own. One launch takes one kernel for all rows, and on a
+// flash tile a decode row is a serial pass over its whole context: `MG_ATTN_TIMING=1
+// mg_cuda_tests --gtest_filter='CudaAttentionPrefill.TimesPagedBatchesBothPaths'` has the batches
+// (docs/performance.md).
+inline bool attention_takes_row_kinds(const AttentionDims& dims, size_t element_bytes,
+                                      const AttentionArgs& a) {
+  const int64_t d = a.kv.decode_rows;
+  if (a.path != AttentionPath::kAuto || a.kv.block_tables == nullptr || d <= 0 || d >= a.tokens ||
+      a.tokens <= kSplitKvMaxTokens) {
+    return false;
+  }
+  const AttentionArgs decode = attention_rows(dims, element_bytes, a, 0, d, 0);
+  const AttentionArgs chunks =
+      attention_rows(dims, element_bytes, a, d, a.tokens, a.kv.chunk_flash_passes);
+  return attention_path_taken(dims, element_bytes, decode) == AttentionPath::kSplitKv &&
+         flash_prefill_chosen(dims, element_bytes, chunks);
+}
+
 // What MG_FLASH_PREFILL's value asks for: unset (null) or "1": the auto rule may take the flash
 // prefill kernel; "0": it never does (split-KV or the per-query kernel as before it: A/B timing of
 // whole models, a suspected flash bug). Anything else is an mg::Error naming the variable.

@@ -106,7 +106,7 @@ TEST(FlashPassesTest, RuleTakesFlashForTilesOfMostlyOneSequence) {
   few.push_back({1, 150});
   EXPECT_EQ(passes_of(batch_of(few)), 11);
   EXPECT_TRUE(pays(batch_of(few)));
-  // Decode-heavy batches stay per query: 128 rows of 128 sequences, 70 rows of 70.
+  // Decode-heavy batches do not pay: 128 rows of 128 sequences, 70 rows of 70.
   EXPECT_FALSE(pays(batch_of(decode_rows(0, 128))));
   EXPECT_FALSE(pays(batch_of(decode_rows(0, 70))));
   // 16 decode rows beside a 512-row prompt: 25 passes in 9 tiles, beyond 2 per tile (the
@@ -121,6 +121,35 @@ TEST(FlashPassesTest, RuleTakesFlashForTilesOfMostlyOneSequence) {
   EXPECT_TRUE(flash_passes_pay(kv, 2 * kFlashPassTileRows + 1));  // a partial tile counts
   kv.flash_passes += 1;
   EXPECT_FALSE(flash_passes_pay(kv, 3 * kFlashPassTileRows));
+}
+
+// KvBatch::decode_rows: the Engine's decode rows before its prompt chunks.
+TEST(FlashPassesTest, CountsTheLeadingSingleRows) {
+  const auto leading = [](const std::vector<int32_t>& slots) {
+    return count_leading_single_rows(slots.data(), static_cast<int64_t>(slots.size()));
+  };
+  EXPECT_EQ(count_leading_single_rows(nullptr, 64), 0);  // one contiguous sequence
+  EXPECT_EQ(leading({}), 0);
+  // 4 decode rows, then two chunks: the decode rows.
+  std::vector<std::pair<int32_t, int64_t>> few = decode_rows(10, 4);
+  few.push_back({0, 200});
+  few.push_back({1, 150});
+  EXPECT_EQ(leading(batch_of(few)), 4);
+  // Only decode rows: all of them; one row: it.
+  EXPECT_EQ(leading(batch_of(decode_rows(0, 128))), 128);
+  EXPECT_EQ(leading({7}), 1);
+  // A batch that starts with a chunk: none.
+  EXPECT_EQ(leading(batch_of({{3, 512}})), 0);
+  EXPECT_EQ(leading(batch_of({{3, 2}, {4, 1}})), 0);
+  // A one-row chunk at the end is a single row too (its sequence has no other row).
+  std::vector<std::pair<int32_t, int64_t>> tail = decode_rows(0, 3);
+  tail.push_back({9, 1});
+  EXPECT_EQ(leading(batch_of(tail)), 4);
+  // Decode rows, a chunk, more decode rows: the run stops at the chunk.
+  std::vector<std::pair<int32_t, int64_t>> split = decode_rows(0, 2);
+  split.push_back({5, 30});
+  split.push_back({6, 1});
+  EXPECT_EQ(leading(batch_of(split)), 2);
 }
 
 }  // namespace
