@@ -1,7 +1,9 @@
 // A linear with output_features (the fuse-ops pass's q/k/v, ops/nn/linear/linear_fusion.cc) on
-// the GPU: each output equals the unfused linear of its rows of the weight run on the GPU (one
-// split GEMV launch at 1-2 rows, which gives every block the unfused GEMV's warps per feature;
-// the unfused per-block GEMMs from 3 rows) and the fp64 reference within the dtype's tolerance,
+// the GPU: each output equals the unfused linear of its rows of the weight run on the GPU where
+// both take the same path (one split GEMV launch up to kGemvSplitChosenRows rows, which gives every
+// block the unfused GEMV's warps per feature; the unfused per-block GEMMs above), and the fp64
+// reference within the dtype's tolerance at every row count (a wide block's unfused linear takes
+// cuBLASLt from 3 rows, where the split GEMV still runs: a rounding apart),
 // on q/k/v-like shapes, small and odd ones, with and without bias and scale, in every dtype; and
 // whole imported models with the rewrite applied give the unfused graph's logits in BF16 and F32,
 // with and without CUDA graphs.
@@ -15,6 +17,9 @@
 #include "framework/runtime/session.h"
 #include "ops/nn/linear/linear.h"
 #include "tests/cuda/cuda_test_util.h"
+#ifdef MG_WITH_CUDA
+#include "ops/nn/linear/linear_gemv_cuda.h"
+#endif
 #include "tests/testing/session_logits.h"
 
 namespace mg {
@@ -67,6 +72,7 @@ TEST(CudaFusedLinear, EachOutputIsTheUnfusedLinearOfItsRows) {
   };
   const std::vector<Shape3> shapes = {
       {2048, {1024, 256, 256}},  // q/k/v of a GQA layer, scaled down
+      {2048, {2048, 256, 256}},  // a wide q block: cuBLASLt alone from 3 rows
       {2048, {512, 512}},        // two narrow blocks: several warps per feature each
       {64, {32, 16, 16}},        // the test decoders' q/k/v
       {256, {40, 24, 8, 8}},     // small blocks, four outputs
@@ -76,7 +82,7 @@ TEST(CudaFusedLinear, EachOutputIsTheUnfusedLinearOfItsRows) {
     for (const Shape3& s : shapes) {
       int64_t out = 0;
       for (const int64_t n : s.features) out += n;
-      for (const int64_t rows : {1, 2, 3, 17}) {
+      for (const int64_t rows : {1, 2, 3, 4, 5, 17}) {
         for (const bool bias : {false, true}) {
           for (const float scale : {1.0f, 0.5f}) {
             SCOPED_TRACE(fmt::format("{} rows x in {} -> [{}], {}, bias {}, scale {}", rows, s.in,
@@ -96,9 +102,17 @@ TEST(CudaFusedLinear, EachOutputIsTheUnfusedLinearOfItsRows) {
                                  std::all_of(s.features.begin(), s.features.end(), [&](int64_t n) {
                                    return (n * static_cast<int64_t>(dtype_size(d.dtype))) % 16 == 0;
                                  });
-            EXPECT_EQ(fused.kernel().describe().find("one GEMV up to 2 rows") != std::string::npos,
+            // The split GEMV's rows: every block's own rule, at least kGemvSplitChosenRows.
+            int64_t split_rows = cuda::kGemvMaxRows;
+            for (const int64_t n : s.features) {
+              split_rows = std::min(split_rows, cuda::gemv_chosen_rows(n));
+            }
+            split_rows = std::max(split_rows, cuda::kGemvSplitChosenRows);
+            EXPECT_EQ(fused.kernel().describe().find(
+                          fmt::format("one GEMV up to {} rows", split_rows)) != std::string::npos,
                       aligned)
                 << fused.kernel().describe();
+            const bool fused_gemv = aligned && rows <= split_rows;
             const std::vector<Tensor> got = fused.run(inputs);
             ASSERT_EQ(got.size(), s.features.size());
             int64_t first = 0;
@@ -110,9 +124,12 @@ TEST(CudaFusedLinear, EachOutputIsTheUnfusedLinearOfItsRows) {
               if (bias) alone.push_back(b.slice_rows(first, first + n));
               testing::DeviceOp unfused(linear_node("proj", bias, scale, {n}), alone, d.dtype);
               const std::vector<Tensor> want = unfused.run(alone);
-              // The unfused kernels' own reduction order and rounding: the same values (a bound
-              // only so a reordered float sum would not hide behind a crash; in practice 0).
-              EXPECT_LE(testing::normalized_error(span_of(got[i]), span_of(want[0])), 1e-6);
+              // Where both take the GEMV, or both cuBLAS, the unfused kernels' own reduction order
+              // and rounding: the same values (a bound only so a reordered float sum would not
+              // hide behind a crash; in practice 0).
+              if (fused_gemv == (aligned && rows <= cuda::gemv_chosen_rows(n))) {
+                EXPECT_LE(testing::normalized_error(span_of(got[i]), span_of(want[0])), 1e-6);
+              }
               EXPECT_LE(
                   testing::normalized_error(
                       span_of(got[i]), reference_block(x, w, bias ? &b : nullptr, first, n, scale)),

@@ -1,8 +1,8 @@
 // The GEMV path of linear on CUDA (ops/nn/linear/linear_gemv_cuda.h), forced for 1..8 rows of x
-// (the linear op chooses it up to kGemvChosenRows on 16-byte rows), for every dtype and any shape:
-// `in` and `out` odd, primes, not multiples of 8 (scalar loads), multiples of 8 (16-byte loads),
-// few output features with a long `in` (several warps split one feature) and many short ones; with
-// and without bias and scale. Each result is checked against an fp64 loop over the same
+// (the linear op chooses it up to gemv_chosen_rows(out) rows on 16-byte rows), for every dtype and
+// any shape: `in` and `out` odd, primes, not multiples of 8 (scalar loads), multiples of 8 (16-byte
+// loads), few output features with a long `in` (several warps split one feature) and many short
+// ones; with and without bias and scale. Each result is checked against an fp64 loop over the same
 // dtype-rounded inputs, every element of the output is written (DeviceOp poisons it with NaN) and
 // nothing past it (guard bytes).
 #include <gtest/gtest.h>
@@ -60,7 +60,9 @@ void expect_linear_matches(const GemvShape& s, int64_t rows, DType dtype, double
   testing::DeviceOp op(node, inputs, dtype);
   const bool aligned = (s.in * static_cast<int64_t>(dtype_size(dtype))) % 16 == 0 &&
                        (s.out * static_cast<int64_t>(dtype_size(dtype))) % 16 == 0;
-  EXPECT_EQ(op.kernel().describe().find("gemv up to 2 rows") != std::string::npos, aligned)
+  EXPECT_EQ(op.kernel().describe().find(fmt::format(
+                "gemv up to {} rows", cuda::gemv_chosen_rows(s.out))) != std::string::npos,
+            aligned)
       << op.kernel().describe();
   const std::vector<Tensor> out = op.run(inputs);
   const std::vector<float> ref = reference_linear(x, w, bias ? &b : nullptr, scale);

@@ -310,7 +310,7 @@ TEST(RouterRouteCuda, TimingQwen3Router) {
   c.top_k = 8;
   c.renormalize = true;
   RouterCase rc(c, 2048, DType::kBF16, 31, /*cublas=*/true);
-  rc.router->set_gemv_max_rows(cuda::kGemvChosenRows);  // GemmXwt's own rule
+  rc.router->set_gemv_max_rows(cuda::gemv_chosen_rows(c.num_experts));  // GemmXwt's own rule
   std::unique_ptr<Stream> stream = make_stream(Device::cuda(0));
   const cudaStream_t s = cuda::native(stream.get());
   auto time_us = [&](int64_t M, bool fused) {

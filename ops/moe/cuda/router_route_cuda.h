@@ -24,8 +24,8 @@ namespace mg::cuda {
 // Rows of x the fused kernel takes: the GEMV kernel's own limit. On the router's narrow weight
 // the GEMV is no slower than cuBLASLt up to there (`bench gemv`, H100, 2048 x 128, us GEMV /
 // cuBLASLt: 1 row 2.15 / 4.79, 4 rows 3.59 / 4.80, 8 rows 5.30 / 5.04; docs/performance.md), and
-// fusing saves the routing launch besides. GemmXwt alone takes cuBLASLt from 3 rows (its rule
-// is set by wider weights), so from 3 to 8 rows the fused logits are the GEMV's, not cuBLAS's.
+// fusing saves the routing launch besides. GemmXwt alone takes cuBLASLt from 5 rows of a narrow
+// weight (gemv_chosen_rows), so from 5 to 8 rows the fused logits are the GEMV's, not cuBLAS's.
 constexpr int64_t kRouterRouteMaxRows = kGemvMaxRows;
 
 struct RouterRouteArgs {

@@ -66,41 +66,51 @@ double time_calls(cudaStream_t stream, const Call& call) {
   return us[us.size() / 2];
 }
 
-// The q/k/v blocks of a layer (2048 -> 4096 + 512 + 512) as one split GEMV over `w` (their rows one
-// after another) into `y` ([rows, out_b] per block, one after another): loads in flight, target
-// warps and the blocks' warps per feature as GemvSplitArgs takes them (0: the launcher's rule).
-constexpr int64_t kQkvIn = 2048;
-constexpr int64_t kQkvOuts[3] = {4096, 512, 512};
+// The q/k/v blocks of a layer as one split GEMV over `w` (their rows one after another) into `y`
+// ([rows, out_b] per block, one after another): loads in flight, target warps and the blocks'
+// warps per feature as GemvSplitArgs takes them (0: the launcher's rule). Qwen3-30B-A3B's (2048 ->
+// 4096 + 512 + 512) and GPT-OSS's (2880 -> 4096 + 512 + 512).
+struct QkvShape {
+  const char* name;
+  int64_t in;
+  int64_t outs[3];
+  int64_t total() const { return outs[0] + outs[1] + outs[2]; }
+};
+constexpr QkvShape kQkvShapes[2] = {{"qwen3", 2048, {4096, 512, 512}},
+                                    {"gpt-oss", 2880, {4096, 512, 512}}};
+constexpr const QkvShape& kQkv = kQkvShapes[0];  // the grid and warp sweeps' shape
 
-void launch_qkv_split(DType dtype, const void* x, const void* w, void* y, int64_t rows, int loads,
-                      int64_t target_warps, const int (&warps_per_feature)[3],
-                      cudaStream_t stream) {
+void launch_qkv_split(DType dtype, const QkvShape& shape, const void* x, const void* w, void* y,
+                      int64_t rows, int loads, int64_t target_warps,
+                      const int (&warps_per_feature)[3], cudaStream_t stream) {
   cuda::GemvSplitArgs args;
   args.x = x;
   args.w = w;
   args.rows = rows;
-  args.in = kQkvIn;
+  args.in = shape.in;
   args.loads_in_flight = loads;
   args.target_warps = target_warps;
   args.num_blocks = 3;
   char* out = static_cast<char*>(y);
   for (int b = 0; b < 3; ++b) {
     args.blocks[b].y = out;
-    args.blocks[b].out = kQkvOuts[b];
+    args.blocks[b].out = shape.outs[b];
     args.blocks[b].warps_per_feature = warps_per_feature[b];
-    out += static_cast<size_t>(kQkvOuts[b] * rows) * dtype_size(dtype);
+    out += static_cast<size_t>(shape.outs[b] * rows) * dtype_size(dtype);
   }
   cuda::dispatch_float_dtype(
       dtype, [&](auto tag) { cuda::launch_gemv_split<decltype(tag)>(args, stream); });
 }
 
-// A layer's q/k/v (in 2048 -> 4096 + 512 + 512 rows) as the unfused graph runs them, three GEMVs
-// one after another, against the split GEMV the fused linear launches once over their
-// concatenated weight (linear_gemv_cuda.h, the fuse-ops pass's output_features).
-void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* workspace) {
-  constexpr int64_t kIn = kQkvIn;
-  const int64_t(&outs)[3] = kQkvOuts;
-  const int64_t total = outs[0] + outs[1] + outs[2];
+// A layer's q/k/v as the unfused graph runs them, three GEMVs one after another (each through
+// GemmXwt at every row count), against the split GEMV the fused linear launches once over their
+// concatenated weight (linear_gemv_cuda.h, the fuse-ops pass's output_features), and against the
+// three projections through cuBLASLt: what kGemvSplitChosenRows rests on.
+void bench_qkv_split(const GemvBenchOptions& o, const QkvShape& shape, cudaStream_t stream,
+                     void* workspace) {
+  const int64_t kIn = shape.in;
+  const int64_t(&outs)[3] = shape.outs;
+  const int64_t total = shape.total();
   const size_t elem = dtype_size(o.dtype);
   const size_t weight_bytes = static_cast<size_t>(kIn * total) * elem;
   const int copies =
@@ -110,38 +120,47 @@ void bench_qkv_split(const GemvBenchOptions& o, cudaStream_t stream, void* works
   DeviceBuffer y(static_cast<size_t>(cuda::kGemvMaxRows * total) * elem);
   MG_CUDA_CHECK(cudaMemset(weights.ptr, 0x11, weight_bytes * copies));
   MG_CUDA_CHECK(cudaMemset(x.ptr, 0x22, static_cast<size_t>(cuda::kGemvMaxRows * kIn) * elem));
-  std::vector<std::unique_ptr<cuda::GemmXwt>> gemvs;
+  std::vector<std::unique_ptr<cuda::GemmXwt>> gemvs, cublas;
   for (const int64_t out : outs) {
     gemvs.push_back(std::make_unique<cuda::GemmXwt>(o.dtype, kIn, out, nullptr, o.device));
     gemvs.back()->set_gemv_max_rows(cuda::kGemvMaxRows);
+    cublas.push_back(std::make_unique<cuda::GemmXwt>(o.dtype, kIn, out, nullptr, o.device));
+    cublas.back()->set_gemv_max_rows(0);
   }
-  std::cout << fmt::format("\nq/k/v {} -> {} + {} + {}: three GEMVs vs one split GEMV\n", kIn,
-                           outs[0], outs[1], outs[2]);
-  std::cout << fmt::format("{:>4} | {:>12} | {:>12} {:>8} | {:>12}\n", "rows", "3 gemvs us",
-                           "split us", "GB/s", "8 loads us");
+  std::cout << fmt::format(
+      "\nq/k/v {} {} -> {} + {} + {}: three GEMVs, one split GEMV, three cuBLASLt GEMMs\n",
+      shape.name, kIn, outs[0], outs[1], outs[2]);
+  std::cout << fmt::format("{:>4} | {:>12} | {:>12} {:>8} | {:>12} | {:>12}\n", "rows",
+                           "3 gemvs us", "split us", "GB/s", "8 loads us", "3 cublas us");
   for (const int64_t rows : o.rows) {
     if (rows > cuda::kGemvMaxRows) continue;
-    const double three_us = time_calls(stream, [&](int i) {
-      const char* w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
-      char* out = static_cast<char*>(y.ptr);
-      for (int b = 0; b < 3; ++b) {
-        gemvs[b]->run(x.ptr, rows, w, out, 1.0f, workspace, cuda::GemmXwt::kWorkspaceBytes, stream);
-        w += static_cast<size_t>(outs[b] * kIn) * elem;
-        out += static_cast<size_t>(outs[b] * rows) * elem;
-      }
-    });
+    const auto three_of = [&](const std::vector<std::unique_ptr<cuda::GemmXwt>>& gemms) {
+      return [&, rows](int i) {
+        const char* w = static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes;
+        char* out = static_cast<char*>(y.ptr);
+        for (int b = 0; b < 3; ++b) {
+          gemms[b]->run(x.ptr, rows, w, out, 1.0f, workspace, cuda::GemmXwt::kWorkspaceBytes,
+                        stream);
+          w += static_cast<size_t>(outs[b] * kIn) * elem;
+          out += static_cast<size_t>(outs[b] * rows) * elem;
+        }
+      };
+    };
+    const double three_us = time_calls(stream, three_of(gemvs));
+    const double cublas_us = time_calls(stream, three_of(cublas));
     const auto split_call = [&](int loads) {
       return [&, loads](int i) {
-        launch_qkv_split(o.dtype, x.ptr,
+        launch_qkv_split(o.dtype, shape, x.ptr,
                          static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes, y.ptr,
                          rows, loads, 0, {0, 0, 0}, stream);
       };
     };
     const double split_us = time_calls(stream, split_call(4));
     const double split8_us = rows <= 2 ? time_calls(stream, split_call(8)) : 0.0;
-    std::cout << fmt::format("{:>4} | {:>12.2f} | {:>12.2f} {:>8.0f} | {:>12}\n", rows, three_us,
-                             split_us, static_cast<double>(weight_bytes) / split_us / 1e3,
-                             rows <= 2 ? fmt::format("{:.2f}", split8_us) : std::string("-"));
+    std::cout << fmt::format("{:>4} | {:>12.2f} | {:>12.2f} {:>8.0f} | {:>12} | {:>12.2f}\n", rows,
+                             three_us, split_us, static_cast<double>(weight_bytes) / split_us / 1e3,
+                             rows <= 2 ? fmt::format("{:.2f}", split8_us) : std::string("-"),
+                             cublas_us);
   }
 }
 
@@ -165,7 +184,7 @@ void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShap
   }
   std::cout << " | L2-warm default\n";
   std::vector<GemvBenchShape> all = shapes;
-  all.push_back({"qkv split", kQkvIn, kQkvOuts[0] + kQkvOuts[1] + kQkvOuts[2]});
+  all.push_back({"qkv split", kQkv.in, kQkv.total()});
   for (const GemvBenchShape& s : all) {
     if ((s.in * static_cast<int64_t>(elem)) % 16 != 0) continue;  // 8 loads need 16-byte rows
     const bool split = std::string(s.name) == "qkv split";
@@ -181,7 +200,7 @@ void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShap
       cuda::dispatch_float_dtype(o.dtype, [&](auto tag) {
         using T = decltype(tag);
         if (split) {
-          launch_qkv_split(o.dtype, x.ptr, w, y.ptr, rows, l, t, {0, 0, 0}, stream);
+          launch_qkv_split(o.dtype, kQkv, x.ptr, w, y.ptr, rows, l, t, {0, 0, 0}, stream);
         } else {
           cuda::GemvArgs args;
           args.x = x.ptr;
@@ -219,8 +238,8 @@ void bench_grid_sweep(const GemvBenchOptions& o, const std::vector<GemvBenchShap
 // block and of the k/v blocks forced, µs: which split of the row over warps suits each block when
 // they share one launch (the rule gives q 1 and k/v 8).
 void bench_split_warps(const GemvBenchOptions& o, cudaStream_t stream) {
-  constexpr int64_t kIn = kQkvIn;
-  const int64_t(&outs)[3] = kQkvOuts;
+  const int64_t kIn = kQkv.in;
+  const int64_t(&outs)[3] = kQkv.outs;
   const size_t elem = dtype_size(o.dtype);
   const size_t weight_bytes = static_cast<size_t>(kIn * (outs[0] + outs[1] + outs[2])) * elem;
   const int copies =
@@ -236,7 +255,7 @@ void bench_split_warps(const GemvBenchOptions& o, cudaStream_t stream) {
     std::cout << fmt::format("q {}", q_wpf);
     for (const int kv_wpf : {1, 2, 4, 8}) {
       const double us = time_calls(stream, [&](int i) {
-        launch_qkv_split(o.dtype, x.ptr,
+        launch_qkv_split(o.dtype, kQkv, x.ptr,
                          static_cast<const char*>(weights.ptr) + (i % copies) * weight_bytes, y.ptr,
                          1, 0, 0, {q_wpf, kv_wpf, kv_wpf}, stream);
       });
@@ -249,9 +268,19 @@ void bench_split_warps(const GemvBenchOptions& o, cudaStream_t stream) {
 
 std::vector<GemvBenchShape> gemv_bench_default_shapes() {
   return {
-      {"q_proj", 2048, 4096},  {"k/v_proj", 2048, 512},   {"o_proj", 4096, 2048},
-      {"router", 2048, 128},   {"lm_head", 2048, 151936}, {"odd", 2047, 1001},
+      {"q_proj", 2048, 4096},
+      {"k/v_proj", 2048, 512},
+      {"o_proj", 4096, 2048},
+      {"router", 2048, 128},
+      {"lm_head", 2048, 151936},
+      {"odd", 2047, 1001},
       {"odd-long", 4099, 257},
+      // GPT-OSS (hidden 2880, 64 x 64 query heads, 8 x 64 KV heads, vocab 201088)
+      {"oss q", 2880, 4096},
+      {"oss k/v", 2880, 512},
+      {"oss o", 4096, 2880},
+      {"oss router", 2880, 128},
+      {"oss lm_head", 2880, 201088},
   };
 }
 
@@ -327,7 +356,9 @@ int run_gemv_bench(const GemvBenchOptions& o) {
           loads8_applies ? fmt::format("{:.2f}", loads8_us) : std::string("-"));
     }
   }
-  if (o.shapes.empty()) bench_qkv_split(o, stream, workspace);
+  if (o.shapes.empty()) {
+    for (const QkvShape& shape : kQkvShapes) bench_qkv_split(o, shape, stream, workspace);
+  }
   bench_grid_sweep(o, shapes, stream);
   if (o.shapes.empty()) bench_split_warps(o, stream);
   cudaFree(workspace);

@@ -50,10 +50,15 @@ class LinearCudaKernel final : public OpKernel {
         scale_(scale) {
     MG_ASSERT(!blocks_.empty() && blocks_.size() <= static_cast<size_t>(cuda::kGemvMaxBlocks),
               "linear: {} output blocks", blocks_.size());
-    split_gemv_rows_ = blocks_.size() > 1 ? cuda::kGemvMaxRows : 0;
+    // One split GEMV when every block takes the GEMV: up to kGemvSplitChosenRows rows
+    // (linear_gemv_cuda.h), or more where every block's own rule goes further.
+    int64_t least_block_rows = cuda::kGemvMaxRows;
     for (const OutputBlock& b : blocks_) {
-      split_gemv_rows_ = std::min(split_gemv_rows_, b.gemm->gemv_rows());
+      least_block_rows = std::min(least_block_rows, b.gemm->gemv_rows());
     }
+    split_gemv_rows_ = blocks_.size() > 1 && least_block_rows > 0
+                           ? std::max(least_block_rows, cuda::kGemvSplitChosenRows)
+                           : 0;
   }
 
   // inputs: x [T, in], weight [out, in], bias [out] (optional; the kernel uses its own scaled

@@ -62,9 +62,9 @@ GemmXwt::GemmXwt(DType dtype, int64_t in, int64_t out, const void* bias, int dev
   }
   MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout_, data_type_, static_cast<uint64_t>(in),
                                              static_cast<uint64_t>(out), in));
-  // The measured rule (linear_gemv_cuda.h): the GEMV for up to kGemvChosenRows rows of aligned
+  // The measured rule (linear_gemv_cuda.h, gemv_chosen_rows): the GEMV for a few rows of aligned
   // weights; unaligned rows load element by element and lose to cuBLAS even at one row.
-  if (gemv_supported() && rows_aligned()) gemv_max_rows_ = kGemvChosenRows;
+  if (gemv_supported() && rows_aligned()) gemv_max_rows_ = gemv_chosen_rows(out);
 }
 
 GemmXwt::~GemmXwt() {

@@ -34,6 +34,30 @@ constexpr int64_t kGemvMaxRows = 8;
 // 4 rows cuBLASLt wins o_proj and lm_head (8 rows: 400 vs 220 us); on unaligned rows (scalar
 // loads) cuBLAS wins at 1 row (in 2047 x out 1001: 9.30 vs 5.24 us).
 constexpr int64_t kGemvChosenRows = 2;
+// Narrow weights (at most kGemvNarrowOut output features: k/v projections, routers) keep the GEMV
+// up to kGemvNarrowChosenRows rows: cuBLASLt launches few CTAs for them at any row count, while
+// the GEMV splits each row over warps. `moegraph bench gemv --rows 1,2,3,4,5,6,8` on an H200
+// (2026-12-03, BF16, docs/performance.md "The GEMV up to 4 rows for narrow weights and q/k/v"),
+// µs GEMV / cuBLASLt at 4 and 5 rows: k/v 2048 -> 512 3.76 / 5.40, 5.20 / 5.39; GPT-OSS's k/v
+// 2880 -> 512 4.66 / 6.31, 6.47 / 6.31; routers 2048 -> 128 3.40 / 4.84, 4.82 / 4.84 and 2880 ->
+// 128 4.24 / 5.64, 5.94 / 5.69. (The same run has cuBLASLt ahead of the GEMV at 2 rows of wide
+// weights, q_proj 6.65 / 7.62 and lm_head 149.3 / 162.3, where the H100's had the GEMV ahead:
+// kGemvChosenRows stays 2.)
+constexpr int64_t kGemvNarrowOut = 1024;
+constexpr int64_t kGemvNarrowChosenRows = 4;
+// A linear with several outputs (q/k/v as one weight) takes one split GEMV up to this many rows
+// when every block takes the GEMV at one row: the split GEMV reads the whole weight in one launch
+// where the unfused blocks would be a GEMM each. Same run, µs split GEMV / three cuBLASLt GEMMs
+// at 4 and 5 rows: 2048 -> 4096 + 512 + 512 14.46 / 17.36, 18.54 / 17.38; GPT-OSS's 2880 -> 4096 +
+// 512 + 512 19.29 / 22.42, 24.86 / 22.47. From 3 rows a wide block's own GemmXwt takes cuBLASLt,
+// so there the fused linear's floats differ from the unfused graph's by rounding (at 1 and 2 rows
+// they are the same bits: CudaFusedLinear.*).
+constexpr int64_t kGemvSplitChosenRows = 4;
+
+// The rows up to which GemmXwt takes the GEMV for a weight of `out` features with 16-byte rows.
+constexpr int64_t gemv_chosen_rows(int64_t out) {
+  return out <= kGemvNarrowOut ? kGemvNarrowChosenRows : kGemvChosenRows;
+}
 
 // 16-byte weight loads each lane issues before it uses the first (4 or 8; 8 is taken up to 2 rows
 // of x): 4, but 8 for launches of at least kGemvManyBlocks blocks (an LM head: many waves, where
