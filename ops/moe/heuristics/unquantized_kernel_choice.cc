@@ -100,11 +100,14 @@ constexpr GemmRule kGroupedGemmRules[] = {
      "(docs/performance.md, \"Where we stand\"): `moegraph bench moe --tokens 256,1024,4096 "
      "--kernel grouped_tma,grouped_wgmma+wgmma`",
      [](const GroupedGemmProblem& g, const CudaDeviceTraits& d) { return tma_applies(g, d); }},
-    {"G4", "<= 16 rows", GroupedGemmKernel::kMma16,
+    {"G4", "gated <= 16 rows, plain <= 12 rows", GroupedGemmKernel::kMma16,
      "weight streaming: narrow 16-row tiles, 8 stages: `moegraph bench moe --tokens 16,64 "
-     "--kernel grouped_mma16,grouped_tma`",
+     "--kernel grouped_mma16,grouped_tma`; a plain GEMM2 of 13 to 16 rows takes mma32 (G7), the "
+     "layer 1-3.5% faster at 16 rows on all four bench shapes on an H200, level within the noise "
+     "at 9 and 12: `moegraph bench moe --shape qwen3-30b-a3b --tokens 144,192,256 --kernel auto` "
+     "(docs/performance.md)",
      [](const GroupedGemmProblem& g, const CudaDeviceTraits&) {
-       return g.rows_per_expert() <= 16;
+       return g.rows_per_expert() <= (g.gated ? 16 : 12);
      }},
     {"G5", "gated, <= 256 rows or K <= 2048 or no sm_90a", GroupedGemmKernel::kMma64,
      "the gated tile streams 2 BN weight rows, so 64 rows stay wide enough up to large problems "

@@ -1,8 +1,8 @@
 // The CUDA kernel choice of unquantized experts (ops/moe/heuristics/unquantized_kernel_choice.h)
 // as a table, no GPU needed: the choices for the four `bench moe` shapes over its token grid are
 // pinned to what the code chose before the choice moved into one unit (read off fused_path and
-// launch_mma_by_size), with and without the sm_90a kernels; the rows' boundaries; requests and
-// their refusals.
+// launch_mma_by_size), with and without the sm_90a kernels, and to the measured changes since
+// (row G4's plain GEMM2 of 13..16 rows); the rows' boundaries; requests and their refusals.
 #include "ops/moe/heuristics/unquantized_kernel_choice.h"
 
 #include <array>
@@ -39,14 +39,14 @@ constexpr PinnedShape kPinnedH100[] = {
      14336,
      8,
      2,
-     {"decode", "grouped_mma16+mma16", "grouped_mma16+mma16", "grouped_tma+tma", "cublas", "cublas",
+     {"decode", "grouped_mma16+mma16", "grouped_mma16+mma32", "grouped_tma+tma", "cublas", "cublas",
       "cublas"}},
     {"qwen3-30b-a3b",
      2048,
      768,
      128,
      8,
-     {"decode", "grouped_mma16+mma16", "grouped_mma16+mma16", "grouped_mma16+mma16",
+     {"decode", "grouped_mma16+mma16", "grouped_mma16+mma16", "grouped_mma16+mma32",
       "grouped_tma+tma", "grouped_tma+tma", "grouped_tma+tma"}},
     {"deepseek-v3",
      7168,
@@ -70,14 +70,14 @@ constexpr PinnedShape kPinnedWithoutSm90a[] = {
      14336,
      8,
      2,
-     {"decode", "grouped_mma16+mma16", "grouped_mma16+mma16", "grouped_mma64+mma32", "cublas",
+     {"decode", "grouped_mma16+mma16", "grouped_mma16+mma32", "grouped_mma64+mma32", "cublas",
       "cublas", "cublas"}},
     {"qwen3-30b-a3b",
      2048,
      768,
      128,
      8,
-     {"decode", "grouped_mma16+mma16", "grouped_mma16+mma16", "grouped_mma16+mma16",
+     {"decode", "grouped_mma16+mma16", "grouped_mma16+mma16", "grouped_mma16+mma32",
       "grouped_mma64+mma32", "grouped_mma64+mma32", "grouped_mma64+mma32"}},
     {"deepseek-v3",
      7168,
@@ -134,8 +134,22 @@ TEST(KernelChoice, DecodeUpToFiveTokens) {
   EXPECT_EQ(why.substr(0, 12), "pipeline P1 ") << why;
   EXPECT_NE(why.find("moegraph bench moe"), std::string::npos) << why;
   choose_cuda_kernels(p, 9, kH100, {}, &why);
-  EXPECT_NE(why.find("; GEMM1 G4 (<= 16 rows -> mma16;"), std::string::npos) << why;
+  EXPECT_NE(why.find("; GEMM1 G4 (gated <= 16 rows, plain <= 12 rows -> mma16;"), std::string::npos)
+      << why;
   EXPECT_NE(why.find("; GEMM2 G4 "), std::string::npos) << why;
+}
+
+// A plain GEMM2 of 13 to 16 rows an expert takes mma32 (row G7), the gated GEMM1 stays on mma16
+// (G4) up to 16: qwen3-30b-a3b at 208 tokens (13 rows) and 256 (16); 192 tokens (12) keep mma16.
+TEST(KernelChoice, PlainGemm2FromThirteenRowsTakesMma32) {
+  const CudaMoEProblem p = problem_of(kPinnedH100[1]);
+  EXPECT_EQ(auto_choice(p, 192, kH100), "grouped_mma16+mma16");
+  EXPECT_EQ(auto_choice(p, 208, kH100), "grouped_mma16+mma32");
+  EXPECT_EQ(auto_choice(p, 256, kH100), "grouped_mma16+mma32");
+  EXPECT_EQ(auto_choice(p, 272, kH100), "grouped_tma+tma");  // 17 rows: TMA boxes (G3)
+  std::string why;
+  choose_cuda_kernels(p, 208, kH100, {}, &why);
+  EXPECT_NE(why.find("; GEMM2 G7 "), std::string::npos) << why;
 }
 
 TEST(KernelChoice, CublasRowsAtTheirThresholds) {
