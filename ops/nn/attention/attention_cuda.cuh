@@ -389,8 +389,9 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int nh = left < kHeads ? left : kHeads;  // heads of this block
 
   // Everything below reads what the kernels before wrote (q, the cache rows, the positions, the
-  // counters) or writes what they may still read (the partials): launch_pdl, pdl.cuh. Its
-  // readers are the o projection's GEMV or GEMM: pdl_wait_then_launch.
+  // counters) or writes what they may still read (the partials): launch_pdl, pdl.cuh. What
+  // follows it reads nothing before its own pdl_wait (the o projection's GEMV or GEMM, or the flash
+  // launch of the same call's chunks, attention_takes_row_kinds): pdl_wait_then_launch.
   pdl_wait_then_launch(early);
   // The position, then q of the block's heads (zeros past nh): p is first used after q's loop,
   // so both loads wait on one memory latency; one 16-byte load of q per thread where aligned.
