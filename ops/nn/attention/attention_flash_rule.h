@@ -22,8 +22,9 @@ namespace mg {
 // / 1115.8; with 16 decode rows of 1024 keys 914.1 / 1144.1; 1 prompt × 512 + 8 decode rows of
 // 1024 keys 453.2 / 311.3, + 4 of 4096 keys 884.1 / 407.7. The count ignores how long each pass
 // is, and a long decode row riding along makes its tile's flash block the tail: where flash takes
-// such a batch, split-KV is up to 2x faster. What would serve both is a launch per kind of row
-// (the decode rows to split-KV, the chunks to flash); not built.
+// such a batch, split-KV is up to 2x faster. A paged batch whose decode rows come first is
+// therefore two launches, the decode rows on split-KV and the chunks on flash
+// (attention_takes_row_kinds in attention_cuda.h); this bound then judges the chunks alone.
 constexpr int64_t kFlashPagedMaxPassesPerTile = 2;
 
 // Whether the flash kernel pays on a paged batch of `tokens` rows described by `kv`: its
