@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -184,6 +185,18 @@ TEST(CudaFp4Experts, PackRefusesWithTheReason) {
   EXPECT_MG_ERROR(cuda::wna16_pack_e2m1(Wna16Codes::kMxfp4, codes.data(), scales.data(), nullptr, 1,
                                         8, 64, 32, 1),
                   "MXFP4 scale 0.75 of expert 0 row 3 group 1 is not a power of two");
+  // A power of two above 2^6, which the BF16 kernels' folded scale pairs do not take.
+  scales[3 * 2 + 1] = 1.0f;
+  scales[6 * 2] = 128.0f;
+  EXPECT_MG_ERROR(cuda::wna16_pack_e2m1(Wna16Codes::kMxfp4, codes.data(), scales.data(), nullptr, 1,
+                                        8, 64, 32, 1),
+                  "MXFP4 scale 128 of expert 0 row 6 group 0 is above 2^6");
+  // 2^6 is taken, with the shift 5.
+  scales[6 * 2] = 64.0f;
+  EXPECT_EQ(cuda::wna16_pack_e2m1(Wna16Codes::kMxfp4, codes.data(), scales.data(), nullptr, 1, 8,
+                                  64, 32, 1)
+                .e8m0_shift,
+            5);
   std::vector<float> nv(8 * 4, 0.5f);
   nv[5 * 4 + 2] = 0.3f;
   const float global = 0.5f;
@@ -313,6 +326,18 @@ TEST(CudaFp4Experts, ScalesWithNoByteGoToCudaDequant) {
     const OracleChoice choice = choose();
     EXPECT_EQ(choice.backend->name(), "cuda_dequant") << choice.describe();
     EXPECT_NE(choice.describe().find("one-byte code"), std::string::npos) << choice.describe();
+    if (scheme == QuantScheme::kMxfp4) {
+      // A power of two above 2^6: it has a byte, but the BF16 kernels' folded scale pairs take
+      // codes up to 133 (wna16_exact_codes.h), so cuda_dequant takes the node.
+      raw.w2_quant.scale.data<float>()[5] = 128.0f;
+      const ExpertWeightFacts big = fp4_weight_facts(raw, scheme);
+      EXPECT_TRUE(big.w2.scales_have_bytes);
+      EXPECT_EQ(big.w2.largest_e8m0_code, 134);
+      EXPECT_NE(cuda_fp4_backend().check_weights(big, shape).find("w2 has an MXFP4 scale of 2^7"),
+                std::string::npos)
+          << cuda_fp4_backend().check_weights(big, shape);
+      EXPECT_EQ(choose().backend->name(), "cuda_dequant");
+    }
   }
 }
 
@@ -373,11 +398,15 @@ std::vector<float> run_experts(Experts& experts, const std::vector<float>& x,
   return got;
 }
 
+// `tweak`, when set, changes the random weights before anything reads them.
 template <typename T>
-void expect_backend_matches_reference(const Fp4Case& c, uint32_t& seed, E4m3Range range = {}) {
+void expect_backend_matches_reference(
+    const Fp4Case& c, uint32_t& seed, E4m3Range range = {},
+    const std::function<void(RawExpertWeights&)>& tweak = nullptr) {
   constexpr DType kDtype = std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
   const MoEConfig config = fp4_config(c);
-  const RawExpertWeights raw = random_raw(config, c, seed += 10, range);
+  RawExpertWeights raw = random_raw(config, c, seed += 10, range);
+  if (tweak) tweak(raw);
   const Tensor w13 = independent_dequantize(raw.w13, raw.w13_quant);
   const Tensor w2 = independent_dequantize(raw.w2, raw.w2_quant);
   // The oracle's choice on CUDA, with cuda_dequant listed after it.
@@ -447,6 +476,29 @@ TEST(CudaFp4Experts, BackendMatchesReferenceF16) {
   for (const Fp4Case& c : backend_cases()) {
     SCOPED_TRACE(fmt::format("{} {}", c.name, quant_scheme_name(c.scheme)));
     expect_backend_matches_reference<__half>(c, seed);
+  }
+}
+
+// MXFP4 scales above 2 (E8M0 codes above 128): the BF16 kernels fold E2M1's unbias into the scale
+// pairs, which BF16 holds only up to 2^(code - 1) <= 2^127, so such matrices take a shift
+// (Wna16Weights::e8m0_shift: B values w / 2^shift, the fp32 sums times 2^shift). w13's scales are
+// raised by 2^9 (codes ~129 .. 131, one at 2^6: the largest taken, shift 5) and w2's lowered by
+// as much; every kernel against the CPU reference, in BF16 (F16 keeps MXFP4 scales in fp32 and
+// takes no shift; its activations would overflow here).
+TEST(CudaFp4Experts, Mxfp4ScalesAboveTwoMatchTheCpu) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 1500;
+  const auto raise = [](RawExpertWeights& raw) {
+    float* s13 = raw.w13_quant.scale.data<float>();
+    for (int64_t i = 0; i < raw.w13_quant.scale.numel(); ++i) s13[i] = std::ldexp(s13[i], 9);
+    s13[3] = 64.0f;
+    float* s2 = raw.w2_quant.scale.data<float>();
+    for (int64_t i = 0; i < raw.w2_quant.scale.numel(); ++i) s2[i] = std::ldexp(s2[i], -9);
+  };
+  for (const Fp4Case& c : backend_cases()) {
+    if (c.scheme != QuantScheme::kMxfp4) continue;
+    SCOPED_TRACE(c.name);
+    expect_backend_matches_reference<__nv_bfloat16>(c, seed, {}, raise);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <tuple>
 #include <vector>
@@ -205,19 +206,24 @@ TEST(RandomQuantCuda, DevicePackingWritesTheHostPackingsFp4ScaleBytes) {
     s.k_steps = want.k_steps;
     Tensor words = empty_tensor(gpu, DType::kI32, {want.word_count()});
     Tensor bytes = empty_tensor(gpu, DType::kU8, {want.scale_byte_count()});
-    Tensor first_bad = empty_tensor(gpu, DType::kI64, {1});
+    // {the first byte with no code, the largest byte} (8 bytes each).
+    Tensor first_bad = empty_tensor(gpu, DType::kI64, {2});
+    auto* largest = reinterpret_cast<unsigned int*>(first_bad.data<int64_t>() + 1);
     const auto none = static_cast<unsigned long long>(want.scale_byte_count());
-    MG_CUDA_CHECK(cudaMemcpy(first_bad.raw(), &none, 8, cudaMemcpyHostToDevice));
+    const unsigned long long start[2] = {none, 0};
+    MG_CUDA_CHECK(cudaMemcpy(first_bad.raw(), start, 16, cudaMemcpyHostToDevice));
     cuda::wna16_pack_on_device(c, cuda::Wna16ParamSource{},
                                reinterpret_cast<uint32_t*>(words.raw()), want.word_count(), nullptr,
                                0, nullptr);
     cuda::wna16_pack_scale_bytes_on_device(
         s, static_cast<uint8_t*>(bytes.raw()), want.scale_byte_count(),
-        static_cast<unsigned long long*>(first_bad.raw()), nullptr);
+        static_cast<unsigned long long*>(first_bad.raw()), largest, nullptr);
     MG_CUDA_CHECK(cudaDeviceSynchronize());
+    unsigned long long found[2] = {};
+    MG_CUDA_CHECK(cudaMemcpy(found, first_bad.raw(), 16, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(found[0], none);
+    EXPECT_EQ(found[1], *std::max_element(want.scale_bytes.begin(), want.scale_bytes.end()));
     unsigned long long bad = 0;
-    MG_CUDA_CHECK(cudaMemcpy(&bad, first_bad.raw(), 8, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(bad, none);
     const Tensor got_words = host_of(words), got_bytes = host_of(bytes);
     EXPECT_EQ(std::memcmp(got_words.raw(), want.words.data(), want.words.size() * 4), 0);
     EXPECT_EQ(std::memcmp(got_bytes.raw(), want.scale_bytes.data(), want.scale_bytes.size()), 0);
@@ -228,7 +234,7 @@ TEST(RandomQuantCuda, DevicePackingWritesTheHostPackingsFp4ScaleBytes) {
     MG_CUDA_CHECK(cudaMemcpy(first_bad.raw(), &none, 8, cudaMemcpyHostToDevice));
     cuda::wna16_pack_scale_bytes_on_device(
         s, static_cast<uint8_t*>(bytes.raw()), want.scale_byte_count(),
-        static_cast<unsigned long long*>(first_bad.raw()), nullptr);
+        static_cast<unsigned long long*>(first_bad.raw()), largest, nullptr);
     MG_CUDA_CHECK(cudaDeviceSynchronize());
     MG_CUDA_CHECK(cudaMemcpy(&bad, first_bad.raw(), 8, cudaMemcpyDeviceToHost));
     EXPECT_EQ(bad, 0u);  // scale 0 of row 0 is byte 0 (unit 0 / half 0 of step 0)

@@ -23,6 +23,7 @@
 #include "ops/moe/cuda/moe_align_cuda.h"
 #include "ops/moe/cuda/moe_routing_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_decode_cuda.h"
+#include "ops/moe/cuda/wna16/wna16_exact_codes.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_pack_device_cuda.h"
 #include "ops/moe/experts/cuda_expert_common.h"
@@ -219,7 +220,7 @@ PackedMatrix pack_and_upload_e2m1(cuda::Wna16Codes kind, const Tensor& codes_in,
     // Codes made or loaded on the GPU are repacked there; the scales become bytes there.
     MG_CHECK(codes_in.device() == device, "cuda_fp4: {} codes on {}, the layer on {}", name,
              codes_in.device().str(), device.str());
-    const cuda::Wna16PackedHost layout = cuda::wna16_layout_e2m1(kind, experts, rows, cols, parts);
+    cuda::Wna16PackedHost layout = cuda::wna16_layout_e2m1(kind, experts, rows, cols, parts);
     PackedMatrix p;
     if (kind == cuda::Wna16Codes::kNvfp4) {
       p.globals = upload_vector(globals, DType::kF32, device);
@@ -255,22 +256,36 @@ PackedMatrix pack_and_upload_e2m1(cuda::Wna16Codes kind, const Tensor& codes_in,
       s.k_steps = layout.k_steps;
       const int64_t count = layout.scale_byte_count();
       p.scale_bytes = empty_tensor(device, DType::kU8, {count});
-      Tensor first_bad = empty_tensor(device, DType::kI64, {1});
+      // {index of the first scale with no byte, largest byte}, as the host packer finds them.
+      struct Found {
+        unsigned long long first_bad;
+        unsigned int largest, pad;
+      };
+      Tensor found = empty_tensor(device, DType::kU8, {sizeof(Found)});
       const auto none = static_cast<unsigned long long>(count);
-      MG_CUDA_CHECK(cudaMemcpy(first_bad.raw(), &none, sizeof(none), cudaMemcpyHostToDevice));
+      Found f{none, 0u, 0u};
+      MG_CUDA_CHECK(cudaMemcpy(found.raw(), &f, sizeof(f), cudaMemcpyHostToDevice));
+      auto* at = static_cast<Found*>(found.raw());
       cuda::wna16_pack_scale_bytes_on_device(s, static_cast<uint8_t*>(p.scale_bytes.raw()), count,
-                                             static_cast<unsigned long long*>(first_bad.raw()),
-                                             nullptr);
+                                             &at->first_bad, &at->largest, nullptr);
       // The kernels run on the session's streams: the weights must be written before any of them.
       MG_CUDA_CHECK(cudaDeviceSynchronize());
-      unsigned long long bad = 0;
-      MG_CUDA_CHECK(cudaMemcpy(&bad, first_bad.raw(), sizeof(bad), cudaMemcpyDeviceToHost));
+      MG_CUDA_CHECK(cudaMemcpy(&f, found.raw(), sizeof(f), cudaMemcpyDeviceToHost));
+      const unsigned long long bad = f.first_bad;
       MG_CHECK(bad == none,
                "cuda_fp4: {} has a scale with no {} code (scale byte {} of the layout): {}", name,
                kind == cuda::Wna16Codes::kMxfp4 ? "E8M0 (power of two)" : "E4M3 x global", bad,
                kind == cuda::Wna16Codes::kMxfp4
                    ? "MXFP4 scales must be powers of two"
                    : "NVFP4 scales must be E4M3 values times their global scale");
+      if (kind == cuda::Wna16Codes::kMxfp4) {
+        MG_CHECK(f.largest <= cuda::wna16_exact::kE8m0MaxFoldedCode,
+                 "cuda_fp4: {} has an MXFP4 scale of 2^{}, above 2^{}, the largest the kernels "
+                 "take",
+                 name, static_cast<int>(f.largest) - 127,
+                 static_cast<int>(cuda::wna16_exact::kE8m0MaxFoldedCode) - 127);
+        layout.e8m0_shift = cuda::wna16_exact::e8m0_shift_of(f.largest);
+      }
     }
     p.view = cuda::wna16_weights_view(layout, reinterpret_cast<const uint32_t*>(p.words.raw()),
                                       nullptr, static_cast<const uint8_t*>(p.scale_bytes.raw()),
@@ -731,6 +746,12 @@ class CudaFp4Backend final : public ExpertsBackend {
             "{} has scales with no one-byte code (MXFP4: powers of two; NVFP4: E4M3 values times "
             "the global scale), which its scale-byte layout keeps",
             name);
+      }
+      if (m->largest_e8m0_code > static_cast<int>(cuda::wna16_exact::kE8m0MaxFoldedCode)) {
+        return fmt::format(
+            "{} has an MXFP4 scale of 2^{}, above 2^{}, the largest its kernels take", name,
+            m->largest_e8m0_code - 127,
+            static_cast<int>(cuda::wna16_exact::kE8m0MaxFoldedCode) - 127);
       }
     }
     return {};

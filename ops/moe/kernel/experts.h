@@ -95,8 +95,8 @@ struct ExpertsBuild {
 // What the support checks may see of a quantized node's expert weights beyond the quant key
 // (which names w2's codes and group only): each matrix's code width, scale group and whether
 // act-order groups (a GPTQ g_idx) remain after the scheme's weight conversion, and (FP4) whether
-// every scale has a one-byte code. The WNA16 and FP4 oracle modules fill it (wna16_weight_facts,
-// fp4_weight_facts); schemes whose backends need none of it leave it out.
+// every scale has a one-byte code and (MXFP4) the largest. The WNA16 and FP4 oracle modules fill it
+// (wna16_weight_facts, fp4_weight_facts); schemes whose backends need none of it leave it out.
 struct ExpertWeightFacts {
   struct Matrix {
     int bits = 0;             // code width (4, 8)
@@ -105,6 +105,8 @@ struct ExpertWeightFacts {
     // FP4: every scale is an E8M0 value (MXFP4) or an E4M3 value times its global (NVFP4), so a
     // layout of scale bytes holds it (framework/core/fp4_scale_bytes.h).
     bool scales_have_bytes = true;
+    // MXFP4: the largest E8M0 code of the scales (2^(code - 127)); cuda_fp4 takes up to 2^6.
+    int largest_e8m0_code = 0;
   };
   Matrix w13, w2;
 };

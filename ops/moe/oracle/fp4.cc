@@ -65,11 +65,13 @@ MoEQuantConfig fp4_quant_config(const MoEConfig& config, const RawExpertWeights&
 
 namespace {
 
-// Whether every scale of one matrix has a byte code (fp4_scale_byte). Host F32 scales [E, R, G]
-// are read; scales on a GPU are random weights, which are made on the byte grid
-// (round_fp4_scale), so they are taken as they are.
-bool scales_have_bytes(const WeightQuantization& q, bool e8m0) {
-  if (!q.scale.device().is_cpu() || q.scale.dtype() != DType::kF32) return true;
+// Whether every scale of one matrix has a byte code (fp4_scale_byte), and the largest E8M0 code
+// (MXFP4). Host F32 scales [E, R, G] are read; scales on a GPU are random weights, which are made
+// on the byte grid (round_fp4_scale) from values O(1 / sqrt(K)), so they are taken as they are
+// (cuda_fp4's repacking on the GPU checks them again).
+ExpertWeightFacts::Matrix scale_facts(const WeightQuantization& q, bool e8m0) {
+  ExpertWeightFacts::Matrix m{4, q.group.cols, false, true, 0};
+  if (!q.scale.device().is_cpu() || q.scale.dtype() != DType::kF32) return m;
   const Tensor& scale = q.scale;
   const int64_t E = scale.dim(0), R = scale.dim(1), G = scale.numel() / (E * R);
   Tensor globals;
@@ -81,11 +83,15 @@ bool scales_have_bytes(const WeightQuantization& q, bool e8m0) {
     for (int64_t r = 0; r < R; ++r) {
       const float global = globals.defined() ? globals.data<float>()[e * S + r / (R / S)] : 1.0f;
       for (int64_t g = 0; g < G; ++g) {
-        if (!fp4_scale_byte(v[(e * R + r) * G + g], e8m0, global, &code)) return false;
+        if (!fp4_scale_byte(v[(e * R + r) * G + g], e8m0, global, &code)) {
+          m.scales_have_bytes = false;
+          return m;
+        }
+        if (e8m0) m.largest_e8m0_code = std::max(m.largest_e8m0_code, static_cast<int>(code));
       }
     }
   }
-  return true;
+  return m;
 }
 
 }  // namespace
@@ -93,8 +99,8 @@ bool scales_have_bytes(const WeightQuantization& q, bool e8m0) {
 ExpertWeightFacts fp4_weight_facts(const RawExpertWeights& raw, QuantScheme scheme) {
   const bool e8m0 = scheme == QuantScheme::kMxfp4;
   ExpertWeightFacts f;
-  f.w13 = {4, raw.w13_quant.group.cols, false, scales_have_bytes(raw.w13_quant, e8m0)};
-  f.w2 = {4, raw.w2_quant.group.cols, false, scales_have_bytes(raw.w2_quant, e8m0)};
+  f.w13 = scale_facts(raw.w13_quant, e8m0);
+  f.w2 = scale_facts(raw.w2_quant, e8m0);
   return f;
 }
 

@@ -263,14 +263,37 @@ TEST(Wna16ExactCodes, E8M0ScaleBitsAreTwoToTheCodeMinus127ForEveryCodeAndByte) {
   }
 }
 
-TEST(Wna16ExactCodes, E8M0Bf16PairIsTwoToTheCodeMinus127ForEveryCodeAndByte) {
-  for (int unit = 0; unit < 4; ++unit) {
-    for (uint32_t code = 0; code < 255; ++code) {
-      const uint32_t bytes = (0xFFu * 0x01010101u & ~(0xFFu << (8 * unit))) | (code << (8 * unit));
-      const uint32_t pair = e8m0_bf16_pair(bytes, unit);
-      const double want = std::ldexp(1.0, static_cast<int>(code) - 127);
-      ASSERT_EQ(half_value(pair, true), want) << "code " << code << " byte " << unit;
-      ASSERT_EQ(half_value(pair >> 16, true), want) << "code " << code << " byte " << unit;
+// The BF16 MXFP4 scale pair with E2M1's unbias folded in: 2^(code - 1 - shift) in both halves
+// for every code up to 128 + shift, and every placed code times it is e2m1 · 2^(code - 127 -
+// shift) exactly (a BF16 value, subnormals included: what one HMUL2 returns unrounded).
+TEST(Wna16ExactCodes, E8M0UnbiasedPairTimesAPlacedCodeIsTheWeightOverTwoToTheShift) {
+  const double least = std::ldexp(1.0, -133);  // BF16's least subnormal
+  for (int shift = 0; shift <= kE8m0MaxShift; ++shift) {
+    const uint32_t bias = e8m0_unbias_bias(shift);
+    ASSERT_EQ(e8m0_shift_of(128u + static_cast<uint32_t>(shift)), shift);
+    for (int unit = 0; unit < 4; ++unit) {
+      for (uint32_t code = 0; code <= 128u + static_cast<uint32_t>(shift); ++code) {
+        // Code at byte `unit`, the other bytes NaN codes (they must not leak in).
+        const uint32_t bytes =
+            (0xFFu * 0x01010101u & ~(0xFFu << (8 * unit))) | (code << (8 * unit));
+        const uint32_t pair = e8m0_bf16_unbiased_pair(bytes, unit, bias);
+        const double m = std::ldexp(1.0, static_cast<int>(code) - 1 - shift);
+        ASSERT_EQ(half_value(pair, true), m) << "code " << code << " shift " << shift;
+        ASSERT_EQ(half_value(pair >> 16, true), m) << "code " << code << " shift " << shift;
+        for (uint32_t q = 0; q < 16; ++q) {
+          uint32_t b[2][2];
+          e2m1_placed_pairs<true>(q, b);  // nibble 0: the low half of b[0][0]
+          const double v = half_value(b[0][0], true) * m;
+          const double want = static_cast<double>(fp4_e2m1_to_float(static_cast<uint8_t>(q))) *
+                              std::ldexp(1.0, static_cast<int>(code) - 127 - shift);
+          ASSERT_EQ(v, want) << "code " << code << " shift " << shift << " q " << q;
+          // A BF16 value: a multiple of the least subnormal, 8 significant bits where normal.
+          ASSERT_EQ(std::fmod(std::fabs(v), least), 0.0) << "code " << code << " q " << q;
+          if (std::fabs(v) >= std::ldexp(1.0, -126)) {
+            ASSERT_EQ(round_digits(v, 8), v);
+          }
+        }
+      }
     }
   }
 }

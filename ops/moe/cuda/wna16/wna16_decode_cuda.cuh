@@ -54,11 +54,12 @@
 //     instructions for 8 values where the per-value Dequant (a byte permute, the 2^23 trick, a
 //     multiply and half a conversion a value) takes ~4-5 a value. The scale multiplies the B
 //     values in T with one more HMUL2 where T holds every scale exactly (BF16 MXFP4: BF16 has
-//     F32's exponent range; NVFP4 in both), else (F16 MXFP4) a per-unit fp32 accumulator
-//     (acc += 2^(e - 127) · U, the unit being its one scale group). No weight is rounded: BF16
-//     and NVFP4 give the per-value path's values bit for bit, F16 MXFP4 the unrounded weights'
-//     result (the per-value path rounds 2^(e - 127) · e2m1 to F16, the same value wherever F16
-//     holds it).
+//     F32's exponent range, and there the unbias is folded into the scale pair, one HMUL2 in all:
+//     wna16_exact::e8m0_bf16_unbiased_pair; NVFP4 in both), else (F16 MXFP4) a per-unit fp32
+//     accumulator (acc += 2^(e - 127) · U, the unit being its one scale group). No weight is
+//     rounded: BF16 and NVFP4 give the per-value path's values bit for bit, F16 MXFP4 the unrounded
+//     weights' result (the per-value path rounds 2^(e - 127) · e2m1 to F16, the same value wherever
+//     F16 holds it).
 // The INT4 and E2M1 nibble pairs (j, j + 4) of the exact paths come in a permuted k order inside
 // the lane's 8 columns of a unit; the A registers are permuted the same way (permute_a: 4 PRMT a
 // unit, shared by gate and up), which the mma's sum over k does not see.
@@ -790,15 +791,16 @@ __device__ __forceinline__ void warp_block16_gemm_exact(float (&acc)[Parts][4],
 
 // FP4 codes (MXFP4, NVFP4): acc[part] += the same C fragment as warp_block_gemm's, the E2M1
 // values placed bit for bit into T (wna16_exact::e2m1_placed_pairs: 15 bit instructions and 4
-// HMUL2 for 8 values, against ~4-5 a value through the per-value Dequant) in int4_magic_pairs'
-// order (the A registers permuted as warp_block_gemm_exact's), and the scales applied without
-// rounding anything:
+// HMUL2 for 8 values (BF16 MXFP4; NVFP4 8), against ~4-5 a value through the per-value Dequant)
+// in int4_magic_pairs' order (the A registers permuted as warp_block_gemm_exact's), and the
+// scales applied without rounding anything:
 //   in T (BF16 MXFP4, NVFP4): the B values times the scale pair of the lane's weight row g (one
 //          HMUL2 a register; a B register's halves are nibbles j and j + 4, one from each 16-wide
 //          half of the unit, so NVFP4's pair is (half 0, half 1)): exact, as BF16 holds every
 //          E8M0 power of two (F32's exponent range) and 2^(e - 127) · e2m1 or 2·e2m1 · e4m3 has at
 //          most 6 significant bits; the per-value path's values bit for bit (NVFP4's part global
-//          / 2 multiplies the result as before);
+//          / 2 multiplies the result as before; BF16 MXFP4 takes w · 2^-shift, made real by
+//          wna16::fp4_sum_scale, which at shift 0, every scale at most 2, is the same bits);
 //   on the accumulator (F16 MXFP4: its range holds few E8M0 powers): the two mmas of a unit sum
 //          U = Σ x e2m1 of its one scale group, and each C element (pair row, weight row 2t or
 //          2t + 1) gets acc += 2^(e - 127) · U with its weight row's code (the lane loads rows 2t
@@ -816,6 +818,7 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
   constexpr int kScaleBytes = kScaleBytesPerStep<Codes>;  // a row's per step: 4 (MX) / 8 (NV)
   constexpr int kV = kE2m1RoundSteps<Parts>;
   constexpr uint32_t kUnbias = wna16_exact::kE2M1Unbias<kBf16, !kMx>;
+  [[maybe_unused]] const uint32_t mx_bias = wna16_exact::e8m0_unbias_bias(w.e8m0_shift);
   // The scale bytes a lane loads per step: MXFP4 in T row g's 4 (one word); on the accumulator
   // rows 2t and 2t + 1's (8); NVFP4 row g's 8.
   using ScaleWords = std::conditional_t<kMx && kScaleInT, uint32_t, uint2>;
@@ -888,8 +891,8 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
             } else {
               bytes = sv[v][p];
             }
-            wna16::fp4_placed_fragments<T, Codes>(words[unit],
-                                                  wna16::fp4_scale_pair<T, Codes>(bytes, unit), b);
+            wna16::fp4_placed_fragments<T, Codes>(
+                words[unit], wna16::fp4_scale_pair<T, Codes>(bytes, unit, mx_bias), b);
 #pragma unroll
             for (int m = 0; m < 2; ++m) {
               grouped_gemm::mma_16816<T>(acc[p], a[m], b[m]);
@@ -926,6 +929,7 @@ __device__ __forceinline__ void warp_block16_gemm_e2m1(float (&acc)[Parts][4],
                                                        const T* x_row, int len, uint64_t policy) {
   static_assert(wna16::kFp4ScaleInT<T, Codes>);
   constexpr bool kMx = Codes == Wna16Codes::kMxfp4;
+  [[maybe_unused]] const uint32_t mx_bias = wna16_exact::e8m0_unbias_bias(w.e8m0_shift);
   constexpr int kStepWords = 32 * 4;                      // one 16-byte load a lane and step
   constexpr int kScaleBytes = kScaleBytesPerStep<Codes>;  // a row's per step: 4 (MX) / 8 (NV)
   constexpr int kV = kStepsInFlight<4, Parts> / 2;
@@ -989,7 +993,7 @@ __device__ __forceinline__ void warp_block16_gemm_e2m1(float (&acc)[Parts][4],
               bytes = sv[v][p][h];
             }
             wna16::fp4_placed_fragments<T, Codes>(
-                words[unit], wna16::fp4_scale_pair<T, Codes>(bytes, unit), b[h]);
+                words[unit], wna16::fp4_scale_pair<T, Codes>(bytes, unit, mx_bias), b[h]);
           }
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
@@ -1174,7 +1178,8 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
       float part_scale[kParts];
 #pragma unroll
       for (int q = 0; q < kParts; ++q) {
-        part_scale[q] = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w13.globals[e * kParts + q] : 1.0f;
+        part_scale[q] = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w13.globals[e * kParts + q]
+                                                    : wna16::fp4_sum_scale<T, Codes>(p.w13);
       }
       if constexpr (Swapped) {
         // C element c: act column 16 block + 8 (c >> 1) + g of pair 2t + (c & 1) of the group.
@@ -1319,7 +1324,8 @@ __device__ __forceinline__ void decode_down(const DownParams& p) {
       const T* a_lo = lp.lo < 0 ? nullptr : act + static_cast<int64_t>(lp.lo) * p.inter;
       const T* a_hi = lp.hi < 0 ? nullptr : act + static_cast<int64_t>(lp.hi) * p.inter;
       const bool hi = PairRows > 8 && group_end - first > 8;
-      const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e] : 1.0f;
+      const float scale = Codes == Wna16Codes::kNvfp4 ? 0.5f * p.w2.globals[e]
+                                                      : wna16::fp4_sum_scale<T, Codes>(p.w2);
       for (; next < base + group_items; next += warps) {
         const int b = p.k_slices == 1 ? next - base : (next - base) / p.k_slices;
         const int ks = next - base - b * p.k_slices;

@@ -138,13 +138,28 @@ MG_HOST_DEVICE inline uint32_t e8m0_scale_bits(uint32_t bytes, int unit) {
   return bits > 0x00400000u ? bits : 0x00400000u;
 }
 
-// The E8M0 scale 2^(code - 127) of byte `unit` of `bytes` as a BF16 pair (both halves): BF16 has
-// F32's exponent range, so every code is exact, code 0 as the subnormal 2^-127 (bits 0x0040).
-// One PRMT (the byte into both halves), one shift, one max (every other code's bits are larger).
-MG_HOST_DEVICE inline uint32_t e8m0_bf16_pair(uint32_t bytes, int unit) {
+// BF16 MXFP4 with the E2M1 unbias folded into the scale (fp4_placed_fragments' one HMUL2 a
+// register instead of two): the pair 2^(code - 1 - shift) of byte `unit` of `bytes`, whose bits
+// are (code + 126 - shift) << 7 in both halves: one PRMT and one IMAD with `bias` =
+// e8m0_unbias_bias(shift). A placed value e2m1 · 2^-126 times it is w · 2^-shift, w = e2m1 ·
+// 2^(code - 127) the real weight, exactly for every code 0 .. 128 + shift when 0 <= shift <=
+// kE8m0MaxShift: the pair is then a normal BF16 (exponent field 121 .. 254), the product is at
+// most 6 · 2 and a multiple of 2^-133 (BF16's least subnormal) with at most 2 significant bits.
+// The kernels multiply their fp32 sums by 2^shift (exact), which at shift 0 leaves nothing to do:
+// the B values are then the two multiplies' w bit for bit. wna16_e8m0_shift picks a matrix's shift
+// from its largest code.
+inline constexpr int kE8m0MaxShift = 5;
+inline constexpr uint32_t kE8m0MaxFoldedCode = 128 + kE8m0MaxShift;  // scale 2^6
+MG_HOST_DEVICE constexpr uint32_t e8m0_unbias_bias(int shift) {
+  return static_cast<uint32_t>(126 - shift) * 0x00800080u;
+}
+MG_HOST_DEVICE inline uint32_t e8m0_bf16_unbiased_pair(uint32_t bytes, int unit, uint32_t bias) {
   const uint32_t u = static_cast<uint32_t>(unit);
-  const uint32_t both = byte_perm(bytes, 0u, 0x4040u | u | (u << 8)) << 7;
-  return both > 0x00400040u ? both : 0x00400040u;
+  return byte_perm(bytes, 0u, 0x4040u | u | (u << 8)) * 128u + bias;
+}
+// The shift of a matrix whose largest E8M0 code is `max_code` (<= kE8m0MaxFoldedCode).
+MG_HOST_DEVICE constexpr int e8m0_shift_of(uint32_t max_code) {
+  return max_code > 128 ? static_cast<int>(max_code) - 128 : 0;
 }
 
 // E4M3 codes (NVFP4's scales) in bytes 0 and 1 of `bytes`, placed into a BF16 pair bit for bit:

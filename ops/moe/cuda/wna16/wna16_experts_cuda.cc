@@ -30,6 +30,7 @@ Wna16Weights wna16_weights_view(const Wna16PackedHost& p, const uint32_t* words,
   w.groups = p.groups;
   w.group_size = p.group_size;
   w.zeros = p.zeros;
+  w.e8m0_shift = p.e8m0_shift;
   return w;
 }
 

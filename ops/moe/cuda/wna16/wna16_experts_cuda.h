@@ -128,6 +128,7 @@ struct Wna16PackedHost {
   int64_t groups = 1;
   int64_t group_size = 0;                // columns per group (K when channel-wise)
   Wna16Zeros zeros = Wna16Zeros::kReal;  // kInteger: set by the packer (wna16_zero_kind)
+  int e8m0_shift = 0;                    // kMxfp4: set by the packer (Wna16Weights says what)
 
   // Sizes of words, params, scale_bytes and globals (the vectors may be empty: wna16_layout).
   int64_t word_count() const {
@@ -241,6 +242,10 @@ struct Wna16Weights {
   int64_t groups = 1;
   int64_t group_size = 0;
   Wna16Zeros zeros = Wna16Zeros::kReal;
+  // kMxfp4: the kernels that place the codes in BF16 fold E2M1's unbias into the scale pairs,
+  // which makes their B values w · 2^-shift (wna16_exact_codes.h, e8m0_bf16_unbiased_pair), and
+  // multiply their fp32 sums by 2^shift: 0 .. kE8m0MaxShift, from the matrix's largest scale code.
+  int e8m0_shift = 0;
 };
 
 // The device view of `p` whose words, params, scale bytes and globals were uploaded to `words`,

@@ -22,7 +22,8 @@
 //     U = Σ x (q - z) of one scale group in fp32 accumulators of their own, and the group's end
 //     adding s · U to the outputs (one fma an element). No weight is rounded to T.
 //   placed (FP4 codes whose scales T holds: BF16 MXFP4, NVFP4): the E2M1 bits placed into T
-//     (fp4_placed_fragments: 15 bit instructions and 8 HMUL2 for 8 values, exact).
+//     (fp4_placed_fragments: 15 bit instructions and 4 HMUL2 for 8 values, MXFP4's unbias folded
+//     into its scale pair; NVFP4 8 HMUL2; exact).
 //   per value (other integer codes, F16 MXFP4): one shift-and-or into a float whose low mantissa
 //     bits are the code (2^23 + q), one subtraction (exact), one fma with the group's pair, and
 //     half a conversion to a packed BF16/F16 pair: round_T(fma(q, s, -z·s)).
@@ -190,29 +191,50 @@ inline constexpr bool kFp4ScaleInT = Codes == Wna16Codes::kNvfp4 ||
                                       std::is_same_v<T, __nv_bfloat16>);
 
 // The scale pair of 32-wide unit `unit` of a row from its scale bytes of the step (MXFP4: byte
-// `unit` of bytes.x, both halves; NVFP4: bytes 2 unit and 2 unit + 1, (half 0, half 1)).
+// `unit` of bytes.x, both halves, the E2M1 unbias folded in with `mx_bias` =
+// wna16_exact::e8m0_unbias_bias of the matrix's shift; NVFP4: bytes 2 unit and 2 unit + 1, (half
+// 0, half 1)).
 template <typename T, Wna16Codes Codes>
-__device__ __forceinline__ uint32_t fp4_scale_pair(uint2 bytes, int unit) {
+__device__ __forceinline__ uint32_t fp4_scale_pair(uint2 bytes, int unit, uint32_t mx_bias) {
   if constexpr (Codes == Wna16Codes::kMxfp4) {
-    return wna16_exact::e8m0_bf16_pair(bytes.x, unit);
+    return wna16_exact::e8m0_bf16_unbiased_pair(bytes.x, unit, mx_bias);
   } else {
     return e4m3_scale_pair<T>((unit < 2 ? bytes.x : bytes.y) >> (16 * (unit & 1)));
   }
 }
 
 // The B fragments b[m] (k16 mma m of the unit, A permuted by permute_a) of one lane's word of FP4
-// codes with the row's scale pair applied: the placed values unbiased (MXFP4 to e2m1, NVFP4 to
-// 2·e2m1: the layout's 0.5 · global) and scaled, two HMUL2 a register, exact.
+// codes with the row's scale pair applied, exact: MXFP4 one HMUL2 a register (the pair holds the
+// unbias: w · 2^-shift), NVFP4 two (the placed values unbiased to 2·e2m1, the layout's 0.5 ·
+// global, then scaled).
 template <typename T, Wna16Codes Codes>
 __device__ __forceinline__ void fp4_placed_fragments(uint32_t word, uint32_t scale_pair,
                                                      uint32_t (&b)[2][2]) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static_assert(Codes != Wna16Codes::kMxfp4 || kBf16, "MXFP4 scales are placed in BF16 only");
   constexpr uint32_t kUnbias = wna16_exact::kE2M1Unbias<kBf16, Codes == Wna16Codes::kNvfp4>;
   wna16_exact::e2m1_placed_pairs<kBf16>(word, b);
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) b[m][r] = mul_pair<T>(mul_pair<T>(b[m][r], kUnbias), scale_pair);
+    for (int r = 0; r < 2; ++r) {
+      if constexpr (Codes == Wna16Codes::kMxfp4) {
+        b[m][r] = mul_pair<T>(b[m][r], scale_pair);
+      } else {
+        b[m][r] = mul_pair<T>(mul_pair<T>(b[m][r], kUnbias), scale_pair);
+      }
+    }
+  }
+}
+
+// What the fp32 sums of FP4 codes placed in T (fp4_placed_fragments) are multiplied by, besides
+// NVFP4's global / 2: 2^shift for MXFP4 (its B values are w · 2^-shift), 1 otherwise.
+template <typename T, Wna16Codes Codes>
+__device__ __forceinline__ float fp4_sum_scale(const Wna16Weights& w) {
+  if constexpr (Codes == Wna16Codes::kMxfp4 && kFp4ScaleInT<T, Codes>) {
+    return __int_as_float((127 + w.e8m0_shift) << 23);
+  } else {
+    return 1.0f;
   }
 }
 
@@ -351,6 +373,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
   constexpr bool kFp4 = Codes != Wna16Codes::kInteger;
   // FP4 codes placed bit for bit, scaled in T (fp4_placed_fragments), where T holds the scales.
   constexpr bool kPlaced = kFp4 && kFp4ScaleInT<T, Codes>;
+  [[maybe_unused]] const uint32_t mx_bias = wna16_exact::e8m0_unbias_bias(args.b.e8m0_shift);
   static_assert(!Exact || Codes == Wna16Codes::kInteger, "the exact path is for integer codes");
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kScaleBytes = S::kScaleBytes;
@@ -798,11 +821,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
         uint32_t buf[Gated ? NI : 1][2][2];
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
-          fp4_placed_fragments<T, Codes>(wg[ni][unit], fp4_scale_pair<T, Codes>(bg[ni], unit),
-                                         bgf[ni]);
+          fp4_placed_fragments<T, Codes>(wg[ni][unit],
+                                         fp4_scale_pair<T, Codes>(bg[ni], unit, mx_bias), bgf[ni]);
           if constexpr (Gated) {
-            fp4_placed_fragments<T, Codes>(wu[ni][unit],
-                                           fp4_scale_pair<T, Codes>(bu[kUp * ni], unit), buf[ni]);
+            fp4_placed_fragments<T, Codes>(
+                wu[ni][unit], fp4_scale_pair<T, Codes>(bu[kUp * ni], unit, mx_bias), buf[ni]);
           }
         }
         permuted_unit_mmas<T, BM, Gated>(s_a, unit, a_row, a_half_chunk, bgf, buf, acc, acc_up);
@@ -856,14 +879,15 @@ __global__ void __launch_bounds__(Tile::kThreads)
   // Epilogue straight from the accumulators: lane (g, t) holds rows g and g + 8, columns 2t and
   // 2t + 1 of each 16 × 8 block.
   // NVFP4: the accumulators hold sums of x · 2·e2m1 · e4m3; the part's global / 2 makes them real.
-  float gate_scale = 1.0f, up_scale = 1.0f;
+  // Placed MXFP4: sums of x · w · 2^-shift, made real by 2^shift (fp4_sum_scale).
+  float gate_scale = fp4_sum_scale<T, Codes>(args.b), up_scale = gate_scale;
   if constexpr (Codes == Wna16Codes::kNvfp4) {
     const float* globals = args.b.globals + work.expert * (Gated ? 2 : 1);
     gate_scale = 0.5f * globals[0];
     if constexpr (Gated) up_scale = 0.5f * globals[1];
   }
   const auto real = [&](float a, [[maybe_unused]] float s) {
-    if constexpr (Codes == Wna16Codes::kNvfp4) {
+    if constexpr (kPlaced) {
       return a * s;
     } else {
       return a;

@@ -11,6 +11,7 @@
 #include "framework/core/fp4.h"
 #include "framework/core/fp4_scale_bytes.h"
 #include "framework/core/thread_pool.h"
+#include "ops/moe/cuda/wna16/wna16_exact_codes.h"
 #include "ops/moe/cuda/wna16/wna16_experts_cuda.h"
 #include "ops/moe/cuda/wna16/wna16_pack_word.h"
 
@@ -297,28 +298,49 @@ Wna16PackedHost wna16_pack_e2m1(Wna16Codes codes, const uint8_t* packed, const f
     p.scale_bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(wna16_scale_byte(src, i, &exact));
     if (!exact) first_bad = i;
   }
-  if (first_bad < count) {
-    // Back from the byte's place to the scale it encodes.
-    const int64_t U = wna16_scale_bytes_per_step(codes), j = first_bad % U;
-    const int64_t g = first_bad / U % 8, step = first_bad / U / 8 % p.k_steps;
+  // Back from a byte's place to the scale it encodes.
+  struct Place {
+    int64_t e, n, group, part;
+    float v;
+  };
+  const auto place_of = [&](int64_t i) {
+    const int64_t U = wna16_scale_bytes_per_step(codes), j = i % U;
+    const int64_t g = i / U % 8, step = i / U / 8 % p.k_steps;
     const int64_t row_blocks = parts * p.part_rows / 8;
-    const int64_t pr = first_bad / U / 8 / p.k_steps % row_blocks * 8 + g;
-    const int64_t e = first_bad / U / 8 / p.k_steps / row_blocks;
+    const int64_t pr = i / U / 8 / p.k_steps % row_blocks * 8 + g;
+    const int64_t e = i / U / 8 / p.k_steps / row_blocks;
     const int64_t part = pr / p.part_rows, n = part * rows_per_part + pr % p.part_rows;
     const int64_t col =
         step * 128 + (codes == Wna16Codes::kMxfp4 ? 32 * j : 32 * (j / 2) + 16 * (j % 2));
     const int64_t group = col / group_size;
-    const float v = scales[(e * N + n) * groups + group];
+    return Place{e, n, group, part, scales[(e * N + n) * groups + group]};
+  };
+  if (first_bad < count) {
+    const Place at = place_of(first_bad);
     if (codes == Wna16Codes::kMxfp4) {
       MG_FAIL(
           "WNA16 E2M1 pack: MXFP4 scale {} of expert {} row {} group {} is not a power of two in "
           "2^-127 .. 2^127 (an E8M0 code)",
-          v, e, n, group);
+          at.v, at.e, at.n, at.group);
     }
     MG_FAIL(
         "WNA16 E2M1 pack: NVFP4 scale {} of expert {} row {} group {} is not an E4M3 value times "
         "its global scale {}",
-        v, e, n, group, p.globals[static_cast<size_t>(e * parts + part)]);
+        at.v, at.e, at.n, at.group, p.globals[static_cast<size_t>(at.e * parts + at.part)]);
+  }
+  if (codes == Wna16Codes::kMxfp4) {
+    // The kernels' shift (Wna16Weights::e8m0_shift) from the largest code (padding bytes are 0).
+    const auto largest = std::max_element(p.scale_bytes.begin(), p.scale_bytes.end());
+    if (largest != p.scale_bytes.end()) {
+      if (*largest > wna16_exact::kE8m0MaxFoldedCode) {
+        const Place at = place_of(largest - p.scale_bytes.begin());
+        MG_FAIL(
+            "WNA16 E2M1 pack: MXFP4 scale {} of expert {} row {} group {} is above 2^{}, the "
+            "largest the kernels take",
+            at.v, at.e, at.n, at.group, static_cast<int>(wna16_exact::kE8m0MaxFoldedCode) - 127);
+      }
+      p.e8m0_shift = wna16_exact::e8m0_shift_of(*largest);
+    }
   }
   return p;
 }

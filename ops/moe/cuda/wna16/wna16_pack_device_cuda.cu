@@ -27,25 +27,31 @@ __global__ void pack_pairs_kernel(Wna16ParamSource source, float* pairs, int64_t
 }
 
 __global__ void pack_scale_bytes_kernel(Wna16ScaleByteSource source, uint8_t* bytes, int64_t count,
-                                        unsigned long long* first_inexact) {
+                                        unsigned long long* first_inexact, unsigned int* largest) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  uint32_t most = 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
     bool exact = true;
-    bytes[i] = static_cast<uint8_t>(wna16_scale_byte(source, i, &exact));
+    const uint32_t code = wna16_scale_byte(source, i, &exact);
+    bytes[i] = static_cast<uint8_t>(code);
+    most = max(most, code);
     if (!exact) atomicMin(first_inexact, static_cast<unsigned long long>(i));
   }
+  // One atomic a warp (every lane of the grid-stride launch reaches this).
+  most = __reduce_max_sync(0xFFFFFFFFu, most);
+  if ((threadIdx.x & 31) == 0) atomicMax(largest, most);
 }
 
 }  // namespace
 
 void wna16_pack_scale_bytes_on_device(const Wna16ScaleByteSource& scales, uint8_t* bytes,
                                       int64_t count, unsigned long long* first_inexact,
-                                      cudaStream_t stream) {
+                                      unsigned int* largest, cudaStream_t stream) {
   if (count <= 0) return;
-  constexpr int kThreads = 256;
+  constexpr int kThreads = 256;  // whole warps (the kernel's reduction)
   pack_scale_bytes_kernel<<<grid_stride_blocks(count, kThreads), kThreads, 0, stream>>>(
-      scales, bytes, count, first_inexact);
+      scales, bytes, count, first_inexact, largest);
   MG_CUDA_CHECK_LAUNCH();
 }
 

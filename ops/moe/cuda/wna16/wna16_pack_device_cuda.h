@@ -20,9 +20,10 @@ void wna16_pack_on_device(const Wna16PackSource& codes, const Wna16ParamSource& 
 
 // The `count` FP4 scale bytes of wna16_layout_e2m1's result (wna16_scale_byte), one thread each;
 // `*first_inexact` (device, set to `count` by the caller) is lowered to the index of the first
-// byte whose scale has no code. Neither syncs nor allocates.
+// byte whose scale has no code, and `*largest` (device, set to 0 by the caller) raised to the
+// largest byte (MXFP4: what Wna16Weights::e8m0_shift is made from). Neither syncs nor allocates.
 void wna16_pack_scale_bytes_on_device(const Wna16ScaleByteSource& scales, uint8_t* bytes,
                                       int64_t count, unsigned long long* first_inexact,
-                                      cudaStream_t stream);
+                                      unsigned int* largest, cudaStream_t stream);
 
 }  // namespace mg::cuda
