@@ -357,6 +357,23 @@ __device__ __forceinline__ void unit_a(const T* a_lo, const T* a_hi, int k, int 
   wna16::permute_a<kHi>(lo, hi, a);
 }
 
+// One token's x, staged in shared memory in the A order the unswapped kernels' units take
+// (permute_a of unit_pairs): entry 4 U + t holds lane t's {a[0][0], a[0][2], a[1][0], a[1][2]}
+// of 32-wide unit U (zeros past len), so a unit's A is one 16-byte shared load where it was four
+// global loads through L1, their bounds and four PRMT (the FP4 one-token up kernel: ~10 of its
+// ~75 instructions a unit, and its mmas no longer wait on L1). `entries` = 16 per 128-wide step;
+// every thread of the CTA takes part; the caller's barrier publishes it.
+template <typename T>
+__device__ __forceinline__ void stage_x_units(uint4* staged, int entries, const T* row, int len) {
+  for (int i = static_cast<int>(threadIdx.x); i < entries; i += static_cast<int>(blockDim.x)) {
+    uint32_t lo[4], hi[4] = {};
+    unit_pairs(row, (i >> 2) * 32 + 2 * (i & 3), len, lo);
+    uint32_t a[2][4];
+    wna16::permute_a<false>(lo, hi, a);
+    staged[i] = make_uint4(a[0][0], a[0][2], a[1][0], a[1][2]);
+  }
+}
+
 // The exact q - z of one INT8 word's four codes (k order 0..3) as two packed pairs of T, with
 // `zm` the group's magic + z (wna16_exact_codes.h): F16 one PRMT and one HSUB2 a pair; BF16
 // through F32 (`zm` then the F32 bits of 2^23 + z), whose 8-bit mantissa cannot hold the magic.
@@ -805,11 +822,15 @@ __device__ __forceinline__ void warp_block16_gemm_exact(float (&acc)[Parts][4],
 //          U = Σ x e2m1 of its one scale group, and each C element (pair row, weight row 2t or
 //          2t + 1) gets acc += 2^(e - 127) · U with its weight row's code (the lane loads rows 2t
 //          and 2t + 1's scale bytes): exact but for the fp32 sums.
-template <typename T, Wna16Codes Codes, int Parts, bool kHi>
+// `staged` (kStaged): A row g's x as stage_x_units left it, for the lanes whose row has a pair
+// (a_lo set; a_hi is never set then), read instead of a_lo.
+template <typename T, Wna16Codes Codes, int Parts, bool kHi, bool kStaged = false>
 __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], const Wna16Weights& w,
                                                      int expert, int block, int s_begin, int s_end,
                                                      const T* a_lo, const T* a_hi, int len,
-                                                     uint64_t policy) {
+                                                     uint64_t policy,
+                                                     const uint4* staged = nullptr) {
+  static_assert(!(kStaged && kHi), "a staged row is A row g only");
   static_assert(Codes != Wna16Codes::kInteger);
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr bool kMx = Codes == Wna16Codes::kMxfp4;
@@ -876,9 +897,15 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
       if (s >= s_end) break;  // uniform over the warp
 #pragma unroll
       for (int unit = 0; unit < 4; ++unit) {
-        const int kc = s * 128 + unit * 32 + 2 * t;
         uint32_t a[2][4];
-        unit_a<kHi>(a_lo, a_hi, kc, len_lo, len_hi, a);
+        if constexpr (kStaged) {
+          uint4 x4 = make_uint4(0u, 0u, 0u, 0u);
+          if (len_lo != 0) x4 = staged[(s * 4 + unit) * 4 + t];
+          a[0][0] = x4.x, a[0][2] = x4.y, a[1][0] = x4.z, a[1][2] = x4.w;
+          a[0][1] = a[0][3] = a[1][1] = a[1][3] = 0u;
+        } else {
+          unit_a<kHi>(a_lo, a_hi, s * 128 + unit * 32 + 2 * t, len_lo, len_hi, a);
+        }
         if (v == 0 && unit == 0) a[0][0] |= landed;
 #pragma unroll
         for (int p = 0; p < Parts; ++p) {
@@ -1029,13 +1056,16 @@ inline constexpr bool kSwappable =
 // The block GEMM of a code kind: FP4 codes take warp_block_gemm_e2m1; integer codes by Path
 // (IntPath, chosen at launch by int_path): warp_block_gemm_exact or the per-value
 // dequantization.
-template <typename T, int Bits, Wna16Codes Codes, IntPath Path, int Parts, bool kHi>
+template <typename T, int Bits, Wna16Codes Codes, IntPath Path, int Parts, bool kHi,
+          bool kStaged = false>
 __device__ __forceinline__ void block_gemm(float (&acc)[Parts][4], const Wna16Weights& w,
                                            int expert, int block, int s_begin, int s_end,
-                                           const T* a_lo, const T* a_hi, int len, uint64_t policy) {
+                                           const T* a_lo, const T* a_hi, int len, uint64_t policy,
+                                           const uint4* staged = nullptr) {
+  static_assert(!kStaged || Codes != Wna16Codes::kInteger, "x is staged for FP4 codes only");
   if constexpr (Codes != Wna16Codes::kInteger) {
-    warp_block_gemm_e2m1<T, Codes, Parts, kHi>(acc, w, expert, block, s_begin, s_end, a_lo, a_hi,
-                                               len, policy);
+    warp_block_gemm_e2m1<T, Codes, Parts, kHi, kStaged>(acc, w, expert, block, s_begin, s_end,
+                                                        a_lo, a_hi, len, policy, staged);
   } else if constexpr (Path != IntPath::kPerValue) {
     warp_block_gemm_exact<T, Bits, Parts, kHi, Path == IntPath::kExactSteps>(
         acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len, policy);
@@ -1089,6 +1119,9 @@ struct UpParams {
   int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
   int k_slices = 1;        // warps per 8-row block, each a K slice
   int blocks_per_cta = 1;  // 8-row blocks per CTA: blockDim.x = 32 * blocks_per_cta * k_slices
+  // Entries of x staged in shared memory (stage_x_units: 16 a K step) ahead of the slices'
+  // partial sums: FP4 codes, one token, not swapped (kUpStagesX); 0: x is read from global memory.
+  int staged_x = 0;
   bool evict_first = true;
   MoEActParams act_params;
 };
@@ -1104,13 +1137,21 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
   static_assert(!Swapped || (kSwappable<T, Bits, Codes, Path> && PairRows == 8));
   constexpr int kParts = Gated ? 2 : 1;
   __shared__ decode::PairGroups g;
-  // [warp][part][c][lane]: a warp's C fragments, each element written and read by one lane
-  // (conflict-free); only when k_slices > 1.
-  extern __shared__ float partial[];
+  // Dynamic shared memory: the staged x (p.staged_x entries), then [warp][part][c][lane]: a
+  // warp's C fragments, each element written and read by one lane (conflict-free); only when
+  // k_slices > 1.
+  extern __shared__ uint4 up_shared[];
+  uint4* staged = up_shared;
+  float* partial = reinterpret_cast<float*>(up_shared + p.staged_x);
   // Programmatic dependent launch (framework/device/cuda/pdl.cuh): topk_ids / x come from the
   // kernels before.
   pdl_wait();
   pdl_launch_dependents();
+  constexpr bool kCanStage = Codes != Wna16Codes::kInteger && !Swapped && PairRows == 8;
+  if constexpr (kCanStage) {
+    // group_pairs' barrier publishes it.
+    if (p.staged_x > 0) stage_x_units(staged, p.staged_x, static_cast<const T*>(p.x), p.hidden);
+  }
   decode::group_pairs(g, p.topk_ids, p.experts, p.num_pairs);
 
   const int warp = static_cast<int>(threadIdx.x / 32);
@@ -1144,6 +1185,9 @@ __global__ void __maxnreg__(kUpMaxRegisters<Codes>) wna16_decode_up_kernel(const
         } else if (PairRows > 8 && group_end - first > 8) {
           block_gemm<T, Bits, Codes, Path, kParts, true>(acc, p.w13, e, block, steps.begin,
                                                          steps.end, a_lo, a_hi, p.hidden, policy);
+        } else if (kCanStage && p.staged_x > 0) {
+          block_gemm<T, Bits, Codes, Path, kParts, false, kCanStage>(
+              acc, p.w13, e, block, steps.begin, steps.end, a_lo, a_hi, p.hidden, policy, staged);
         } else {
           block_gemm<T, Bits, Codes, Path, kParts, false>(acc, p.w13, e, block, steps.begin,
                                                           steps.end, a_lo, a_hi, p.hidden, policy);
@@ -1558,6 +1602,12 @@ bool use_pdl(const Wna16DecodeTiles& tiles) {
   return tiles.pdl < 0 ? Codes == Wna16Codes::kInteger : tiles.pdl != 0;
 }
 
+// The most bytes of staged x (UpParams::staged_x, 256 a 128-wide step): hidden sizes up to 8192
+// (GPT-OSS 2880: 5.9 KB; DeepSeek-V3 7168: 14 KB), which with the partial sums (at most 16 warps
+// x 2 parts x 512 bytes) stay within the 48 KB of dynamic shared memory a launch gets without
+// opting in.
+inline constexpr int64_t kUpStagedXMaxBytes = 16 * 1024;
+
 template <typename T, int Bits, Wna16Codes Codes>
 void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream_t stream) {
   const int parts = gated ? 2 : 1;
@@ -1580,9 +1630,17 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
                                                            : 16;
   const dim3 grid(static_cast<unsigned>((blocks + p.blocks_per_cta - 1) / p.blocks_per_cta),
                   static_cast<unsigned>(std::max(1, std::min(p.num_pairs, expert_slots))));
-  // The slices' accumulators (up_kernel's partial), only when a block is split.
+  // x staged in shared memory (stage_x_units) for one token of FP4 codes on the unswapped
+  // kernel, up to kUpStagedXMaxBytes; then the slices' accumulators (up_kernel's partial), only
+  // when a block is split.
+  const int64_t staged_bytes = p.w13.k_steps * 16 * 16;
+  p.staged_x = Codes != Wna16Codes::kInteger && !swapped && !rows16 &&
+                       p.num_pairs == p.top_k && staged_bytes <= kUpStagedXMaxBytes
+                   ? static_cast<int>(p.w13.k_steps * 16)
+                   : 0;
   const size_t smem =
-      p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0;
+      static_cast<size_t>(p.staged_x) * 16 +
+      (p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0);
   const IntPath path = int_path(p.w13);
   launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, path, swapped)
                       : up_kernel<T, Bits, Codes, false>(rows16, path, swapped),
