@@ -360,9 +360,10 @@ __device__ __forceinline__ void unit_a(const T* a_lo, const T* a_hi, int k, int 
 // One token's x, staged in shared memory in the A order the unswapped kernels' units take
 // (permute_a of unit_pairs): entry 4 U + t holds lane t's {a[0][0], a[0][2], a[1][0], a[1][2]}
 // of 32-wide unit U (zeros past len), so a unit's A is one 16-byte shared load where it was four
-// global loads through L1, their bounds and four PRMT (the FP4 one-token up kernel: ~10 of its
-// ~75 instructions a unit, and its mmas no longer wait on L1). `entries` = 16 per 128-wide step;
-// every thread of the CTA takes part; the caller's barrier publishes it.
+// global loads through L1, their bounds and four PRMT (the FP4 one-token up kernel's round of 8
+// units: ~577 -> ~540 SASS instructions, the moves that build the mma A tuples being what is left,
+// and its mmas no longer wait on L1). `entries` = 16 per 128-wide step; every thread of the CTA
+// takes part; the caller's barrier publishes it.
 template <typename T>
 __device__ __forceinline__ void stage_x_units(uint4* staged, int entries, const T* row, int len) {
   for (int i = static_cast<int>(threadIdx.x); i < entries; i += static_cast<int>(blockDim.x)) {
@@ -1064,8 +1065,8 @@ __device__ __forceinline__ void block_gemm(float (&acc)[Parts][4], const Wna16We
                                            const uint4* staged = nullptr) {
   static_assert(!kStaged || Codes != Wna16Codes::kInteger, "x is staged for FP4 codes only");
   if constexpr (Codes != Wna16Codes::kInteger) {
-    warp_block_gemm_e2m1<T, Codes, Parts, kHi, kStaged>(acc, w, expert, block, s_begin, s_end,
-                                                        a_lo, a_hi, len, policy, staged);
+    warp_block_gemm_e2m1<T, Codes, Parts, kHi, kStaged>(acc, w, expert, block, s_begin, s_end, a_lo,
+                                                        a_hi, len, policy, staged);
   } else if constexpr (Path != IntPath::kPerValue) {
     warp_block_gemm_exact<T, Bits, Parts, kHi, Path == IntPath::kExactSteps>(
         acc, w, expert, block, s_begin, s_end, a_lo, a_hi, len, policy);
@@ -1634,8 +1635,8 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
   // kernel, up to kUpStagedXMaxBytes; then the slices' accumulators (up_kernel's partial), only
   // when a block is split.
   const int64_t staged_bytes = p.w13.k_steps * 16 * 16;
-  p.staged_x = Codes != Wna16Codes::kInteger && !swapped && !rows16 &&
-                       p.num_pairs == p.top_k && staged_bytes <= kUpStagedXMaxBytes
+  p.staged_x = Codes != Wna16Codes::kInteger && !swapped && !rows16 && p.num_pairs == p.top_k &&
+                       staged_bytes <= kUpStagedXMaxBytes
                    ? static_cast<int>(p.w13.k_steps * 16)
                    : 0;
   const size_t smem =
