@@ -283,7 +283,7 @@ PackedMatrix pack_and_upload_e2m1(cuda::Wna16Codes kind, const Tensor& codes_in,
                  "cuda_fp4: {} has an MXFP4 scale of 2^{}, above 2^{}, the largest the kernels "
                  "take",
                  name, static_cast<int>(f.largest) - 127,
-                 static_cast<int>(cuda::wna16_exact::kE8m0MaxFoldedCode) - 127);
+                 cuda::wna16_exact::kE8m0MaxFoldedExponent);
         layout.e8m0_shift = cuda::wna16_exact::e8m0_shift_of(f.largest);
       }
     }
@@ -750,8 +750,7 @@ class CudaFp4Backend final : public ExpertsBackend {
       if (m->largest_e8m0_code > static_cast<int>(cuda::wna16_exact::kE8m0MaxFoldedCode)) {
         return fmt::format(
             "{} has an MXFP4 scale of 2^{}, above 2^{}, the largest its kernels take", name,
-            m->largest_e8m0_code - 127,
-            static_cast<int>(cuda::wna16_exact::kE8m0MaxFoldedCode) - 127);
+            m->largest_e8m0_code - 127, cuda::wna16_exact::kE8m0MaxFoldedExponent);
       }
     }
     return {};

@@ -146,10 +146,11 @@ MG_HOST_DEVICE inline uint32_t e8m0_scale_bits(uint32_t bytes, int unit) {
 // kE8m0MaxShift: the pair is then a normal BF16 (exponent field 121 .. 254), the product is at
 // most 6 · 2 and a multiple of 2^-133 (BF16's least subnormal) with at most 2 significant bits.
 // The kernels multiply their fp32 sums by 2^shift (exact), which at shift 0 leaves nothing to do:
-// the B values are then the two multiplies' w bit for bit. wna16_e8m0_shift picks a matrix's shift
+// the B values are then the two multiplies' w bit for bit. e8m0_shift_of picks a matrix's shift
 // from its largest code.
 inline constexpr int kE8m0MaxShift = 5;
 inline constexpr uint32_t kE8m0MaxFoldedCode = 128 + kE8m0MaxShift;  // scale 2^6
+inline constexpr int kE8m0MaxFoldedExponent = static_cast<int>(kE8m0MaxFoldedCode) - 127;
 MG_HOST_DEVICE constexpr uint32_t e8m0_unbias_bias(int shift) {
   return static_cast<uint32_t>(126 - shift) * 0x00800080u;
 }

@@ -337,7 +337,7 @@ Wna16PackedHost wna16_pack_e2m1(Wna16Codes codes, const uint8_t* packed, const f
         MG_FAIL(
             "WNA16 E2M1 pack: MXFP4 scale {} of expert {} row {} group {} is above 2^{}, the "
             "largest the kernels take",
-            at.v, at.e, at.n, at.group, static_cast<int>(wna16_exact::kE8m0MaxFoldedCode) - 127);
+            at.v, at.e, at.n, at.group, wna16_exact::kE8m0MaxFoldedExponent);
       }
       p.e8m0_shift = wna16_exact::e8m0_shift_of(*largest);
     }
