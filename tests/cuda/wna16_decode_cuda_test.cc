@@ -254,6 +254,7 @@ std::vector<TileVariant> tile_variants() {
   });
   add("down L2 prefetch", [](cuda::Wna16DecodeTiles& t) { t.down_prefetch_l2 = true; });
   add("no evict-first", [](cuda::Wna16DecodeTiles& t) { t.evict_first = false; });
+  add("up x unstaged", [](cuda::Wna16DecodeTiles& t) { t.up_stage_x = false; });
   add("no PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = 0; });
   add("PDL", [](cuda::Wna16DecodeTiles& t) { t.pdl = 1; });
   // INT4 on the exact path and FP4 scaled in T (BF16 MXFP4, NVFP4) swap the mma's operands at

@@ -11,6 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <mutex>
+#include <unordered_map>
 
 #include "framework/device/cuda/cuda_check.h"
 
@@ -26,6 +28,30 @@ void opt_in_dynamic_shared(size_t dynamic_bytes) {
   }();
   if (static_bytes + dynamic_bytes > 48 * 1024) {
     MG_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(dynamic_bytes)));
+  }
+}
+
+// The same for a kernel chosen at run time (a pointer, not a template argument): its static
+// shared memory is read once per kernel and kept in a table.
+inline size_t static_shared_bytes(const void* kernel) {
+  static std::mutex mutex;
+  static std::unordered_map<const void*, size_t> bytes;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = bytes.find(kernel);
+  if (it != bytes.end()) return it->second;
+  cudaFuncAttributes attributes{};
+  MG_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  bytes.emplace(kernel, attributes.sharedSizeBytes);
+  return attributes.sharedSizeBytes;
+}
+
+template <typename... Args>
+void opt_in_dynamic_shared(void (*kernel)(Args...), size_t dynamic_bytes) {
+  if (dynamic_bytes == 0) return;
+  const void* k = reinterpret_cast<const void*>(kernel);
+  if (static_shared_bytes(k) + dynamic_bytes > 48 * 1024) {
+    MG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(dynamic_bytes)));
   }
 }

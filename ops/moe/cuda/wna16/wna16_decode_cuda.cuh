@@ -122,6 +122,7 @@
 #include "framework/core/error.h"
 #include "framework/device/cuda/cuda_check.h"
 #include "framework/device/cuda/cuda_utils.cuh"
+#include "framework/device/cuda/dynamic_shared.cuh"
 #include "framework/device/cuda/pdl.cuh"
 #include "ops/moe/cuda/decode_experts_cuda.cuh"
 #include "ops/moe/cuda/moe_activation_cuda.cuh"
@@ -357,21 +358,39 @@ __device__ __forceinline__ void unit_a(const T* a_lo, const T* a_hi, int k, int 
   wna16::permute_a<kHi>(lo, hi, a);
 }
 
-// One token's x, staged in shared memory in the A order the unswapped kernels' units take
-// (permute_a of unit_pairs): entry 4 U + t holds lane t's {a[0][0], a[0][2], a[1][0], a[1][2]}
-// of 32-wide unit U (zeros past len), so a unit's A is one 16-byte shared load where it was four
-// global loads through L1, their bounds and four PRMT (the FP4 one-token up kernel's round of 8
-// units: ~577 -> ~540 SASS instructions, the moves that build the mma A tuples being what is left,
-// and its mmas no longer wait on L1). `entries` = 16 per 128-wide step; every thread of the CTA
-// takes part; the caller's barrier publishes it.
+// One token's x, staged in shared memory as the unswapped kernels' units take it as their mma A
+// operands (permute_a of unit_pairs, row g only): entries 8 U + 2 t + m hold lane t's a[m] =
+// {a[m][0], 0, a[m][2], 0} of 32-wide unit U (zeros past len), so a unit's A is two 16-byte
+// shared loads straight into the mmas' register tuples, where it was four global loads through
+// L1, their bounds, four PRMT and the moves that build the tuples. Every lane loads them, also
+// those whose A row has no pair: their C rows are dot products of a row that is not theirs, which
+// the epilogues never read. The BF16 MXFP4 one-token up kernel's round of 2 steps (32 HMMA):
+// 555 SASS instructions with x from global memory, 444 staged (CUDA 13.0; 16-byte entries of
+// the four x registers, which left the tuple moves to the loop, were ~540). `entries` = 32 per
+// 128-wide step; every thread of the CTA takes part; the caller's barrier publishes it.
 template <typename T>
 __device__ __forceinline__ void stage_x_units(uint4* staged, int entries, const T* row, int len) {
   for (int i = static_cast<int>(threadIdx.x); i < entries; i += static_cast<int>(blockDim.x)) {
+    const int unit_lane = i >> 1, m = i & 1;
     uint32_t lo[4], hi[4] = {};
-    unit_pairs(row, (i >> 2) * 32 + 2 * (i & 3), len, lo);
+    unit_pairs(row, (unit_lane >> 2) * 32 + 2 * (unit_lane & 3), len, lo);
     uint32_t a[2][4];
     wna16::permute_a<false>(lo, hi, a);
-    staged[i] = make_uint4(a[0][0], a[0][2], a[1][0], a[1][2]);
+    staged[i] = make_uint4(a[m][0], 0u, a[m][2], 0u);
+  }
+}
+
+// Entries of stage_x_units a 128-wide K step.
+inline constexpr int kStagedEntriesPerStep = 32;
+
+// The A operands of unit `unit` of step `s` from the x that stage_x_units staged.
+__device__ __forceinline__ void staged_unit_a(const uint4* staged, int s, int unit,
+                                              uint32_t (&a)[2][4]) {
+  const int t = static_cast<int>(threadIdx.x & 3);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const uint4 x4 = staged[(s * 4 + unit) * 8 + 2 * t + m];
+    a[m][0] = x4.x, a[m][1] = x4.y, a[m][2] = x4.z, a[m][3] = x4.w;
   }
 }
 
@@ -823,8 +842,7 @@ __device__ __forceinline__ void warp_block16_gemm_exact(float (&acc)[Parts][4],
 //          U = Σ x e2m1 of its one scale group, and each C element (pair row, weight row 2t or
 //          2t + 1) gets acc += 2^(e - 127) · U with its weight row's code (the lane loads rows 2t
 //          and 2t + 1's scale bytes): exact but for the fp32 sums.
-// `staged` (kStaged): A row g's x as stage_x_units left it, for the lanes whose row has a pair
-// (a_lo set; a_hi is never set then), read instead of a_lo.
+// `staged` (kStaged): x as stage_x_units left it, read instead of a_lo (a_hi is never set then).
 template <typename T, Wna16Codes Codes, int Parts, bool kHi, bool kStaged = false>
 __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], const Wna16Weights& w,
                                                      int expert, int block, int s_begin, int s_end,
@@ -850,7 +868,7 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
   const int64_t rows_padded = Parts * w.part_rows;
   const int64_t expert_blocks = static_cast<int64_t>(expert) * (rows_padded / 8);
   // A row past the pairs reads nothing (zeros).
-  const int len_lo = a_lo == nullptr ? 0 : len;
+  [[maybe_unused]] const int len_lo = a_lo == nullptr ? 0 : len;
   [[maybe_unused]] const int len_hi = a_hi == nullptr ? 0 : len;
 
   const uint32_t* wp[Parts];
@@ -900,10 +918,7 @@ __device__ __forceinline__ void warp_block_gemm_e2m1(float (&acc)[Parts][4], con
       for (int unit = 0; unit < 4; ++unit) {
         uint32_t a[2][4];
         if constexpr (kStaged) {
-          uint4 x4 = make_uint4(0u, 0u, 0u, 0u);
-          if (len_lo != 0) x4 = staged[(s * 4 + unit) * 4 + t];
-          a[0][0] = x4.x, a[0][2] = x4.y, a[1][0] = x4.z, a[1][2] = x4.w;
-          a[0][1] = a[0][3] = a[1][1] = a[1][3] = 0u;
+          staged_unit_a(staged, s, unit, a);
         } else {
           unit_a<kHi>(a_lo, a_hi, s * 128 + unit * 32 + 2 * t, len_lo, len_hi, a);
         }
@@ -1120,8 +1135,8 @@ struct UpParams {
   int num_pairs = 0, top_k = 0, hidden = 0, inter = 0;
   int k_slices = 1;        // warps per 8-row block, each a K slice
   int blocks_per_cta = 1;  // 8-row blocks per CTA: blockDim.x = 32 * blocks_per_cta * k_slices
-  // Entries of x staged in shared memory (stage_x_units: 16 a K step) ahead of the slices'
-  // partial sums: FP4 codes, one token, not swapped (kUpStagesX); 0: x is read from global memory.
+  // Entries of x staged in shared memory (stage_x_units: kStagedEntriesPerStep a K step) ahead of
+  // the slices' partial sums: FP4 codes, one token, not swapped; 0: x is read from global memory.
   int staged_x = 0;
   bool evict_first = true;
   MoEActParams act_params;
@@ -1470,6 +1485,7 @@ constexpr auto down_entry() -> void (*)(DownParams) {
 template <typename Params>
 void launch_kernel(void (*kernel)(Params), dim3 grid, int warps, size_t smem, bool pdl,
                    cudaStream_t stream, const Params& params) {
+  opt_in_dynamic_shared(kernel, smem);
   launch_pdl_if(pdl, kernel, grid, dim3(static_cast<unsigned>(32 * warps)), smem, stream, params);
 }
 
@@ -1603,11 +1619,10 @@ bool use_pdl(const Wna16DecodeTiles& tiles) {
   return tiles.pdl < 0 ? Codes == Wna16Codes::kInteger : tiles.pdl != 0;
 }
 
-// The most bytes of staged x (UpParams::staged_x, 256 a 128-wide step): hidden sizes up to 8192
-// (GPT-OSS 2880: 5.9 KB; DeepSeek-V3 7168: 14 KB), which with the partial sums (at most 16 warps
-// x 2 parts x 512 bytes) stay within the 48 KB of dynamic shared memory a launch gets without
-// opting in.
-inline constexpr int64_t kUpStagedXMaxBytes = 16 * 1024;
+// The most bytes of staged x (UpParams::staged_x, 512 a 128-wide step): hidden sizes up to 8192
+// (GPT-OSS 2880: 11.5 KB; DeepSeek-V3 7168: 28 KB). With the partial sums (at most 16 warps x 2
+// parts x 512 bytes) and the pair tables (static, ~11 KB) a CTA takes at most ~59 KB.
+inline constexpr int64_t kUpStagedXMaxBytes = 32 * 1024;
 
 template <typename T, int Bits, Wna16Codes Codes>
 void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream_t stream) {
@@ -1631,18 +1646,18 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
                                                            : 16;
   const dim3 grid(static_cast<unsigned>((blocks + p.blocks_per_cta - 1) / p.blocks_per_cta),
                   static_cast<unsigned>(std::max(1, std::min(p.num_pairs, expert_slots))));
-  // x staged in shared memory (stage_x_units) for one token of FP4 codes on the unswapped
-  // kernel, up to kUpStagedXMaxBytes; then the slices' accumulators (up_kernel's partial), only
-  // when a block is split.
-  const int64_t staged_bytes = p.w13.k_steps * 16 * 16;
-  p.staged_x = Codes != Wna16Codes::kInteger && !swapped && !rows16 && p.num_pairs == p.top_k &&
-                       staged_bytes <= kUpStagedXMaxBytes
-                   ? static_cast<int>(p.w13.k_steps * 16)
+  // x staged in shared memory (stage_x_units) for one token of FP4 codes on the unswapped kernel,
+  // up to kUpStagedXMaxBytes; then the slices' accumulators (up_kernel's partial), only when a
+  // block is split. launch_kernel opts in to more than the default 48 KB where needed.
+  const IntPath path = int_path(p.w13);
+  const int64_t staged_entries = p.w13.k_steps * kStagedEntriesPerStep;
+  p.staged_x = tiles.up_stage_x && Codes != Wna16Codes::kInteger && !swapped && !rows16 &&
+                       p.num_pairs == p.top_k && staged_entries * 16 <= kUpStagedXMaxBytes
+                   ? static_cast<int>(staged_entries)
                    : 0;
   const size_t smem =
       static_cast<size_t>(p.staged_x) * 16 +
       (p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0);
-  const IntPath path = int_path(p.w13);
   launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, path, swapped)
                       : up_kernel<T, Bits, Codes, false>(rows16, path, swapped),
                 grid, warps, smem, use_pdl<Codes>(tiles), stream, p);

@@ -88,6 +88,11 @@ struct Wna16DecodeTiles {
   bool down_prefetch_l2 = false;
   // Weight loads ask L2 to evict their lines first (each is read once per launch).
   bool evict_first = true;
+  // At one token, the unswapped FP4 up kernel reads x from shared memory, staged once a CTA as
+  // its units' mma A operands (wna16_decode_cuda.cuh, stage_x_units), instead of from global
+  // memory through L1; false: never. H200 timing test (session 30), gpt-oss-120b MXFP4 M = 1
+  // 36.6 µs staged / 39.7 not.
+  bool up_stage_x = true;
   // Integer codes on the exact path and FP4 codes whose scales T holds (BF16 MXFP4, NVFP4), at up
   // to 8 tokens: the weights of two 8-row blocks as the mma's A operand and the pairs' x as B
   // (wna16_decode_cuda.cuh, block16_gemm), where the other kernels make one block B and the pairs
