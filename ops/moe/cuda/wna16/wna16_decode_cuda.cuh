@@ -1613,10 +1613,11 @@ auto down_kernel(bool rows16, [[maybe_unused]] IntPath path, [[maybe_unused]] bo
                 : down_entry<T, Bits, Codes, 8, IntPath::kExact>();
 }
 
-// Whether the kernels launch with programmatic stream serialization (Wna16DecodeTiles::pdl).
+// Whether the kernels launch with programmatic stream serialization (Wna16DecodeTiles::pdl) for
+// `tokens` tokens.
 template <Wna16Codes Codes>
-bool use_pdl(const Wna16DecodeTiles& tiles) {
-  return tiles.pdl < 0 ? Codes == Wna16Codes::kInteger : tiles.pdl != 0;
+bool use_pdl(const Wna16DecodeTiles& tiles, int64_t tokens) {
+  return tiles.pdl < 0 ? Codes == Wna16Codes::kInteger || tokens == 1 : tiles.pdl != 0;
 }
 
 // The most bytes of staged x (UpParams::staged_x, 512 a 128-wide step): hidden sizes up to 8192
@@ -1660,7 +1661,7 @@ void launch_up(UpParams p, const Wna16DecodeTiles& tiles, bool gated, cudaStream
       (p.k_slices > 1 ? static_cast<size_t>(warps) * parts * 4 * 32 * sizeof(float) : 0);
   launch_kernel(gated ? up_kernel<T, Bits, Codes, true>(rows16, path, swapped)
                       : up_kernel<T, Bits, Codes, false>(rows16, path, swapped),
-                grid, warps, smem, use_pdl<Codes>(tiles), stream, p);
+                grid, warps, smem, use_pdl<Codes>(tiles, p.num_pairs / p.top_k), stream, p);
 }
 
 template <typename T, int Bits, Wna16Codes Codes>
@@ -1701,7 +1702,7 @@ void launch_down(DownParams p, const Wna16DecodeTiles& tiles, cudaStream_t strea
   const int64_t row_blocks = (p.hidden + 7) / 8;
   const dim3 grid(static_cast<unsigned>((row_blocks + p.blocks_per_cta - 1) / p.blocks_per_cta));
   launch_kernel(down_kernel<T, Bits, Codes>(rows16, int_path(p.w2), swapped), grid, warps, smem,
-                use_pdl<Codes>(tiles), stream, p);
+                use_pdl<Codes>(tiles, p.num_tokens), stream, p);
 }
 
 // The kernels of the packed matrix's code kind and width.

@@ -107,10 +107,13 @@ struct Wna16DecodeTiles {
   // int4-g128), 394.3 -> 385.2 (24-layer GPT-OSS-20B MXFP4).
   int swap_operands = -1;
   // Programmatic stream serialization for both kernels: 1 on, 0 off, -1 the rule: on for integer
-  // codes, off for FP4. H200 timing (session 13, `MG_WNA16_TIMING=1 mg_cuda_tests
-  // --gtest_filter='CudaWna16Decode.Timing*'`, µs on / off): qwen3-30b-a3b int4 M = 1 27.0 / 27.8,
-  // M = 2 48.0 / 49.6; gpt-oss-120b MXFP4 M = 1 52.2 / 49.2, M = 4 170.3 / 152.5, M = 16 479.6 /
-  // 425.3 (the down kernel's CTAs, resident early, take SM room the up kernel's wave could use).
+  // codes, and for FP4 at one token only. H200 timing (session 13, `MG_WNA16_TIMING=1
+  // mg_cuda_tests --gtest_filter='CudaWna16Decode.Timing*'`, µs on / off): qwen3-30b-a3b int4
+  // M = 1 27.0 / 27.8, M = 2 48.0 / 49.6; gpt-oss-120b MXFP4 M = 1 52.2 / 49.2, M = 4 170.3 /
+  // 152.5, M = 16 479.6 / 425.3 (the down kernel's CTAs, resident early, take SM room the up
+  // kernel's wave could use). Session 30 (the same test, x staged as mma tuples): gpt-oss-120b
+  // MXFP4 M = 1 34.8 / 36.5, M = 2 74.5 / 67.5, M = 4 121.2 / 119.4, M = 8 244.7 / 214.6, M = 16
+  // 411.7 / 408.2: one token gains, where the up kernel's 360 CTAs are one wave.
   int pdl = -1;
 };
 
