@@ -680,6 +680,27 @@ TEST(CudaWna16Decode, EveryTileVariantMatches) {
   }
 }
 
+// H 8192 at one token: the FP4 up kernel's staged x (32 KB) with the partial sums and the pair
+// tables is more than the 48 KB a launch gets without opting in (launch_kernel opts in), every
+// tile variant. One token only: from two tokens the grouped GEMM path this shape is also checked
+// against may round an intermediate across a BF16 boundary the decode path does not (K 8192), and
+// no staging happens there.
+TEST(CudaWna16Decode, StagedXPastTheDefaultSharedMemoryLimit) {
+  MG_REQUIRE_GPU();
+  DecodeCase c;
+  c.kind = Kind::kMxfp4;
+  c.group = 32;
+  c.symmetric = true;
+  c.experts = 4;
+  c.top_k = 2;
+  c.hidden = 8192;
+  c.inter = 64;
+  c.act = MoEActKind::kSiluGated;
+  c.bias = false;
+  const auto problem = make_decode_problem<__nv_bfloat16>(c, 1, 9133);
+  for (const TileVariant& v : tile_variants()) check_decode_variant(*problem, v);
+}
+
 // The packer's zero-point check (no GPU needed): integer codes in range with scales in
 // [2^-100, 2^100] (or 0) take the exact path, anything else the per-value one.
 TEST(CudaWna16Decode, ZeroKindOnHost) {
