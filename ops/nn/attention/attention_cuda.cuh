@@ -22,10 +22,14 @@
 // GQA group (up to kSplitKvMaxHeads). At decode sizes the bytes are tiny (a 512-key Qwen3 layer
 // reads 1 MB of K and V) and the time is chains of memory latency, so the kernel is built to wait
 // as few times as possible:
-//  - q and the position are loaded together; the K and V rows of a tile (kSplitKvTileKeys keys)
-//    are copied to shared memory with cp.async, every 16-byte piece issued at once, and the next
-//    tile's copies are issued before this tile's math (two stages), so a block waits about one
-//    memory latency in all rather than one per pass of 16 keys;
+//  - the K and V rows of a tile (kSplitKvTileKeys keys) are copied to shared memory with
+//    cp.async, every 16-byte piece issued at once, and the next tile's copies are issued before
+//    this tile's math (two stages), so a block waits about one memory latency in all rather than
+//    one per pass of 16 keys;
+//  - with the cache write inside (below), the position, the split's keys and the first tile's
+//    cache rows are loaded before the kernel's pdl_wait, while the kernel before it (q/k norm +
+//    rope) still runs: those rows were written by earlier steps, and only q and the call's own
+//    rows are read after the wait (pdl.cuh's one exception to its rule 1);
 //  - a block whose split is shorter than the launch's tile uses the smallest power-of-two tile
 //    that holds it (a 512-key Qwen3 row in 32 splits: tiles of 16 keys), so that every warp
 //    scores;
@@ -388,16 +392,16 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int left = group - head_tile * static_cast<int>(kSplitKvMaxHeads);
   const int nh = left < kHeads ? left : kHeads;  // heads of this block
 
-  // Everything below reads what the kernels before wrote (q, the cache rows, the positions, the
-  // counters) or writes what they may still read (the partials): launch_pdl, pdl.cuh. What
-  // follows it reads nothing before its own pdl_wait (the o projection's GEMV or GEMM, or the flash
-  // launch of the same call's chunks, attention_takes_row_kinds): pdl_wait_then_launch.
-  pdl_wait_then_launch(early);
-  // The position, then q of the block's heads (zeros past nh): p is first used after q's loop,
-  // so both loads wait on one memory latency; one 16-byte load of q per thread where aligned.
+  // Before the wait (pdl.cuh, rule 1 and this kernel's exception there): the position, the
+  // split's key range, the fused write's list and the first tile's cache rows. The positions, row
+  // slots and block tables are the step's inputs, copied from the host before its first kernel
+  // (no op yields I32 values), and in a fused launch (k_new given) the cache rows it reads were
+  // written by earlier steps' launches, complete: no kernel of this step writes this layer's
+  // cache before this one. So those loads wait while q/k norm + rope still runs, and after the
+  // wait only q and the call's own rows (k_new / v_new) are read before the first scores.
   const int p = __ldg(positions + t);
   // Fused write (k_new given): every warp loads every row's position and slot now (L1 hits but
-  // for the first), so that these loads wait together with p's and q's.
+  // for the first), so that these loads wait together with p's.
   const bool fused = k_new != nullptr;
   const bool paged = kv.block_tables != nullptr;
   const int tokens = static_cast<int>(gridDim.z);
@@ -413,45 +417,18 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     }
     if (paged && kv.row_slots != nullptr) own_slot = __ldg(kv.row_slots + t);
   }
-  if (reinterpret_cast<uintptr_t>(q) % 16 == 0) {
-    for (int i = tid * kVec; i < kHeads * d; i += kSplitKvThreads * kVec) {
-      const int hh = i / d;
-      const int c = i - hh * d;
-      float* dst = q_s + i;
-      if (hh < nh) {
-        const uint4 raw =
-            __ldg(reinterpret_cast<const uint4*>(q + (t * dims.heads + h0 + hh) * d + c));
-        const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int x = 0; x < kVec; ++x) dst[x] = to_float(e[x]);
-      } else {
-#pragma unroll
-        for (int x = 0; x < kVec; ++x) dst[x] = 0.0f;
-      }
-    }
-  } else {
-#pragma unroll 1
-    for (int i = tid; i < kHeads * d; i += kSplitKvThreads) {
-      const int hh = i / d;
-      q_s[i] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i - hh * d]) : 0.0f;
-    }
+  if (tid < kHeads) {
+    max_s[tid] = -INFINITY;
+    denom_s[tid] = 0.0f;
   }
-  if (p < 0 || p >= max_seq_len) {  // a NaN row, written by split 0
-    if (split == 0) {
-      const T nan = from_float<T>(__int_as_float(0x7fc00000));
-#pragma unroll 1
-      for (int i = tid; i < nh * dv; i += kSplitKvThreads) {
-        out[(t * dims.heads + h0) * dv + i] = nan;
-      }
-    }
-    return;
-  }
-  const int first = static_cast<int>(first_visible(dims, p));
-  const int keys = p - first + 1;
+  // A position outside the cache makes a NaN row (written by split 0 after the wait).
+  const bool valid = p >= 0 && p < max_seq_len;
+  const int first = valid ? static_cast<int>(first_visible(dims, p)) : 0;
+  const int keys = valid ? p - first + 1 : 1;
   const int per = split_kv_keys_per_split(keys, splits);
   const int used = (keys + per - 1) / per;  // splits of this row
   const int begin = first + split * per;
-  if (begin > p) return;  // a split this row does not use
+  const bool active = valid && begin <= p;  // else a split this row does not use
   const int end = begin + per < p + 1 ? begin + per : p + 1;
   // Keys per tile: the launch's, or for a shorter split the smallest power of two that holds it
   // (at least kSplitKvMinTileKeys), so that more lanes split each key's K row and every warp
@@ -460,16 +437,12 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   int tile = launch_tile;
   while (tile / 2 >= per && tile / 2 >= static_cast<int>(kSplitKvMinTileKeys)) tile /= 2;
   const int tile_shift = __ffs(tile) - 1;  // tile is a power of two: shifts, not divisions
-  const int tiles = (end - begin + tile - 1) >> tile_shift;
+  const int tiles = active ? (end - begin + tile - 1) >> tile_shift : 0;
 
-  if (tid < kHeads) {
-    max_s[tid] = -INFINITY;
-    denom_s[tid] = 0.0f;
-  }
   // The fused write's list (this warp's copy): rows of this call of the same sequence (a
   // contiguous cache is one) whose positions are keys of [begin, end), compacted by ballots.
   int fresh_count = 0;  // the same in every lane
-  if (fused) {
+  if (fused && active) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const bool fresh = (!paged || row_slot[r] == own_slot) && row_pos[r] >= begin &&
@@ -513,14 +486,19 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   };
   // Every 16-byte piece of tile i's K and V rows, issued at once (the kernel is bound by memory
   // latency at decode sizes, not bandwidth: one round trip per tile, overlapped with the math of
-  // the tile before).
-  const auto copy_tile = [&](int i) {
+  // the tile before). Tile 0 goes in two parts, its cache rows before the wait and the call's
+  // own rows after it (`from`).
+  enum class From { kAll, kCache, kCall };
+  const auto copy_tile = [&](int i, From from) {
     const int stage = i & 1;
     const int n = tile_keys(i);
     T* k_dst = stages_s + stage * tile * (d + dv);
     T* v_dst = k_dst + tile * d;
     const int64_t* rows = row_s + stage * tile;  // tiles >= 2
     const bool look_up = i < 2;
+    const auto wanted = [&](int64_t r) {
+      return from == From::kAll || (from == From::kCache) == (r >= 0);
+    };
     // Not unrolled: a short split's tile is one pass, and the kernel's code is kept small (its
     // size showed as no_instruction stalls).
 #pragma unroll 1
@@ -528,6 +506,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
       const int j = x / k_vecs;
       const int c = (x - j * k_vecs) * kVec;
       const int64_t r = look_up ? key_row(begin + i * tile + j) : rows[j];
+      if (!wanted(r)) continue;
       split_kv_copy_16(k_dst + j * d + c,
                        (r >= 0 ? k_head + r * k_stride : k_new_head + (-1 - r) * k_stride) + c);
     }
@@ -536,10 +515,57 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
       const int j = x / v_vecs;
       const int c = (x - j * v_vecs) * kVec;
       const int64_t r = look_up ? key_row(begin + i * tile + j) : rows[j];
+      if (!wanted(r)) continue;
       split_kv_copy_16(v_dst + j * dv + c,
                        (r >= 0 ? v_head + r * v_stride : v_new_head + (-1 - r) * v_stride) + c);
     }
   };
+  if (fused && active) {
+    copy_tile(0, From::kCache);
+    split_kv_commit_copies();
+  }
+
+  // Everything below reads what the kernels before wrote (q, the call's K and V rows, the
+  // counters) or writes what they may still read (the partials): launch_pdl, pdl.cuh. What
+  // follows it reads nothing before its own pdl_wait (the o projection's GEMV or GEMM, or the flash
+  // launch of the same call's chunks, attention_takes_row_kinds): pdl_wait_then_launch.
+  pdl_wait_then_launch(early);
+  // q of the block's heads (zeros past nh): one 16-byte load per thread where aligned, in flight
+  // with tile 0's own rows below.
+  if (reinterpret_cast<uintptr_t>(q) % 16 == 0) {
+    for (int i = tid * kVec; i < kHeads * d; i += kSplitKvThreads * kVec) {
+      const int hh = i / d;
+      const int c = i - hh * d;
+      float* dst = q_s + i;
+      if (hh < nh) {
+        const uint4 raw =
+            __ldg(reinterpret_cast<const uint4*>(q + (t * dims.heads + h0 + hh) * d + c));
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int x = 0; x < kVec; ++x) dst[x] = to_float(e[x]);
+      } else {
+#pragma unroll
+        for (int x = 0; x < kVec; ++x) dst[x] = 0.0f;
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int i = tid; i < kHeads * d; i += kSplitKvThreads) {
+      const int hh = i / d;
+      q_s[i] = hh < nh ? to_float(q[(t * dims.heads + h0 + hh) * d + i - hh * d]) : 0.0f;
+    }
+  }
+  if (!valid) {  // a NaN row, written by split 0
+    if (split == 0) {
+      const T nan = from_float<T>(__int_as_float(0x7fc00000));
+#pragma unroll 1
+      for (int i = tid; i < nh * dv; i += kSplitKvThreads) {
+        out[(t * dims.heads + h0) * dv + i] = nan;
+      }
+    }
+    return;
+  }
+  if (!active) return;
 
   // P·V layout: thread = 4 consecutive output elements (head, dims) of up to kOutChunks chunks;
   // each chunk sums over every key of the tile, so no reduction across threads is needed.
@@ -554,7 +580,8 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   const int lanes = kSplitKvThreads >> tile_shift;
   const int lanes_shift = __ffs(lanes) - 1;
 
-  copy_tile(0);
+  // Tile 0's rest (all of it when not fused): the loop's first wait covers both of its groups.
+  copy_tile(0, fused ? From::kCall : From::kAll);
   split_kv_commit_copies();
   for (int i = 0; i < tiles; ++i) {
     const int stage = i & 1;
@@ -564,7 +591,7 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
     int64_t ahead_row = 0;
     const int ahead_key = begin + (i + 2) * tile + tid;
     if (tid < tile && ahead_key < end) ahead_row = key_row(ahead_key);
-    if (i + 1 < tiles) copy_tile(i + 1);
+    if (i + 1 < tiles) copy_tile(i + 1, From::kAll);
     split_kv_commit_copies();  // possibly empty: the wait below then always means tile i
     split_kv_wait_all_but_newest();
     __syncthreads();
