@@ -18,10 +18,12 @@
 //     wrote (activations, ids, positions, KV caches, counters, workspace) and before its first
 //     global write (the previous kernel may still read the bytes it overwrites: a reused arena
 //     range or workspace). Before pdl_wait a kernel may only read what never changes while
-//     graphs run: weights, its parameters, constants. The one exception: the split-KV attention
-//     kernel with the KV-cache write inside (attention_cuda.cuh) also reads the step's inputs
-//     that the host copied before the step's first kernel (positions, row slots, block tables)
-//     and the cache rows of earlier steps, which no kernel of this step writes before it.
+//     graphs run: weights, its parameters, constants. One exception: the step's inputs that the
+//     host copies before the step's first kernel (positions, row slots, block tables; no op
+//     yields I32 values, so no kernel writes them) may be read there too; the rope kernels'
+//     cos/sin and the split-KV attention's key range do. The split-KV attention with the KV-cache
+//     write inside (attention_cuda.cuh) also reads there the cache rows of earlier steps, which
+//     no kernel of this step writes before it.
 //  2. Every thread calls pdl_wait() before it exits, on every path: a thread that returns early
 //     (a tail block, an unused split) calls it first. A kernel's completion then implies its
 //     predecessor's, so a kernel further down the stream that reads an older output finds it

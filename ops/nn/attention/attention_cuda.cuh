@@ -29,7 +29,7 @@
 //  - with the cache write inside (below), the position, the split's keys and the first tile's
 //    cache rows are loaded before the kernel's pdl_wait, while the kernel before it (q/k norm +
 //    rope) still runs: those rows were written by earlier steps, and only q and the call's own
-//    rows are read after the wait (pdl.cuh's one exception to its rule 1);
+//    rows are read after the wait (pdl.cuh, rule 1 and its exception);
 //  - a block whose split is shorter than the launch's tile uses the smallest power-of-two tile
 //    that holds it (a 512-key Qwen3 row in 32 splits: tiles of 16 keys), so that every warp
 //    scores;

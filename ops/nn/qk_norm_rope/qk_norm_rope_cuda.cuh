@@ -4,7 +4,8 @@
 // heads_per_block (kQkNormRopeHeadsPerBlock unless forced), one block per group, so a decode
 // token's 32 + 4 Qwen3 heads are 9 blocks on 9 SMs rather than one block doing all 36 (a chain of
 // heads per warp). Each block first evaluates cos/sin of each frequency once (rope_cos_sin, fp64
-// angles) into shared memory; then each warp takes a head of its group at a time: it sums the
+// angles) into shared memory, before its pdl_wait (the position is a step input); then each warp
+// takes a head of its group at a time: it sums the
 // head's squares in rms_norm's warp order (rms_norm_sum_sq, warp_sum), writes the normed head
 // rounded to T into its own shared slot (rms_norm_store) and rotates it from there (rope_slot,
 // rope_rotate; a warp's first head is loaded into registers while the block evaluates cos/sin). So
@@ -111,10 +112,10 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a, int64_t heads_per_block) {
   const int64_t group_end =
       group_begin + heads_per_block < heads ? group_begin + heads_per_block : heads;
   // The warp's first head (a launch under the rule gives each warp one: kQkNormRopeHeadsPerBlock
-  // heads, a warp each) goes into registers before the cos/sin are evaluated, so that its loads
-  // are in flight meanwhile, and its norm weight even before pdl_wait (weights never change while
-  // graphs run: pdl.cuh's rule 1). Heads over kQkNormRopeRegsPerLane * 32 elements, and a warp's
-  // later heads, are read where they are used. The same arithmetic either way (the same bits).
+  // heads, a warp each) goes into registers right after pdl_wait, and its norm weight before it
+  // (weights never change while graphs run: pdl.cuh's rule 1). Heads over kQkNormRopeRegsPerLane *
+  // 32 elements, and a warp's later heads, are read where they are used. The same arithmetic either
+  // way (the same bits).
   const int64_t d = a.head_dim;
   const bool in_regs = d <= 32 * kQkNormRopeRegsPerLane;
   const int64_t first = group_begin + warp;
@@ -124,14 +125,17 @@ __global__ void qk_norm_rope_kernel(QkNormRopeArgs a, int64_t heads_per_block) {
   if (in_regs && first < group_end && first_w != nullptr) {
     load_head_lanes(first_w, d, lane, w_regs);
   }
-  pdl_wait();  // positions, q and k come from before (launch_pdl, pdl.cuh)
+  // The position is a step input the host copied before the step's first kernel, so the cos/sin
+  // (the fp64 sincos) are evaluated before the wait too, while the q/k/v projection still runs
+  // (pdl.cuh, rule 1's exception).
+  rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
+  pdl_wait();  // q and k come from before (launch_pdl, pdl.cuh)
   pdl_launch_dependents();
   if (in_regs && first < group_end) {
     const int64_t row =
         t * (first_is_q ? a.q_heads : a.k_heads) + (first_is_q ? first : first - a.q_heads);
     load_head_lanes(static_cast<const T*>(first_is_q ? a.q : a.k) + row * d, d, lane, x_regs);
   }
-  rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
   __syncthreads();
 
   for (int64_t h = first; h < group_end; h += warps) {

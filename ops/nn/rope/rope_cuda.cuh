@@ -4,7 +4,8 @@
 // are 10 blocks rather than one block walking every head (~8 us on the H200 for GPT-OSS's 64
 // heads in one block, docs/performance.md). Each block's threads first evaluate cos/sin of every
 // frequency once, with the angle position * inv_freq in fp64 as the CPU kernel does (positions up
-// to 1e5+ and fp32 angles would be off by ~1e-2 rad), into shared memory; then each thread writes
+// to 1e5+ and fp32 angles would be off by ~1e-2 rad), into shared memory, before its pdl_wait (the
+// position is a step input); then each thread writes
 // output elements of the group's heads from that table, reading the element's pair partner.
 #pragma once
 
@@ -64,9 +65,11 @@ __global__ void rope_kernel(RopeArgs a) {
   float* cos_f = cos_sin;
   float* sin_f = cos_sin + half;
   const int64_t t = blockIdx.x;
-  pdl_wait();  // positions and x come from before (launch_pdl, pdl.cuh)
-  pdl_launch_dependents();
+  // The position is a step input the host copied before the step's first kernel: the cos/sin go
+  // before the wait (pdl.cuh, rule 1's exception).
   rope_cos_sin(a.positions[t], a.inv_freq, half, a.attention_factor, cos_f, sin_f);
+  pdl_wait();  // x comes from before (launch_pdl, pdl.cuh)
+  pdl_launch_dependents();
   __syncthreads();
 
   const int64_t width = a.heads * a.head_dim;
