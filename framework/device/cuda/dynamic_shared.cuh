@@ -18,22 +18,8 @@
 
 namespace mg::cuda {
 
-template <auto kKernel>
-void opt_in_dynamic_shared(size_t dynamic_bytes) {
-  // The kernel's static shared memory is a property of its code: read once.
-  static const size_t static_bytes = [] {
-    cudaFuncAttributes attributes{};
-    MG_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kKernel));
-    return attributes.sharedSizeBytes;
-  }();
-  if (static_bytes + dynamic_bytes > 48 * 1024) {
-    MG_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(dynamic_bytes)));
-  }
-}
-
-// The same for a kernel chosen at run time (a pointer, not a template argument): its static
-// shared memory is read once per kernel and kept in a table.
+// The kernel's static shared memory: a property of its code, read once per kernel and kept in a
+// table.
 inline size_t static_shared_bytes(const void* kernel) {
   static std::mutex mutex;
   static std::unordered_map<const void*, size_t> bytes;
@@ -46,6 +32,7 @@ inline size_t static_shared_bytes(const void* kernel) {
   return attributes.sharedSizeBytes;
 }
 
+// Opts `kernel` in to `dynamic_bytes` of dynamic shared memory where the default would refuse it.
 template <typename... Args>
 void opt_in_dynamic_shared(void (*kernel)(Args...), size_t dynamic_bytes) {
   if (dynamic_bytes == 0) return;

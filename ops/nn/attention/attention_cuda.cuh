@@ -847,7 +847,7 @@ void launch_split_kv_heads(const AttentionDims& dims, const AttentionArgs& a, in
             "attention: split-KV positions beyond int32 ({} per sequence)", a.max_seq_len);
   const size_t shared = split_kv_shared_bytes(dims, sizeof(T), tile);
   const auto kernel = attention_split_kv_kernel<T, kHeads>;
-  opt_in_dynamic_shared<attention_split_kv_kernel<T, kHeads>>(shared);
+  opt_in_dynamic_shared(attention_split_kv_kernel<T, kHeads>, shared);
   // The call's K and V rows are written inside (attention_fuses_kv_write) or already were.
   launch_pdl(kernel, grid, dim3(kSplitKvThreads), shared, stream, dims, static_cast<const T*>(a.q),
              a.positions, static_cast<const T*>(a.k), static_cast<const T*>(a.v),

@@ -448,7 +448,7 @@ void launch_attention_flash_dim(const AttentionDims& dims, const AttentionArgs& 
                                 cudaStream_t stream) {
   const auto kernel = attention_flash_prefill_kernel<T, kD>;
   const size_t shared = flash_shared_bytes(kD, sizeof(T));
-  opt_in_dynamic_shared<attention_flash_prefill_kernel<T, kD>>(shared);
+  opt_in_dynamic_shared(attention_flash_prefill_kernel<T, kD>, shared);
   const int64_t query_tiles = (a.tokens + kFlashRows - 1) / kFlashRows;
   const dim3 grid(static_cast<unsigned>(dims.heads), static_cast<unsigned>(query_tiles));
   launch_pdl(kernel, grid, dim3(kFlashThreads), shared, stream, dims, static_cast<const T*>(a.q),
