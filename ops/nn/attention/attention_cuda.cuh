@@ -530,8 +530,8 @@ __global__ void __launch_bounds__(kSplitKvThreads, 2)
   // follows it reads nothing before its own pdl_wait (the o projection's GEMV or GEMM, or the flash
   // launch of the same call's chunks, attention_takes_row_kinds): pdl_wait_then_launch.
   pdl_wait_then_launch(early);
-  // q of the block's heads (zeros past nh): one 16-byte load per thread where aligned, in flight
-  // with tile 0's own rows below.
+  // q of the block's heads (zeros past nh): one 16-byte load per thread where aligned. (Tile 0's
+  // own rows are copied after it, so the block holding key p waits for q, then for that row.)
   if (reinterpret_cast<uintptr_t>(q) % 16 == 0) {
     for (int i = tid * kVec; i < kHeads * d; i += kSplitKvThreads * kVec) {
       const int hh = i / d;
