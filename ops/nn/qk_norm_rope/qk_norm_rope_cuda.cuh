@@ -5,10 +5,10 @@
 // token's 32 + 4 Qwen3 heads are 9 blocks on 9 SMs rather than one block doing all 36 (a chain of
 // heads per warp). Each block first evaluates cos/sin of each frequency once (rope_cos_sin, fp64
 // angles) into shared memory, before its pdl_wait (the position is a step input); then each warp
-// takes a head of its group at a time: it sums the
-// head's squares in rms_norm's warp order (rms_norm_sum_sq, warp_sum), writes the normed head
-// rounded to T into its own shared slot (rms_norm_store) and rotates it from there (rope_slot,
-// rope_rotate; a warp's first head is loaded into registers while the block evaluates cos/sin). So
+// takes a head of its group at a time: it sums the head's squares in rms_norm's warp order
+// (rms_norm_sum_sq, warp_sum), writes the normed head rounded to T into its own shared slot
+// (rms_norm_store) and rotates it from there (rope_slot, rope_rotate; a warp's first head is
+// loaded into registers right after the wait). So
 // the outputs equal the unfused rms_norm -> rope kernels' (which read the normed head back from
 // memory as T), and they do not depend on the grouping: a head's arithmetic is the same whichever
 // block and warp take it (a group of every head is the one-block-per-token layout of before; the

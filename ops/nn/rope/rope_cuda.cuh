@@ -5,8 +5,8 @@
 // heads in one block, docs/performance.md). Each block's threads first evaluate cos/sin of every
 // frequency once, with the angle position * inv_freq in fp64 as the CPU kernel does (positions up
 // to 1e5+ and fp32 angles would be off by ~1e-2 rad), into shared memory, before its pdl_wait (the
-// position is a step input); then each thread writes
-// output elements of the group's heads from that table, reading the element's pair partner.
+// position is a step input); then each thread writes output elements of the group's heads from
+// that table, reading the element's pair partner.
 #pragma once
 
 #include <algorithm>
