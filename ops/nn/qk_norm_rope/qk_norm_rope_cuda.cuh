@@ -8,11 +8,10 @@
 // takes a head of its group at a time: it sums the head's squares in rms_norm's warp order
 // (rms_norm_sum_sq, warp_sum), writes the normed head rounded to T into its own shared slot
 // (rms_norm_store) and rotates it from there (rope_slot, rope_rotate; a warp's first head is
-// loaded into registers right after the wait). So
-// the outputs equal the unfused rms_norm -> rope kernels' (which read the normed head back from
-// memory as T), and they do not depend on the grouping: a head's arithmetic is the same whichever
-// block and warp take it (a group of every head is the one-block-per-token layout of before; the
-// CUDA test compares the two bit for bit).
+// loaded into registers right after the wait). So the outputs equal the unfused rms_norm -> rope
+// kernels' (which read the normed head back from memory as T), and they do not depend on the
+// grouping: a head's arithmetic is the same whichever block and warp take it (a group of every
+// head is the one-block-per-token layout of before; the CUDA test compares the two bit for bit).
 // Without a norm (QkNormRopeArgs::q_norm / k_norm off) a head goes into its slot as it is and is
 // rotated from there: the rope kernel's arithmetic on the same T values (the same bits).
 #pragma once
