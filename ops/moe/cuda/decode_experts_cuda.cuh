@@ -281,6 +281,22 @@ __device__ __forceinline__ void warp_dot(float (&acc)[R][NT], const T* const (&w
                              : make_uint4(0u, 0u, 0u, 0u);
       }
     }
+    // With few x vectors a round (NT * V <= 4: one or two tokens), they are all loaded here,
+    // behind the weights: loaded in the loop below, the vector of step v > 0 is asked for only
+    // after step v - 1's weights arrived, one more L1 / L2 round trip a step (the down kernel's
+    // act rows, which it does not stage).
+    constexpr bool kXUpFront = NT * V <= 4;
+    uint4 xv[kXUpFront ? V : 1][kXUpFront ? NT : 1];
+    if constexpr (kXUpFront) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int c = min(c0 + 32 * v, chunks - 1);  // past the row: a valid vector, unused
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          xv[v][n] = *reinterpret_cast<const uint4*>(xrow[n] + static_cast<int64_t>(c) * kV);
+        }
+      }
+    }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int c = c0 + 32 * v;
@@ -292,7 +308,11 @@ __device__ __forceinline__ void warp_dot(float (&acc)[R][NT], const T* const (&w
       for (int n = 0; n < NT; ++n) {
         if (n >= count) break;
         float xf[kV];
-        unpack<T>(*reinterpret_cast<const uint4*>(xrow[n] + static_cast<int64_t>(c) * kV), xf);
+        if constexpr (kXUpFront) {
+          unpack<T>(xv[v][n], xf);
+        } else {
+          unpack<T>(*reinterpret_cast<const uint4*>(xrow[n] + static_cast<int64_t>(c) * kV), xf);
+        }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
