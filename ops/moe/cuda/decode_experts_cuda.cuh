@@ -260,26 +260,45 @@ __device__ __forceinline__ void group_pairs(PairGroups& g, const int32_t* topk_i
   __syncthreads();
 }
 
+// One round of warp_dot's weight loads: vectors c0, c0 + 32, ..., c0 + 32 (V - 1) of each of the
+// R rows (zeros past the row).
+template <typename T, int R, int V>
+__device__ __forceinline__ void warp_dot_round(uint4 (&w)[R][V], const T* const (&wrow)[R], int c0,
+                                               int chunks, uint64_t policy) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int c = c0 + 32 * v;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      w[r][v] = c < chunks ? load_weights(wrow[r] + static_cast<int64_t>(c) * kVec<T>, policy)
+                           : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
 // acc[r][n] += this lane's share of wrow[r] . xrow[n] over `len` elements, n < count. Lane l
 // takes the 16-byte vectors l, l + 32, ...; V vectors of each of the R rows are loaded before the
-// first is used, so R * V loads per lane are in flight. The caller reduces over the warp.
+// first is used, so R * V loads per lane are in flight. The caller reduces over the warp. With
+// `use_first` the first round (c0 = lane) is `first`, which the caller loaded with warp_dot_round
+// (the down kernel, before its pdl_wait).
 template <typename T, int R, int NT, int V>
 __device__ __forceinline__ void warp_dot(float (&acc)[R][NT], const T* const (&wrow)[R],
                                          const T* const (&xrow)[NT], int count, int len,
-                                         uint64_t policy) {
+                                         uint64_t policy, const uint4 (&first)[R][V],
+                                         bool use_first) {
   constexpr int kV = kVec<T>;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int chunks = len / kV;
   for (int c0 = lane; c0 < chunks; c0 += 32 * V) {
     uint4 w[R][V];
+    if (use_first && c0 == lane) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int c = c0 + 32 * v;
+      for (int v = 0; v < V; ++v) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        w[r][v] = c < chunks ? load_weights(wrow[r] + static_cast<int64_t>(c) * kV, policy)
-                             : make_uint4(0u, 0u, 0u, 0u);
+        for (int r = 0; r < R; ++r) w[r][v] = first[r][v];
       }
+    } else {
+      warp_dot_round<T, R, V>(w, wrow, c0, chunks, policy);
     }
     // With few x vectors a round (NT * V <= 4: one or two tokens), they are all loaded here,
     // behind the weights: loaded in the loop below, the vector of step v > 0 is asked for only
@@ -452,7 +471,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_up_kernel(const UpParams p
           if constexpr (kGated) wrow[UW + j] = w_e + (p.inter + unit) * hidden;
         }
         float acc[R][NT] = {};
-        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.hidden, policy);
+        const uint4 none[R][V] = {};
+        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.hidden, policy, none, false);
 #pragma unroll
         for (int j = 0; j < UW; ++j) {
 #pragma unroll
@@ -537,9 +557,39 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
       prefetch_l2(block + offset, static_cast<uint32_t>(min(kPrefetchPiece, block_bytes - offset)));
     }
   }
+  // The weight rows of row group rg of expert e (tail rows load a valid row).
+  const auto weight_rows = [&](int e, int rg, const T* (&wrow)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t h = row_begin + min(rg * R + r, rows - 1);
+      wrow[r] = w2 + (static_cast<int64_t>(e) * hidden + h) * p.inter;
+    }
+  };
+  // At one token, this warp's first item (item `warp` of the walk below) has its first round of
+  // weight vectors loaded here, before the wait, as the GEMVs do theirs (linear_gemv_cuda.cuh):
+  // the weights and the pair groups are known, so those bytes stream while the up kernel still
+  // runs, and after the wait the round needs only its act vectors. q48 decode 344.1 -> 348.5
+  // tokens/s (docs/performance.md, issue 15, session 34). Held across
+  // the wait, the round costs registers: at 2, 4 and 8 tokens ptxas spilled (40 to 1092 bytes at
+  // the 128-register cap), and so did the one-token 4 x 4 tile (340 bytes), so those keep loading
+  // it after the wait.
+  const uint64_t policy = weight_policy(p.evict_first);
+  constexpr bool kFirstRoundEarly = NT == 1 && R * V <= 8;
+  uint4 first_round[R][V] = {};
+  if constexpr (kFirstRoundEarly) {
+    int u = 0, base = 0, groups = 0;
+    for (; u < g.num_experts; ++u, base += groups * row_groups) {
+      groups = (g.offset[u + 1] - g.offset[u] + NT - 1) / NT;
+      if (warp < base + groups * row_groups) break;
+    }
+    if (u < g.num_experts) {  // else the warp has no item
+      const T* wrow[R];
+      weight_rows(g.expert[u], (warp - base) % row_groups, wrow);
+      warp_dot_round<T, R, V>(first_round, wrow, lane, p.inter / kVec<T>, policy);
+    }
+  }
   pdl_wait();
   pdl_launch_dependents();  // the next kernel (the residual add + norm) may get resident
-  const uint64_t policy = weight_policy(p.evict_first);
 
   // Work items (expert, pair group, row group) dealt round-robin to the warps.
   int item = 0;
@@ -558,13 +608,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
           xrow[n] = act + static_cast<int64_t>(pair[n]) * p.inter;
         }
         const T* wrow[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int64_t h = row_begin + min(rg * R + r, rows - 1);  // tail rows load a valid row
-          wrow[r] = w2 + (static_cast<int64_t>(e) * hidden + h) * p.inter;
-        }
+        weight_rows(e, rg, wrow);
         float acc[R][NT] = {};
-        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.inter, policy);
+        warp_dot<T, R, NT, V>(acc, wrow, xrow, count, p.inter, policy, first_round,
+                              kFirstRoundEarly && item == warp);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
