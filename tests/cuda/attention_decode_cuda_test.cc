@@ -439,7 +439,7 @@ class DecodeProblem {
     a.workspace_bytes = ws_bytes;
     const int64_t counter_count = cuda::split_kv_counter_count(dims_, tokens_);
     DeviceBuffer counters(static_cast<size_t>(counter_count) * sizeof(unsigned));
-    MG_CUDA_CHECK(cudaMemset(counters.as<void>(), 0, static_cast<size_t>(counter_count) * 4));
+    testing::memset_device_now(counters.as<void>(), 0, static_cast<size_t>(counter_count) * 4);
     a.split_counters = counters.as<unsigned>();
     a.split_counter_count = counter_count;
     cudaStream_t stream = nullptr;
@@ -754,7 +754,7 @@ double time_path(const std::vector<std::unique_ptr<DecodeProblem>>& copies, DTyp
   DeviceBuffer workspace(ws_bytes);
   const int64_t counter_count = cuda::split_kv_counter_count(first.dims(), first.tokens());
   DeviceBuffer counters(static_cast<size_t>(counter_count) * sizeof(unsigned));
-  MG_CUDA_CHECK(cudaMemset(counters.as<void>(), 0, static_cast<size_t>(counter_count) * 4));
+  testing::memset_device_now(counters.as<void>(), 0, static_cast<size_t>(counter_count) * 4);
   cudaStream_t stream = nullptr;
   MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;

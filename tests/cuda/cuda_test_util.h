@@ -99,6 +99,14 @@ inline double median_graph_replay_ms(cudaGraphExec_t exec, cudaStream_t stream, 
   return ms[ms.size() / 2];
 }
 
+// cudaMemset that returns once the bytes are set: the plain call is asynchronous with respect to
+// the host for device memory and runs on the legacy stream, which the tests' non-blocking streams
+// do not wait for (see DeviceBuffer::upload).
+inline void memset_device_now(void* ptr, int value, size_t bytes) {
+  MG_CUDA_CHECK(cudaMemset(ptr, value, bytes));
+  MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
 // A raw device buffer for the kernel tests (cudaMalloc / cudaFree; at least 16 bytes).
 class DeviceBuffer {
  public:
@@ -112,8 +120,14 @@ class DeviceBuffer {
   T* as() const {
     return static_cast<T*>(ptr_);
   }
+  // Returns once the bytes are on the device. A cudaMemcpy from pageable host memory returns when
+  // they are staged, with the DMA still queued on the legacy stream, which the tests' non-blocking
+  // streams do not wait for: a kernel launched there could read (or overwrite) the buffer before
+  // the copy lands (it did: CudaAttentionDecode.FusedKvWriteMatchesReferenceAndTheSeparateWrite
+  // failed 1 run in ~12 with four test processes sharing the GPU).
   void upload(const void* host, size_t bytes) {
     MG_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
+    MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
   void download(void* host, size_t bytes) const {
     MG_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
@@ -166,6 +180,9 @@ template <typename Run>
 double graph_replay_us(const Run& run, int iters, int warmups) {
   cudaStream_t stream;
   MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // What the test queued on the legacy stream (cudaMemset, device-to-device cudaMemcpy) first:
+  // this stream does not wait for it.
+  MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   run(stream);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
@@ -199,6 +216,7 @@ std::vector<uint8_t> run_eager_and_graph(const Launch& launch, const DeviceBuffe
                                          size_t out_bytes) {
   cudaStream_t stream;
   MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // as graph_replay_us
   MG_CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out_bytes, stream));
   launch(stream);
   MG_CUDA_CHECK(cudaStreamSynchronize(stream));
