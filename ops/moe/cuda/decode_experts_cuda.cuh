@@ -569,10 +569,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
   // weight vectors loaded here, before the wait, as the GEMVs do theirs (linear_gemv_cuda.cuh):
   // the weights and the pair groups are known, so those bytes stream while the up kernel still
   // runs, and after the wait the round needs only its act vectors. q48 decode 344.1 -> 348.5
-  // tokens/s (docs/performance.md, issue 15, session 34). Held across
-  // the wait, the round costs registers: at 2, 4 and 8 tokens ptxas spilled (40 to 1092 bytes at
-  // the 128-register cap), and so did the one-token 4 x 4 tile (340 bytes), so those keep loading
-  // it after the wait.
+  // tokens/s (docs/performance.md, issue 15, session 34). Held across the wait, the round costs
+  // registers: at 2, 4 and 8 tokens the tiles the rule takes spilled with it (40, 84 and 148 bytes
+  // at the 128-register cap), and so did the one-token 4 x 4 tile (340 bytes), so those keep
+  // loading it after the wait.
   const uint64_t policy = weight_policy(p.evict_first);
   constexpr bool kFirstRoundEarly = NT == 1 && R * V <= 8;
   uint4 first_round[R][V] = {};
