@@ -124,7 +124,7 @@ class DeviceBuffer {
   // they are staged, with the DMA still queued on the legacy stream, which the tests' non-blocking
   // streams do not wait for: a kernel launched there could read (or overwrite) the buffer before
   // the copy lands (it did: CudaAttentionDecode.FusedKvWriteMatchesReferenceAndTheSeparateWrite
-  // failed 1 run in ~12 with four test processes sharing the GPU).
+  // failed 2 runs in ~13 with four test processes sharing the GPU).
   void upload(const void* host, size_t bytes) {
     MG_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
     MG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
