@@ -558,7 +558,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_down_kernel(const DownPara
     }
   }
   // The weight rows of row group rg of expert e (tail rows load a valid row).
-  const auto weight_rows = [&](int e, int rg, const T* (&wrow)[R]) {
+  const auto weight_rows = [&](int e, int rg, const T*(&wrow)[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int64_t h = row_begin + min(rg * R + r, rows - 1);
