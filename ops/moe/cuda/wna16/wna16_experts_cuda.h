@@ -27,6 +27,9 @@
 // involved warp-specialised pipeline. At decode sizes (the common case of weight-only models) the
 // kernel is bound by HBM bytes, not by tensor-core rate, so mma.sync costs nothing there; at large
 // M the experts backends dequantize once per call and run the BF16 wgmma / TMA GEMMs (section 4).
+// The TMA GEMM with three producer warps dequantizing its weight tiles into shared memory was
+// built and measured 1.5-5x slower than these paths, bound by those warps and their scales' loads
+// (docs/performance.md, "A fused TMA + wgmma WNA16 GEMM"; branch wip/wna16-fused-tma).
 //
 // Every launcher neither syncs nor allocates (scratch comes from the caller) and can be captured
 // in a CUDA graph.
