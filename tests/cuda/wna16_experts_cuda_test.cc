@@ -335,6 +335,50 @@ TEST(CudaWna16Experts, GemmTileFollowsTheRowsAnExpertAveragesAndTheCodes) {
   EXPECT_FALSE(cuda::wna16_gemm_exact(w, Wna16GemmKernel::kMma16));
 }
 
+// wna16_wgmma's rule (wna16_wgmma_chosen cites the runs): INT4 codes with integer zero points,
+// groups of >= 128 columns or channel-wise, more than 16 and fewer than 192 rows an expert, the
+// sm_90a kernels loaded; what wna16_wgmma_check refuses is never chosen.
+TEST(CudaWna16Experts, WgmmaRuleFollowsRowsGroupsAndCodes) {
+  const auto weights = [](int64_t rows, int64_t cols, int64_t group, int bits) {
+    cuda::Wna16Weights w;
+    w.codes = cuda::Wna16Codes::kInteger;
+    w.zeros = cuda::Wna16Zeros::kIntegerCodes;
+    w.bits = bits;
+    w.part_rows = rows;
+    w.k_steps = (cols + 127) / 128;
+    w.groups = cuda::wna16_groups(cols, group);
+    w.group_size = group < 0 ? cols : group;
+    return w;
+  };
+  const int64_t E = 128, H = 2048, I = 768;
+  const auto chosen = [&](int64_t rows_per_expert, const cuda::Wna16Weights& w13,
+                          const cuda::Wna16Weights& w2, bool available = true) {
+    return cuda::wna16_wgmma_chosen(rows_per_expert * E, E, w13, H, w2, I, available);
+  };
+  cuda::Wna16Weights w13 = weights(2 * I, H, 128, 4), w2 = weights(H, I, 128, 4);
+  w13.parts = 2;
+  w13.part_rows = I;
+  EXPECT_FALSE(chosen(16, w13, w2));  // the 16-row tile
+  EXPECT_TRUE(chosen(17, w13, w2));
+  EXPECT_TRUE(chosen(191, w13, w2));
+  EXPECT_FALSE(chosen(192, w13, w2));  // the large-M path
+  EXPECT_FALSE(chosen(64, w13, w2, /*available=*/false));
+  EXPECT_TRUE(chosen(64, weights(2 * I, H, -1, 4), weights(H, I, -1, 4)));  // channel-wise
+  EXPECT_FALSE(chosen(64, weights(2 * I, H, 64, 4), w2));                   // groups of 64
+  EXPECT_FALSE(chosen(64, w13, weights(H, I, 32, 4)));
+  EXPECT_FALSE(chosen(64, weights(2 * I, H, 128, 8), w2));  // INT8
+  cuda::Wna16Weights real = w2;
+  real.zeros = cuda::Wna16Zeros::kReal;
+  EXPECT_FALSE(chosen(64, w13, real));
+  cuda::Wna16Weights fp4 = w2;
+  fp4.codes = cuda::Wna16Codes::kMxfp4;
+  EXPECT_FALSE(chosen(64, w13, fp4));
+  EXPECT_NE(cuda::wna16_wgmma_check(w2, 32, 64 * E, E).find("K >= 64"), std::string::npos);
+  EXPECT_NE(cuda::wna16_wgmma_check(w2, I, 15, E).find(">= 16 rows"), std::string::npos);
+  EXPECT_NE(cuda::wna16_wgmma_check(weights(8, I, 128, 4), I, 64, 1).find("128 packed rows"),
+            std::string::npos);
+}
+
 TEST(CudaWna16Experts, RefusesUnsupportedInputsWithTheReason) {
   EXPECT_NE(cuda::wna16_pack_check(4, 8, 192, 128, 1).find("multiple of the group size"),
             std::string::npos);
@@ -551,13 +595,18 @@ std::vector<GemmCase> gemm_cases() {
   return cases;
 }
 
+// The mma.sync tiles: every feature (gather, INT8, FP4, real zero points, any M) runs on them.
+// wna16_wgmma takes a subset (wgmma_gemm_check) and has tests of its own below.
+constexpr Wna16GemmKernel kMmaKernels[] = {Wna16GemmKernel::kMma16, Wna16GemmKernel::kMma32,
+                                           Wna16GemmKernel::kMma64};
+
 TEST(CudaWna16Experts, GroupedGemmEveryKernelMatchesReference) {
   MG_REQUIRE_GPU();
   uint32_t seed = 1000;
   const std::vector<GemmCase> cases = gemm_cases();
   ASSERT_GT(cases.size(), 80u);
   for (const GemmCase& c : cases) {
-    for (const Wna16GemmKernel kernel : cuda::kAllWna16GemmKernels) {
+    for (const Wna16GemmKernel kernel : kMmaKernels) {
       for_each_dtype([&]<typename T>() { check_gemm<T>(c, kernel, ++seed); });
     }
   }
@@ -749,6 +798,9 @@ void check_mlp(const MlpCase& c, const MlpPath& path, uint32_t seed) {
   align.row_to_pair = d_r2p.as<int32_t>();
   const size_t out_bytes = c.tokens * c.hidden * sizeof(T);
   DeviceBuffer d_out(out_bytes);
+  // Kernels that read permuted rows (wna16_wgmma) get x gathered first, as the backend does.
+  const bool gather = path.dequant_budget <= 0 && cuda::wna16_gemm_reads_permuted(path.kernel);
+  DeviceBuffer d_x_perm(gather ? pairs * c.hidden * sizeof(T) : 16);
 
   cuda::Wna16ExpertMlpArgs args;
   args.x = d_x->as<void>();
@@ -766,6 +818,10 @@ void check_mlp(const MlpCase& c, const MlpPath& path, uint32_t seed) {
   args.act.kind = c.kind;
   args.h = d_h.as<void>();
   args.out = d_y.as<void>();
+  if (gather) {
+    args.x = d_x_perm.as<void>();
+    args.row_to_pair = nullptr;
+  }
   // The large-M path's arguments (used when path.dequant_budget > 0).
   const bool dequant = path.dequant_budget > 0;
   const CudaMoEProblem problem{c.experts, c.hidden,
@@ -804,6 +860,10 @@ void check_mlp(const MlpCase& c, const MlpPath& path, uint32_t seed) {
         if (dequant) {
           cuda::launch_wna16_dequant_expert_mlp<T>(dq, s);
         } else {
+          if (gather) {
+            cuda::launch_moe_gather<T>(d_x->as<void>(), c.tokens, c.top_k, c.hidden, align,
+                                       d_x_perm.as<void>(), s);
+          }
           cuda::launch_wna16_expert_mlp<T>(args, path.kernel, s);
         }
         cuda::launch_moe_combine<T>(d_y.as<void>(), align, d_ids->as<int32_t>(), d_w->as<float>(),
@@ -866,10 +926,83 @@ TEST(CudaWna16Experts, ExpertMlpEveryKernelMatchesReference) {
     }
   }
   for (const MlpCase& c : cases) {
-    for (const Wna16GemmKernel kernel : cuda::kAllWna16GemmKernels) {
+    for (const Wna16GemmKernel kernel : kMmaKernels) {
       for_each_dtype([&]<typename T>() { check_mlp<T>(c, mma_path(kernel), ++seed); });
     }
   }
+}
+
+// wna16_wgmma (sm_90a) against the reference over what it takes: INT4 codes with integer zero
+// points (symmetric, F32 and U8 zero points) in groups of 32, 64, 128 or channel-wise, gated and
+// plain activations, biases, BF16 and F16; shapes with a partial K step (H 264), partial feature
+// tiles (I 136, I 72 whose GEMM2 K is below one 128-wide step), experts with more rows than one
+// 64-token tile (300 tokens) and with none (the fewest rows it takes: 8 tokens x top-2).
+TEST(CudaWna16Experts, WgmmaExpertMlpMatchesReference) {
+  MG_REQUIRE_GPU();
+  uint32_t seed = 7000;
+  constexpr MoEActKind kKinds[] = {MoEActKind::kSiluGated, MoEActKind::kSwigluOai,
+                                   MoEActKind::kGelu, MoEActKind::kGeluGated};
+  constexpr Zeros kZeros[] = {Zeros::kSymmetric, Zeros::kF32, Zeros::kU8};
+  struct Shape {
+    int64_t hidden, inter;
+  };
+  constexpr Shape kShapes[] = {{256, 128}, {264, 136}, {384, 72}};
+  int index = 0;
+  for (const int64_t tokens : {int64_t{8}, int64_t{100}, int64_t{300}}) {
+    for (const int64_t group : {int64_t{32}, int64_t{64}, int64_t{128}, int64_t{-1}}) {
+      MlpCase c;
+      c.tokens = tokens;
+      c.top_k = index % 2 == 0 ? 2 : 4;
+      c.experts = index % 3 == 0 ? 8 : 5;
+      c.bits = 4;
+      c.group = group;
+      c.zeros = kZeros[index % 3];
+      c.kind = kKinds[index % 4];
+      c.bias = index % 2 == 1;
+      const Shape shape = kShapes[index % 3];
+      c.hidden = shape.hidden;
+      c.inter = shape.inter;
+      // Groups must divide K (H 264, I 136 and I 72 are channel-wise only): grouped cases take
+      // H 288 (a partial K step) and I 160 (partial feature tiles) where the group divides them.
+      const auto divides = [&](int64_t h, int64_t i) { return h % group == 0 && i % group == 0; };
+      if (group > 0 && !divides(c.hidden, c.inter)) {
+        c.hidden = divides(288, 160) ? 288 : 256;
+        c.inter = divides(288, 160) ? 160 : 128;
+      }
+      ++index;
+      for_each_dtype(
+          [&]<typename T>() { check_mlp<T>(c, mma_path(Wna16GemmKernel::kWgmma), ++seed); });
+    }
+  }
+}
+
+// What wna16_wgmma does not take is refused with the reason, naming the kernel.
+TEST(CudaWna16Experts, WgmmaRefusesWhatItDoesNotTake) {
+  MG_REQUIRE_GPU();
+  MlpCase c;
+  c.tokens = 100;
+  const auto refused = [&](const MlpCase& m, const char* why) {
+    try {
+      check_mlp<__nv_bfloat16>(m, mma_path(Wna16GemmKernel::kWgmma), 1);
+      ADD_FAILURE() << "not refused: " << m.describe();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("wna16_wgmma"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  MlpCase int8 = c;
+  int8.bits = 8;
+  refused(int8, "INT4 codes");
+  MlpCase real = c;
+  real.zeros = Zeros::kF32Real;
+  refused(real, "INT4 codes");
+  MlpCase fp4 = c;
+  fp4.codes = cuda::Wna16Codes::kMxfp4;
+  fp4.group = 32;
+  refused(fp4, "INT4 codes");
+  MlpCase few = c;
+  few.tokens = 5;  // 10 rows
+  refused(few, ">= 16 rows");
 }
 
 // mlp_reference's allowance, on the host (runs without a GPU): the one failure the H100 showed
@@ -1215,8 +1348,10 @@ TEST(CudaWna16Experts, BackendMatchesReferenceLayer) {
     for (const int bits : {4, 8}) {
       for (const int64_t group : {int64_t{32}, int64_t{128}, int64_t{-1}}) {
         for (const char* kernel : {"auto", "wna16_decode", "wna16_dequant", "wna16_mma16",
-                                   "wna16_mma32", "wna16_mma64"}) {
+                                   "wna16_mma32", "wna16_mma64", "wna16_wgmma"}) {
           for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{300}}) {
+            // wna16_wgmma takes INT4 and >= 16 rows (its own tests cover the refusals).
+            if (std::string_view(kernel) == "wna16_wgmma" && (bits != 4 || M * k < 16)) continue;
             SCOPED_TRACE(fmt::format("act {} int{} group {} kernel {} M {}", static_cast<int>(act),
                                      bits, group, kernel, M));
             ++seed;
@@ -1320,7 +1455,7 @@ TEST(CudaWna16Experts, RandomFillRunsThroughTheGemm) {
     args.k = K;
     args.epilogue = GroupedEpilogue::kActivation;
     args.act.kind = MoEActKind::kSiluGated;
-    for (const Wna16GemmKernel kernel : cuda::kAllWna16GemmKernels) {
+    for (const Wna16GemmKernel kernel : kMmaKernels) {
       SCOPED_TRACE(fmt::format("int{} {}", bits, cuda::wna16_gemm_kernel_name(kernel)));
       cuda::launch_wna16_grouped_gemm<T>(args, kernel, nullptr);
       MG_CUDA_CHECK(cudaDeviceSynchronize());

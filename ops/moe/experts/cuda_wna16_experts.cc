@@ -323,7 +323,7 @@ std::optional<cuda::Wna16GemmKernel> parse_request(std::string_view kernel) {
   const std::optional<cuda::Wna16GemmKernel> k = cuda::parse_wna16_gemm_kernel(kernel);
   MG_CHECK(k.has_value(),
            "cuda_wna16 has no kernel '{}' (auto, wna16_decode, wna16_dequant, wna16_mma16, "
-           "wna16_mma32, wna16_mma64)",
+           "wna16_mma32, wna16_mma64, wna16_wgmma)",
            kernel);
   return k;
 }
@@ -342,6 +342,8 @@ class CudaWna16Experts final : public ExpertsMonolithic {
         route_(route_params(b.config.routing())),
         w13_(std::move(w13)),
         w2_(std::move(w2)) {
+    wgmma_available_ = shape_.dtype == DType::kBF16 ? cuda::wna16_wgmma_available<__nv_bfloat16>()
+                                                    : cuda::wna16_wgmma_available<__half>();
     b13_ = upload(b.quantized.w13_bias, b.device);
     b2_ = upload(b.quantized.w2_bias, b.device);
     MG_CHECK(!b13_.defined() || b13_.dtype() == DType::kF32, "cuda_wna16: w13 bias must be F32");
@@ -356,18 +358,17 @@ class CudaWna16Experts final : public ExpertsMonolithic {
 
   size_t workspace_bytes(int64_t max_rows) const override {
     Workspace ws = Workspace::sizing();
-    Scratch(ws, shape_, max_rows, takes_dequant_path(max_rows));
+    Scratch(ws, shape_, max_rows, takes_dequant_path(max_rows), gathers(max_rows));
     return ws.bytes();
   }
 
   void apply(const DispatchedLogits& t, Workspace& ws, const MoEExecContext& ctx) override {
     const int64_t M = t.num_tokens, k = shape_.top_k, H = shape_.hidden_size;
     const int64_t E = shape_.num_local_experts();
-    Scratch sc(ws, shape_, M, takes_dequant_path(M));
+    Scratch sc(ws, shape_, M, takes_dequant_path(M), gathers(M));
     if (M == 0) return;
     const int64_t P = M * k;
-    const cuda::Wna16GemmKernel kernel =
-        request_.value_or(cuda::choose_wna16_gemm_kernel(P, E, w13_.view.codes));
+    const cuda::Wna16GemmKernel kernel = gemm_kernel(M);
     const cudaStream_t s = cuda::native(ctx.stream);
     cuda::launch_moe_route<float>(route_, t.router_logits, M,
                                   bias_.defined() ? bias_.data<float>() : nullptr, sc.ids,
@@ -407,6 +408,15 @@ class CudaWna16Experts final : public ExpertsMonolithic {
     cuda::Wna16ExpertMlpArgs a;
     a.x = t.hidden;
     a.row_to_pair = sc.align.row_to_pair;
+    if (sc.x_perm != nullptr) {  // the kernel reads permuted rows: gather them first
+      if (shape_.dtype == DType::kBF16) {
+        cuda::launch_moe_gather<__nv_bfloat16>(t.hidden, M, k, H, sc.align, sc.x_perm, s);
+      } else {
+        cuda::launch_moe_gather<__half>(t.hidden, M, k, H, sc.align, sc.x_perm, s);
+      }
+      a.x = sc.x_perm;
+      a.row_to_pair = nullptr;
+    }
     a.top_k = k;
     a.expert_offsets = sc.align.expert_offsets;
     a.num_experts = E;
@@ -437,13 +447,38 @@ class CudaWna16Experts final : public ExpertsMonolithic {
   }
 
  private:
-  // The large-M path from kWna16DequantMinRowsPerExpert rows an expert (at any M when
-  // `wna16_dequant` is forced); never when a GEMM tile or the decode path is forced. Every feature
+  // The grouped GEMM's kernel at M tokens (when neither the decode nor the large-M path runs):
+  // the request, else wna16_wgmma where it takes the layer (wna16_wgmma_chosen), else the mma
+  // tile by rows an expert.
+  cuda::Wna16GemmKernel gemm_kernel(int64_t M) const {
+    if (request_.has_value()) return *request_;
+    if (wgmma_chosen(M)) return cuda::Wna16GemmKernel::kWgmma;
+    return cuda::choose_wna16_gemm_kernel(M * shape_.top_k, shape_.num_local_experts(),
+                                          w13_.view.codes);
+  }
+
+  bool wgmma_chosen(int64_t M) const {
+    return cuda::wna16_wgmma_chosen(M * shape_.top_k, shape_.num_local_experts(), w13_.view,
+                                    shape_.hidden_size, w2_.view, shape_.intermediate_size,
+                                    wgmma_available_);
+  }
+
+  // Whether a call of M tokens gathers x into permuted rows for its GEMMs.
+  bool gathers(int64_t M) const {
+    return !takes_decode_path(M) && !takes_dequant_path(M) &&
+           cuda::wna16_gemm_reads_permuted(gemm_kernel(M));
+  }
+
+  // The large-M path from kWna16DequantMinRowsPerExpert rows an expert (from
+  // kWna16WgmmaMaxRowsPerExpert where wna16_wgmma takes the layer; at any M when `wna16_dequant`
+  // is forced); never when a GEMM tile or the decode path is forced. Every feature
   // of these experts (biases, every activation, BF16 and F16, INT4/INT8/MXFP4/NVFP4 codes) runs on
   // it.
   bool takes_dequant_path(int64_t M) const {
     if (request_.has_value() || decode_forced_) return false;
-    return dequant_forced_ || cuda::wna16_dequant_chosen(M, shape_.top_k, shape_.num_experts);
+    if (dequant_forced_) return true;
+    // wna16_wgmma, where it takes the layer, beats this path up to kWna16WgmmaMaxRowsPerExpert.
+    return cuda::wna16_dequant_chosen(M, shape_.top_k, shape_.num_experts) && !wgmma_chosen(M);
   }
 
   // The decode kernels at M <= wna16_decode_threshold tokens (or up to kWna16DecodeMaxTokens
@@ -465,8 +500,9 @@ class CudaWna16Experts final : public ExpertsMonolithic {
     void* h;
     void* y_perm;
     void* dequant = nullptr;  // the large-M path's (wna16_dequant_mlp_scratch_bytes), when taken
+    void* x_perm = nullptr;   // [M * k, H] T, when the GEMMs read permuted rows
 
-    Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M, bool dequant_path) {
+    Scratch(Workspace& ws, const ExpertsShape& shape, int64_t M, bool dequant_path, bool gather) {
       const int64_t k = shape.top_k, P = M * k, E = shape.num_local_experts();
       const size_t es = dtype_size(shape.dtype);
       ids = ws.take<int32_t>(P);
@@ -478,6 +514,7 @@ class CudaWna16Experts final : public ExpertsMonolithic {
       h = ws.take<std::byte>(static_cast<int64_t>(
           cuda::wna16_expert_mlp_scratch_bytes(P, shape.intermediate_size, es)));
       y_perm = ws.take<std::byte>(P * shape.hidden_size * static_cast<int64_t>(es));
+      if (gather) x_perm = ws.take<std::byte>(P * shape.hidden_size * static_cast<int64_t>(es));
       if (dequant_path) {
         dequant = ws.take<std::byte>(static_cast<int64_t>(
             cuda::wna16_dequant_mlp_scratch_bytes(P, E, shape.hidden_size, shape.intermediate_size,
@@ -535,6 +572,7 @@ class CudaWna16Experts final : public ExpertsMonolithic {
   PackedMatrix w13_, w2_;
   Tensor b13_, b2_;
   Tensor expert_map_;
+  bool wgmma_available_ = false;  // the sm_90a kernels are loaded (wna16_wgmma_available)
   int identity_experts_ = 0;  // the decode kernels' LocalExperts: E when the map is the identity
   Tensor bias_;               // [E] F32 on the device, or undefined
 };

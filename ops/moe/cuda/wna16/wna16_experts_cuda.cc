@@ -53,6 +53,7 @@ void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel
   MG_CHECK(args.a != nullptr && b.words != nullptr && args.c != nullptr &&
                args.expert_offsets != nullptr,
            "WNA16 grouped GEMM: a, b, c and expert_offsets must be set");
+  if (kernel == Wna16GemmKernel::kWgmma) return wna16::launch_wgmma_gemm<T>(args, gated, stream);
   switch (b.codes) {
     case Wna16Codes::kInteger:
       MG_CHECK(b.params != nullptr, "WNA16 grouped GEMM: integer codes need their F32 pairs");
@@ -96,6 +97,9 @@ void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel ker
   MG_CHECK(why.empty(), "WNA16 expert MLP: {}", why);
   if (args.num_experts <= 0 || args.max_rows <= 0) return;
   MG_CHECK(args.h != nullptr && args.out != nullptr, "WNA16 expert MLP: h and out must be set");
+  MG_CHECK(!wna16_gemm_reads_permuted(kernel) || args.row_to_pair == nullptr,
+           "WNA16 expert MLP: {} reads permuted rows: gather x first (row_to_pair null)",
+           wna16_gemm_kernel_name(kernel));
 
   Wna16GemmArgs g1;
   g1.a = args.x;

@@ -29,7 +29,10 @@
 // M the experts backends dequantize once per call and run the BF16 wgmma / TMA GEMMs (section 4).
 // The TMA GEMM with three producer warps dequantizing its weight tiles into shared memory was
 // built and measured 1.5-5x slower than these paths, bound by those warps and their scales' loads
-// (docs/performance.md, "A fused TMA + wgmma WNA16 GEMM"; branch wip/wna16-fused-tma).
+// (docs/performance.md, "A fused TMA + wgmma WNA16 GEMM"; branch wip/wna16-fused-tma). What does
+// beat them from 17 rows an expert (INT4, integer zero points) is the other way round: the
+// weights as wgmma's register A operand, converted by the consumers themselves
+// (wna16_wgmma.cuh, Wna16GemmKernel::kWgmma).
 //
 // Every launcher neither syncs nor allocates (scratch comes from the caller) and can be captured
 // in a CUDA graph.
@@ -264,10 +267,14 @@ enum class Wna16GemmKernel : int32_t {
   kMma16,  // 16-row tiles: decode-sized groups (few rows per expert), every weight read once
   kMma32,  // 32-row tiles: each dequantized B fragment feeds two m16 MMAs
   kMma64,  // 64-row tiles: each dequantized B fragment feeds four m16 MMAs
+  // sm_90a: the persistent TMA kernel with the packed weights as wgmma's register A operand
+  // (wna16_wgmma.cuh): INT4 codes with integer zero points, permuted rows (the caller gathers)
+  kWgmma,
 };
 
 inline constexpr Wna16GemmKernel kAllWna16GemmKernels[] = {
-    Wna16GemmKernel::kMma16, Wna16GemmKernel::kMma32, Wna16GemmKernel::kMma64};
+    Wna16GemmKernel::kMma16, Wna16GemmKernel::kMma32, Wna16GemmKernel::kMma64,
+    Wna16GemmKernel::kWgmma};
 
 constexpr std::string_view wna16_gemm_kernel_name(Wna16GemmKernel kernel) {
   switch (kernel) {
@@ -277,6 +284,8 @@ constexpr std::string_view wna16_gemm_kernel_name(Wna16GemmKernel kernel) {
       return "wna16_mma32";
     case Wna16GemmKernel::kMma64:
       return "wna16_mma64";
+    case Wna16GemmKernel::kWgmma:
+      return "wna16_wgmma";
   }
   return "?";
 }
@@ -327,6 +336,61 @@ inline bool wna16_gemm_exact(const Wna16Weights& w, Wna16GemmKernel kernel) {
          kernel != Wna16GemmKernel::kMma64;
 }
 
+// Whether `kernel` reads the activations permuted (x_perm, gathered by the caller) rather than
+// gathering them itself through row_to_pair.
+inline bool wna16_gemm_reads_permuted(Wna16GemmKernel kernel) {
+  return kernel == Wna16GemmKernel::kWgmma;
+}
+
+// "" when wna16_wgmma (wna16_wgmma.cuh) takes a GEMM of `b` over K with max_rows permuted rows,
+// else the reason (the callers name the kernel). Its TMA boxes need K >= 64, >= 16 rows and
+// >= 128 packed rows in all; its exact q - z needs integer zero points; it reads 4-bit codes.
+inline std::string wna16_wgmma_check(const Wna16Weights& b, int64_t k, int64_t max_rows,
+                                     int64_t num_experts) {
+  if (b.codes != Wna16Codes::kInteger || b.bits != 4 || b.zeros != Wna16Zeros::kIntegerCodes) {
+    return "it takes INT4 codes whose zero points are integer codes (symmetric, GPTQ, AWQ, "
+           "compressed-tensors), not these weights";
+  }
+  if (k < 64 || max_rows < 16) {
+    return "its TMA boxes need K >= 64 and >= 16 rows, not K " + std::to_string(k) + " and " +
+           std::to_string(max_rows) + " rows";
+  }
+  if (num_experts * b.parts * b.part_rows / 8 < 16) return "its TMA boxes need >= 128 packed rows";
+  if (b.groups > 1 && b.group_size % 16 != 0) {
+    return "its scale groups must be multiples of 16 columns";
+  }
+  return "";
+}
+
+// Whether the experts backends take wna16_wgmma for the grouped GEMMs of a layer (w13 over H,
+// w2 over I) with max_rows pairs over `experts`, instead of the mma tile choose_wna16_gemm_kernel
+// picks or the large-M path (wna16_dequant_chosen): above 16 and below
+// kWna16WgmmaMaxRowsPerExpert rows an expert, scale groups of 128 columns or more (or
+// channel-wise), both matrices passing wna16_wgmma_check, and the sm_90a kernels loaded
+// (`available`). Set by
+//   moegraph bench moe --quant int4-g128 --shape qwen3-30b-a3b,mixtral --tokens 64,...,3072
+//     --kernel auto,wna16_dequant,wna16_mma16,wna16_mma32,wna16_mma64,wna16_wgmma
+//   moegraph bench moe --quant int4-g64 --shape gpt-oss-120b --tokens 256,512,1024,2048 (same)
+// on an H200 (2026-12-04; docs/performance.md), µs best mma tile (or the large-M path) / wgmma:
+// qwen3-30b-a3b g128 at 16 rows an expert (256 tokens) 276.4 / 403.1 (the 16-row tile stays),
+// 32: 441.4 / 426.7, 48: 498.0 / 455.1, 64: 722.3 / 631.7, 96: 974.4 / 838.8; against the
+// large-M path at 128 rows (2048 tokens) 1108.8 / 1031.7 and 192 (3072) 1208.0 / 1430.5;
+// mixtral g128 at 16 rows (64 tokens) 588.3 / 685.2, 64: 1512.6 / 1214.8, large-M path at 128
+// (512 tokens) 2387.5 / 1795.4, 192: 2607.5 / 2486.6, 256: 2755.6 / 3198.7. From 192 rows the
+// large-M path wins on qwen3 (by 18%) and loses on mixtral (by 5%): it takes 192 on. gpt-oss-120b
+// g64 (a promotion every 4 k16 steps, twice g128's drains) at 32 rows 2047.1 / 2102.0 and 64
+// rows 3032.5 / 3117.8: groups below 128 keep the mma tiles.
+inline constexpr int64_t kWna16WgmmaMaxRowsPerExpert = 192;
+inline bool wna16_wgmma_chosen(int64_t max_rows, int64_t experts, const Wna16Weights& w13,
+                               int64_t hidden, const Wna16Weights& w2, int64_t inter,
+                               bool available) {
+  const int64_t e = experts > 0 ? experts : 1;
+  const auto groups_ok = [](const Wna16Weights& w) { return w.groups == 1 || w.group_size >= 128; };
+  return available && max_rows > 16 * e && max_rows < kWna16WgmmaMaxRowsPerExpert * e &&
+         groups_ok(w13) && groups_ok(w2) && wna16_wgmma_check(w13, hidden, max_rows, e).empty() &&
+         wna16_wgmma_check(w2, inter, max_rows, e).empty();
+}
+
 // All pointers device pointers; a and c 16-byte aligned.
 struct Wna16GemmArgs {
   // [rows, K] T. With row_to_pair set, row r of the GEMM reads a[row_to_pair[r] / top_k] (the
@@ -369,6 +433,11 @@ template <typename T>
 void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel,
                                cudaStream_t stream);
 
+// Whether this GPU and build run wna16_wgmma (the sm_90a kernels are loaded), for activation
+// dtype T (__nv_bfloat16 or __half). A host-side query, asked once per process.
+template <typename T>
+bool wna16_wgmma_available();
+
 // ---------------------------------------------------------------------------------------------
 // 3. The expert MLP on permuted rows: GEMM1 (gather fused) + act, GEMM2 (+ b2). Two launches; the
 // caller runs launch_moe_align before and launch_moe_combine after (ops/moe/cuda/moe_align_cuda.h),
@@ -376,8 +445,10 @@ void launch_wna16_grouped_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel
 // 16-row tile and its packed weights are read once. (The experts backends take the decode kernels
 // of wna16_decode_cuda.h there instead: two launches, no align or combine.)
 
+// A kernel that reads permuted rows (wna16_gemm_reads_permuted) needs x permuted: the caller
+// gathers (launch_moe_gather) and passes row_to_pair null.
 struct Wna16ExpertMlpArgs {
-  const void* x = nullptr;               // [tokens, H] T (not permuted)
+  const void* x = nullptr;               // [tokens, H] T (not permuted), or [max_rows, H] permuted
   const int32_t* row_to_pair = nullptr;  // [max_rows] (MoEAlignment) or null: x is permuted
   int64_t top_k = 1;
   const int32_t* expert_offsets = nullptr;  // [E + 1] device

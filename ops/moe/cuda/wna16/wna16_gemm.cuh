@@ -966,6 +966,8 @@ void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
       } else {
         MG_FAIL("WNA16 grouped GEMM: the exact path has no 64-row tile (wna16_gemm_exact)");
       }
+    case Wna16GemmKernel::kWgmma:
+      break;  // launch_wna16_grouped_gemm sends it to launch_wgmma_gemm
   }
   MG_FAIL("WNA16 grouped GEMM: unknown kernel {}", static_cast<int>(kernel));
 }

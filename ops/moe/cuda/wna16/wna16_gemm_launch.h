@@ -17,4 +17,9 @@ template <typename T, int Bits, Wna16Codes Codes, bool Exact = false>
 void launch_gemm(const Wna16GemmArgs& args, Wna16GemmKernel kernel, bool gated,
                  cudaStream_t stream);
 
+// The wgmma kernel (wna16_wgmma.cuh; wna16_wgmma_<dtype>.cu): refuses with the reason what it
+// does not take (wgmma_gemm_check).
+template <typename T>
+void launch_wgmma_gemm(const Wna16GemmArgs& args, bool gated, cudaStream_t stream);
+
 }  // namespace mg::cuda::wna16

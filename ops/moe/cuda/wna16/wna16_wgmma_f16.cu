@@ -1,0 +1,15 @@
+// The WNA16 wgmma grouped GEMM (wna16_wgmma.cuh) instantiated for __half.
+#include "ops/moe/cuda/wna16/wna16_wgmma.cuh"
+
+#include "ops/moe/cuda/wna16/wna16_gemm_launch.h"
+
+namespace mg::cuda {
+namespace wna16 {
+template void launch_wgmma_gemm<__half>(const Wna16GemmArgs&, bool, cudaStream_t);
+}  // namespace wna16
+
+template <>
+bool wna16_wgmma_available<__half>() {
+  return wna16::wgmma_kernel_available<__half>();
+}
+}  // namespace mg::cuda
