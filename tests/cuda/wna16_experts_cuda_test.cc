@@ -336,7 +336,8 @@ TEST(CudaWna16Experts, GemmTileFollowsTheRowsAnExpertAveragesAndTheCodes) {
 }
 
 // wna16_wgmma's rule (wna16_wgmma_chosen cites the runs): INT4 codes with integer zero points,
-// groups of >= 128 columns or channel-wise, more than 16 and fewer than 192 rows an expert, the
+// groups of >= 128 columns or channel-wise, more than 16 and fewer than 128 rows an expert (the
+// large-M path's threshold), the
 // sm_90a kernels loaded; what wna16_wgmma_check refuses is never chosen.
 TEST(CudaWna16Experts, WgmmaRuleFollowsRowsGroupsAndCodes) {
   const auto weights = [](int64_t rows, int64_t cols, int64_t group, int bits) {
@@ -360,8 +361,8 @@ TEST(CudaWna16Experts, WgmmaRuleFollowsRowsGroupsAndCodes) {
   w13.part_rows = I;
   EXPECT_FALSE(chosen(16, w13, w2));  // the 16-row tile
   EXPECT_TRUE(chosen(17, w13, w2));
-  EXPECT_TRUE(chosen(191, w13, w2));
-  EXPECT_FALSE(chosen(192, w13, w2));  // the large-M path
+  EXPECT_TRUE(chosen(127, w13, w2));
+  EXPECT_FALSE(chosen(128, w13, w2));  // the large-M path
   EXPECT_FALSE(chosen(64, w13, w2, /*available=*/false));
   EXPECT_TRUE(chosen(64, weights(2 * I, H, -1, 4), weights(H, I, -1, 4)));  // channel-wise
   EXPECT_FALSE(chosen(64, weights(2 * I, H, 64, 4), w2));                   // groups of 64

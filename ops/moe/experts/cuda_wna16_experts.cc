@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -342,8 +344,15 @@ class CudaWna16Experts final : public ExpertsMonolithic {
         route_(route_params(b.config.routing())),
         w13_(std::move(w13)),
         w2_(std::move(w2)) {
-    wgmma_available_ = shape_.dtype == DType::kBF16 ? cuda::wna16_wgmma_available<__nv_bfloat16>()
-                                                    : cuda::wna16_wgmma_available<__half>();
+    // MG_WNA16_WGMMA=0 keeps the rule off wna16_wgmma (A/B timing; a forced request still runs it).
+    const char* wgmma_env = std::getenv("MG_WNA16_WGMMA");
+    MG_CHECK(wgmma_env == nullptr || std::string_view(wgmma_env) == "0" ||
+                 std::string_view(wgmma_env) == "1",
+             "MG_WNA16_WGMMA: expected 0 or 1, got '{}'", wgmma_env == nullptr ? "" : wgmma_env);
+    const bool wgmma_allowed = wgmma_env == nullptr || std::string_view(wgmma_env) == "1";
+    wgmma_available_ = wgmma_allowed &&
+                       (shape_.dtype == DType::kBF16 ? cuda::wna16_wgmma_available<__nv_bfloat16>()
+                                                     : cuda::wna16_wgmma_available<__half>());
     b13_ = upload(b.quantized.w13_bias, b.device);
     b2_ = upload(b.quantized.w2_bias, b.device);
     MG_CHECK(!b13_.defined() || b13_.dtype() == DType::kF32, "cuda_wna16: w13 bias must be F32");
@@ -469,16 +478,13 @@ class CudaWna16Experts final : public ExpertsMonolithic {
            cuda::wna16_gemm_reads_permuted(gemm_kernel(M));
   }
 
-  // The large-M path from kWna16DequantMinRowsPerExpert rows an expert (from
-  // kWna16WgmmaMaxRowsPerExpert where wna16_wgmma takes the layer; at any M when `wna16_dequant`
-  // is forced); never when a GEMM tile or the decode path is forced. Every feature
+  // The large-M path from kWna16DequantMinRowsPerExpert rows an expert (at any M when
+  // `wna16_dequant` is forced); never when a GEMM tile or the decode path is forced. Every feature
   // of these experts (biases, every activation, BF16 and F16, INT4/INT8/MXFP4/NVFP4 codes) runs on
   // it.
   bool takes_dequant_path(int64_t M) const {
     if (request_.has_value() || decode_forced_) return false;
-    if (dequant_forced_) return true;
-    // wna16_wgmma, where it takes the layer, beats this path up to kWna16WgmmaMaxRowsPerExpert.
-    return cuda::wna16_dequant_chosen(M, shape_.top_k, shape_.num_experts) && !wgmma_chosen(M);
+    return dequant_forced_ || cuda::wna16_dequant_chosen(M, shape_.top_k, shape_.num_experts);
   }
 
   // The decode kernels at M <= wna16_decode_threshold tokens (or up to kWna16DecodeMaxTokens

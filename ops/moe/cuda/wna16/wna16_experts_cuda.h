@@ -362,35 +362,6 @@ inline std::string wna16_wgmma_check(const Wna16Weights& b, int64_t k, int64_t m
   return "";
 }
 
-// Whether the experts backends take wna16_wgmma for the grouped GEMMs of a layer (w13 over H,
-// w2 over I) with max_rows pairs over `experts`, instead of the mma tile choose_wna16_gemm_kernel
-// picks or the large-M path (wna16_dequant_chosen): above 16 and below
-// kWna16WgmmaMaxRowsPerExpert rows an expert, scale groups of 128 columns or more (or
-// channel-wise), both matrices passing wna16_wgmma_check, and the sm_90a kernels loaded
-// (`available`). Set by
-//   moegraph bench moe --quant int4-g128 --shape qwen3-30b-a3b,mixtral --tokens 64,...,3072
-//     --kernel auto,wna16_dequant,wna16_mma16,wna16_mma32,wna16_mma64,wna16_wgmma
-//   moegraph bench moe --quant int4-g64 --shape gpt-oss-120b --tokens 256,512,1024,2048 (same)
-// on an H200 (2026-12-04; docs/performance.md), µs best mma tile (or the large-M path) / wgmma:
-// qwen3-30b-a3b g128 at 16 rows an expert (256 tokens) 276.4 / 403.1 (the 16-row tile stays),
-// 32: 441.4 / 426.7, 48: 498.0 / 455.1, 64: 722.3 / 631.7, 96: 974.4 / 838.8; against the
-// large-M path at 128 rows (2048 tokens) 1108.8 / 1031.7 and 192 (3072) 1208.0 / 1430.5;
-// mixtral g128 at 16 rows (64 tokens) 588.3 / 685.2, 64: 1512.6 / 1214.8, large-M path at 128
-// (512 tokens) 2387.5 / 1795.4, 192: 2607.5 / 2486.6, 256: 2755.6 / 3198.7. From 192 rows the
-// large-M path wins on qwen3 (by 18%) and loses on mixtral (by 5%): it takes 192 on. gpt-oss-120b
-// g64 (a promotion every 4 k16 steps, twice g128's drains) at 32 rows 2047.1 / 2102.0 and 64
-// rows 3032.5 / 3117.8: groups below 128 keep the mma tiles.
-inline constexpr int64_t kWna16WgmmaMaxRowsPerExpert = 192;
-inline bool wna16_wgmma_chosen(int64_t max_rows, int64_t experts, const Wna16Weights& w13,
-                               int64_t hidden, const Wna16Weights& w2, int64_t inter,
-                               bool available) {
-  const int64_t e = experts > 0 ? experts : 1;
-  const auto groups_ok = [](const Wna16Weights& w) { return w.groups == 1 || w.group_size >= 128; };
-  return available && max_rows > 16 * e && max_rows < kWna16WgmmaMaxRowsPerExpert * e &&
-         groups_ok(w13) && groups_ok(w2) && wna16_wgmma_check(w13, hidden, max_rows, e).empty() &&
-         wna16_wgmma_check(w2, inter, max_rows, e).empty();
-}
-
 // All pointers device pointers; a and c 16-byte aligned.
 struct Wna16GemmArgs {
   // [rows, K] T. With row_to_pair set, row r of the GEMM reads a[row_to_pair[r] / top_k] (the
@@ -526,6 +497,33 @@ void launch_wna16_expert_mlp(const Wna16ExpertMlpArgs& args, Wna16GemmKernel ker
 inline constexpr int64_t kWna16DequantMinRowsPerExpert = 128;
 inline bool wna16_dequant_chosen(int64_t tokens, int64_t top_k, int64_t experts) {
   return tokens * top_k >= kWna16DequantMinRowsPerExpert * experts;
+}
+
+// Whether the experts backends take wna16_wgmma for the grouped GEMMs of a layer (w13 over H,
+// w2 over I) with max_rows pairs over `experts`, instead of the mma tile choose_wna16_gemm_kernel
+// picks: above 16 rows an expert and below the large-M path's kWna16DequantMinRowsPerExpert,
+// scale groups of 128 columns or more (or channel-wise), both matrices passing
+// wna16_wgmma_check, and the sm_90a kernels loaded (`available`). Set by
+//   moegraph bench moe --quant int4-g128 --shape qwen3-30b-a3b,mixtral --tokens 64,...,1536
+//     --kernel auto,wna16_dequant,wna16_mma16,wna16_mma32,wna16_mma64,wna16_wgmma
+//   moegraph bench moe --quant int4-g64 --shape gpt-oss-120b --tokens 256,512,1024,2048 (same)
+// on an H200 (2026-12-04; docs/performance.md), µs best mma tile / wgmma: qwen3-30b-a3b g128 at
+// 16 rows an expert (256 tokens) 276.4 / 403.1 (the 16-row tile stays), 32: 441.4 / 426.7, 48:
+// 498.0 / 455.1, 64: 722.3 / 631.7, 96: 974.4 / 838.8; mixtral g128 at 16 rows (64 tokens)
+// 588.3 / 685.2, 64: 1512.6 / 1214.8. gpt-oss-120b g64 (a promotion every 4 k16 steps, twice
+// g128's drains) at 32 rows 2047.1 / 2102.0 and 64 rows 3032.5 / 3117.8: groups below 128 keep
+// the mma tiles. The layer bench has wgmma ahead of the large-M path at 128 rows too (qwen3 2048
+// tokens 1108.8 / 1031.7), but the whole 48-layer qwen3-30b-a3b int4-g128 model's 2048-token
+// prefill ran 40833 tokens/s on the large-M path and 31062 with wgmma (`bench e2e`, alternated
+// with MG_WNA16_WGMMA=0 / 1), so the large-M path keeps its threshold.
+inline bool wna16_wgmma_chosen(int64_t max_rows, int64_t experts, const Wna16Weights& w13,
+                               int64_t hidden, const Wna16Weights& w2, int64_t inter,
+                               bool available) {
+  const int64_t e = experts > 0 ? experts : 1;
+  const auto groups_ok = [](const Wna16Weights& w) { return w.groups == 1 || w.group_size >= 128; };
+  return available && max_rows > 16 * e && max_rows < kWna16DequantMinRowsPerExpert * e &&
+         groups_ok(w13) && groups_ok(w2) && wna16_wgmma_check(w13, hidden, max_rows, e).empty() &&
+         wna16_wgmma_check(w2, inter, max_rows, e).empty();
 }
 
 // Bytes of dense T weights (w13 and w2 of a chunk's experts) the path may hold at once: 1 GiB
