@@ -8,8 +8,9 @@
 // of wna16_experts_cuda.h, section 1: rows g and g + 8 of the warp's 16). So a lane turns its own
 // packed words into its own A registers, as the mma.sync kernels do with B, and the converted
 // weights never go back to shared memory (the fused TMA kernel of docs/performance.md, whose
-// three converter warps wrote them there, was bound by those warps). Tokens are wgmma's N, which may be
-// as small as the experts' rows need; features are the M of two m64 wgmmas a consumer warpgroup.
+// three converter warps wrote them there, was bound by those warps). Tokens are wgmma's N, which
+// may be as small as the experts' rows need; features are the M of two m64 wgmmas a consumer
+// warpgroup.
 //
 // One CTA per SM (grid = min(#SMs, tiles)), 384 threads in three warpgroups, the persistent TMA
 // kernel's structure (grouped_gemm_tma.cuh: its barriers, tile hand-off and dynamic scheduler):
@@ -86,6 +87,8 @@ static_assert(128 * WgmmaTile::kProducerRegs + 256 * WgmmaTile::kConsumerRegs <=
                   WgmmaTile::kThreads * 168,
               "setmaxnreg counts exceed the CTA's registers");
 
+// "" when the kernel takes this GEMM (permuted rows, and what wna16_wgmma_check asks of the
+// weights), else the reason.
 inline std::string wgmma_gemm_check(const Wna16GemmArgs& args) {
   if (args.row_to_pair != nullptr) return "it reads permuted rows (TMA): gather them first";
   return wna16_wgmma_check(args.b, args.k, args.max_rows, args.num_experts);
