@@ -21,10 +21,17 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 //
 // It starts the kernel under programmatic dependent launch (pdl.cuh): the weights never change
 // while graphs run, so before pdl_wait each lane issues its first round of kLoads weight loads
-// into registers (for a 2048-column BF16 row and 8 loads: the whole row) and the block asks L2
-// for the rest of its rows. Those bytes stream while the kernel before still runs (attention,
-// a norm: latency-bound, few bytes); after the wait only x (just written, in L2) is read before
-// the first FMA. The chunks are summed in the same order as without the early round.
+// into registers (for a 2048-column BF16 row and 8 loads: the whole row). Those bytes stream
+// while the kernel before still runs (attention, a norm: latency-bound, few bytes); after the wait
+// only x (just written, in L2) is read before the first FMA. The chunks are summed in the same
+// order as without the early round.
+//
+// The block does not also ask L2 for the rest of its rows before the wait (a bulk prefetch,
+// pdl_prefetch_l2): that stream ran beside the kernel before (attention's split merge, a norm),
+// whose chains of L2 round trips it slowed by more than the GEMV gained. `bench e2e ...
+// --cuda-graph` on an H200 (2026-12-04, docs/performance.md), decode tokens/s with / without it:
+// the 48-layer Qwen3-30B-A3B-shaped model 345.6, 348.7 / 355.8, 353.0; the 24-layer
+// GPT-OSS-20B-shaped MXFP4 model 478.9, 478.4 / 491.5, 487.1.
 template <typename T, typename TOut, int kMaxRows, bool kVector, int kLoads>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __restrict__ w,
                                            const TOut* __restrict__ bias, TOut* __restrict__ y,
@@ -54,16 +61,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ x, const T* __r
           n < out && c + u * stride < chunks ? __ldcs(w4 + c + u * stride) : make_uint4(0, 0, 0, 0);
     }
   };
-  if constexpr (kVector) {
-    // L2 gets the block's rows past the first round (the bulk prefetch takes 16-byte pieces).
-    const int64_t first = block * features_per_block;
-    const int64_t features = out - first < features_per_block ? out - first : features_per_block;
-    if (features > 0 && chunks > kLoads * stride) {
-      pdl_prefetch_l2(w + first * in, features * in * static_cast<int64_t>(sizeof(T)),
-                      static_cast<int>(threadIdx.x), kGemvThreads);
-    }
-    load_round(first_chunk);
-  }
+  if constexpr (kVector) load_round(first_chunk);
   // x is the previous kernel's output and y may be its input.
   pdl_wait();
   pdl_launch_dependents();

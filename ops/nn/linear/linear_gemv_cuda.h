@@ -15,8 +15,8 @@
 // output features (k/v projections), up to 8 warps split one row's `in` (split-K within a block,
 // reduced through shared memory) so the whole GPU has loads in flight. Launched with
 // programmatic dependent launch (framework/device/cuda/pdl.cuh): before it waits for the kernel
-// that wrote x, each lane loads its first round of weight vectors into registers and each block
-// asks L2 for the rest of its rows, so the weight bytes stream during that kernel.
+// that wrote x, each lane loads its first round of weight vectors into registers, so those
+// bytes stream during that kernel (no bulk L2 prefetch of the rest: linear_gemv_cuda.cuh says why).
 #pragma once
 
 #include <cuda_runtime_api.h>
