@@ -8,7 +8,7 @@
 // serialization may start while the previous kernel in its stream still runs, once every block
 // of that kernel has called pdl_launch_dependents (or exited); it then waits in pdl_wait until
 // the previous kernel has completed and its writes are visible. Work placed before pdl_wait
-// (block setup, L2 prefetch of weights) overlaps the previous kernel's tail. Inside stream
+// (block setup, weight loads) overlaps the previous kernel's tail. Inside stream
 // capture the attribute becomes a programmatic edge of the CUDA graph. Copies, memsets, event
 // waits and kernels launched without it (cuBLAS) are waited for as before.
 //
@@ -78,7 +78,11 @@ __device__ __forceinline__ void pdl_wait_then_launch(bool early_dependents) {
 // Asks L2 for `bytes` of immutable data (weights) from the 16-byte aligned `ptr`, in pieces of
 // 16 KB dealt to the threads `begin, begin + step, ...` of the caller; the tail below 16 bytes is
 // left out. Nothing lands in registers and no thread waits: called before pdl_wait, it overlaps
-// the weight stream's first bytes with the previous kernel's tail. sm_90; else nothing.
+// the weight stream's first bytes with the previous kernel's tail. sm_90; else nothing. Measure
+// it end to end before using it: the stream competes with the kernel it runs beside, and where
+// that kernel is a chain of L2 round trips (attention's merge, a norm) it loses more than the
+// prefetch gains (the GEMV dropped it for that: linear_gemv_cuda.cuh); the WNA16 decode down
+// kernel keeps it as an option, off by default.
 __device__ __forceinline__ void pdl_prefetch_l2(const void* ptr, int64_t bytes, int begin,
                                                 int step) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
